@@ -1,0 +1,31 @@
+# The README's two commands: `make demo` (the main job) and `make test` (the whole suite).
+# Both create .venv and install everything (Horovod included) the first time.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint format test-jax clean
+
+setup:
+	@scripts/bootstrap.sh
+
+demo: setup
+	$(VENV)/bin/cvbench demo --output-dir demo_out
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test-jax: setup
+	KERAS_BACKEND=jax $(PY) -m pytest -m backend_agnostic $(PYTEST_ARGS)
+
+test: lint
+	KERAS_BACKEND=tensorflow $(PY) -m pytest $(PYTEST_ARGS)
+	KERAS_BACKEND=jax $(PY) -m pytest -m backend_agnostic $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache demo_out
