@@ -1,0 +1,321 @@
+"""COCO box evaluation: a thin adapter over pycocotools (or faster-coco-eval).
+
+Detections arrive as COCO result dicts (`{"image_id", "category_id", "bbox": [x, y, w, h] in
+original-image pixels, "score"}`); `detections_to_coco` builds them from the model's batched,
+post-processed outputs (normalized `[ymin, xmin, ymax, xmax]` boxes, contiguous class indices).
+`evaluate_coco` runs COCOeval and returns the 12 standard numbers:
+
+    AP, AP50, AP75, APs, APm, APl, AR1, AR10, AR100, ARs, ARm, ARl
+
+`backend="faster"` uses the C++ evaluator of `faster-coco-eval` (same numbers, several times
+faster on val2017); it is imported only when asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from cvbench.utils.io import atomic_open
+
+COCO_METRIC_NAMES: tuple[str, ...] = (
+    "AP",
+    "AP50",
+    "AP75",
+    "APs",
+    "APm",
+    "APl",
+    "AR1",
+    "AR10",
+    "AR100",
+    "ARs",
+    "ARm",
+    "ARl",
+)
+
+# (precision?, IoU label, area, maxDets) for each of the 12 lines, in pycocotools' order.
+_TABLE_ROWS: tuple[tuple[bool, str, str, int], ...] = (
+    (True, "0.50:0.95", "all", 100),
+    (True, "0.50", "all", 100),
+    (True, "0.75", "all", 100),
+    (True, "0.50:0.95", "small", 100),
+    (True, "0.50:0.95", "medium", 100),
+    (True, "0.50:0.95", "large", 100),
+    (False, "0.50:0.95", "all", 1),
+    (False, "0.50:0.95", "all", 10),
+    (False, "0.50:0.95", "all", 100),
+    (False, "0.50:0.95", "small", 100),
+    (False, "0.50:0.95", "medium", 100),
+    (False, "0.50:0.95", "large", 100),
+)
+
+BACKENDS: tuple[str, ...] = ("pycocotools", "faster")
+
+
+def format_coco_table(metrics: Mapping[str, float]) -> str:
+    """Formats the 12 numbers as the standard pycocotools summary table (12 lines).
+
+    Args:
+        metrics: a mapping holding at least the names in `COCO_METRIC_NAMES`.
+
+    Returns:
+        The table, lines joined by newlines, exactly as `COCOeval.summarize()` prints it.
+    """
+    lines = []
+    for name, (is_ap, iou, area, max_dets) in zip(COCO_METRIC_NAMES, _TABLE_ROWS, strict=True):
+        title = "Average Precision" if is_ap else "Average Recall"
+        kind = "(AP)" if is_ap else "(AR)"
+        lines.append(
+            f" {title:<18} {kind} @[ IoU={iou:<9} | area={area:>6s} | maxDets={max_dets:>3d} ]"
+            f" = {metrics[name]:0.3f}"
+        )
+    return "\n".join(lines)
+
+
+def detections_to_coco(
+    image_ids: np.ndarray,
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    classes: np.ndarray,
+    num_detections: np.ndarray,
+    image_sizes: np.ndarray,
+    coco_category_ids: Sequence[int],
+    *,
+    valid: np.ndarray | None = None,
+) -> list[dict[str, Any]]:
+    """Converts a batch of post-processed detections into COCO result dicts.
+
+    Args:
+        image_ids: int array [B], the COCO image ids.
+        boxes: float array [B, D, 4], normalized `[ymin, xmin, ymax, xmax]` in [0, 1] relative to
+            the (resized) model input, which covers the whole original image.
+        scores: float array [B, D].
+        classes: int array [B, D], contiguous class indices in `[0, num_classes)`.
+        num_detections: int array [B], how many of the D rows of each image are real.
+        image_sizes: int array [B, 2], original `(height, width)` in pixels.
+        coco_category_ids: the COCO category id of each contiguous class index (the label map).
+        valid: optional bool array [B]; False marks padding images, which are dropped.
+
+    Returns:
+        A list of `{"image_id", "category_id", "bbox": [x, y, w, h], "score"}` dicts, boxes in
+        original-image pixels (clipped to the image), plain Python numbers.
+
+    Raises:
+        ValueError: if a class index falls outside the label map.
+    """
+    image_ids = np.asarray(image_ids).reshape(-1)
+    boxes = np.asarray(boxes, dtype=np.float64)
+    scores = np.asarray(scores, dtype=np.float64)
+    classes = np.asarray(classes).astype(np.int64)
+    num_detections = np.asarray(num_detections).astype(np.int64).reshape(-1)
+    image_sizes = np.asarray(image_sizes, dtype=np.float64).reshape(-1, 2)
+    ids_table = np.asarray(coco_category_ids, dtype=np.int64)
+    keep_image = np.ones(len(image_ids), bool) if valid is None else np.asarray(valid, bool)
+    results: list[dict[str, Any]] = []
+    for i in np.flatnonzero(keep_image):
+        n = int(min(num_detections[i], boxes.shape[1]))
+        if n <= 0:
+            continue
+        cls = classes[i, :n]
+        if cls.min() < 0 or cls.max() >= len(ids_table):
+            raise ValueError(
+                f"detection class index out of range [0, {len(ids_table)}) for image "
+                f"{int(image_ids[i])}: got {cls.tolist()}"
+            )
+        height, width = image_sizes[i]
+        ymin, xmin, ymax, xmax = np.clip(boxes[i, :n], 0.0, 1.0).T
+        x, y = xmin * width, ymin * height
+        w, h = (xmax - xmin) * width, (ymax - ymin) * height
+        for j in range(n):
+            results.append(
+                {
+                    "image_id": int(image_ids[i]),
+                    "category_id": int(ids_table[cls[j]]),
+                    "bbox": [float(x[j]), float(y[j]), float(w[j]), float(h[j])],
+                    "score": float(scores[i, j]),
+                }
+            )
+    return results
+
+
+def evaluate_coco(
+    detections: Sequence[Mapping[str, Any]] | str | os.PathLike,
+    groundtruth: Mapping[str, Any] | str | os.PathLike,
+    *,
+    image_ids: Sequence[int] | None = None,
+    backend: str = "pycocotools",
+    per_category: bool = False,
+    detections_path: str | os.PathLike | None = None,
+    print_fn: Callable[[str], None] | None = print,
+) -> dict[str, float]:
+    """Runs COCO box evaluation and returns the 12 standard numbers.
+
+    Args:
+        detections: COCO result dicts (`image_id`, `category_id`, `bbox` = `[x, y, w, h]` in
+            original pixels, `score`), or the path of a JSON file holding such a list. Not
+            modified.
+        groundtruth: a COCO annotation dict (`images`, `annotations`, `categories`) or the path
+            of an annotation JSON (e.g. `instances_val2017.json`).
+        image_ids: evaluate only these images (default: every image of `groundtruth`, as the
+            reference does for val2017).
+        backend: "pycocotools" (the reference) or "faster" (`faster-coco-eval`, same numbers).
+        per_category: also return `"AP/<category name>"`: AP@[.5:.95], all areas, 100
+            detections, per category; -1.0 for a category without ground truth (the
+            pycocotools convention).
+        detections_path: if given, the detections are written there as JSON (atomically).
+        print_fn: receives the 12-line table (and the per-category lines); None prints nothing.
+
+    Returns:
+        A dict with the keys of `COCO_METRIC_NAMES` (floats; -1.0 where pycocotools has no
+        ground truth for a cell), plus the per-category keys when asked for.
+
+    Raises:
+        ValueError: on an unknown backend, or detections for images absent from `groundtruth`,
+            or malformed detections.
+        ImportError: for `backend="faster"` when `faster-coco-eval` is not installed.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    dets = _load_detections(detections)
+    gt_dict = _load_groundtruth(groundtruth)
+    if detections_path is not None:
+        with atomic_open(detections_path, "w", encoding="utf-8") as f:
+            json.dump(dets, f)
+    gt_image_ids = {int(img["id"]) for img in gt_dict["images"]}
+    unknown = sorted({int(d["image_id"]) for d in dets} - gt_image_ids)
+    if unknown:
+        raise ValueError(
+            f"{len(unknown)} detection image ids are not in the ground truth, e.g. {unknown[:5]}"
+        )
+    if image_ids is not None:
+        missing = sorted({int(i) for i in image_ids} - gt_image_ids)
+        if missing:
+            raise ValueError(f"image_ids not in the ground truth, e.g. {missing[:5]}")
+
+    coco_eval = _run_cocoeval(dets, gt_dict, image_ids, backend)
+    stats = np.asarray(coco_eval.stats, dtype=np.float64)[: len(COCO_METRIC_NAMES)]
+    metrics = {name: float(v) for name, v in zip(COCO_METRIC_NAMES, stats, strict=True)}
+    lines = [format_coco_table(metrics)]
+    if per_category:
+        per_cat = _per_category_ap(coco_eval, gt_dict)
+        metrics.update({f"AP/{name}": ap for name, ap in per_cat.items()})
+        width = max((len(n) for n in per_cat), default=0)
+        lines += [f" AP/{name:<{width}} = {ap:0.3f}" for name, ap in per_cat.items()]
+    if print_fn is not None:
+        print_fn("\n".join(lines))
+    return metrics
+
+
+def _load_detections(
+    detections: Sequence[Mapping[str, Any]] | str | os.PathLike,
+) -> list[dict[str, Any]]:
+    if isinstance(detections, str | os.PathLike):
+        with open(detections, encoding="utf-8") as f:
+            detections = json.load(f)
+    if not isinstance(detections, Sequence):
+        raise ValueError(f"detections must be a list of dicts, got {type(detections).__name__}")
+    out = []
+    for d in detections:
+        try:
+            bbox = [float(v) for v in d["bbox"]]
+            item = {
+                "image_id": int(d["image_id"]),
+                "category_id": int(d["category_id"]),
+                "bbox": bbox,
+                "score": float(d["score"]),
+            }
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"malformed detection {d!r}: {e}") from None
+        if len(bbox) != 4:
+            raise ValueError(f"detection bbox must have 4 numbers [x, y, w, h], got {bbox}")
+        out.append(item)
+    return out
+
+
+def _load_groundtruth(groundtruth: Mapping[str, Any] | str | os.PathLike) -> dict[str, Any]:
+    if isinstance(groundtruth, str | os.PathLike):
+        with open(groundtruth, encoding="utf-8") as f:
+            groundtruth = json.load(f)
+    missing = [k for k in ("images", "annotations", "categories") if k not in groundtruth]
+    if missing:
+        raise ValueError(f"ground truth is not a COCO annotation dict: missing keys {missing}")
+    return dict(groundtruth)
+
+
+def _run_cocoeval(
+    dets: list[dict[str, Any]],
+    gt_dict: dict[str, Any],
+    image_ids: Sequence[int] | None,
+    backend: str,
+) -> Any:
+    """Builds the COCO objects and runs evaluate/accumulate/summarize quietly."""
+    if backend == "faster":
+        try:
+            from faster_coco_eval import COCO, COCOeval_faster
+        except ImportError as e:
+            raise ImportError(
+                "backend='faster' needs faster-coco-eval: pip install 'faster-coco-eval>=1.6'"
+            ) from e
+
+        def make_eval(gt: Any, dt: Any) -> Any:
+            return COCOeval_faster(gt, dt, "bbox", print_function=lambda *a, **k: None)
+    else:
+        from pycocotools.coco import COCO
+        from pycocotools.cocoeval import COCOeval
+
+        def make_eval(gt: Any, dt: Any) -> Any:
+            return COCOeval(gt, dt, "bbox")
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_gt = COCO()
+        coco_gt.dataset = copy.deepcopy(gt_dict)
+        coco_gt.createIndex()
+        coco_dt = COCO()
+        coco_dt.dataset = {
+            "images": list(gt_dict["images"]),
+            "categories": copy.deepcopy(gt_dict["categories"]),
+            "annotations": _as_result_annotations(dets),
+        }
+        coco_dt.createIndex()
+        coco_eval = make_eval(coco_gt, coco_dt)
+        if image_ids is not None:
+            coco_eval.params.imgIds = sorted({int(i) for i in image_ids})
+        coco_eval.evaluate()
+        coco_eval.accumulate()
+        coco_eval.summarize()
+    return coco_eval
+
+
+def _as_result_annotations(dets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What `COCO.loadRes` makes of box results: area = w * h, ids from 1, not crowd."""
+    anns = []
+    for i, d in enumerate(dets):
+        x, y, w, h = d["bbox"]
+        anns.append(
+            {
+                **d,
+                "area": w * h,
+                "id": i + 1,
+                "iscrowd": 0,
+                "segmentation": [[x, y, x, y + h, x + w, y + h, x + w, y]],
+            }
+        )
+    return anns
+
+
+def _per_category_ap(coco_eval: Any, gt_dict: dict[str, Any]) -> dict[str, float]:
+    """AP@[.5:.95], area all, 100 detections, for each category of the evaluation."""
+    names = {int(c["id"]): str(c.get("name", c["id"])) for c in gt_dict["categories"]}
+    precision = np.asarray(coco_eval.eval["precision"])  # [T, R, K, A, M]
+    out = {}
+    for k, cat_id in enumerate(coco_eval.params.catIds):
+        p = precision[:, :, k, 0, -1]
+        out[names[int(cat_id)]] = float(np.mean(p[p > -1])) if np.any(p > -1) else -1.0
+    return out
