@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from cvbench.detection import box_ops
 from cvbench.utils.io import atomic_open
 
 COCO_METRIC_NAMES: tuple[str, ...] = (
@@ -130,15 +131,13 @@ def detections_to_coco(
                 f"{int(image_ids[i])}: got {cls.tolist()}"
             )
         height, width = image_sizes[i]
-        ymin, xmin, ymax, xmax = np.clip(boxes[i, :n], 0.0, 1.0).T
-        x, y = xmin * width, ymin * height
-        w, h = (xmax - xmin) * width, (ymax - ymin) * height
+        xywh = box_ops.boxes_to_coco(box_ops.clip(boxes[i, :n], xp=np), height, width, xp=np)
         for j in range(n):
             results.append(
                 {
                     "image_id": int(image_ids[i]),
                     "category_id": int(ids_table[cls[j]]),
-                    "bbox": [float(x[j]), float(y[j]), float(w[j]), float(h[j])],
+                    "bbox": [float(v) for v in xywh[j]],
                     "score": float(scores[i, j]),
                 }
             )
