@@ -1,0 +1,338 @@
+"""Lay out the official ILSVRC2012 archives as `train/<synset>/*.JPEG` and `val/<synset>/*.JPEG`.
+
+ImageNet needs an account at image-net.org, so cvbench cannot download it; users bring:
+
+- `ILSVRC2012_img_train.tar` (138 GB): one tar per class, `n01440764.tar` ..., each holding that
+  class's JPEGs (`n01440764_10026.JPEG`, ...).
+- `ILSVRC2012_img_val.tar` (6.3 GB): 50,000 JPEGs, `ILSVRC2012_val_00000001.JPEG` ..., flat.
+- `ILSVRC2012_devkit_t12.tar.gz` (2.5 MB): `data/ILSVRC2012_validation_ground_truth.txt` (one
+  ILSVRC2012_ID, 1..1000, per validation image in order) and `data/meta.mat` (ILSVRC2012_ID ->
+  WNID, read with scipy). Without scipy, a labels file naming the WNID of each validation image
+  replaces the devkit (see `load_val_labels_file`).
+
+Both tars are read as streams (`tarfile` mode "r|"): each class tar is unpacked straight from
+the outer stream, never written to disk, so the extraction needs the images' space once, not
+twice. Reruns skip finished work: a class is extracted into a staging folder, renamed into
+place, then marked done (`OUT/.cvbench-extract/`); a class without its marker is redone, and a
+validation image is written under a temporary name and renamed, so one that exists is whole.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import tarfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from tqdm import tqdm
+
+TRAIN_TAR = "ILSVRC2012_img_train.tar"
+VAL_TAR = "ILSVRC2012_img_val.tar"
+DEVKIT = "ILSVRC2012_devkit_t12.tar.gz"
+
+_STATE = ".cvbench-extract"
+_SYNSET = re.compile(r"n\d{8}")
+_VAL_NAME = "ILSVRC2012_val_{:08d}"
+_GROUND_TRUTH = "data/ILSVRC2012_validation_ground_truth.txt"
+_META = "data/meta.mat"
+
+
+@dataclass(frozen=True)
+class ExtractStats:
+    """What one extraction call did.
+
+    Attributes:
+        written: images written by this call.
+        skipped: images (train: whole classes' images are not counted) already in place.
+        classes_written: train classes extracted by this call.
+        classes_skipped: train classes already marked done.
+    """
+
+    written: int = 0
+    skipped: int = 0
+    classes_written: int = 0
+    classes_skipped: int = 0
+
+
+class _ProgressReader:
+    """A read-only file wrapper that advances a tqdm bar by the bytes read."""
+
+    def __init__(self, f: IO[bytes], bar: tqdm) -> None:
+        self._f = f
+        self._bar = bar
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._f.read(size)
+        self._bar.update(len(data))
+        return data
+
+
+def _bytes_bar(path: Path, progress: bool, desc: str) -> tqdm:
+    return tqdm(
+        total=path.stat().st_size,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=desc,
+        disable=not progress,
+    )
+
+
+def _member_file_name(member: tarfile.TarInfo) -> str:
+    name = os.path.basename(member.name)
+    if not name or name in (".", ".."):
+        raise ValueError(f"unexpected archive member {member.name!r}")
+    return name
+
+
+def extract_train(
+    train_tar: str | os.PathLike, out_dir: str | os.PathLike, *, progress: bool = True
+) -> ExtractStats:
+    """Extracts `ILSVRC2012_img_train.tar` into `out_dir/train/<synset>/`.
+
+    Args:
+        train_tar: the outer tar of per-class tars.
+        out_dir: the ImageNet folder (gets `train/`).
+        progress: show a tqdm bar (bytes of the outer tar, MB/s, ETA).
+
+    Returns:
+        `ExtractStats` with `written`, `classes_written` and `classes_skipped` set.
+
+    Raises:
+        ValueError: a member of the outer tar is not `<synset>.tar`.
+    """
+    train_tar, out_dir = Path(train_tar), Path(out_dir)
+    markers = out_dir / _STATE / "train"
+    staging_root = out_dir / _STATE / "staging"
+    markers.mkdir(parents=True, exist_ok=True)
+    staging_root.mkdir(parents=True, exist_ok=True)
+    (out_dir / "train").mkdir(parents=True, exist_ok=True)
+    written = classes_written = classes_skipped = 0
+    with (
+        open(train_tar, "rb") as raw,
+        _bytes_bar(train_tar, progress, "train classes") as bar,
+        tarfile.open(fileobj=_ProgressReader(raw, bar), mode="r|") as outer,
+    ):
+        for member in outer:
+            if not member.isfile():
+                continue
+            name = _member_file_name(member)
+            synset = name.removesuffix(".tar")
+            if not name.endswith(".tar") or not _SYNSET.fullmatch(synset):
+                raise ValueError(
+                    f"{train_tar}: expected one <synset>.tar per class (like n01440764.tar), "
+                    f"found {member.name!r}; is this ILSVRC2012_img_train.tar?"
+                )
+            marker = markers / f"{synset}.done"
+            if marker.exists():
+                classes_skipped += 1
+                continue
+            staging = staging_root / synset
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            count = 0
+            with tarfile.open(fileobj=outer.extractfile(member), mode="r|") as inner:
+                for image in inner:
+                    if not image.isfile():
+                        continue
+                    with open(staging / _member_file_name(image), "wb") as f:
+                        shutil.copyfileobj(inner.extractfile(image), f)
+                    count += 1
+            final = out_dir / "train" / synset
+            shutil.rmtree(final, ignore_errors=True)  # a partial one from an earlier run
+            os.replace(staging, final)
+            marker.write_text(f"{count}\n")
+            written += count
+            classes_written += 1
+    return ExtractStats(
+        written=written, classes_written=classes_written, classes_skipped=classes_skipped
+    )
+
+
+def _val_stem(name: str) -> str:
+    return name.rsplit(".", 1)[0]
+
+
+def load_val_labels_from_devkit(devkit: str | os.PathLike) -> dict[str, str]:
+    """Reads the validation labels from `ILSVRC2012_devkit_t12.tar.gz`.
+
+    Needs scipy (for `data/meta.mat`, a MATLAB file mapping ILSVRC2012_ID to WNID).
+
+    Returns:
+        {"ILSVRC2012_val_00000001": "n01751748", ...}: image name without extension -> WNID.
+
+    Raises:
+        ValueError: scipy is missing, or the devkit lacks the ground truth or meta.mat.
+    """
+    try:
+        import scipy.io
+    except ImportError as e:
+        raise ValueError(
+            "reading the devkit's meta.mat needs scipy (pip install scipy); or pass a labels "
+            "file with --val-labels (one WNID per validation image, in order)"
+        ) from e
+    ground_truth = meta = None
+    with tarfile.open(devkit, mode="r:*") as tar:
+        for member in tar:
+            if member.name.endswith(_GROUND_TRUTH):
+                ground_truth = tar.extractfile(member).read().decode("ascii")
+            elif member.name.endswith(_META):
+                meta = tar.extractfile(member).read()
+    if ground_truth is None or meta is None:
+        raise ValueError(f"{devkit}: no {_GROUND_TRUTH} and {_META}; is this the t12 devkit?")
+    synsets = scipy.io.loadmat(io.BytesIO(meta), squeeze_me=True)["synsets"]
+    id_to_wnid = {
+        int(i): str(w) for i, w in zip(synsets["ILSVRC2012_ID"], synsets["WNID"], strict=True)
+    }
+    labels = {}
+    for index, line in enumerate(ground_truth.split(), start=1):
+        class_id = int(line)
+        if class_id not in id_to_wnid:
+            raise ValueError(f"{devkit}: ground truth names ILSVRC2012_ID {class_id}, not in meta")
+        labels[_VAL_NAME.format(index)] = id_to_wnid[class_id]
+    return labels
+
+
+def load_val_labels_file(path: str | os.PathLike) -> dict[str, str]:
+    """Reads validation labels from a text file, the alternative to the devkit.
+
+    Two formats:
+    - one WNID per line, the i-th line for `ILSVRC2012_val_<i>` (8 digits, from 1), like the
+      `imagenet_2012_validation_synset_labels.txt` of the TF-slim / TPU ImageNet scripts;
+    - Kaggle's `LOC_val_solution.csv`: a header, then `ImageId,PredictionString` rows whose
+      prediction string starts with the WNID.
+
+    Returns:
+        Image name without extension -> WNID.
+
+    Raises:
+        ValueError: a line that is not a WNID, or an empty file.
+    """
+    path = Path(path)
+    lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    labels = {}
+    if lines and lines[0].lower().startswith("imageid"):
+        for line in lines[1:]:
+            image_id, prediction = line.split(",", 1)
+            labels[image_id.strip()] = prediction.split()[0]
+    else:
+        for index, wnid in enumerate(lines, start=1):
+            labels[_VAL_NAME.format(index)] = wnid
+    bad = [w for w in labels.values() if not _SYNSET.fullmatch(w)]
+    if bad or not labels:
+        raise ValueError(f"{path}: expected WNIDs like n01440764, got {bad[:3] or 'nothing'}")
+    return labels
+
+
+def extract_val(
+    val_tar: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    labels: Mapping[str, str],
+    *,
+    progress: bool = True,
+) -> ExtractStats:
+    """Extracts `ILSVRC2012_img_val.tar` into `out_dir/val/<synset>/`, using `labels`.
+
+    Args:
+        val_tar: the flat tar of validation JPEGs.
+        out_dir: the ImageNet folder (gets `val/`).
+        labels: image name without extension -> WNID (`load_val_labels_from_devkit` or
+            `load_val_labels_file`).
+        progress: show a tqdm bar.
+
+    Returns:
+        `ExtractStats` with `written` and `skipped` set.
+
+    Raises:
+        ValueError: an image without a label, or labels for images the tar does not hold.
+    """
+    val_tar, out_dir = Path(val_tar), Path(out_dir)
+    done = out_dir / _STATE / "val.done"
+    if done.exists():
+        return ExtractStats(skipped=int(done.read_text()))
+    staging = out_dir / _STATE / "staging"
+    staging.mkdir(parents=True, exist_ok=True)
+    written = skipped = 0
+    seen = set()
+    with (
+        open(val_tar, "rb") as raw,
+        _bytes_bar(val_tar, progress, "val images") as bar,
+        tarfile.open(fileobj=_ProgressReader(raw, bar), mode="r|") as tar,
+    ):
+        for member in tar:
+            if not member.isfile():
+                continue
+            name = _member_file_name(member)
+            stem = _val_stem(name)
+            if stem not in labels:
+                raise ValueError(f"{val_tar}: no label for {member.name!r}; wrong labels file?")
+            seen.add(stem)
+            final = out_dir / "val" / labels[stem] / name
+            if final.exists():
+                skipped += 1
+                continue
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = staging / name
+            with open(tmp, "wb") as f:
+                shutil.copyfileobj(tar.extractfile(member), f)
+            os.replace(tmp, final)
+            written += 1
+    if len(seen) != len(labels):
+        raise ValueError(
+            f"labels name {len(labels)} validation images but {val_tar} holds {len(seen)}"
+        )
+    done.write_text(f"{written + skipped}\n")
+    return ExtractStats(written=written, skipped=skipped)
+
+
+def extract_imagenet(
+    out_dir: str | os.PathLike,
+    *,
+    train_tar: str | os.PathLike | None = None,
+    val_tar: str | os.PathLike | None = None,
+    devkit: str | os.PathLike | None = None,
+    val_labels: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> dict[str, ExtractStats]:
+    """Lays out the official archives for `build-imagenet`; rerunnable.
+
+    Args:
+        out_dir: destination; gets `train/<synset>/` and `val/<synset>/`.
+        train_tar: `ILSVRC2012_img_train.tar`, or None to skip the training set.
+        val_tar: `ILSVRC2012_img_val.tar`, or None to skip the validation set.
+        devkit: `ILSVRC2012_devkit_t12.tar.gz` (needs scipy), for the validation labels.
+        val_labels: a labels file (see `load_val_labels_file`), used instead of the devkit.
+        progress: show progress bars.
+
+    Returns:
+        {"train": ExtractStats, "val": ExtractStats} for the splits given.
+
+    Raises:
+        ValueError: nothing to do, validation without labels, or a malformed archive.
+        FileNotFoundError: a named archive does not exist.
+    """
+    if train_tar is None and val_tar is None:
+        raise ValueError("give train_tar and/or val_tar")
+    if val_tar is not None and devkit is None and val_labels is None:
+        raise ValueError("the validation split needs devkit or val_labels for its labels")
+    for path in (train_tar, val_tar, devkit, val_labels):
+        if path is not None and not Path(path).is_file():
+            raise FileNotFoundError(f"no such file: {path}")
+    out_dir = Path(out_dir)
+    stats = {}
+    if val_tar is not None:  # labels first: a bad devkit fails before hours of train extraction
+        labels = (
+            load_val_labels_file(val_labels)
+            if val_labels is not None
+            else load_val_labels_from_devkit(devkit)
+        )
+        stats["val"] = extract_val(val_tar, out_dir, labels, progress=progress)
+    if train_tar is not None:
+        stats["train"] = extract_train(train_tar, out_dir, progress=progress)
+    shutil.rmtree(out_dir / _STATE / "staging", ignore_errors=True)
+    return stats
