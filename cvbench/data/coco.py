@@ -388,7 +388,7 @@ def coco_dataset(
     image_size: int = 320,
     training: bool,
     label_map: CocoLabelMap | None = None,
-    target_encoder: Callable[[tf.Tensor, tf.Tensor, tf.Tensor], Any] | None = None,
+    target_encoder: Callable[[tf.Tensor, tf.Tensor], Any] | None = None,
     drop_crowd: bool = False,
     shuffle_buffer: int = 2048,
     repeat: bool = True,
@@ -405,10 +405,11 @@ def coco_dataset(
         training: True for the augmented, shuffled, repeated training stream; False for the
             deterministic evaluation stream (every record once, across ranks too).
         label_map: COCO id <-> class index (default `CocoLabelMap.ssd320()`, 90 classes).
-        target_encoder: training only; called as `target_encoder(boxes, classes, num_boxes)` on
-            each example (boxes float32 [100, 4] normalized `[ymin, xmin, ymax, xmax]`, classes
-            int32 [100] with -1 padding, num_boxes int32 scalar) and its result becomes the
-            example's targets. None keeps the padded boxes.
+        target_encoder: training only; called as `target_encoder(boxes, classes)` on each
+            example (boxes float32 [100, 4] normalized `[ymin, xmin, ymax, xmax]`, zero rows
+            as padding; classes int32 [100], -1 as padding), its result becomes the example's
+            targets: for SSD, `cvbench.detection.targets.TargetEncoder(anchors, num_classes)`.
+            None keeps the padded boxes.
         drop_crowd: training only; drop `is_crowd` boxes (the reference trains on them).
         shuffle_buffer: training shuffle buffer, in examples.
         repeat: training only; repeat the data indefinitely.
@@ -419,7 +420,8 @@ def coco_dataset(
 
     Returns:
         Training: `(images, targets)`; images float32 [B, S, S, 3] (mean-subtracted RGB),
-        targets the encoder's output batched, or without encoder a dict `boxes` float32
+        targets the encoder's output batched (SSD: `boxes` float32 [B, N, 5], `classes`
+        float32 [B, N, num_classes + 1] for N anchors), or without encoder a dict `boxes` float32
         [B, 100, 4], `classes` int32 [B, 100] (-1 padding), `num_boxes` int32 [B]. Batches are
         full (remainder dropped, the stream repeats).
 
@@ -483,7 +485,7 @@ def coco_dataset(
         image = ex.pop("image")
         if target_encoder is None:
             return image, ex
-        return image, target_encoder(ex["boxes"], ex["classes"], ex["num_boxes"])
+        return image, target_encoder(ex["boxes"], ex["classes"])
 
     ds = ds.map(preprocess, num_parallel_calls=num_parallel_calls, deterministic=False)
     ds = ds.batch(batch_size, drop_remainder=True)

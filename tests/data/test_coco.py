@@ -168,8 +168,9 @@ def test_train_stream_shapes_classes_and_boxes(train_dir):
 
 
 def test_train_stream_calls_the_target_encoder(train_dir):
-    def encoder(boxes, classes, num_boxes):
-        return {"first_class": classes[0], "n": num_boxes, "area": boxes[0, 2] * boxes[0, 3]}
+    def encoder(boxes, classes):
+        n = tf.reduce_sum(tf.cast(classes >= 0, tf.int32))
+        return {"first_class": classes[0], "n": n, "area": boxes[0, 2] * boxes[0, 3]}
 
     ds = coco.coco_dataset(
         train_dir, "train", batch_size=3, image_size=64, training=True, target_encoder=encoder,
@@ -180,6 +181,29 @@ def test_train_stream_calls_the_target_encoder(train_dir):
     np.testing.assert_array_equal(t["first_class"].numpy(), [0, 0, 0])
     np.testing.assert_array_equal(t["n"].numpy(), [4, 4, 4])
     np.testing.assert_allclose(t["area"].numpy(), [1.0, 1.0, 1.0])
+
+
+def test_train_stream_with_the_ssd_target_encoder(train_dir):
+    from cvbench.detection.anchors import multiscale_anchors
+    from cvbench.detection.targets import TargetEncoder
+
+    anchors = multiscale_anchors(128)
+    # Levels 3-7 at 128: 16^2 + 8^2 + 4^2 + 2^2 + 1^2 = 341 locations x 6 anchors = 2046.
+    assert anchors.shape == (2046, 4)
+    ds = coco.coco_dataset(
+        train_dir, "train", batch_size=2, image_size=128, training=True,
+        target_encoder=TargetEncoder(anchors, num_classes=90), shuffle_buffer=4,
+    )  # fmt: skip
+    images, y = next(iter(ds))
+    assert images.shape == (2, 128, 128, 3)
+    assert y["boxes"].shape == (2, 2046, 5) and y["boxes"].dtype == tf.float32
+    assert y["classes"].shape == (2, 2046, 91) and y["classes"].dtype == tf.float32
+    # Four whole-image boxes (ids 1, 90, 12, 5: SSD320 indices 0, 89, 11, 4) are all forced to
+    # match some anchor: each image has matched anchors whose one-hot classes are among them.
+    positive = y["boxes"].numpy()[..., 4] > 0
+    assert positive.sum(axis=1).min() >= 1
+    matched_classes = set(np.argmax(y["classes"].numpy()[..., :90][positive], -1).tolist())
+    assert matched_classes <= {0, 89, 11, 4} and matched_classes
 
 
 def test_eval_covers_every_image_once_across_two_shards(val_dir):
