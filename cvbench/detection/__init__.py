@@ -18,6 +18,8 @@ from cvbench.detection.losses import (
     sigmoid_focal_loss,
     smooth_l1_loss,
 )
+from cvbench.detection.postprocess import multiclass_nms, nms, postprocess, predict_detections
+from cvbench.detection.ssd import build_backbone, ssd320
 from cvbench.detection.targets import TargetEncoder, encode_targets, tf_namespace
 
 __all__ = [
@@ -31,11 +33,17 @@ __all__ = [
     "anchors_per_location",
     "box_coder",
     "box_ops",
+    "build_backbone",
     "encode_targets",
     "feature_map_sizes",
     "matcher",
+    "multiclass_nms",
     "multiscale_anchors",
+    "nms",
+    "postprocess",
+    "predict_detections",
     "sigmoid_focal_loss",
     "smooth_l1_loss",
+    "ssd320",
     "tf_namespace",
 ]

@@ -28,7 +28,12 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def _image_hw(image_size: int | Sequence[int]) -> tuple[int, int]:
+def image_hw(image_size: int | Sequence[int]) -> tuple[int, int]:
+    """`(height, width)` of an image size given as an int (square) or a pair.
+
+    Raises:
+        ValueError: unless `image_size` is a positive int or a pair of positive ints.
+    """
     if isinstance(image_size, (int, np.integer)) and not isinstance(image_size, bool):
         hw = (int(image_size), int(image_size))
     elif (
@@ -71,7 +76,7 @@ def feature_map_sizes(
         >>> feature_map_sizes(320)
         [(40, 40), (20, 20), (10, 10), (5, 5), (3, 3)]
     """
-    height, width = _image_hw(image_size)
+    height, width = image_hw(image_size)
     _check_levels(min_level, max_level)
     return [
         (math.ceil(height / 2**level), math.ceil(width / 2**level))
@@ -124,7 +129,7 @@ def multiscale_anchors(
         >>> multiscale_anchors(320).shape
         (12804, 4)
     """
-    height, width = _image_hw(image_size)
+    height, width = image_hw(image_size)
     _check_levels(min_level, max_level)
     if not anchor_scale > 0:
         raise ValueError(f"anchor_scale must be positive; got {anchor_scale!r}")

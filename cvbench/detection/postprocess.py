@@ -1,0 +1,246 @@
+"""Model outputs -> detections: sigmoid, decode, per-class NMS, fixed-size padded results.
+
+SSD320 v1.2 post-processing (OD API `batch_non_max_suppression` with a sigmoid score
+converter): per class keep the boxes scoring `> score_threshold` (1e-8), greedy NMS (a box is
+dropped when its IoU with a kept box of the same class is `> iou_threshold`, 0.6), at most
+`max_per_class` (100) per class; then the `max_total` (100) best over all classes, sorted
+by score. NMS runs on the decoded boxes; the kept boxes are then clipped to the image (as
+the OD API's clip window; boxes that clipping reduces to zero area are kept, unlike the
+OD API's slim path; they match nothing in COCO evaluation). Equal scores are ordered
+deterministically (lower anchor first within a class), otherwise unspecified.
+
+Implementation: numpy, on the host (the model's outputs come back from `model.predict`
+anyway). It is exact, and fast because a class's candidates are cut to those that can still
+enter the overall top `max_total`: classes go in order of their best score, and a box below
+the current `max_total`-th best score cannot change the result (greedy NMS of a class keeps
+the same boxes among its top-scored prefix whatever follows). It runs under any Keras
+backend; there is no graph version.
+
+Boxes are `[ymin, xmin, ymax, xmax]` normalized to `[0, 1]` (see `box_ops`) except in
+`predict_detections`, which returns pixel corners of each original image.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import numpy as np
+
+from cvbench.detection import box_coder, box_ops
+from cvbench.detection.anchors import multiscale_anchors
+
+#: Post-processing of SSD320 v1.2.
+IOU_THRESHOLD = 0.6
+SCORE_THRESHOLD = 1e-8
+MAX_PER_CLASS = 100
+MAX_TOTAL = 100
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # overflow-free for any finite or infinite x
+
+
+def _iou_one_to_many(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    inter_h = np.maximum(np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]), 0)
+    inter_w = np.maximum(np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]), 0)
+    inter = inter_h * inter_w
+    area = np.maximum(box[2] - box[0], 0) * np.maximum(box[3] - box[1], 0)
+    areas = np.maximum(boxes[:, 2] - boxes[:, 0], 0) * np.maximum(boxes[:, 3] - boxes[:, 1], 0)
+    union = area + areas - inter
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(inter > 0, inter / np.where(inter > 0, union, 1.0), 0.0)
+
+
+def nms(
+    boxes: np.ndarray, scores: np.ndarray, *, iou_threshold: float, max_output: int
+) -> np.ndarray:
+    """Greedy NMS of one class.
+
+    Args:
+        boxes: `(K, 4)` boxes, `[ymin, xmin, ymax, xmax]` normalized to `[0, 1]`.
+        scores: `(K,)` scores.
+        iou_threshold: drop a box whose IoU with a kept box is above this.
+        max_output: keep at most this many.
+
+    Returns:
+        Indices of the kept boxes, by decreasing score (ties: lower index first).
+    """
+    order = np.argsort(-scores, kind="stable")
+    keep: list[int] = []
+    while order.size and len(keep) < max_output:
+        best = order[0]
+        keep.append(int(best))
+        rest = order[1:]
+        order = rest[_iou_one_to_many(boxes[best], boxes[rest]) <= iou_threshold]
+    return np.asarray(keep, dtype=np.int64)
+
+
+def multiclass_nms(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    *,
+    iou_threshold: float = IOU_THRESHOLD,
+    score_threshold: float = SCORE_THRESHOLD,
+    max_per_class: int = MAX_PER_CLASS,
+    max_total: int = MAX_TOTAL,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-class NMS of one image, then the overall best (module docstring).
+
+    Args:
+        boxes: `(N, 4)` decoded boxes, `[ymin, xmin, ymax, xmax]` normalized to `[0, 1]`.
+        scores: `(N, C)` per-class scores.
+        iou_threshold: NMS IoU threshold.
+        score_threshold: candidates score strictly above it.
+        max_per_class: kept boxes per class.
+        max_total: kept boxes per image.
+
+    Returns:
+        `(boxes (K, 4), scores (K,), classes (K,) int32)` sorted by decreasing score,
+        `K <= max_total`; boxes not clipped.
+    """
+    candidates = scores > score_threshold
+    best_per_class = np.where(candidates, scores, -np.inf).max(axis=0, initial=-np.inf)
+    heap: list[tuple[float, int, int, int]] = []  # (score, -class, -anchor, class): min-heap
+    for cls in np.argsort(-best_per_class, kind="stable"):
+        if not np.isfinite(best_per_class[cls]):
+            break
+        floor = heap[0][0] if len(heap) == max_total else -np.inf
+        if best_per_class[cls] <= floor:
+            break  # every later class scores lower still
+        (idx,) = np.nonzero(candidates[:, cls] & (scores[:, cls] > floor))
+        kept = idx[
+            nms(boxes[idx], scores[idx, cls], iou_threshold=iou_threshold, max_output=max_per_class)
+        ]
+        for anchor in kept:
+            item = (float(scores[anchor, cls]), -int(cls), -int(anchor), int(cls))
+            if len(heap) < max_total:
+                heapq.heappush(heap, item)
+            elif item > heap[0]:
+                heapq.heapreplace(heap, item)
+    best = sorted(heap, reverse=True)
+    anchors = np.asarray([-item[2] for item in best], dtype=np.int64)
+    classes = np.asarray([item[3] for item in best], dtype=np.int32)
+    return boxes[anchors].reshape(-1, 4), scores[anchors, classes], classes
+
+
+def postprocess(
+    box_codes: Any,
+    class_logits: Any,
+    anchors: Any,
+    *,
+    iou_threshold: float = IOU_THRESHOLD,
+    score_threshold: float = SCORE_THRESHOLD,
+    max_per_class: int = MAX_PER_CLASS,
+    max_total: int = MAX_TOTAL,
+    scales: Sequence[float] = box_coder.DEFAULT_SCALES,
+) -> dict[str, np.ndarray]:
+    """Detections of a batch, padded to `max_total` per image.
+
+    Args:
+        box_codes: `(B, N, 4)` box codes (the model's `"boxes"` output), any array type.
+        class_logits: `(B, N, C)` logits (the model's `"classes"` output).
+        anchors: `(N, 4)` anchors, `[ymin, xmin, ymax, xmax]` normalized to `[0, 1]`.
+        iou_threshold: NMS IoU threshold (0.6).
+        score_threshold: scores must be above it (1e-8).
+        max_per_class: kept boxes per class (100).
+        max_total: kept boxes per image (100).
+        scales: box-coder scales.
+
+    Returns:
+        numpy arrays: `"boxes"` float32 `(B, max_total, 4)`, `[ymin, xmin, ymax, xmax]`
+        normalized to `[0, 1]` and clipped to it; `"scores"` float32 `(B, max_total)`;
+        `"classes"` int32 `(B, max_total)`, class indices in `[0, C)`; `"num_detections"`
+        int32 `(B,)`. Entries past `num_detections` are 0 (boxes, scores) and -1 (classes).
+
+    Raises:
+        ValueError: for inconsistent shapes.
+    """
+    codes = np.asarray(keras.ops.convert_to_numpy(box_codes), dtype=np.float32)
+    logits = np.asarray(keras.ops.convert_to_numpy(class_logits), dtype=np.float32)
+    anchors = np.asarray(keras.ops.convert_to_numpy(anchors), dtype=np.float32)
+    if codes.ndim != 3 or codes.shape[-1] != 4 or logits.shape[:2] != codes.shape[:2]:
+        raise ValueError(
+            f"need box codes (B, N, 4) and logits (B, N, C); got {codes.shape}, {logits.shape}"
+        )
+    if anchors.shape != (codes.shape[1], 4):
+        raise ValueError(f"anchors must have shape ({codes.shape[1]}, 4); got {anchors.shape}")
+    batch = codes.shape[0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        decoded = box_coder.decode(codes, anchors, scales=scales, xp=np)
+    scores = _sigmoid(logits)
+    out = {
+        "boxes": np.zeros((batch, max_total, 4), np.float32),
+        "scores": np.zeros((batch, max_total), np.float32),
+        "classes": np.full((batch, max_total), -1, np.int32),
+        "num_detections": np.zeros((batch,), np.int32),
+    }
+    for i in range(batch):
+        boxes, kept_scores, classes = multiclass_nms(
+            decoded[i],
+            scores[i],
+            iou_threshold=iou_threshold,
+            score_threshold=score_threshold,
+            max_per_class=max_per_class,
+            max_total=max_total,
+        )
+        k = len(kept_scores)
+        out["boxes"][i, :k] = box_ops.clip(boxes, xp=np)
+        out["scores"][i, :k] = kept_scores
+        out["classes"][i, :k] = classes
+        out["num_detections"][i] = k
+    return out
+
+
+def predict_detections(
+    model: keras.Model,
+    images: Any,
+    original_sizes: Any,
+    *,
+    batch_size: int = 32,
+    anchors: Any = None,
+    **postprocess_kwargs: Any,
+) -> list[dict[str, np.ndarray]]:
+    """Runs an SSD model and returns each image's detections in its original pixels.
+
+    The model input is a fixed resize of the original image, so normalized coordinates are the
+    same in both and a pixel box is the normalized box times the original height and width.
+
+    Args:
+        model: a model built by `ssd320` (input `(B, H, W, 3)`, dict outputs).
+        images: `(B, H, W, 3)` images already resized to the model's input size, `[0, 255]`.
+        original_sizes: `(B, 2)` original `(height, width)` of each image in pixels.
+        batch_size: `model.predict` batch size.
+        anchors: the model's anchors; default `multiscale_anchors` of its input size.
+        **postprocess_kwargs: thresholds for `postprocess`.
+
+    Returns:
+        One dict per image: `"boxes"` float32 `(K, 4)` pixel corners
+        `[ymin, xmin, ymax, xmax]` (use `box_ops.boxes_to_coco` on the normalized ones for
+        COCO), `"scores"` `(K,)`, `"classes"` int32 `(K,)` in `[0, num_classes)`.
+
+    Raises:
+        ValueError: if `original_sizes` does not have shape `(B, 2)`.
+    """
+    sizes = np.asarray(original_sizes, dtype=np.float32)
+    if sizes.ndim != 2 or sizes.shape[1] != 2 or sizes.shape[0] != len(images):
+        raise ValueError(f"original_sizes must have shape ({len(images)}, 2); got {sizes.shape}")
+    if anchors is None:
+        anchors = multiscale_anchors(tuple(model.input_shape[1:3]))
+    outputs = model.predict(images, batch_size=batch_size, verbose=0)
+    dets = postprocess(outputs["boxes"], outputs["classes"], anchors, **postprocess_kwargs)
+    results = []
+    for i, (height, width) in enumerate(sizes):
+        k = dets["num_detections"][i]
+        results.append(
+            {
+                "boxes": box_ops.boxes_to_pixels(dets["boxes"][i, :k], height, width).astype(
+                    np.float32
+                ),
+                "scores": dets["scores"][i, :k],
+                "classes": dets["classes"][i, :k],
+            }
+        )
+    return results
