@@ -58,4 +58,4 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
 fi
 "$PYTHON" -m pip install --quiet --no-deps "$wheel_dir"/horovod-*.whl
 "$PYTHON" -m pip install --quiet cloudpickle psutil pyyaml packaging
-"$PYTHON" -c 'import horovod.tensorflow as h; h.init(); print("horovod", h.__version__ if hasattr(h, "__version__") else "", "gloo:", h.gloo_built())'
+"$PYTHON" -c 'import horovod, horovod.tensorflow as h; h.init(); print("horovod", horovod.__version__, "gloo:", h.gloo_built(), "nccl:", h.nccl_built())'
