@@ -1,0 +1,241 @@
+"""Run configuration of the Trainer: frozen dataclasses, validated on construction.
+
+Three pieces, each passed explicitly (there is no global configuration):
+
+- `OptimizerConfig`: which update rule (SGD with momentum or LARS/LARC) and its settings.
+- `ScheduleConfig`: the learning-rate schedule, with the base rate given per 256 images.
+- `TrainConfig`: everything about the run itself: precision, checkpoints, logs, seeds.
+
+NVIDIA's ResNet-50 v1.5 recipe (8 GPUs x 256, AMP) in these terms::
+
+    OptimizerConfig(name="sgd", momentum=0.875, weight_decay=3.0517578125e-05)
+    ScheduleConfig(base_lr=0.256, warmup_epochs=8, decay="cosine")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+PRECISIONS = ("mixed_float16", "mixed_bfloat16", "float32")
+PRECISION_ALIASES = {
+    "fp16": "mixed_float16",
+    "bf16": "mixed_bfloat16",
+    "fp32": "float32",
+    "mixed_float16": "mixed_float16",
+    "mixed_bfloat16": "mixed_bfloat16",
+    "float32": "float32",
+    "auto": "auto",
+}
+OPTIMIZERS = ("sgd", "lars")
+LARC_MODES = ("clip", "scale")
+DECAYS = ("cosine", "polynomial", "step", "constant")
+COMPRESSIONS = ("none", "fp16")
+
+
+def _check_non_negative(owner: str, **values: float) -> None:
+    for name, value in values.items():
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{owner}.{name} must be a finite number >= 0, got {value!r}")
+
+
+def _check_choice(owner: str, name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{owner}.{name} must be one of {choices}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """Settings of the update rule.
+
+    Attributes:
+        name: "sgd" (momentum SGD) or "lars" (SGD with LARC layer-wise rate adaptation).
+        momentum: momentum coefficient in [0, 1).
+        nesterov: use Nesterov momentum.
+        weight_decay: L2 coefficient added to the gradient (`g + wd * w`) before momentum,
+            as NVIDIA's TensorFlow scripts do by adding `wd * sum(w^2) / 2` to the loss.
+        decay_batchnorm: also decay the scale and offset of normalization layers.
+        decay_bias: also decay biases.
+        larc_eta: LARC trust coefficient (local rate `eta * ||w|| / ||g||`).
+        larc_mode: "clip" (`min(local / lr, 1)` scales the gradient) or "scale" (the local rate
+            itself scales the gradient).
+        larc_epsilon: local rate used when `||w||` or `||g||` is zero.
+    """
+
+    name: str = "sgd"
+    momentum: float = 0.875
+    nesterov: bool = False
+    weight_decay: float = 3.0517578125e-05
+    decay_batchnorm: bool = False
+    decay_bias: bool = False
+    larc_eta: float = 0.003
+    larc_mode: str = "clip"
+    larc_epsilon: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_choice("OptimizerConfig", "name", self.name, OPTIMIZERS)
+        _check_choice("OptimizerConfig", "larc_mode", self.larc_mode, LARC_MODES)
+        _check_non_negative(
+            "OptimizerConfig",
+            momentum=self.momentum,
+            weight_decay=self.weight_decay,
+            larc_eta=self.larc_eta,
+            larc_epsilon=self.larc_epsilon,
+        )
+        if self.momentum >= 1:
+            raise ValueError(f"OptimizerConfig.momentum must be < 1, got {self.momentum!r}")
+        if self.nesterov and self.momentum == 0:
+            raise ValueError("OptimizerConfig.nesterov=True needs momentum > 0, got momentum=0")
+
+    def replace(self, **changes: object) -> OptimizerConfig:
+        """Returns a copy with `changes` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """A learning-rate schedule: linear warmup, then a decay to the end of training.
+
+    The peak rate is `base_lr * global_batch / reference_batch`; the warmup rises linearly
+    from `warmup_start_factor * peak` at step 0 to `peak` at the end of the warmup.
+
+    Attributes:
+        base_lr: rate for a global batch of `reference_batch` images.
+        reference_batch: the batch `base_lr` refers to (256, as in NVIDIA's recipes).
+        warmup_epochs: warmup length in epochs (fractions allowed); see `warmup_steps`.
+        warmup_steps: warmup length in steps; overrides `warmup_epochs` when set.
+        warmup_start_factor: rate at step 0 as a fraction of the peak (SSD320: 0.43332).
+        decay: "cosine", "polynomial" (`(1 - t) ** power`), "step" (multiply by
+            `decay_rate` at each boundary) or "constant".
+        power: exponent of the polynomial decay.
+        end_factor: final rate of cosine/polynomial decay, as a fraction of the peak.
+        boundaries_epochs: step-decay boundaries in epochs, increasing.
+        decay_rate: factor applied at each step-decay boundary.
+    """
+
+    base_lr: float = 0.256
+    reference_batch: int = 256
+    warmup_epochs: float = 0.0
+    warmup_steps: int | None = None
+    warmup_start_factor: float = 0.0
+    decay: str = "cosine"
+    power: float = 2.0
+    end_factor: float = 0.0
+    boundaries_epochs: tuple[float, ...] = ()
+    decay_rate: float = 0.1
+
+    def __post_init__(self) -> None:
+        _check_choice("ScheduleConfig", "decay", self.decay, DECAYS)
+        _check_non_negative(
+            "ScheduleConfig",
+            base_lr=self.base_lr,
+            warmup_epochs=self.warmup_epochs,
+            warmup_start_factor=self.warmup_start_factor,
+            power=self.power,
+            end_factor=self.end_factor,
+            decay_rate=self.decay_rate,
+        )
+        if not isinstance(self.reference_batch, int) or self.reference_batch <= 0:
+            raise ValueError(
+                f"ScheduleConfig.reference_batch must be a positive int, "
+                f"got {self.reference_batch!r}"
+            )
+        if self.warmup_steps is not None and (
+            not isinstance(self.warmup_steps, int) or self.warmup_steps < 0
+        ):
+            raise ValueError(
+                f"ScheduleConfig.warmup_steps must be an int >= 0, got {self.warmup_steps!r}"
+            )
+        bounds = tuple(self.boundaries_epochs)
+        increasing = all(b1 < b2 for b1, b2 in zip(bounds, bounds[1:], strict=False))
+        if not increasing or any(b <= 0 for b in bounds):
+            raise ValueError(
+                f"ScheduleConfig.boundaries_epochs must be positive and increasing, got {bounds!r}"
+            )
+        if self.decay == "step" and not bounds:
+            raise ValueError("ScheduleConfig.decay='step' needs boundaries_epochs, got ()")
+
+    def replace(self, **changes: object) -> ScheduleConfig:
+        """Returns a copy with `changes` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of one training run (everything but the model, data and update rule).
+
+    Attributes:
+        log_dir: where rank 0 writes checkpoints, the JSON-lines log, TensorBoard events and
+            the exported model; None writes nothing.
+        checkpoint_every: also checkpoint every this many steps (0: only at epoch ends).
+        keep_checkpoints: how many of the newest checkpoints to keep.
+        resume: continue from the newest valid checkpoint in `log_dir/checkpoints`.
+        log_every: print a `step epoch img/s loss lr` line every this many steps (0: never).
+        burn_in_steps: steps left out of the final `Images/sec` summary.
+        progress_bar: show a progress bar on rank 0 ("auto": only on a terminal).
+        seed: seeds Python, NumPy and the backend before the model is built.
+        deterministic: also make TensorFlow ops deterministic (bit-exact reruns and resumes).
+        jit_compile: XLA-compile the train step: "auto" lets Keras decide (off under Horovod,
+            whose operations have no XLA kernels in this build).
+        compression: "fp16" compresses gradients for the allreduce; only with
+            mixed_float16, where dynamic loss scaling catches the overflows it can cause.
+        loss_scale: initial dynamic loss scale (mixed_float16).
+        loss_scale_growth_steps: finite steps before the loss scale doubles.
+        export: write `model.keras` (and a SavedModel on TensorFlow) at the end of `fit`.
+    """
+
+    log_dir: str | None = None
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
+    resume: bool = False
+    log_every: int = 100
+    burn_in_steps: int = 20
+    progress_bar: bool | str = "auto"
+    seed: int | None = None
+    deterministic: bool = False
+    jit_compile: bool | str = "auto"
+    compression: str = "none"
+    loss_scale: float = 2.0**15
+    loss_scale_growth_steps: int = 2000
+    export: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("checkpoint_every", "log_every", "burn_in_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"TrainConfig.{name} must be an int >= 0, got {value!r}")
+        for name in ("keep_checkpoints", "loss_scale_growth_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"TrainConfig.{name} must be an int >= 1, got {value!r}")
+        _check_choice("TrainConfig", "compression", self.compression, COMPRESSIONS)
+        if self.progress_bar not in (True, False, "auto"):
+            raise ValueError(
+                f"TrainConfig.progress_bar must be True, False or 'auto', got {self.progress_bar!r}"
+            )
+        if self.jit_compile not in (True, False, "auto"):
+            raise ValueError(
+                f"TrainConfig.jit_compile must be True, False or 'auto', got {self.jit_compile!r}"
+            )
+        if not (isinstance(self.loss_scale, (int, float)) and self.loss_scale > 0):
+            raise ValueError(f"TrainConfig.loss_scale must be > 0, got {self.loss_scale!r}")
+        if self.resume and self.log_dir is None:
+            raise ValueError("TrainConfig.resume=True needs a log_dir to find checkpoints in")
+
+    def replace(self, **changes: object) -> TrainConfig:
+        """Returns a copy with `changes` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def canonical_precision(precision: str) -> str:
+    """Maps "fp16"/"bf16"/"fp32"/"auto" and the Keras policy names to one spelling.
+
+    Raises:
+        ValueError: naming the unknown value.
+    """
+    try:
+        return PRECISION_ALIASES[precision]
+    except (KeyError, TypeError):
+        known = ", ".join(sorted(PRECISION_ALIASES))
+        raise ValueError(f"unknown precision {precision!r}; known: {known}") from None

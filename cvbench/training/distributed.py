@@ -1,0 +1,279 @@
+"""The Horovod bridge, and the single-process fallback that does nothing.
+
+A `Distribution` gives the Trainer rank/size, a gradient reduction that runs inside the
+compiled train step, and host-side collectives (broadcast, sums) used between steps. Horovod
+is optional: `SingleProcess` needs nothing, `Horovod` imports `horovod.tensorflow` only when
+created, and the TensorFlow backend is required for it (Horovod's Keras wrappers do not support
+Keras 3, so only `horovod.tensorflow` primitives are used).
+
+Gradients are averaged by an allreduce placed in the optimizer's `apply`, i.e. before
+`LossScaleOptimizer` checks them: the still-scaled gradients are averaged, so a non-finite
+gradient on any rank makes the average non-finite on every rank, and every rank skips the same
+step and halves its loss scale the same way.
+
+Failure handling: `horovodrun` ends the other ranks when one exits non-zero. A rank that hangs
+instead (or a launcher that does not watch its workers) is caught by Horovod's stall check: the
+defaults set here make the survivors fail with an error after `stall_shutdown_s` seconds
+(60) in a collective that some rank never joined. `HOROVOD_GLOO_TIMEOUT_SECONDS` (30 here)
+bounds the connection set-up at start. Variables set in the environment win over these defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import keras
+import numpy as np
+
+# Variables set by the launchers: horovodrun (Gloo) sets HOROVOD_RANK; mpirun sets the MPI ones.
+_LAUNCHER_RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+_HOROVOD_INSTALL_HINT = (
+    "Horovod is not installed: run scripts/build_horovod.sh (Horovod 0.28.1 built for the "
+    "installed TensorFlow), or pip install 'cvbench[horovod]' where a wheel exists"
+)
+
+
+def launched_by_horovod() -> bool:
+    """Whether this process was started by horovodrun / mpirun (rank variables present)."""
+    return any(name in os.environ for name in _LAUNCHER_RANK_VARS)
+
+
+class Distribution:
+    """How ranks cooperate; this base class is one process: rank 0 of 1, collectives are the
+    identity. Subclasses: `SingleProcess` and `Horovod`."""
+
+    name = "single"
+    rank = 0
+    size = 1
+    local_rank = 0
+
+    @property
+    def is_chief(self) -> bool:
+        """True on rank 0, the rank that prints and writes files."""
+        return self.rank == 0
+
+    def wrap_optimizer(self, optimizer: keras.optimizers.Optimizer, compression: str = "none"):
+        """Returns `optimizer` (nothing to average)."""
+        del compression
+        return optimizer
+
+    def broadcast_variables(self, variables: Sequence[keras.Variable]) -> None:
+        """Nothing to broadcast."""
+
+    def broadcast_object(self, obj):
+        """Returns `obj`."""
+        return obj
+
+    def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
+        """Returns `values` as float64."""
+        return np.asarray(values, dtype=np.float64)
+
+    def allreduce_mean(self, values: np.ndarray) -> np.ndarray:
+        """Returns `values` as float64."""
+        return np.asarray(values, dtype=np.float64)
+
+    def allreduce_max(self, values: np.ndarray) -> np.ndarray:
+        """Returns `values` as float64."""
+        return np.asarray(values, dtype=np.float64)
+
+    def rank_failure(self, error: BaseException) -> RankFailedError | None:
+        """A `RankFailedError` when `error` means another rank died, else None."""
+        del error
+        return None
+
+
+class RankFailedError(RuntimeError):
+    """Another rank failed or exited, so the collectives of this one can never complete."""
+
+
+class SingleProcess(Distribution):
+    """One process: rank 0 of 1; every collective is the identity."""
+
+
+class Horovod(Distribution):
+    """Data-parallel training over Horovod ranks (TensorFlow backend).
+
+    Creating it calls `hvd.init()` and pins this rank's local GPU, so create it (or the
+    Trainer) before any TensorFlow operation runs.
+
+    Args:
+        gloo_timeout_s: default for `HOROVOD_GLOO_TIMEOUT_SECONDS`.
+        stall_check_s: default for `HOROVOD_STALL_CHECK_TIME_SECONDS` (warning).
+        stall_shutdown_s: default for `HOROVOD_STALL_SHUTDOWN_TIME_SECONDS` (error).
+
+    Raises:
+        ImportError: with install instructions when Horovod is missing.
+        ValueError: when the Keras backend is not TensorFlow.
+    """
+
+    name = "horovod"
+
+    def __init__(
+        self, *, gloo_timeout_s: int = 30, stall_check_s: int = 30, stall_shutdown_s: int = 60
+    ) -> None:
+        if keras.config.backend() != "tensorflow":
+            raise ValueError(
+                f"Horovod training needs KERAS_BACKEND=tensorflow, got {keras.config.backend()!r}"
+            )
+        os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(gloo_timeout_s))
+        os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", str(stall_check_s))
+        os.environ.setdefault("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", str(stall_shutdown_s))
+        try:
+            import horovod.tensorflow as hvd
+        except ImportError as e:
+            raise ImportError(_HOROVOD_INSTALL_HINT) from e
+        import tensorflow as tf
+
+        hvd.init()
+        self._hvd = hvd
+        self._tf = tf
+        self._counter = 0
+        self.rank = hvd.rank()
+        self.size = hvd.size()
+        self.local_rank = hvd.local_rank()
+        self._pin_gpu()
+
+    def _pin_gpu(self) -> None:
+        tf = self._tf
+        gpus = tf.config.list_physical_devices("GPU")
+        if not gpus:
+            return
+        mine = gpus[self.local_rank % len(gpus)]
+        try:
+            tf.config.set_visible_devices(mine, "GPU")
+            tf.config.experimental.set_memory_growth(mine, True)
+        except RuntimeError as e:
+            visible = tf.config.get_visible_devices("GPU")
+            if visible != [mine]:
+                raise RuntimeError(
+                    f"rank {self.rank} could not pin GPU {self.local_rank}: TensorFlow was "
+                    "initialised before the Trainer; create the Trainer (pass a function that "
+                    "builds the model) before running TensorFlow operations"
+                ) from e
+
+    def _name(self, kind: str) -> str:
+        # Eager Horovod ops need names that match across ranks: every rank calls the
+        # collectives in the same order, so a counter does.
+        self._counter += 1
+        return f"cvbench.{kind}.{self._counter}"
+
+    def gradient_reducer(self, compression: str = "none") -> Callable[[list], list]:
+        """Returns a function averaging a list of gradients (None kept) over ranks."""
+        hvd, tf = self._hvd, self._tf
+        compressor = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
+
+        def reduce(grads: list) -> list:
+            present = [i for i, g in enumerate(grads) if g is not None]
+            dense = [tf.convert_to_tensor(grads[i]) for i in present]
+            reduced = hvd.grouped_allreduce(dense, op=hvd.Average, compression=compressor)
+            out = list(grads)
+            for i, g in zip(present, reduced, strict=True):
+                out[i] = g
+            return out
+
+        return reduce
+
+    def wrap_optimizer(self, optimizer: keras.optimizers.Optimizer, compression: str = "none"):
+        """Makes `optimizer.apply` average gradients over ranks first (in place).
+
+        Wrap the outermost optimizer (the `LossScaleOptimizer` under mixed_float16), so the
+        average is taken over the still-scaled gradients before the finite check.
+        """
+        if self.size == 1:
+            return optimizer
+        return with_gradient_reduction(optimizer, self.gradient_reducer(compression))
+
+    def broadcast_variables(self, variables: Sequence[keras.Variable]) -> None:
+        """Overwrites `variables` on every rank with rank 0's values."""
+        tf_vars = [v.value if hasattr(v, "value") else v for v in variables]
+        self._hvd.broadcast_variables(tf_vars, root_rank=0)
+
+    def broadcast_object(self, obj):
+        """Returns rank 0's `obj` on every rank (pickled)."""
+        return self._hvd.broadcast_object(obj, root_rank=0, name=self._name("object"))
+
+    def _allreduce(self, values: np.ndarray, op, kind: str) -> np.ndarray:
+        tensor = self._tf.constant(np.asarray(values, dtype=np.float64))
+        return self._hvd.allreduce(tensor, op=op, name=self._name(kind)).numpy()
+
+    def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
+        """Sum over ranks (float64)."""
+        return self._allreduce(values, self._hvd.Sum, "sum")
+
+    def allreduce_mean(self, values: np.ndarray) -> np.ndarray:
+        """Mean over ranks (float64)."""
+        return self._allreduce(values, self._hvd.Average, "mean")
+
+    def allreduce_max(self, values: np.ndarray) -> np.ndarray:
+        """Maximum over ranks (float64)."""
+        return self._allreduce(values, self._hvd.Max, "max")
+
+    def rank_failure(self, error: BaseException) -> RankFailedError | None:
+        """Recognises the errors Horovod raises on the survivors when a rank dies."""
+        text = str(error)
+        markers = ("Horovod has been shut down", "Connection reset by peer", "Connection closed")
+        from horovod.common.exceptions import HorovodInternalError
+
+        if isinstance(error, HorovodInternalError) or any(m in text for m in markers):
+            lines = [line.strip() for line in text.splitlines() if line.strip()] or [""]
+            detail = next((line for line in lines if any(m in line for m in markers)), lines[0])
+            return RankFailedError(
+                f"rank {self.rank}: another rank failed or exited, so training stops "
+                f"(Horovod: {detail.strip()[:300]})"
+            )
+        return None
+
+
+class _GradientReduction:
+    """Mixin placed before an optimizer class: reduces gradients, then the usual `apply`."""
+
+    _cvbench_reduce: Callable[[list], list]
+
+    def apply(self, grads, trainable_variables=None):
+        grads = self._cvbench_reduce(list(grads))
+        return super().apply(grads, trainable_variables)
+
+
+def with_gradient_reduction(
+    optimizer: keras.optimizers.Optimizer, reduce: Callable[[list], list]
+) -> keras.optimizers.Optimizer:
+    """Makes `optimizer.apply(grads, ...)` call `reduce(grads)` first (changes it in place).
+
+    The optimizer's class is swapped for a subclass of it, so it stays an instance of its
+    class, keeps its state, and serializes as before.
+    """
+    base = type(optimizer)
+    if isinstance(optimizer, _GradientReduction):
+        raise ValueError(f"optimizer {optimizer.name!r} already reduces its gradients")
+    cls = type(
+        base.__name__,
+        (_GradientReduction, base),
+        {"_cvbench_reduce": staticmethod(reduce), "__module__": base.__module__},
+    )
+    optimizer.__class__ = cls
+    return optimizer
+
+
+def get_distribution(distribution: str | Distribution = "auto") -> Distribution:
+    """Resolves the Trainer's `distribution` argument.
+
+    Args:
+        distribution: "auto" (Horovod when launched by horovodrun/mpirun, otherwise a single
+            process), "horovod", "single", or a `Distribution` instance.
+
+    Raises:
+        ValueError: for an unknown value.
+        ImportError: when Horovod is asked for (or detected) but not installed.
+    """
+    if isinstance(distribution, Distribution):
+        return distribution
+    if distribution == "auto":
+        return Horovod() if launched_by_horovod() else SingleProcess()
+    if distribution == "horovod":
+        return Horovod()
+    if distribution == "single":
+        return SingleProcess()
+    raise ValueError(
+        f"distribution must be 'auto', 'horovod', 'single' or a Distribution, got {distribution!r}"
+    )

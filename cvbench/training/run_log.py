@@ -1,0 +1,149 @@
+"""What rank 0 reports: printed lines, a JSON-lines log, TensorBoard scalars, a progress bar.
+
+`RunLog` is created on every rank; on the others (`enabled=False`) every method does nothing,
+so the Trainer calls it unconditionally. TensorBoard uses `tf.summary` and is written only on
+the TensorFlow backend (other backends get a one-time note instead); it needs only
+TensorFlow, not the tensorboard package (which is needed to view the events).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import keras
+
+
+class RunLog:
+    """Rank 0's outputs for one run.
+
+    Args:
+        log_dir: directory for `train_log.jsonl` and `tensorboard/`; None: print only.
+        enabled: False on ranks other than 0.
+        progress_bar: True, False or "auto" (only when stderr is a terminal).
+    """
+
+    def __init__(
+        self, log_dir: str | os.PathLike | None, *, enabled: bool, progress_bar: bool | str
+    ) -> None:
+        self.enabled = enabled
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        if progress_bar == "auto":
+            progress_bar = sys.stderr.isatty()
+        self._want_bar = bool(progress_bar) and enabled
+        self._bar = None
+        self._jsonl = None
+        self._writer = None
+        if enabled and self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self._jsonl = open(self.log_dir / "train_log.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+            self._writer = _summary_writer(self.log_dir / "tensorboard")
+
+    def print(self, line: str) -> None:
+        """Prints `line` on rank 0 (above the progress bar when there is one)."""
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.write(line, file=sys.stdout)
+        else:
+            print(line, flush=True)
+
+    def record(self, event: str, **fields: Any) -> None:
+        """Appends `{"event": event, "time": ..., **fields}` to the JSON-lines log."""
+        if self._jsonl is None:
+            return
+        entry = {"event": event, "time": round(time.time(), 3)}
+        entry.update({k: _jsonable(v) for k, v in fields.items()})
+        self._jsonl.write(json.dumps(entry, sort_keys=True) + "\n")
+        self._jsonl.flush()
+
+    def scalars(self, step: int, values: dict[str, float], prefix: str = "") -> None:
+        """Writes TensorBoard scalars at `step` (non-finite values included as they are)."""
+        if self._writer is None:
+            return
+        import tensorflow as tf
+
+        with self._writer.as_default():
+            for name, value in values.items():
+                if value is not None:
+                    tf.summary.write(
+                        prefix + name,
+                        tf.constant(float(value), tf.float32),
+                        step=step,
+                        metadata=_SCALAR_METADATA,
+                    )
+        self._writer.flush()
+
+    def start_bar(self, total: int, initial: int, description: str) -> None:
+        """Starts a progress bar over `total` steps (rank 0, when enabled)."""
+        self.close_bar()
+        if not self._want_bar:
+            return
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, initial=initial, desc=description, dynamic_ncols=True)
+
+    def advance_bar(self, postfix: dict[str, float] | None = None) -> None:
+        """Moves the progress bar one step."""
+        if self._bar is None:
+            return
+        if postfix:
+            self._bar.set_postfix({k: f"{v:.4g}" for k, v in postfix.items()}, refresh=False)
+        self._bar.update(1)
+
+    def close_bar(self) -> None:
+        """Closes the progress bar."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def close(self) -> None:
+        """Closes the bar and files."""
+        self.close_bar()
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+_SCALAR_METADATA = None
+
+
+def _summary_writer(directory: Path):
+    if keras.config.backend() != "tensorflow":
+        print(
+            f"cvbench: TensorBoard scalars need the TensorFlow backend "
+            f"(backend is {keras.config.backend()}); writing the JSON-lines log only",
+            file=sys.stderr,
+        )
+        return None
+    import tensorflow as tf
+    from tensorflow.core.framework import summary_pb2
+
+    # What TensorBoard's own `tf.summary.scalar` writes, without needing the tensorboard
+    # package installed: a float32 tensor tagged for the "scalars" plugin.
+    global _SCALAR_METADATA
+    _SCALAR_METADATA = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+        data_class=summary_pb2.DATA_CLASS_SCALAR,
+    ).SerializeToString()
+    return tf.summary.create_file_writer(str(directory))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value

@@ -1,0 +1,710 @@
+"""The Trainer: mixed precision, Horovod data parallelism, checkpoints, logs, throughput.
+
+One training step is Keras' own (`train_on_batch` on a `TrainingModel`), so the same loop
+runs on TensorFlow (with or without Horovod) and on JAX (one process). What the Trainer adds
+around it:
+
+- precision: the model is built under the dtype policy; mixed_float16 wraps the optimizer in
+  `keras.optimizers.LossScaleOptimizer` (dynamic scaling);
+- distribution (`cvbench.training.distributed`): gradients averaged inside the optimizer
+  before the loss-scale check, rank 0's variables broadcast at the start and after a resume,
+  metrics averaged over ranks, only rank 0 printing and writing, all ranks stopping together;
+- checkpoints every N steps and at epoch ends, resume from the newest valid one, with the
+  data position (`cvbench.training.inputs`);
+- NVIDIA-style throughput lines and summary, a JSON-lines log, TensorBoard scalars, a
+  progress bar, and a `.keras` / SavedModel export at the end.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+
+from cvbench.training import checkpoint as ckpt
+from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
+from cvbench.training.distributed import Distribution, get_distribution
+from cvbench.training.inputs import (
+    BatchSource,
+    batch_length,
+    is_array_data,
+    make_source,
+    split_batch,
+)
+from cvbench.training.optimizers import build_optimizer
+from cvbench.training.precision import (
+    build_model_with_policy,
+    check_model_policy,
+    resolve_precision,
+)
+from cvbench.training.run_log import RunLog
+from cvbench.training.schedules import build_schedule
+from cvbench.training.throughput import (
+    STEP_HEADER,
+    ThroughputMeter,
+    ThroughputSummary,
+    format_step_line,
+)
+from cvbench.training.training_model import TrainingModel
+
+CHECKPOINT_SUBDIR = "checkpoints"
+
+
+class Trainer:
+    """Trains a Keras model with mixed precision, optionally data-parallel under Horovod.
+
+    Example:
+        >>> import numpy as np, keras
+        >>> def build():
+        ...     inputs = keras.Input((4,))
+        ...     return keras.Model(inputs, keras.layers.Dense(3, dtype="float32")(inputs))
+        >>> trainer = Trainer(build, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        ...                   schedule=0.1, precision="float32", distribution="single",
+        ...                   config=TrainConfig(log_every=0, progress_bar=False, seed=0))
+        >>> x, y = np.ones((8, 4), "float32"), np.zeros((8,), "int32")
+        >>> history = trainer.fit((x, y), epochs=1, batch_size=4)
+        >>> trainer.state["step"]
+        2
+
+    Args:
+        model: a `keras.Model`, or a function returning one; a function is called with the
+            precision policy in force, so the layers get it (required for a mixed precision
+            unless the model was already built under it).
+        loss: `loss(y_true, y_pred) -> scalar` on whatever structures the data and model give.
+        optimizer: an `OptimizerConfig` (default: momentum SGD, NVIDIA's ResNet-50 settings)
+            or a ready `keras.optimizers.Optimizer` (then `schedule` must be None).
+        schedule: the learning rate with an `OptimizerConfig`: a `ScheduleConfig` (default;
+            base rate per 256 images, scaled by the global batch), a float, or a
+            `keras.optimizers.schedules.LearningRateSchedule`.
+        precision: "mixed_float16" / "fp16", "mixed_bfloat16" / "bf16", "float32" / "fp32",
+            or "auto" (fp16 with a GPU, bf16 without).
+        distribution: "auto" (Horovod under horovodrun/mpirun, else one process), "horovod",
+            "single" or a `Distribution`.
+        metrics: Keras metrics (names or instances) compiled for training and evaluation.
+        config: the run settings (`TrainConfig`).
+
+    Raises:
+        ValueError: for inconsistent settings (named in the message).
+    """
+
+    def __init__(
+        self,
+        model: keras.Model | Callable[[], keras.Model],
+        loss: Callable,
+        optimizer: OptimizerConfig | keras.optimizers.Optimizer | None = None,
+        *,
+        schedule: ScheduleConfig
+        | float
+        | keras.optimizers.schedules.LearningRateSchedule
+        | None = None,
+        precision: str = "auto",
+        distribution: str | Distribution = "auto",
+        metrics: Sequence[Any] = (),
+        config: TrainConfig | None = None,
+    ) -> None:
+        self.config = config or TrainConfig()
+        self.distribution = get_distribution(distribution)
+        self.precision = resolve_precision(precision)
+        if self.config.compression == "fp16" and self.precision != "mixed_float16":
+            raise ValueError(
+                "compression='fp16' needs precision mixed_float16 (dynamic loss scaling "
+                f"catches the overflows it can cause), got precision {self.precision!r}"
+            )
+        self._optimizer_spec, self._schedule_spec = _check_optimizer_args(optimizer, schedule)
+        self._seed_everything()
+        if isinstance(model, keras.Model):
+            check_model_policy(model, self.precision)
+            self.model = model
+        elif callable(model):
+            self.model = build_model_with_policy(model, self.precision)
+        else:
+            raise ValueError(
+                f"model must be a keras.Model or a function building one, got {model!r}"
+            )
+        self.training_model = TrainingModel(self.model, loss)
+        self.metrics = list(metrics)
+        self.optimizer: keras.optimizers.Optimizer | None = None
+        self.state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "consumed": 0}
+        self.global_batch: int | None = None
+        self._compiled = False
+        self._synced = False
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def rank(self) -> int:
+        """This process' rank (0 without Horovod)."""
+        return self.distribution.rank
+
+    @property
+    def size(self) -> int:
+        """Number of ranks."""
+        return self.distribution.size
+
+    @property
+    def is_chief(self) -> bool:
+        """True on rank 0, which prints and writes files."""
+        return self.distribution.is_chief
+
+    @property
+    def log_dir(self) -> Path | None:
+        """The run directory, or None."""
+        return Path(self.config.log_dir) if self.config.log_dir is not None else None
+
+    @property
+    def loss_scale(self) -> float | None:
+        """The current dynamic loss scale (mixed_float16), else None."""
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer) and self.optimizer.built:
+            return float(keras.ops.convert_to_numpy(self.optimizer.dynamic_scale))
+        return None
+
+    @property
+    def learning_rate(self) -> float | None:
+        """The learning rate of the last applied step (of the next one before any)."""
+        if self.optimizer is None:
+            return None
+        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        rate = inner._learning_rate
+        if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+            step = max(int(keras.ops.convert_to_numpy(inner.iterations)) - 1, 0)
+            return float(keras.ops.convert_to_numpy(rate(step)))
+        return float(keras.ops.convert_to_numpy(inner.learning_rate))
+
+    # ----------------------------------------------------------------- set-up
+    def _seed_everything(self) -> None:
+        seed = self.config.seed
+        if seed is None and self.config.deterministic:
+            seed = 0
+        if seed is not None:
+            keras.utils.set_random_seed(seed)
+        if self.config.deterministic and keras.config.backend() == "tensorflow":
+            import tensorflow as tf
+
+            tf.config.experimental.enable_op_determinism()
+
+    def _jit_compile(self) -> bool | str:
+        if self.size > 1 and self.config.jit_compile == "auto":
+            return False
+        return self.config.jit_compile
+
+    def _compile(self, optimizer: keras.optimizers.Optimizer | str) -> None:
+        self.training_model.compile(
+            optimizer=optimizer,
+            metrics=list(self.metrics) or None,
+            jit_compile=self._jit_compile(),
+        )
+        self._compiled = True
+
+    def _make_optimizer(self, *, global_batch: int, steps_per_epoch: int | None, epochs: int):
+        spec = self._optimizer_spec
+        if isinstance(spec, keras.optimizers.Optimizer):
+            optimizer = spec
+        else:
+            rate = self._schedule_spec
+            if isinstance(rate, ScheduleConfig):
+                if steps_per_epoch is None:
+                    raise ValueError(
+                        "the learning-rate schedule is given in epochs: pass steps_per_epoch "
+                        "(the data's length is unknown)"
+                    )
+                rate = build_schedule(
+                    rate, global_batch=global_batch, steps_per_epoch=steps_per_epoch, epochs=epochs
+                )
+            optimizer = build_optimizer(spec, rate, self.training_model)
+        if self.precision == "mixed_float16" and not isinstance(
+            optimizer, keras.optimizers.LossScaleOptimizer
+        ):
+            optimizer = keras.optimizers.LossScaleOptimizer(
+                optimizer,
+                initial_scale=self.config.loss_scale,
+                dynamic_growth_steps=self.config.loss_scale_growth_steps,
+            )
+        return self.distribution.wrap_optimizer(optimizer, self.config.compression)
+
+    def _prepare(self, *, global_batch: int, steps_per_epoch: int | None, epochs: int) -> None:
+        """Builds the optimizer (first call), restores a checkpoint or syncs the ranks."""
+        if self.optimizer is None:
+            self.optimizer = self._make_optimizer(
+                global_batch=global_batch, steps_per_epoch=steps_per_epoch, epochs=epochs
+            )
+            self._compile(self.optimizer)
+            self.optimizer.build(self.training_model.trainable_variables)
+            self.global_batch = global_batch
+        elif global_batch != self.global_batch:
+            raise ValueError(
+                f"this Trainer was set up for a global batch of {self.global_batch}, the data "
+                f"gives {global_batch}"
+            )
+        if self._synced:
+            return
+        restored = self._restore_latest() if self.config.resume else None
+        if restored is not None:
+            if restored.get("global_batch") not in (None, global_batch):
+                raise ValueError(
+                    f"the checkpoint was written with a global batch of "
+                    f"{restored['global_batch']}, this run has {global_batch}"
+                )
+            self.state = {k: int(restored[k]) for k in self.state}
+        self.distribution.broadcast_variables(self._all_variables())
+        self._synced = True
+
+    def _all_variables(self) -> list:
+        return list(self.model.variables) + list(self.optimizer.variables)
+
+    # ----------------------------------------------------------------- checkpoints
+    @property
+    def checkpoint_dir(self) -> Path | None:
+        """Where checkpoints are written (`log_dir/checkpoints`), or None."""
+        return self.log_dir / CHECKPOINT_SUBDIR if self.log_dir is not None else None
+
+    def _checkpoints(self) -> ckpt.CheckpointManager:
+        return ckpt.CheckpointManager(self.checkpoint_dir, keep=self.config.keep_checkpoints)
+
+    def save_checkpoint(self) -> Path | None:
+        """Writes a checkpoint of the current state (rank 0; others return None)."""
+        if not self.is_chief or self.checkpoint_dir is None or self.optimizer is None:
+            return None
+        state = dict(self.state, global_batch=self.global_batch, precision=self.precision)
+        return self._checkpoints().save(
+            self.state["step"],
+            model_variables=self.model.variables,
+            optimizer_variables=self.optimizer.variables,
+            state=state,
+        )
+
+    def _restore_latest(self) -> dict | None:
+        """Rank 0 loads the newest valid checkpoint; every rank gets its trainer state."""
+        state = None
+        if self.is_chief:
+            manager = self._checkpoints()
+            manager.remove_temporaries()
+            found = manager.latest()
+            if found is not None:
+                path, meta, arrays = found
+                ckpt.restore_variables(
+                    meta,
+                    arrays,
+                    model_variables=self.model.variables,
+                    optimizer_variables=self.optimizer.variables,
+                )
+                state = dict(meta["state"], path=str(path))
+                print(f"cvbench: resumed from {path} (step {state['step']})", flush=True)
+        return self.distribution.broadcast_object(state)
+
+    # ----------------------------------------------------------------- fit
+    def fit(
+        self,
+        train_data: Any,
+        *,
+        epochs: int = 1,
+        steps_per_epoch: int | None = None,
+        batch_size: int | None = None,
+        validation_data: Any = None,
+        validation_steps: int | None = None,
+        validation_batch_size: int | None = None,
+        callbacks: Sequence[keras.callbacks.Callback] = (),
+        chief_callbacks: Sequence[keras.callbacks.Callback] = (),
+        shuffle: bool = True,
+    ) -> keras.callbacks.History:
+        """Trains until `epochs` epochs are complete (continuing from `trainer.state`).
+
+        Args:
+            train_data: NumPy arrays `(x, y[, sample_weight])`, a re-iterable of batches
+                (`tf.data.Dataset`, already sharded per rank) or a function `epoch -> batches`
+                (see `cvbench.training.inputs`).
+            epochs: train until this many epochs are done (a resumed run continues).
+            steps_per_epoch: batches per epoch (required under Horovod unless the data is
+                arrays or has a known length).
+            batch_size: rows per rank and step for array data (for other data, only needed
+                when it cannot be read from the dataset).
+            validation_data: evaluated at each epoch end (see `evaluate`).
+            validation_steps: batches of validation data per evaluation (None: all).
+            validation_batch_size: batch size for array validation data.
+            callbacks: Keras callbacks run on every rank (they see `trainer.training_model`).
+            chief_callbacks: Keras callbacks run on rank 0 only (writers).
+            shuffle: reshuffle array data every epoch (seeded).
+
+        Returns:
+            A `keras.callbacks.History` with the epoch logs (averaged over ranks).
+        """
+        if not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"epochs must be a positive int, got {epochs!r}")
+        seed = self.config.seed if self.config.seed is not None else 0
+        source = make_source(
+            train_data,
+            batch_size=batch_size,
+            steps_per_epoch=steps_per_epoch,
+            rank=self.rank,
+            size=self.size,
+            shuffle=shuffle,
+            seed=seed,
+        )
+        per_rank = source.batch_size or _peek_batch_size(train_data)
+        if source.steps_per_epoch is None and self.size > 1:
+            raise ValueError(
+                "under Horovod every rank must run the same number of steps: pass steps_per_epoch"
+            )
+        self._prepare(
+            global_batch=per_rank * self.size, steps_per_epoch=source.steps_per_epoch, epochs=epochs
+        )
+        history = keras.callbacks.History()
+        run_callbacks = list(callbacks) + (list(chief_callbacks) if self.is_chief else [])
+        callback_list = keras.callbacks.CallbackList(
+            run_callbacks + [history], model=self.training_model
+        )
+        callback_list.set_params({"epochs": epochs, "steps": source.steps_per_epoch, "verbose": 0})
+        log = RunLog(self.log_dir, enabled=self.is_chief, progress_bar=self.config.progress_bar)
+        try:
+            self._run(
+                source,
+                epochs,
+                callback_list,
+                log,
+                validation=(validation_data, validation_steps, validation_batch_size),
+            )
+        except Exception as e:
+            failure = self.distribution.rank_failure(e)
+            if failure is not None:
+                raise failure from e
+            raise
+        finally:
+            log.close()
+        if self.config.export and self.log_dir is not None:
+            self.export(self.log_dir / "export")
+        return history
+
+    def _run(self, source: BatchSource, epochs: int, callbacks, log: RunLog, validation) -> None:
+        model = self.training_model
+        model.stop_training = False
+        meter = ThroughputMeter(self.global_batch, self.config.burn_in_steps)
+        log.record(
+            "start",
+            precision=self.precision,
+            ranks=self.size,
+            global_batch=self.global_batch,
+            resumed_step=self.state["step"],
+        )
+        log.print(STEP_HEADER)
+        callbacks.on_train_begin()
+        saved_step = -1
+        last_logs: dict[str, float] = {}
+        for epoch in range(self.state["epoch"], epochs):
+            callbacks.on_epoch_begin(epoch)
+            log.start_bar(
+                source.steps_per_epoch or 0, self.state["batch_in_epoch"], f"epoch {epoch + 1}"
+            )
+            sums: dict[str, float] = {}
+            count = 0
+            stop = False
+            batches = source.epoch(epoch, self.state["batch_in_epoch"], self.state["consumed"])
+            last = time.perf_counter()
+            index = self.state["batch_in_epoch"]
+            while source.steps_per_epoch is None or index < source.steps_per_epoch:
+                try:
+                    x, y, sample_weight = next(batches)
+                except StopIteration:
+                    if source.steps_per_epoch is None:
+                        break
+                    raise RuntimeError(
+                        f"the training data ran out in epoch {epoch + 1} after {index} of "
+                        f"{source.steps_per_epoch} batches: make the dataset repeat "
+                        "(dataset.repeat()) or lower steps_per_epoch"
+                    ) from None
+                callbacks.on_train_batch_begin(index)
+                logs = model.train_on_batch(x, y, sample_weight=sample_weight, return_dict=True)
+                now = time.perf_counter()
+                rate = meter.record(now - last, batch_length(x) * self.size)
+                last = now
+                index += 1
+                self.state.update(
+                    step=self.state["step"] + 1,
+                    batch_in_epoch=index,
+                    consumed=self.state["consumed"] + 1,
+                )
+                for k, v in logs.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                count += 1
+                step = self.state["step"]
+                if self.config.log_every and step % self.config.log_every == 0:
+                    stop = self._log_step(log, epoch, rate, logs)
+                if self.config.checkpoint_every and step % self.config.checkpoint_every == 0:
+                    self.save_checkpoint()
+                    saved_step = step
+                callbacks.on_train_batch_end(index - 1, logs)
+                log.advance_bar({"loss": float(logs.get("loss", math.nan))})
+                if stop:
+                    break
+                last = time.perf_counter()  # time data + step only, not logging/checkpoints
+            log.close_bar()
+            if not stop:
+                self.state.update(epoch=epoch + 1, batch_in_epoch=0)
+            epoch_logs = self._mean_over_ranks({k: v / max(count, 1) for k, v in sums.items()})
+            if validation[0] is not None:
+                val = self.evaluate(validation[0], steps=validation[1], batch_size=validation[2])
+                epoch_logs.update({f"val_{k}": v for k, v in val.items()})
+            if self.state["step"] != saved_step:
+                self.save_checkpoint()
+                saved_step = self.state["step"]
+            self._log_epoch(log, epoch, epoch_logs)
+            callbacks.on_epoch_end(epoch, epoch_logs)
+            last_logs = epoch_logs
+            if stop or self._any_rank_stopped():
+                break
+        callbacks.on_train_end(last_logs)
+        summary = meter.summary()
+        if summary is not None:
+            log.print("-" * 64)
+            log.print(summary.format())
+            log.print("-" * 64)
+            log.record("throughput", **summary.to_dict())
+        self.throughput = summary
+
+    def _any_rank_stopped(self) -> bool:
+        flag = np.array([1.0 if self.training_model.stop_training else 0.0])
+        stopped = bool(self.distribution.allreduce_max(flag)[0] > 0)
+        self.training_model.stop_training = stopped
+        return stopped
+
+    def _mean_over_ranks(self, values: dict[str, float]) -> dict[str, float]:
+        if not values:
+            return {}
+        keys = sorted(values)
+        mean = self.distribution.allreduce_mean(np.array([values[k] for k in keys]))
+        return {k: float(v) for k, v in zip(keys, mean, strict=True)}
+
+    def _log_step(self, log: RunLog, epoch: int, rate: float, logs: dict) -> bool:
+        """Prints/records one step on rank 0; returns whether any rank asked to stop."""
+        means = self._mean_over_ranks({k: float(v) for k, v in logs.items()})
+        stopped = self._any_rank_stopped()
+        step = self.state["step"]
+        lr, scale = self.learning_rate, self.loss_scale
+        loss = means.get("loss", math.nan)
+        log.print(format_step_line(step, epoch + 1, rate, loss, lr if lr is not None else math.nan))
+        log.record(
+            "step",
+            step=step,
+            epoch=epoch + 1,
+            images_per_sec=rate,
+            lr=lr,
+            loss_scale=scale,
+            **means,
+        )
+        scalars = dict(means, images_per_sec=rate, learning_rate=lr)
+        if scale is not None:
+            scalars["loss_scale"] = scale
+        log.scalars(step, scalars, prefix="train/")
+        return stopped
+
+    def _log_epoch(self, log: RunLog, epoch: int, logs: dict[str, float]) -> None:
+        text = "  ".join(f"{k} {v:.4f}" for k, v in sorted(logs.items()))
+        log.print(f"epoch {epoch + 1}: {text}")
+        log.record("epoch", epoch=epoch + 1, step=self.state["step"], **logs)
+        log.scalars(self.state["step"], logs, prefix="epoch/")
+
+    # ----------------------------------------------------------------- evaluate
+    def evaluate(
+        self, data: Any, *, steps: int | None = None, batch_size: int | None = None
+    ) -> dict[str, float]:
+        """Loss and metrics over `data` on every rank, summed over ranks before averaging.
+
+        Metric states (totals and counts) are summed over ranks, so with each rank holding its
+        own shard the results cover the whole set exactly once. Batches may carry a
+        `sample_weight` (0 for padding rows), which the metrics honour.
+
+        Args:
+            data: NumPy arrays `(x, y[, sample_weight])` (split over ranks here, no row
+                dropped) or a re-iterable of batches already sharded per rank.
+            steps: batches to evaluate (None: all).
+            batch_size: batch size for array data (default 32).
+
+        Returns:
+            `{"loss": ..., <metric name>: ...}` as floats, identical on every rank.
+        """
+        if not self._compiled:
+            self._compile("sgd")
+        model = self.training_model
+        if is_array_data(data):
+            part = _rank_rows(data, self.rank, self.size)
+            x, y, sample_weight = (part + (None,))[:3]
+            model.evaluate(
+                x,
+                y,
+                sample_weight=sample_weight,
+                batch_size=batch_size or 32,
+                steps=steps,
+                verbose=0,
+            )
+        else:
+            model.evaluate(_batches(data), steps=steps, verbose=0)
+        if self.size > 1:
+            variables = model.metrics_variables
+            values = [keras.ops.convert_to_numpy(v.value) for v in variables]
+            flat = self.distribution.allreduce_sum(
+                np.concatenate([np.ravel(v).astype(np.float64) for v in values])
+            )
+            offset = 0
+            for variable, value in zip(variables, values, strict=True):
+                n = value.size
+                variable.assign(flat[offset : offset + n].reshape(value.shape).astype(value.dtype))
+                offset += n
+        results = model.get_metrics_result()
+        return {k: float(keras.ops.convert_to_numpy(v)) for k, v in results.items()}
+
+    # ----------------------------------------------------------------- benchmark
+    def benchmark(
+        self,
+        data: Any,
+        *,
+        steps: int = 100,
+        burn_in: int | None = None,
+        batch_size: int | None = None,
+        mode: str = "train",
+    ) -> ThroughputSummary:
+        """Measures images/s (all ranks) over `steps` steps after `burn_in` steps.
+
+        Training mode really trains (the weights change); nothing is checkpointed.
+
+        Args:
+            data: as for `fit` (it must yield at least `burn_in + steps` batches).
+            steps: measured steps.
+            burn_in: unmeasured steps first (default `config.burn_in_steps`).
+            batch_size: rows per rank for array data.
+            mode: "train" (train steps) or "inference" (forward passes).
+
+        Returns:
+            The `ThroughputSummary`; rank 0 also prints it.
+        """
+        if mode not in ("train", "inference"):
+            raise ValueError(f"mode must be 'train' or 'inference', got {mode!r}")
+        if not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be a positive int, got {steps!r}")
+        burn_in = self.config.burn_in_steps if burn_in is None else burn_in
+        total = burn_in + steps
+        source = make_source(
+            data,
+            batch_size=batch_size,
+            steps_per_epoch=None if is_array_data(data) else total,
+            rank=self.rank,
+            size=self.size,
+            shuffle=False,
+            seed=0,
+        )
+        per_rank = source.batch_size or _peek_batch_size(data)
+        if mode == "train":
+            self._prepare(global_batch=per_rank * self.size, steps_per_epoch=total, epochs=1)
+        elif not self._compiled:
+            self._compile("sgd")
+        meter = ThroughputMeter(per_rank * self.size, burn_in)
+        log = RunLog(None, enabled=self.is_chief, progress_bar=False)
+        log.print(STEP_HEADER)
+        done, epoch = 0, 0
+        last = time.perf_counter()
+        while done < total:
+            for x, y, sample_weight in source.epoch(epoch, 0, done):
+                if mode == "train":
+                    logs = self.training_model.train_on_batch(
+                        x, y, sample_weight=sample_weight, return_dict=True
+                    )
+                    loss = float(logs.get("loss", math.nan))
+                else:
+                    keras.tree.map_structure(
+                        keras.ops.convert_to_numpy, self.training_model.predict_on_batch(x)
+                    )
+                    loss = math.nan
+                now = time.perf_counter()
+                rate = meter.record(now - last, batch_length(x) * self.size)
+                last = now
+                done += 1
+                if self.config.log_every and done % self.config.log_every == 0:
+                    lr = self.learning_rate if mode == "train" else None
+                    log.print(format_step_line(done, 1, rate, loss, lr or 0.0))
+                if done >= total:
+                    break
+            epoch += 1
+        summary = meter.summary()
+        log.print("-" * 64)
+        log.print(summary.format())
+        log.print("-" * 64)
+        log.close()
+        return summary
+
+    # ----------------------------------------------------------------- export
+    def export(self, directory: str | Path) -> dict[str, Path]:
+        """Writes `model.keras` (and `saved_model/` on TensorFlow) into `directory` (rank 0).
+
+        Both are written under temporary names and renamed into place.
+
+        Returns:
+            The written paths by kind ("keras", "saved_model"); empty on other ranks.
+        """
+        if not self.is_chief:
+            return {}
+        from cvbench.training.export import export_model
+
+        return export_model(self.model, Path(directory))
+
+
+def _check_optimizer_args(optimizer, schedule):
+    if optimizer is None:
+        optimizer = OptimizerConfig()
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        if schedule is not None:
+            raise ValueError(
+                "schedule must be None when a ready optimizer is given (its learning_rate "
+                f"is used), got schedule={schedule!r}"
+            )
+        return optimizer, None
+    if not isinstance(optimizer, OptimizerConfig):
+        raise ValueError(
+            f"optimizer must be an OptimizerConfig or a keras optimizer, got {optimizer!r}"
+        )
+    if schedule is None:
+        schedule = ScheduleConfig()
+    if isinstance(schedule, bool) or not isinstance(
+        schedule, (ScheduleConfig, int, float, keras.optimizers.schedules.LearningRateSchedule)
+    ):
+        raise ValueError(
+            "schedule must be a ScheduleConfig, a float or a LearningRateSchedule, "
+            f"got {schedule!r}"
+        )
+    return optimizer, schedule
+
+
+def _peek_batch_size(data: Any) -> int:
+    """Reads the batch size from the first batch of re-iterable data."""
+    if callable(data) and not hasattr(data, "__iter__"):
+        data = data(0)
+    for element in data:
+        return batch_length(split_batch(element)[0])
+    raise ValueError("the training data is empty")
+
+
+def _rank_rows(data: tuple, rank: int, size: int) -> tuple:
+    """This rank's contiguous share of array data (shares differ by at most one row)."""
+    if size == 1:
+        return tuple(data)
+    n = len(keras.tree.flatten(data[0])[0])
+    lo, hi = rank * n // size, (rank + 1) * n // size
+    return tuple(
+        None if part is None else keras.tree.map_structure(lambda a: a[lo:hi], part)
+        for part in data
+    )
+
+
+def _batches(data: Any):
+    """A generator over `data`'s batches for `Model.evaluate` (tf.data passes through)."""
+    if type(data).__module__.startswith("tensorflow"):
+        return data
+    if callable(data) and not hasattr(data, "__iter__"):
+        data = data(0)
+
+    def generate():
+        for element in data:
+            x, y, sample_weight = split_batch(element)
+            yield (x, y) if sample_weight is None else (x, y, sample_weight)
+
+    return generate()
