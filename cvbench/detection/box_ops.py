@@ -14,7 +14,8 @@ Array namespaces: the functions here use the numpy-like operations of an array n
 passed as a keyword: `keras.ops` (the default; backend-agnostic, for models and losses),
 `numpy` (for the conversions, at the data and evaluation edges) or
 `cvbench.detection.targets.tf_namespace()` (plain TensorFlow, inside tf.data whatever the
-Keras backend). A namespace needs `maximum`, `minimum`, `clip`, `where`, `stack` and `logical_and`.
+Keras backend). Arrays combined in one call must share a dtype. A namespace needs `maximum`,
+`minimum`, `clip`, `where`, `stack` and `logical_and`.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def match_boxes(
 
     Args:
         gt_boxes: `(M, 4)` ground truth, `[ymin, xmin, ymax, xmax]` normalized to `[0, 1]`,
-            `M >= 1`.
+            `M >= 1` (both box arrays are cast to float32).
         anchors: `(N, 4)` anchors, same format.
         valid_rows: `(M,)` booleans (see `argmax_match`); `None`: rows with a positive area.
         matched_threshold: see `argmax_match`.
@@ -114,6 +114,8 @@ def match_boxes(
     Returns:
         `(N,)` int32 matched row, `UNMATCHED` or `IGNORED` per anchor.
     """
+    gt_boxes = xp.cast(gt_boxes, "float32")
+    anchors = xp.cast(anchors, "float32")
     if valid_rows is None:
         valid_rows = box_ops.is_valid(gt_boxes, xp=xp)
     return argmax_match(
