@@ -98,8 +98,10 @@ def download_coco_command(args: argparse.Namespace) -> int:
         raise CLIError(f"--retries must be >= 1, got {args.retries}")
     if args.timeout <= 0:
         raise CLIError(f"--timeout must be > 0, got {args.timeout}")
-    if args.build_tfrecords is not None and "annotations" not in args.parts:
-        raise CLIError("--build-tfrecords needs the annotations: add 'annotations' to --parts")
+    if args.build_tfrecords is not None and (
+        "annotations" not in args.parts or not {"train", "val"} & set(args.parts)
+    ):
+        raise CLIError("--build-tfrecords needs 'annotations' and 'train' or 'val' in --parts")
     try:
         layout = download_coco(
             args.dir,
@@ -114,22 +116,23 @@ def download_coco_command(args: argparse.Namespace) -> int:
         raise CLIError(str(e)) from e
     print(f"COCO 2017 ready in {layout.root}")
     if args.build_tfrecords is not None:
-        _build_coco_tfrecords(layout, args.build_tfrecords, args.parts)
+        _build_coco_tfrecords(layout, args.build_tfrecords, args.parts, not args.no_progress)
     return 0
 
 
-def _build_coco_tfrecords(layout, out: Path, parts: list[str]) -> None:
-    from cvbench.data.build_coco import build_coco  # TensorFlow: imported only when asked
+def _build_coco_tfrecords(layout, out: Path, parts: list[str], progress: bool) -> None:
+    from cvbench.data.build_coco import build_coco_splits  # TensorFlow: imported only if asked
 
-    for split, images, annotation_file in (
-        ("train", layout.train_images, layout.train_annotations),
-        ("val", layout.val_images, layout.val_annotations),
-    ):
-        if split in parts:
-            build_coco(
-                annotations_file=annotation_file, image_dir=images, output_dir=out, split=split
-            )
-            print(f"COCO {split} TFRecords written to {out}")
+    sources = {
+        split: (annotations, images)
+        for split, annotations, images in (
+            ("train", layout.train_annotations, layout.train_images),
+            ("val", layout.val_annotations, layout.val_images),
+        )
+        if split in parts
+    }
+    build_coco_splits(out, sources, progress=progress)
+    print(f"COCO TFRecords ({', '.join(sources)}) written to {out}")
 
 
 def extract_imagenet_command(args: argparse.Namespace) -> int:

@@ -8,7 +8,8 @@ ImageNet needs an account at image-net.org, so cvbench cannot download it; users
 - `ILSVRC2012_devkit_t12.tar.gz` (2.5 MB): `data/ILSVRC2012_validation_ground_truth.txt` (one
   ILSVRC2012_ID, 1..1000, per validation image in order) and `data/meta.mat` (ILSVRC2012_ID ->
   WNID, read with scipy). Without scipy, a labels file naming the WNID of each validation image
-  replaces the devkit (see `load_val_labels_file`).
+  replaces the devkit (see `load_val_labels_file`). From the devkit the class texts are also
+  written to `OUT/imagenet_metadata.txt`, where `build-imagenet` looks for them.
 
 Both tars are read as streams (`tarfile` mode "r|"): each class tar is unpacked straight from
 the outer stream, never written to disk, so the extraction needs the images' space once, not
@@ -31,6 +32,8 @@ from typing import IO
 
 from tqdm import tqdm
 
+from cvbench.utils.io import atomic_open
+
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
 VAL_TAR = "ILSVRC2012_img_val.tar"
 DEVKIT = "ILSVRC2012_devkit_t12.tar.gz"
@@ -40,6 +43,8 @@ _SYNSET = re.compile(r"n\d{8}")
 _VAL_NAME = "ILSVRC2012_val_{:08d}"
 _GROUND_TRUTH = "data/ILSVRC2012_validation_ground_truth.txt"
 _META = "data/meta.mat"
+_NUM_CLASSES = 1000  # ILSVRC2012_IDs 1..1000 are the classes; higher ids are their ancestors
+CLASS_TEXTS = "imagenet_metadata.txt"
 
 
 @dataclass(frozen=True)
@@ -158,23 +163,14 @@ def _val_stem(name: str) -> str:
     return name.rsplit(".", 1)[0]
 
 
-def load_val_labels_from_devkit(devkit: str | os.PathLike) -> dict[str, str]:
-    """Reads the validation labels from `ILSVRC2012_devkit_t12.tar.gz`.
-
-    Needs scipy (for `data/meta.mat`, a MATLAB file mapping ILSVRC2012_ID to WNID).
-
-    Returns:
-        {"ILSVRC2012_val_00000001": "n01751748", ...}: image name without extension -> WNID.
-
-    Raises:
-        ValueError: scipy is missing, or the devkit lacks the ground truth or meta.mat.
-    """
+def _read_devkit(devkit: str | os.PathLike) -> tuple[list[int], dict[int, tuple[str, str]]]:
+    """(ground-truth ILSVRC2012_IDs in image order, ILSVRC2012_ID -> (WNID, words))."""
     try:
         import scipy.io
     except ImportError as e:
         raise ValueError(
             "reading the devkit's meta.mat needs scipy (pip install scipy); or pass a labels "
-            "file with --val-labels (one WNID per validation image, in order)"
+            "file with --val-labels instead of the devkit (one WNID per validation image)"
         ) from e
     ground_truth = meta = None
     with tarfile.open(devkit, mode="r:*") as tar:
@@ -186,16 +182,47 @@ def load_val_labels_from_devkit(devkit: str | os.PathLike) -> dict[str, str]:
     if ground_truth is None or meta is None:
         raise ValueError(f"{devkit}: no {_GROUND_TRUTH} and {_META}; is this the t12 devkit?")
     synsets = scipy.io.loadmat(io.BytesIO(meta), squeeze_me=True)["synsets"]
-    id_to_wnid = {
-        int(i): str(w) for i, w in zip(synsets["ILSVRC2012_ID"], synsets["WNID"], strict=True)
+    table = {
+        int(i): (str(w), str(t))
+        for i, w, t in zip(synsets["ILSVRC2012_ID"], synsets["WNID"], synsets["words"], strict=True)
     }
+    return [int(line) for line in ground_truth.split()], table
+
+
+def load_val_labels_from_devkit(devkit: str | os.PathLike) -> dict[str, str]:
+    """Reads the validation labels from `ILSVRC2012_devkit_t12.tar.gz`.
+
+    Needs scipy (for `data/meta.mat`, a MATLAB file mapping ILSVRC2012_ID to WNID).
+
+    Returns:
+        {"ILSVRC2012_val_00000001": "n01751748", ...}: image name without extension -> WNID.
+
+    Raises:
+        ValueError: scipy is missing, or the devkit lacks the ground truth or meta.mat.
+    """
+    ids, table = _read_devkit(devkit)
     labels = {}
-    for index, line in enumerate(ground_truth.split(), start=1):
-        class_id = int(line)
-        if class_id not in id_to_wnid:
+    for index, class_id in enumerate(ids, start=1):
+        if class_id not in table:
             raise ValueError(f"{devkit}: ground truth names ILSVRC2012_ID {class_id}, not in meta")
-        labels[_VAL_NAME.format(index)] = id_to_wnid[class_id]
+        labels[_VAL_NAME.format(index)] = table[class_id][0]
     return labels
+
+
+def write_class_texts(devkit: str | os.PathLike, path: str | os.PathLike) -> int:
+    """Writes `<WNID>\t<words>` for the 1000 classes (ILSVRC2012_ID 1..1000) from the devkit.
+
+    The file (`imagenet_metadata.txt` in the output folder) is what `build-imagenet` reads for
+    `image/class/text`. Needs scipy.
+
+    Returns:
+        The number of classes written.
+    """
+    _, table = _read_devkit(devkit)
+    rows = [table[i] for i in sorted(table) if 1 <= i <= _NUM_CLASSES]
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        f.writelines(f"{wnid}\t{words}\n" for wnid, words in rows)
+    return len(rows)
 
 
 def load_val_labels_file(path: str | os.PathLike) -> dict[str, str]:
@@ -302,10 +329,12 @@ def extract_imagenet(
     """Lays out the official archives for `build-imagenet`; rerunnable.
 
     Args:
-        out_dir: destination; gets `train/<synset>/` and `val/<synset>/`.
+        out_dir: destination; gets `train/<synset>/`, `val/<synset>/` and, from the devkit,
+            `imagenet_metadata.txt` (`<synset>\t<words>` per class).
         train_tar: `ILSVRC2012_img_train.tar`, or None to skip the training set.
         val_tar: `ILSVRC2012_img_val.tar`, or None to skip the validation set.
-        devkit: `ILSVRC2012_devkit_t12.tar.gz` (needs scipy), for the validation labels.
+        devkit: `ILSVRC2012_devkit_t12.tar.gz` (needs scipy), for the validation labels and
+            the class texts.
         val_labels: a labels file (see `load_val_labels_file`), used instead of the devkit.
         progress: show progress bars.
 
@@ -324,6 +353,9 @@ def extract_imagenet(
         if path is not None and not Path(path).is_file():
             raise FileNotFoundError(f"no such file: {path}")
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if devkit is not None:
+        write_class_texts(devkit, out_dir / CLASS_TEXTS)
     stats = {}
     if val_tar is not None:  # labels first: a bad devkit fails before hours of train extraction
         labels = (

@@ -137,6 +137,11 @@ def test_extracts_train_and_val_into_synset_folders(tmp_path):
     # Bytes are the originals (image 4 is the one labelled n01443537).
     assert (out / "val" / "n01443537" / _val_name(4)).read_bytes() == _jpeg(4)
     assert (out / "train" / "n01443537" / "n01443537_2.JPEG").read_bytes() == _jpeg(2)
+    # The class texts of ILSVRC2012_IDs 1..3, in id order; the ancestor synset (id 1001) is not
+    # a class.
+    assert (out / "imagenet_metadata.txt").read_text() == (
+        "n01440764\tclass 1\nn01443537\tclass 2\nn01484850\tclass 3\n"
+    )
     # No inner tar ever lands on disk, and the staging area is gone.
     assert not list(out.rglob("*.tar"))
     assert not (out / ".cvbench-extract" / "staging").exists()
@@ -187,6 +192,7 @@ def test_labels_file_instead_of_the_devkit(tmp_path):
         out, val_tar=_val_tar(tmp_path / ei.VAL_TAR), val_labels=labels, progress=False
     )
     assert _layout(out) == EXPECTED_VAL
+    assert not (out / "imagenet_metadata.txt").exists()  # no devkit, no class texts
 
 
 def test_kaggle_solution_csv_is_read(tmp_path):
