@@ -25,16 +25,41 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import hashlib
 import json
 import math
 import os
+import random
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-import tensorflow as tf
+from cvbench.data.image_io import ImageError, to_rgb_jpeg
+from cvbench.data.sharded_writer import Skip, SplitSpec, WriteSummary, write_sharded
+from cvbench.data.tfrecord import bytes_feature, encode_example, float_feature, int64_feature
 
-from cvbench.data import coco as fields
+# Feature keys of the TF OD API COCO records (the readers in `cvbench.data.coco` use these).
+HEIGHT = "image/height"
+WIDTH = "image/width"
+FILENAME = "image/filename"
+SOURCE_ID = "image/source_id"
+KEY_SHA256 = "image/key/sha256"
+ENCODED = "image/encoded"
+FORMAT = "image/format"
+BBOX_XMIN = "image/object/bbox/xmin"
+BBOX_XMAX = "image/object/bbox/xmax"
+BBOX_YMIN = "image/object/bbox/ymin"
+BBOX_YMAX = "image/object/bbox/ymax"
+CLASS_TEXT = "image/object/class/text"
+CLASS_LABEL = "image/object/class/label"
+IS_CROWD = "image/object/is_crowd"
+AREA = "image/object/area"
+
+#: Shard counts of the reference layout; other split names default to 10.
+DEFAULT_SHARDS: dict[str, int] = {"train": 100, "val": 10}
+SHARD_PATTERN = "coco_{split}.record-{index:05d}-of-{num_shards:05d}"
 
 SKIP_REASONS: tuple[str, ...] = (
     "zero_size",
@@ -216,8 +241,8 @@ def load_coco_annotations(path: str | os.PathLike) -> tuple[list[CocoImage], Ann
     return parse_coco_annotations(data)
 
 
-def coco_example(image: CocoImage, encoded: bytes, image_format: str = "jpeg") -> tf.train.Example:
-    """The OD API `tf.train.Example` of one image.
+def coco_example(image: CocoImage, encoded: bytes, image_format: str = "jpeg") -> bytes:
+    """The serialized OD API `tf.train.Example` of one image (no TensorFlow needed).
 
     Args:
         image: the image and its kept objects.
@@ -225,31 +250,210 @@ def coco_example(image: CocoImage, encoded: bytes, image_format: str = "jpeg") -
         image_format: the value of `image/format`.
     """
     objs = image.objects
+    return encode_example(
+        {
+            HEIGHT: int64_feature(image.height),
+            WIDTH: int64_feature(image.width),
+            FILENAME: bytes_feature(image.file_name),
+            SOURCE_ID: bytes_feature(str(image.image_id)),
+            KEY_SHA256: bytes_feature(hashlib.sha256(encoded).hexdigest()),
+            ENCODED: bytes_feature(encoded),
+            FORMAT: bytes_feature(image_format),
+            BBOX_YMIN: float_feature([o.box[0] for o in objs]),
+            BBOX_XMIN: float_feature([o.box[1] for o in objs]),
+            BBOX_YMAX: float_feature([o.box[2] for o in objs]),
+            BBOX_XMAX: float_feature([o.box[3] for o in objs]),
+            CLASS_TEXT: bytes_feature([o.category_name for o in objs]),
+            CLASS_LABEL: int64_feature([o.category_id for o in objs]),
+            IS_CROWD: int64_feature([int(o.is_crowd) for o in objs]),
+            AREA: float_feature([o.area for o in objs]),
+        }
+    )
 
-    def b(values: list[bytes]) -> tf.train.Feature:
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
 
-    def i(values: list[int]) -> tf.train.Feature:
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+@dataclasses.dataclass(frozen=True)
+class CocoItem:
+    """One image to encode (picklable: it travels to the worker processes).
 
-    def f(values: list[float]) -> tf.train.Feature:
-        return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+    Attributes:
+        path: the image file.
+        image: its annotation entry and kept objects.
+    """
 
-    feature = {
-        fields.HEIGHT: i([image.height]),
-        fields.WIDTH: i([image.width]),
-        fields.FILENAME: b([image.file_name.encode("utf8")]),
-        fields.SOURCE_ID: b([str(image.image_id).encode("utf8")]),
-        fields.KEY_SHA256: b([hashlib.sha256(encoded).hexdigest().encode("utf8")]),
-        fields.ENCODED: b([encoded]),
-        fields.FORMAT: b([image_format.encode("utf8")]),
-        fields.BBOX_YMIN: f([o.box[0] for o in objs]),
-        fields.BBOX_XMIN: f([o.box[1] for o in objs]),
-        fields.BBOX_YMAX: f([o.box[2] for o in objs]),
-        fields.BBOX_XMAX: f([o.box[3] for o in objs]),
-        fields.CLASS_TEXT: b([o.category_name.encode("utf8") for o in objs]),
-        fields.CLASS_LABEL: i([o.category_id for o in objs]),
-        fields.IS_CROWD: i([int(o.is_crowd) for o in objs]),
-        fields.AREA: f([o.area for o in objs]),
-    }
-    return tf.train.Example(features=tf.train.Features(feature=feature))
+    path: str
+    image: CocoImage
+
+    def key(self) -> str:
+        """What identifies this item in the manifest: the image and its boxes, not the path."""
+        return repr(self.image)
+
+    def describe(self) -> str:
+        """How a skipped item is named: `file_name (id N)`."""
+        return f"{self.image.file_name} (id {self.image.image_id})"
+
+
+def encode_coco_item(item: CocoItem, *, quality: int) -> bytes | Skip:
+    """Reads and checks one image; returns its serialized record or `Skip(reason)`.
+
+    RGB and grayscale JPEGs are stored byte for byte (TensorFlow's JPEG decoder expands
+    grayscale to RGB); anything else (PNG behind a .jpg name, CMYK) is re-encoded as an RGB
+    JPEG at `quality`. Every image is fully decoded once, so a corrupt file is skipped here
+    and never reaches tf.data.
+    """
+    try:
+        with open(item.path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return Skip(f"cannot read file: {e.strerror or e}")
+    try:
+        decoded = to_rgb_jpeg(data, quality=quality)
+    except ImageError as e:
+        return Skip(str(e))
+    ann = item.image
+    if (decoded.height, decoded.width) != (ann.height, ann.width):
+        return Skip(
+            f"image is {decoded.height}x{decoded.width} pixels but the annotation file says "
+            f"{ann.height}x{ann.width} (wrong image folder?)"
+        )
+    keep_original = decoded.source_format == "JPEG" and decoded.source_mode == "L"
+    return coco_example(ann, data if keep_original else decoded.data)
+
+
+@dataclasses.dataclass
+class BuildSummary:
+    """The outcome of `build_coco` / `build_coco_splits`.
+
+    Attributes:
+        write: the writer's summary (records, shards, bytes, skipped images, time).
+        annotations: split -> what parsing its annotation file kept and skipped.
+    """
+
+    write: WriteSummary
+    annotations: dict[str, AnnotationReport]
+
+    def format(self) -> str:
+        """A multi-line human-readable summary."""
+        lines = []
+        for split, report in self.annotations.items():
+            lines.append(f"{split}: {report.summary()}")
+        lines.append(self.write.format(unit="images"))
+        return "\n".join(lines)
+
+
+def build_coco_splits(
+    output_dir: str | os.PathLike,
+    sources: Mapping[str, tuple[str | os.PathLike, str | os.PathLike]],
+    *,
+    num_shards: Mapping[str, int] | None = None,
+    num_workers: int | None = None,
+    seed: int = 0,
+    quality: int = 95,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> BuildSummary:
+    """Builds the TFRecords of several splits in one go (one manifest for the directory).
+
+    Args:
+        output_dir: the output folder.
+        sources: split name -> (annotation JSON, image folder), e.g.
+            `{"val": ("annotations/instances_val2017.json", "val2017")}`. Records are named
+            `coco_<split>.record-NNNNN-of-NNNNN`.
+        num_shards: split -> shard count; default `DEFAULT_SHARDS` (train 100, val 10, others
+            10), lowered to the number of images for tiny sets.
+        num_workers: encoding processes; None = all cores, <= 1 = this process.
+        seed: seed of the shuffle that spreads the training images over its shards (other
+            splits keep the annotation file's order).
+        quality: JPEG quality for the few images that must be re-encoded.
+        overwrite: replace a different data set in `output_dir`.
+        progress: print the annotation reports and a progress bar to stderr.
+
+    Returns:
+        A `BuildSummary`.
+
+    Raises:
+        FileNotFoundError: a missing annotation file or image folder.
+        FileExistsError: `output_dir` holds a different data set and `overwrite` is False.
+        ValueError: bad arguments, or an annotation file that is not COCO or has no images.
+    """
+    if not sources:
+        raise ValueError("sources must name at least one split")
+    if not 1 <= quality <= 100:
+        raise ValueError(f"quality must be in 1..100, got {quality}")
+    specs, reports = [], {}
+    for split, (annotations_file, image_dir) in sources.items():
+        image_root = Path(image_dir)
+        if not image_root.is_dir():
+            raise FileNotFoundError(f"image folder {image_root} (split {split!r}) does not exist")
+        images, report = load_coco_annotations(annotations_file)
+        if not images:
+            raise ValueError(f"{annotations_file} lists no images")
+        reports[split] = report
+        if progress:
+            print(f"{split}: {report.summary()}", file=sys.stderr)
+        items = [CocoItem(str(image_root / im.file_name), im) for im in images]
+        if split == "train":
+            random.Random(seed).shuffle(items)
+        wanted = (num_shards or {}).get(split)
+        count = wanted if wanted is not None else min(DEFAULT_SHARDS.get(split, 10), len(items))
+        specs.append(SplitSpec(split, items, count, SHARD_PATTERN))
+    summary = write_sharded(
+        output_dir,
+        specs,
+        functools.partial(encode_coco_item, quality=quality),
+        dataset="coco-tfod",
+        options={"quality": quality, "seed": seed},
+        item_key=CocoItem.key,
+        describe=CocoItem.describe,
+        num_workers=num_workers,
+        overwrite=overwrite,
+        progress=progress,
+        unit="img",
+    )
+    return BuildSummary(summary, reports)
+
+
+def build_coco(
+    annotations_file: str | os.PathLike,
+    image_dir: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    split: str,
+    num_shards: int | None = None,
+    num_workers: int | None = None,
+    seed: int = 0,
+    quality: int = 95,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> BuildSummary:
+    """Builds `coco_<split>.record-NNNNN-of-NNNNN` from one annotation file and image folder.
+
+    Example:
+        >>> build_coco("annotations/instances_val2017.json", "val2017", "tfrecords",
+        ...            split="val")  # doctest: +SKIP
+
+    Args:
+        annotations_file: COCO annotation JSON (`instances_val2017.json`).
+        image_dir: the folder its `file_name`s are relative to (`val2017/`).
+        output_dir: the output folder.
+        split: the split name ("train" gives 100 shards, "val" 10 by default).
+        num_shards: shard count instead of the default.
+        num_workers, seed, quality, overwrite, progress: as in `build_coco_splits`.
+
+    Returns:
+        A `BuildSummary`.
+
+    Raises:
+        As `build_coco_splits`. Note that the directory's manifest names the splits written
+        together: to put train and val in one folder, build them in one `build_coco_splits`
+        call (or the `cvbench build-coco --coco-dir` command).
+    """
+    return build_coco_splits(
+        output_dir,
+        {split: (annotations_file, image_dir)},
+        num_shards=None if num_shards is None else {split: num_shards},
+        num_workers=num_workers,
+        seed=seed,
+        quality=quality,
+        overwrite=overwrite,
+        progress=progress,
+    )

@@ -1,32 +1,48 @@
-"""COCO TFRecords (TF Object Detection API format) to batches for SSD320.
+"""COCO TFRecords (TF Object Detection API format) -> `tf.data` batches for SSD320.
 
-Records are those `cvbench.data.build_coco` writes (and the TF OD API's
-`create_coco_tf_record.py`): `coco_train.record-?????-of-?????` and `coco_val.record-…`.
+Reads `coco_<split>.record-NNNNN-of-NNNNN` files, as `cvbench.data.build_coco` (and the TF OD
+API's `create_coco_tf_record.py`) write them; the feature keys are in `build_coco`.
 
-Class ids: records carry COCO category ids (1..90, with gaps: 80 are used). The model wants
+Class ids: records carry COCO category ids (1..90 with gaps: 80 are used). The model wants
 contiguous indices `[0, num_classes)`; a `CocoLabelMap` holds the COCO id of each index.
-SSD320 v1.2 uses 90 classes with index = COCO id - 1 (`CocoLabelMap.ssd320()`; the ten unused
-ids simply never occur); `CocoLabelMap.coco80()` is the compact 80-class map. Boxes whose id is
-not in the map are dropped.
+SSD320 v1.2 uses 90 classes with index = COCO id - 1 (`CocoLabelMap.ssd320()`, the default;
+the ten unused ids simply never occur); `CocoLabelMap.coco80()` is the compact 80-class map,
+`CocoLabelMap.from_categories` one for any annotation file. Boxes whose id is not in the map
+are dropped. Records without `image/object/class/label` (NVIDIA's copy of the OD API script
+wrote only the names) get their ids from the COCO 2017 names.
 
-Boxes inside the pipeline are `[ymin, xmin, ymax, xmax]` normalized to [0, 1], the format of
-`cvbench.detection.box_ops`.
+Boxes are `[ymin, xmin, ymax, xmax]` normalized to [0, 1] (`cvbench.detection.box_ops`).
 
-Training (SSD320 v1.2 recipe): decode, random crop as the OD API's `random_crop_image`
-(aspect 0.75-3.0, area 0.75-1.0, min object cover 0, overlap threshold 0: boxes completely
-outside the crop dropped, the others clipped to it), random horizontal flip, fixed resize to
-`image_size` x `image_size` (aspect not kept, bilinear), mean subtraction (123.68, 116.779,
-103.939), boxes padded to 100, per-anchor targets.
+Images come out as RGB values in [0, 255], resized: the SSD320 model subtracts its channel
+means (123.68, 116.779, 103.939) itself (`subtract_mean=True` does it here instead, for
+models that do not).
 
-Evaluation: decode, resize, mean subtraction; every record exactly once across all Horovod
-ranks (records are dealt round-robin), no dropped remainder: the last batch is filled with
-padding marked `valid = False`.
+Element structure:
+
+* training: `(images, targets)`. images [B, S, S, 3] `dtype`; targets the `target_encoder`'s
+  output batched (SSD: `{"boxes": [B, N, 5], "classes": [B, N, num_classes + 1]}` float32
+  for N anchors, see `cvbench.detection.targets`), or without an encoder
+  `{"boxes": [B, 100, 4] float32, "classes": [B, 100] int32 (-1 padding), "num_boxes": [B]
+  int32}`. Endless (`repeat=True`), the last partial batch dropped. Recipe (SSD320 v1.2):
+  random crop as the OD API's `random_crop_image` (aspect 0.75-3.0, area 0.75-1.0, no
+  minimum object cover, overlap threshold 0: boxes entirely outside the crop are dropped,
+  the others clipped to it), fused with the JPEG decode; random horizontal flip; fixed
+  bilinear resize to S x S (aspect not kept); at most 100 boxes.
+* evaluation: `(images, meta)`. meta: `image_id` [B] int64, `image_size` [B, 2] int32 (the
+  original height, width), `valid` [B] bool. Every record appears exactly once across all
+  ranks (each rank reads a contiguous range of the records); padding rows (`valid` False,
+  `image_id` -1, zero image) fill the last batch and any batch up to `steps`, the same number
+  on every rank (the dataset's cardinality).
+
+Sharding across processes: `num_shards` / `shard_index`, by default Horovod's size and rank
+when Horovod is initialised. Training shards files (records when there are fewer files than
+ranks). Corrupt input (truncated files, CRC errors, undecodable JPEGs) raises an error naming
+the file, or with `skip_corrupt=True` is skipped and counted.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -34,28 +50,24 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-SPLITS: dict[str, str] = {"train": "coco_train.record", "val": "coco_val.record"}
+from cvbench.data import build_coco as fmt
+from cvbench.data._distributed import resolve_shards
+from cvbench.data.corrupt import CorruptRecordCounter, apply_policy, guarded_map
+from cvbench.data.imagenet import rank_seed
+from cvbench.data.pipeline import check_args, eval_steps
+from cvbench.data.records import (
+    Segment,
+    drop_lost_markers,
+    list_split_files,
+    rank_segments,
+    read_records,
+    scan_files,
+)
+
 MAX_BOXES = 100
 MEAN_RGB: tuple[float, float, float] = (123.68, 116.779, 103.939)
 CROP_ASPECT_RATIO_RANGE: tuple[float, float] = (0.75, 3.0)
 CROP_AREA_RANGE: tuple[float, float] = (0.75, 1.0)
-
-# Feature keys of the TF OD API COCO records.
-HEIGHT = "image/height"
-WIDTH = "image/width"
-FILENAME = "image/filename"
-SOURCE_ID = "image/source_id"
-KEY_SHA256 = "image/key/sha256"
-ENCODED = "image/encoded"
-FORMAT = "image/format"
-BBOX_XMIN = "image/object/bbox/xmin"
-BBOX_XMAX = "image/object/bbox/xmax"
-BBOX_YMIN = "image/object/bbox/ymin"
-BBOX_YMAX = "image/object/bbox/ymax"
-CLASS_TEXT = "image/object/class/text"
-CLASS_LABEL = "image/object/class/label"
-IS_CROWD = "image/object/is_crowd"
-AREA = "image/object/area"
 
 # The 80 category ids of COCO 2017 detection and their names.
 COCO_2017_CATEGORIES: tuple[tuple[int, str], ...] = (
@@ -113,6 +125,11 @@ class CocoLabelMap:
         """The 80 categories of COCO 2017 in id order."""
         return cls(tuple(i for i, _ in COCO_2017_CATEGORIES))
 
+    @classmethod
+    def from_categories(cls, categories: Sequence[Mapping[str, Any]]) -> CocoLabelMap:
+        """The categories of an annotation file (`[{"id": ..., ...}]`) in id order."""
+        return cls(tuple(sorted(int(c["id"]) for c in categories)))
+
     @property
     def num_classes(self) -> int:
         return len(self.category_ids)
@@ -138,43 +155,48 @@ class CocoLabelMap:
         return np.asarray(self.category_ids, np.int64)[idx]
 
 
-def record_pattern(split: str) -> str:
-    """The file-name glob of a split's shards, e.g. `coco_val.record-*-of-*`."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
-    return f"{SPLITS[split]}-?????-of-?????"
+def record_prefix(split: str) -> str:
+    """The shard-name prefix of a split: `coco_<split>.record`."""
+    if not split or "/" in split or os.sep in split:
+        raise ValueError(f"split must be a plain name such as 'train' or 'val', got {split!r}")
+    return f"coco_{split}.record"
 
 
 def list_record_files(data_dir: str | os.PathLike, split: str) -> list[str]:
-    """Sorted shard paths of `split` in `data_dir`.
+    """Sorted shard paths of `split` (`coco_<split>.record-?????-of-?????`) in `data_dir`.
 
     Raises:
-        FileNotFoundError: if there are none (naming the directory and the pattern).
+        FileNotFoundError: no such folder or no such files (saying what was looked for and
+            how to build them).
     """
-    pattern = os.path.join(os.fspath(data_dir), record_pattern(split))
-    files = sorted(glob.glob(pattern))
-    if not files:
-        raise FileNotFoundError(
-            f"no COCO {split} TFRecords matching {pattern!r}; build them with `cvbench build-coco`"
-        )
-    return files
+    try:
+        return list_split_files(data_dir, record_prefix(split))
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{e}; build COCO TFRecords with `cvbench build-coco`") from None
+
+
+def num_examples(data_dir: str | os.PathLike, split: str) -> int:
+    """The number of complete records of a split (reads only the record headers)."""
+    files = list_record_files(data_dir, split)
+    return sum(scan_files(files, skip_corrupt=True, counter=None))
 
 
 def feature_spec() -> dict[str, Any]:
     """The parsing spec of the features the readers use (object lists variable-length)."""
     return {
-        ENCODED: tf.io.FixedLenFeature([], tf.string),
-        HEIGHT: tf.io.FixedLenFeature([], tf.int64),
-        WIDTH: tf.io.FixedLenFeature([], tf.int64),
-        SOURCE_ID: tf.io.FixedLenFeature([], tf.string),
-        BBOX_YMIN: tf.io.VarLenFeature(tf.float32),
-        BBOX_XMIN: tf.io.VarLenFeature(tf.float32),
-        BBOX_YMAX: tf.io.VarLenFeature(tf.float32),
-        BBOX_XMAX: tf.io.VarLenFeature(tf.float32),
-        CLASS_LABEL: tf.io.VarLenFeature(tf.int64),
-        CLASS_TEXT: tf.io.VarLenFeature(tf.string),
-        IS_CROWD: tf.io.VarLenFeature(tf.int64),
-        AREA: tf.io.VarLenFeature(tf.float32),
+        fmt.ENCODED: tf.io.FixedLenFeature([], tf.string),
+        fmt.HEIGHT: tf.io.FixedLenFeature([], tf.int64),
+        fmt.WIDTH: tf.io.FixedLenFeature([], tf.int64),
+        fmt.SOURCE_ID: tf.io.FixedLenFeature([], tf.string),
+        fmt.FILENAME: tf.io.FixedLenFeature([], tf.string, default_value=""),
+        fmt.BBOX_YMIN: tf.io.VarLenFeature(tf.float32),
+        fmt.BBOX_XMIN: tf.io.VarLenFeature(tf.float32),
+        fmt.BBOX_YMAX: tf.io.VarLenFeature(tf.float32),
+        fmt.BBOX_XMAX: tf.io.VarLenFeature(tf.float32),
+        fmt.CLASS_LABEL: tf.io.VarLenFeature(tf.int64),
+        fmt.CLASS_TEXT: tf.io.VarLenFeature(tf.string),
+        fmt.IS_CROWD: tf.io.VarLenFeature(tf.int64),
+        fmt.AREA: tf.io.VarLenFeature(tf.float32),
     }
 
 
@@ -191,28 +213,31 @@ def parse_example(
 
     Returns:
         A dict: `encoded` (string scalar, JPEG bytes), `image_id` (int64 scalar, from
-        `image/source_id`), `height`/`width` (int64 scalars, as recorded), `boxes` (float32
-        [N, 4], normalized `[ymin, xmin, ymax, xmax]`), `coco_ids` (int64 [N]), `is_crowd`
-        (bool [N]), `area` (float32 [N], pixels).
+        `image/source_id`), `height`/`width` (int64 scalars, as recorded), `filename`
+        (string), `boxes` (float32 [N, 4], normalized `[ymin, xmin, ymax, xmax]`), `coco_ids`
+        (int64 [N]), `is_crowd` (bool [N]), `area` (float32 [N], pixels).
     """
     f = tf.io.parse_single_example(serialized, feature_spec())
     dense = {k: tf.sparse.to_dense(v) for k, v in f.items() if isinstance(v, tf.SparseTensor)}
-    boxes = tf.stack([dense[BBOX_YMIN], dense[BBOX_XMIN], dense[BBOX_YMAX], dense[BBOX_XMAX]], 1)
+    boxes = tf.stack(
+        [dense[fmt.BBOX_YMIN], dense[fmt.BBOX_XMIN], dense[fmt.BBOX_YMAX], dense[fmt.BBOX_XMAX]], 1
+    )
     n = tf.shape(boxes)[0]
-    coco_ids = dense[CLASS_LABEL]
+    coco_ids = dense[fmt.CLASS_LABEL]
     if name_to_id is not None:
-        by_name = name_to_id.lookup(dense[CLASS_TEXT])
+        by_name = name_to_id.lookup(dense[fmt.CLASS_TEXT])
         coco_ids = tf.cond(tf.shape(coco_ids)[0] == n, lambda: coco_ids, lambda: by_name)
     return {
-        "encoded": f[ENCODED],
-        "image_id": tf.strings.to_number(f[SOURCE_ID], tf.int64),
-        "height": f[HEIGHT],
-        "width": f[WIDTH],
+        "encoded": f[fmt.ENCODED],
+        "image_id": tf.strings.to_number(f[fmt.SOURCE_ID], tf.int64),
+        "height": f[fmt.HEIGHT],
+        "width": f[fmt.WIDTH],
+        "filename": f[fmt.FILENAME],
         "boxes": tf.reshape(boxes, [-1, 4]),
         "coco_ids": _pad_like(coco_ids, n, -1),
         # Old records without is_crowd/area: treat every box as not crowd.
-        "is_crowd": _pad_like(dense[IS_CROWD], n, 0) > 0,
-        "area": _pad_like(dense[AREA], n, 0.0),
+        "is_crowd": _pad_like(dense[fmt.IS_CROWD], n, 0) > 0,
+        "area": _pad_like(dense[fmt.AREA], n, 0.0),
     }
 
 
@@ -236,6 +261,7 @@ def category_name_table() -> tf.lookup.StaticHashTable:
 def sample_crop_window(
     image_shape: tf.Tensor,
     boxes: tf.Tensor,
+    seed: tf.Tensor,
     *,
     aspect_ratio_range: tuple[float, float] = CROP_ASPECT_RATIO_RANGE,
     area_range: tuple[float, float] = CROP_AREA_RANGE,
@@ -245,6 +271,7 @@ def sample_crop_window(
     Args:
         image_shape: int32 [3], `(height, width, channels)`.
         boxes: float32 [N, 4], normalized `[ymin, xmin, ymax, xmax]` (N may be 0).
+        seed: int [2], the stateless random seed (same seed, same window).
         aspect_ratio_range: allowed crop width / height.
         area_range: allowed crop area as a fraction of the image area.
 
@@ -254,9 +281,10 @@ def sample_crop_window(
         normalized `[ymin, xmin, ymax, xmax]` box. When no window meets the constraints in 100
         attempts, the whole image.
     """
-    begin, size, _ = tf.image.sample_distorted_bounding_box(
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
         image_shape,
         bounding_boxes=tf.clip_by_value(tf.reshape(boxes, [1, -1, 4]), 0.0, 1.0),
+        seed=seed,
         min_object_covered=0.0,
         aspect_ratio_range=aspect_ratio_range,
         area_range=area_range,
@@ -297,11 +325,6 @@ def flip_boxes_left_right(boxes: tf.Tensor) -> tf.Tensor:
     return tf.stack([ymin, 1.0 - xmax, ymax, 1.0 - xmin], axis=1)
 
 
-def normalize_image(image: tf.Tensor) -> tf.Tensor:
-    """Subtracts the SSD320 channel means (RGB, 0-255 scale); float32 out."""
-    return tf.cast(image, tf.float32) - tf.constant(MEAN_RGB, tf.float32)
-
-
 def pad_boxes(
     boxes: tf.Tensor, classes: tf.Tensor, max_boxes: int = MAX_BOXES
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -324,39 +347,57 @@ def pad_boxes(
     return boxes, classes, n
 
 
-def _preprocess_train(
-    example: Mapping[str, tf.Tensor], *, image_size: int, class_table: tf.Tensor, drop_crowd: bool
+def _resize(image: tf.Tensor, image_size: int, dtype: tf.DType, subtract_mean: bool) -> tf.Tensor:
+    image = tf.image.resize(image, [image_size, image_size], method="bilinear")
+    if subtract_mean:
+        image -= tf.constant(MEAN_RGB, tf.float32)
+    return tf.cast(image, dtype)
+
+
+def _train_transform(
+    example: Mapping[str, tf.Tensor],
+    *,
+    image_size: int,
+    class_table: tf.Tensor,
+    drop_crowd: bool,
+    dtype: tf.DType,
+    subtract_mean: bool,
 ) -> dict[str, tf.Tensor]:
-    """Crop (fused with the JPEG decode), flip, resize, normalize; boxes padded to 100."""
+    """Crop (fused with the JPEG decode), flip, resize; boxes mapped to classes, padded."""
     boxes, classes = example["boxes"], _to_indices(example["coco_ids"], class_table)
     keep = classes >= 0
     if drop_crowd:
         keep &= tf.logical_not(example["is_crowd"])
     boxes, classes = tf.boolean_mask(boxes, keep), tf.boolean_mask(classes, keep)
 
-    crop, window = sample_crop_window(tf.image.extract_jpeg_shape(example["encoded"]), boxes)
-    image = tf.image.decode_and_crop_jpeg(example["encoded"], crop, channels=3)
+    crop_seed, flip_seed = tf.unstack(tf.random.split(example["seed"], 2))
+    encoded = example["encoded"]
+    crop, window = sample_crop_window(tf.image.extract_jpeg_shape(encoded), boxes, crop_seed)
+    image = tf.image.decode_and_crop_jpeg(encoded, crop, channels=3)
     boxes, keep = crop_boxes(boxes, window)
     classes = tf.boolean_mask(classes, keep)
 
-    flip = tf.random.uniform([]) < 0.5
+    flip = tf.random.stateless_uniform([], flip_seed) < 0.5
     image = tf.cond(flip, lambda: tf.image.flip_left_right(image), lambda: image)
     boxes = tf.cond(flip, lambda: flip_boxes_left_right(boxes), lambda: boxes)
 
-    image = tf.image.resize(image, [image_size, image_size], method="bilinear")
     boxes, classes, num_boxes = pad_boxes(boxes, classes)
-    return {"image": normalize_image(image), "boxes": boxes, "classes": classes,
-            "num_boxes": num_boxes}  # fmt: skip
-
-
-def _preprocess_eval(example: Mapping[str, tf.Tensor], *, image_size: int) -> dict[str, tf.Tensor]:
-    image = tf.image.decode_jpeg(example["encoded"], channels=3)
-    size = tf.shape(image)[:2]
-    image = tf.image.resize(image, [image_size, image_size], method="bilinear")
     return {
-        "image": normalize_image(image),
+        "image": _resize(image, image_size, dtype, subtract_mean),
+        "boxes": boxes,
+        "classes": classes,
+        "num_boxes": num_boxes,
+    }
+
+
+def _eval_transform(
+    example: Mapping[str, tf.Tensor], *, image_size: int, dtype: tf.DType, subtract_mean: bool
+) -> dict[str, tf.Tensor]:
+    image = tf.image.decode_jpeg(example["encoded"], channels=3)
+    return {
+        "image": _resize(image, image_size, dtype, subtract_mean),
         "image_id": example["image_id"],
-        "image_size": tf.cast(size, tf.int32),
+        "image_size": tf.shape(image)[:2],
         "valid": tf.constant(True),
     }
 
@@ -368,16 +409,31 @@ def _to_indices(coco_ids: tf.Tensor, class_table: tf.Tensor) -> tf.Tensor:
     return tf.where(inside, tf.gather(class_table, tf.clip_by_value(coco_ids, 0, n - 1)), -1)
 
 
-def horovod_shard() -> tuple[int, int]:
-    """`(num_shards, index)` = (Horovod size, rank) when Horovod is initialised, else (1, 0)."""
-    try:
-        import horovod.tensorflow as hvd
-    except ImportError:
-        return 1, 0
-    try:
-        return (hvd.size(), hvd.rank()) if hvd.is_initialized() else (1, 0)
-    except ValueError:  # Horovod built without TensorFlow ops or not initialised
-        return 1, 0
+def _guarded(
+    ds: tf.data.Dataset,
+    fn: Callable[[dict], dict],
+    *,
+    skip_corrupt: bool,
+    counter: CorruptRecordCounter | None,
+    deterministic: bool,
+) -> tf.data.Dataset:
+    """`fn` over examples; an undecodable image raises (naming it) or is skipped and counted."""
+
+    def message(out: Any, ok: tf.Tensor, e: dict) -> tf.Tensor:
+        del out, ok
+        index = tf.strings.as_string(e["index"])
+        return tf.strings.join(
+            ["undecodable image ", e["filename"], " (record ", index, " of ", e["source"], ")"]
+        )
+
+    checked = apply_policy(
+        guarded_map(ds, fn, deterministic=deterministic),
+        lambda t: t[1],
+        lambda t: message(*t),
+        skip_corrupt=skip_corrupt,
+        counter=counter,
+    )
+    return checked.map(lambda out, ok, e: out)
 
 
 def coco_dataset(
@@ -389,115 +445,146 @@ def coco_dataset(
     training: bool,
     label_map: CocoLabelMap | None = None,
     target_encoder: Callable[[tf.Tensor, tf.Tensor], Any] | None = None,
+    num_shards: int | None = None,
+    shard_index: int | None = None,
+    dtype: Any = "float32",
+    seed: int | None = None,
     drop_crowd: bool = False,
+    subtract_mean: bool = False,
+    skip_corrupt: bool = False,
+    corrupt_counter: CorruptRecordCounter | None = None,
     shuffle_buffer: int = 2048,
     repeat: bool = True,
-    shard: tuple[int, int] | None = None,
-    num_parallel_calls: int = tf.data.AUTOTUNE,
+    cycle_length: int = 10,
 ) -> tf.data.Dataset:
-    """COCO TFRecords -> batches for SSD320 training or evaluation.
+    """A training or evaluation pipeline over COCO TFRecords (see the module docstring).
 
     Args:
-        data_dir: the folder holding `coco_{train,val}.record-?????-of-?????`.
-        split: "train" or "val" (which files are read; `training` picks the transform).
-        batch_size: images per batch (per Horovod rank).
-        image_size: the square model input side (320 for SSD320).
-        training: True for the augmented, shuffled, repeated training stream; False for the
-            deterministic evaluation stream (every record once, across ranks too).
-        label_map: COCO id <-> class index (default `CocoLabelMap.ssd320()`, 90 classes).
-        target_encoder: training only; called as `target_encoder(boxes, classes)` on each
-            example (boxes float32 [100, 4] normalized `[ymin, xmin, ymax, xmax]`, zero rows
-            as padding; classes int32 [100], -1 as padding), its result becomes the example's
-            targets: for SSD, `cvbench.detection.targets.TargetEncoder(anchors, num_classes)`.
-            None keeps the padded boxes.
-        drop_crowd: training only; drop `is_crowd` boxes (the reference trains on them).
-        shuffle_buffer: training shuffle buffer, in examples.
-        repeat: training only; repeat the data indefinitely.
-        shard: `(num_shards, index)`; default: Horovod `(size, rank)` when initialised, else
-            `(1, 0)`. Training deals out whole files when there are at least as many files as
-            shards (records otherwise); evaluation deals out records round-robin.
-        num_parallel_calls: parallelism of the decode map.
+        data_dir: the folder of `coco_<split>.record-NNNNN-of-NNNNN`.
+        split: "train", "val" or another split name the builder wrote.
+        batch_size: images per batch (per process).
+        image_size: the square model input side S (320 for SSD320).
+        training: the training recipe (crop, flip, shuffle, repeat, drop remainder) or the
+            evaluation one (resize only; every record once; padding marked).
+        label_map: COCO id <-> class index; default `CocoLabelMap.ssd320()` (90 classes).
+        target_encoder: training only: `target_encoder(boxes, classes)` per example (boxes
+            float32 [100, 4] with zero padding rows, classes int32 [100] with -1 padding), e.g.
+            `cvbench.detection.targets.TargetEncoder(multiscale_anchors(S), num_classes)`.
+            None: the padded boxes are the targets.
+        num_shards: processes splitting the data; default Horovod's size (1 without it).
+        shard_index: this process's index; default Horovod's rank (0 without it).
+        dtype: image dtype ("float32", "bfloat16", ...).
+        seed: makes training file order, shuffling and augmentation deterministic (per rank).
+        drop_crowd: training only: leave out `is_crowd` boxes (the reference keeps them).
+        subtract_mean: subtract the SSD320 channel means here (the ssd320 model does it).
+        skip_corrupt: skip and count corrupt records and undecodable images instead of
+            raising an error naming the file.
+        corrupt_counter: counts what `skip_corrupt` skipped.
+        shuffle_buffer: training shuffle buffer, in records.
+        repeat: training only: repeat forever.
+        cycle_length: files read in parallel.
 
     Returns:
-        Training: `(images, targets)`; images float32 [B, S, S, 3] (mean-subtracted RGB),
-        targets the encoder's output batched (SSD: `boxes` float32 [B, N, 5], `classes`
-        float32 [B, N, num_classes + 1] for N anchors), or without encoder a dict `boxes` float32
-        [B, 100, 4], `classes` int32 [B, 100] (-1 padding), `num_boxes` int32 [B]. Batches are
-        full (remainder dropped, the stream repeats).
-
-        Evaluation: `(images, meta)`; meta a dict `image_id` int64 [B], `image_size` int32
-        [B, 2] (original height, width), `valid` bool [B]. The last batch is filled with
-        padding (`valid` False, `image_id` -1, zero image); a rank with R records yields
-        ceil(R / B) batches.
+        A `tf.data.Dataset` of the element structure in the module docstring.
 
     Raises:
-        ValueError: on a bad split, batch size, image size or shard.
-        FileNotFoundError: if `data_dir` holds no records of `split`.
+        ValueError: bad arguments; a truncated file when `skip_corrupt` is False.
+        FileNotFoundError: no folder or no records of `split`.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    tf_dtype = check_args(batch_size, image_size, dtype)
     if image_size < 32:
         raise ValueError(f"image_size must be >= 32, got {image_size}")
-    num_shards, index = shard if shard is not None else horovod_shard()
-    if not 0 <= index < num_shards:
-        raise ValueError(f"shard index must be in [0, {num_shards}), got {shard}")
+    if shuffle_buffer < 1:
+        raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
+    num_shards, shard_index = resolve_shards(num_shards, shard_index)
     files = list_record_files(data_dir, split)
-    label_map = label_map or CocoLabelMap.ssd320()
+    counter = corrupt_counter if skip_corrupt else None
     name_to_id = category_name_table()
 
-    def parse(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-        return parse_example(serialized, name_to_id)
+    def to_example(element: dict) -> dict:
+        ex = parse_example(element["record"], name_to_id)
+        return {**ex, "source": element["source"], "index": element["index"]}
 
     if not training:
-        ds = tf.data.TFRecordDataset(files).shard(num_shards, index)
-        ds = ds.map(parse, num_parallel_calls=num_parallel_calls, deterministic=True)
-        ds = ds.map(
-            lambda ex: _preprocess_eval(ex, image_size=image_size),
-            num_parallel_calls=num_parallel_calls,
+        counts = scan_files(files, skip_corrupt=skip_corrupt, counter=counter)
+        steps = eval_steps(-(-sum(counts) // num_shards), batch_size)  # the largest rank's
+        segments = rank_segments(files, counts, num_shards, shard_index)
+        records = read_records(segments, cycle_length=cycle_length, deterministic=True)
+        records = drop_lost_markers(records, skip_corrupt=skip_corrupt, counter=counter)
+        examples = records.map(to_example, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = _guarded(
+            examples,
+            lambda e: _eval_transform(
+                e, image_size=image_size, dtype=tf_dtype, subtract_mean=subtract_mean
+            ),
+            skip_corrupt=skip_corrupt,
+            counter=counter,
             deterministic=True,
         )
-        ds = ds.concatenate(_eval_padding(image_size, batch_size - 1))
-        ds = ds.batch(batch_size, drop_remainder=True)
+        pad = {
+            "image": tf.zeros([image_size, image_size, 3], tf_dtype),
+            "image_id": tf.constant(-1, tf.int64),
+            "image_size": tf.constant([0, 0], tf.int32),
+            "valid": tf.constant(False),
+        }
+        ds = ds.concatenate(tf.data.Dataset.from_tensors(pad).repeat())
+        ds = ds.take(steps * batch_size).batch(batch_size, drop_remainder=True)
         ds = ds.map(lambda b: (b.pop("image"), b))
-        return ds.prefetch(tf.data.AUTOTUNE)
+        ds = ds.apply(tf.data.experimental.assert_cardinality(steps))
+        return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(True))
 
-    class_table = tf.constant(label_map.index_table())
-    ds = tf.data.Dataset.from_tensor_slices(files)
-    if len(files) >= num_shards:
-        ds = ds.shard(num_shards, index).shuffle(len(files), reshuffle_each_iteration=True)
-        ds = ds.interleave(
-            tf.data.TFRecordDataset,
-            cycle_length=min(len(files), 16),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=False,
-        )
-    else:
-        ds = ds.flat_map(tf.data.TFRecordDataset).shard(num_shards, index)
-    ds = ds.shuffle(shuffle_buffer, reshuffle_each_iteration=True)
+    class_table = tf.constant((label_map or CocoLabelMap.ssd320()).index_table())
+    by_file = len(files) >= num_shards
+    mine = files[shard_index::num_shards] if by_file else files
+    counts = scan_files(mine, skip_corrupt=skip_corrupt, counter=counter)
+    if sum(counts) == 0:
+        raise ValueError(f"no records in the {split!r} files {mine[:3]}... of {data_dir}")
+    seed_r = rank_seed(seed, shard_index)
+    records = read_records(
+        [Segment(p, 0, n) for p, n in zip(mine, counts, strict=True)],
+        cycle_length=cycle_length,
+        shuffle_files=by_file,
+        seed=seed_r,
+        deterministic=seed is not None or not by_file,
+    )
+    records = drop_lost_markers(records, skip_corrupt=skip_corrupt, counter=counter)
+    if not by_file:  # fewer files than ranks: split the records instead
+        records = records.shard(num_shards, shard_index)
     if repeat:
-        ds = ds.repeat()
-
-    def preprocess(serialized: tf.Tensor) -> tuple[tf.Tensor, Any]:
-        ex = _preprocess_train(
-            parse(serialized), image_size=image_size, class_table=class_table,
+        records = records.repeat()
+    if shuffle_buffer > 1:
+        records = records.shuffle(shuffle_buffer, seed=seed_r, reshuffle_each_iteration=True)
+    seeds = tf.data.Dataset.random(seed=seed_r).batch(2)
+    examples = tf.data.Dataset.zip((records, seeds)).map(
+        lambda r, s: {**to_example(r), "seed": s}, num_parallel_calls=tf.data.AUTOTUNE
+    )
+    ds = _guarded(
+        examples,
+        lambda e: _train_transform(
+            e,
+            image_size=image_size,
+            class_table=class_table,
             drop_crowd=drop_crowd,
-        )  # fmt: skip
+            dtype=tf_dtype,
+            subtract_mean=subtract_mean,
+        ),  # fmt: skip
+        skip_corrupt=skip_corrupt,
+        counter=counter,
+        deterministic=seed is not None,
+    )
+
+    def split_targets(ex: dict) -> tuple[tf.Tensor, Any]:
         image = ex.pop("image")
         if target_encoder is None:
             return image, ex
         return image, target_encoder(ex["boxes"], ex["classes"])
 
-    ds = ds.map(preprocess, num_parallel_calls=num_parallel_calls, deterministic=False)
-    ds = ds.batch(batch_size, drop_remainder=True)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    ds = ds.map(split_targets, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    return ds.with_options(_options(seed is not None))
 
 
-def _eval_padding(image_size: int, count: int) -> tf.data.Dataset:
-    """`count` padding examples shaped like `_preprocess_eval`'s, marked `valid = False`."""
-    pad = {
-        "image": tf.zeros([image_size, image_size, 3], tf.float32),
-        "image_id": tf.constant(-1, tf.int64),
-        "image_size": tf.constant([0, 0], tf.int32),
-        "valid": tf.constant(False),
-    }
-    return tf.data.Dataset.from_tensors(pad).repeat(count)
+def _options(deterministic: bool) -> tf.data.Options:
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    return options

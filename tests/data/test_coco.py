@@ -10,7 +10,7 @@ import tensorflow as tf
 from PIL import Image
 
 from cvbench.data import coco
-from cvbench.data.build_coco import CocoImage, CocoObject, coco_example
+from cvbench.data.build_coco import CLASS_LABEL, CocoImage, CocoObject, coco_example
 
 # ---------------------------------------------------------------- tiny records written here
 
@@ -31,10 +31,12 @@ def _obj(cat: int, box, crowd: bool = False) -> CocoObject:
 def _write_records(path, images, *, drop_label: bool = False) -> None:
     with tf.io.TFRecordWriter(str(path)) as w:
         for image in images:
-            ex = coco_example(image, _jpeg(10 * (image.image_id % 20)))
+            record = coco_example(image, _jpeg(10 * (image.image_id % 20)))
             if drop_label:  # what NVIDIA's records look like: names only
-                del ex.features.feature[coco.CLASS_LABEL]
-            w.write(ex.SerializeToString())
+                ex = tf.train.Example.FromString(record)
+                del ex.features.feature[CLASS_LABEL]
+                record = ex.SerializeToString()
+            w.write(record)
 
 
 def _images(first_id: int, count: int) -> list[CocoImage]:
@@ -87,6 +89,8 @@ def test_label_maps():
     assert set(range(1, 91)) - set(c80.category_ids) == {12, 26, 29, 30, 45, 66, 68, 69, 71, 83}
     # id 13 (stop sign) is the 12th used id -> index 11.
     np.testing.assert_array_equal(c80.to_indices([13, 12]), [11, -1])
+    cats = [{"id": 7, "name": "b"}, {"id": 3, "name": "a"}]
+    assert coco.CocoLabelMap.from_categories(cats).category_ids == (3, 7)
     with pytest.raises(ValueError, match="unique positive"):
         coco.CocoLabelMap((1, 1))
     with pytest.raises(ValueError, match=r"\[0, 80\)"):
@@ -127,8 +131,8 @@ def test_flip_and_pad():
 def test_sample_crop_window_respects_ranges():
     shape = tf.constant([480, 640, 3])
     for boxes in (tf.zeros([0, 4]), tf.constant([[0.1, 0.1, 0.2, 0.2]])):
-        for _ in range(20):
-            crop, window = coco.sample_crop_window(shape, boxes)
+        for i in range(20):
+            crop, window = coco.sample_crop_window(shape, boxes, tf.constant([i, 7]))
             y, x, h, w = crop.numpy().tolist()
             assert min(x, y) >= 0 and y + h <= 480 and x + w <= 640
             # Area fraction in [0.75, 1]; aspect w/h in [0.75, 3]: the whole image (4:3)
@@ -138,6 +142,10 @@ def test_sample_crop_window_respects_ranges():
             np.testing.assert_allclose(
                 window.numpy(), [y / 480, x / 640, (y + h) / 480, (x + w) / 640], rtol=1e-6
             )
+    # Stateless: the same seed gives the same window.
+    a, _ = coco.sample_crop_window(shape, tf.zeros([0, 4]), tf.constant([3, 4]))
+    b, _ = coco.sample_crop_window(shape, tf.zeros([0, 4]), tf.constant([3, 4]))
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 # ---------------------------------------------------------------- streams
@@ -157,30 +165,14 @@ def test_train_stream_shapes_classes_and_boxes(train_dir):
     np.testing.assert_array_equal(targets["classes"].numpy()[:, :4], [[0, 79, 4, -1]] * 2)
     # Whole-image boxes stay whole-image boxes after any crop or flip.
     np.testing.assert_allclose(targets["boxes"].numpy()[:, :3], np.tile([0, 0, 1, 1], (2, 3, 1)))
-    # Image value 10 * id (grey) minus the channel means: a flat image stays flat.
+    # Image value 10 * id (grey, in [0, 255]): a flat image stays flat through crop and resize.
     img = images.numpy()[0]
-    assert np.ptp(img[..., 0]) < 4.0
+    assert np.ptp(img[..., 0]) < 4.0 and 5.0 < img.mean() < 45.0
     ds = coco.coco_dataset(
         train_dir, "train", batch_size=2, image_size=64, training=True, drop_crowd=True,
         label_map=coco.CocoLabelMap.coco80(), shuffle_buffer=4,
     )  # fmt: skip
     np.testing.assert_array_equal(next(iter(ds))[1]["num_boxes"].numpy(), [2, 2])
-
-
-def test_train_stream_calls_the_target_encoder(train_dir):
-    def encoder(boxes, classes):
-        n = tf.reduce_sum(tf.cast(classes >= 0, tf.int32))
-        return {"first_class": classes[0], "n": n, "area": boxes[0, 2] * boxes[0, 3]}
-
-    ds = coco.coco_dataset(
-        train_dir, "train", batch_size=3, image_size=64, training=True, target_encoder=encoder,
-        shuffle_buffer=4,
-    )  # fmt: skip
-    _, t = next(iter(ds))
-    # Default map (SSD320): COCO id 1 -> index 0; four boxes (id 12 is in the 90-class map).
-    np.testing.assert_array_equal(t["first_class"].numpy(), [0, 0, 0])
-    np.testing.assert_array_equal(t["n"].numpy(), [4, 4, 4])
-    np.testing.assert_allclose(t["area"].numpy(), [1.0, 1.0, 1.0])
 
 
 def test_train_stream_with_the_ssd_target_encoder(train_dir):
@@ -207,31 +199,45 @@ def test_train_stream_with_the_ssd_target_encoder(train_dir):
 
 
 def test_eval_covers_every_image_once_across_two_shards(val_dir):
+    assert coco.num_examples(val_dir, "val") == 9
     seen = []
     for rank in (0, 1):
         ds = coco.coco_dataset(
-            val_dir, "val", batch_size=4, image_size=64, training=False, shard=(2, rank)
-        )
+            val_dir, "val", batch_size=4, image_size=64, training=False, num_shards=2,
+            shard_index=rank,
+        )  # fmt: skip
         batches = list(ds)
-        # 9 records dealt round-robin: rank 0 gets 5 (2 batches), rank 1 gets 4 (1 batch).
-        assert len(batches) == (2 if rank == 0 else 1)
+        # 9 records in contiguous ranges: rank 0 reads 4 (ids 1-4), rank 1 reads 5 (ids 5-9).
+        # Both run ceil(ceil(9 / 2) / 4) = 2 steps; rank 0's second batch is all padding.
+        assert len(batches) == 2 == ds.cardinality().numpy()
+        assert batches[1][1]["valid"].numpy().sum() == (0 if rank == 0 else 1)
         for images, meta in batches:
             assert images.shape == (4, 64, 64, 3) and images.dtype == tf.float32
             assert meta["image_id"].dtype == tf.int64 and meta["image_size"].dtype == tf.int32
             valid = meta["valid"].numpy()
             assert (meta["image_id"].numpy()[~valid] == -1).all()
             seen += meta["image_id"].numpy()[valid].tolist()
-            np.testing.assert_array_equal(meta["image_size"].numpy()[valid], [[H, W]] * valid.sum())
+            sizes = meta["image_size"].numpy()
+            assert (sizes[valid] == [H, W]).all() and (sizes[~valid] == 0).all()
     assert sorted(seen) == list(range(1, 10))
 
 
-def test_eval_images_are_resized_and_mean_subtracted(val_dir):
+def test_eval_images_are_resized_and_optionally_mean_subtracted(val_dir):
     images, meta = next(iter(coco.coco_dataset(val_dir, "val", batch_size=2, training=False)))
     assert images.shape == (2, 320, 320, 3)
-    # Image 1 is grey 10: minus (123.68, 116.779, 103.939), up to JPEG error.
+    # Image 1 is grey 10 (the ssd320 model subtracts the means itself), up to JPEG error.
     assert meta["image_id"].numpy()[0] == 1
+    np.testing.assert_allclose(images.numpy()[0].mean(axis=(0, 1)), [10, 10, 10], atol=1.5)
+    ds = coco.coco_dataset(
+        val_dir, "val", batch_size=2, training=False, subtract_mean=True, dtype="bfloat16"
+    )
+    images, _ = next(iter(ds))
+    assert images.dtype == tf.bfloat16
+    # 10 - (123.68, 116.779, 103.939); bfloat16 keeps 8 bits: within 1 of it.
     np.testing.assert_allclose(
-        images.numpy()[0].mean(axis=(0, 1)), np.subtract(10, coco.MEAN_RGB), atol=1.5
+        tf.cast(images[0], tf.float32).numpy().mean(axis=(0, 1)),
+        np.subtract(10, coco.MEAN_RGB),
+        atol=2.0,
     )
 
 
@@ -242,7 +248,9 @@ def test_records_without_class_label_use_the_names(tmp_path):
         [CocoImage(1, "1.jpg", H, W, objs)],
         drop_label=True,
     )
-    ds = coco.coco_dataset(tmp_path, "train", batch_size=1, image_size=64, training=True)
+    ds = coco.coco_dataset(
+        tmp_path, "train", batch_size=1, image_size=64, training=True, shuffle_buffer=1
+    )
     _, t = next(iter(ds))
     assert t["classes"].numpy()[0, 0] == 2  # "car" -> COCO id 3 -> SSD320 index 2
 
@@ -250,9 +258,11 @@ def test_records_without_class_label_use_the_names(tmp_path):
 def test_bad_arguments(tmp_path, val_dir):
     with pytest.raises(FileNotFoundError, match="build-coco"):
         coco.coco_dataset(tmp_path, "val", batch_size=1, training=False)
-    with pytest.raises(ValueError, match="split"):
+    with pytest.raises(FileNotFoundError, match="coco_test.record"):
         coco.coco_dataset(val_dir, "test", batch_size=1, training=False)
+    with pytest.raises(ValueError, match="split"):
+        coco.coco_dataset(val_dir, "../val", batch_size=1, training=False)
     with pytest.raises(ValueError, match="batch_size"):
         coco.coco_dataset(val_dir, "val", batch_size=0, training=False)
-    with pytest.raises(ValueError, match="shard"):
-        coco.coco_dataset(val_dir, "val", batch_size=1, training=False, shard=(2, 2))
+    with pytest.raises(ValueError, match="shard_index"):
+        coco.coco_dataset(val_dir, "val", batch_size=1, training=False, num_shards=2, shard_index=2)
