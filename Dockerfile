@@ -42,14 +42,16 @@ ENV PATH=/opt/venv/bin:$PATH \
 RUN python -m pip install --upgrade "pip>=24" \
     && python -m pip install "tensorflow[and-cuda]==${TF_VERSION}"
 
-# Horovod, built once per image by the shared script. The CUDA driver stubs are on the linker
-# path only for this step (no GPU is visible during `docker build`).
+# Horovod, built once per image by the shared script, then checked to have NCCL. The CUDA
+# driver stubs are on the loader path only for this step: no GPU is visible during
+# `docker build`, and the script imports what it built.
 COPY scripts/build_horovod.sh /opt/cvbench/scripts/build_horovod.sh
 RUN ldconfig /usr/local/cuda/lib64/stubs \
     && HOROVOD_GPU_OPERATIONS=NCCL \
        HOROVOD_BUILD_CUDA_CC_LIST=${HOROVOD_CUDA_CC_LIST} \
        CVBENCH_CACHE=/tmp/cvbench-cache \
        /opt/cvbench/scripts/build_horovod.sh \
+    && python -c "import horovod.tensorflow as hvd; assert hvd.nccl_built(), 'built without NCCL'" \
     && rm -rf /tmp/cvbench-cache \
     && ldconfig
 
@@ -66,7 +68,7 @@ reqs = [Requirement(r) for r in md.requires('cvbench')]; \
 keep = [str(r) for r in reqs if r.name not in ('tensorflow', 'tensorflow-cpu') \
         and (r.marker is None or r.marker.evaluate({'extra': ''}))]; \
 subprocess.check_call([sys.executable, '-m', 'pip', 'install', *keep])" \
-    && python -c "import cvbench, horovod.tensorflow as hvd; assert hvd.nccl_built(), 'no NCCL'"
+    && python -c "import cvbench, cvbench.cli; cvbench.cli.build_parser()"
 
 WORKDIR /workspace
 CMD ["bash"]
