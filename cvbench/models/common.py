@@ -1,0 +1,122 @@
+"""Pieces every classification builder shares: argument checks, the input and the head.
+
+All builders are channels-last and take RGB images. The classifier (`predictions`) is a
+`Dense` layer with `dtype="float32"`, so under a `mixed_float16` / `mixed_bfloat16` policy
+the logits and the softmax are computed (and returned) in float32 while the backbone runs in
+the policy's compute dtype; variables are float32 under every policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import keras
+from keras import layers
+
+# Values of the `pooling` argument (used with include_top=False).
+POOLINGS = (None, "avg", "max")
+
+
+def check_input_shape(
+    input_shape: Sequence[int | None], *, min_size: int, model_name: str
+) -> tuple[int | None, int | None, int]:
+    """Validates a channels-last image shape and returns it as a tuple.
+
+    Args:
+        input_shape: `(height, width, channels)`; height and width may be `None` (any size).
+        min_size: the smallest height/width the network accepts.
+        model_name: used in error messages.
+
+    Returns:
+        `(height, width, 3)`.
+
+    Raises:
+        ValueError: if the shape is not 3 long, the channel count is not 3, or a known
+            spatial size is below `min_size`, naming the received value.
+    """
+    if keras.config.image_data_format() != "channels_last":
+        raise ValueError(
+            f"{model_name} is built channels-last; got "
+            f"keras.config.image_data_format()={keras.config.image_data_format()!r}"
+        )
+    shape = tuple(input_shape)
+    if len(shape) != 3:
+        raise ValueError(
+            f"{model_name}: input_shape must be (height, width, channels); got {input_shape!r}"
+        )
+    height, width, channels = shape
+    if channels != 3:
+        raise ValueError(
+            f"{model_name} takes RGB images with 3 channels; got input_shape={shape!r} "
+            f"({channels} channels)"
+        )
+    for size in (height, width):
+        if size is not None and (not isinstance(size, int) or size < min_size):
+            raise ValueError(
+                f"{model_name} needs images of at least {min_size}x{min_size}; got "
+                f"input_shape={shape!r}"
+            )
+    return height, width, channels
+
+
+def check_head_args(*, include_top: bool, num_classes: int, pooling: str | None) -> None:
+    """Validates `include_top`, `num_classes` and `pooling`.
+
+    Raises:
+        ValueError: naming the bad value.
+    """
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}; got {pooling!r}")
+    if include_top:
+        if pooling is not None:
+            raise ValueError(
+                f"pooling={pooling!r} applies only with include_top=False (the classifier "
+                "always average-pools)"
+            )
+        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 1:
+            raise ValueError(f"num_classes must be a positive int; got {num_classes!r}")
+
+
+def head(
+    x: keras.KerasTensor,
+    *,
+    include_top: bool,
+    num_classes: int,
+    pooling: str | None,
+    classifier_activation: str | None,
+) -> keras.KerasTensor:
+    """Adds the classifier or the optional pooling to backbone features.
+
+    Args:
+        x: backbone features, `(batch, h, w, c)`.
+        include_top: add global average pooling and the `predictions` Dense layer.
+        num_classes: width of `predictions`.
+        pooling: with `include_top=False`: `None` (return the 4-D map), `"avg"` or `"max"`.
+        classifier_activation: activation of `predictions`; `None` returns logits.
+
+    Returns:
+        `(batch, num_classes)` float32 with `include_top`; `(batch, c)` with pooling;
+        otherwise `x` unchanged.
+    """
+    if include_top:
+        x = layers.GlobalAveragePooling2D(name="avg_pool")(x)
+        # float32 whatever the global policy: logits and softmax in full precision.
+        return layers.Dense(
+            num_classes,
+            activation=classifier_activation,
+            kernel_initializer=keras.initializers.RandomNormal(stddev=0.01),
+            dtype="float32",
+            name="predictions",
+        )(x)
+    if pooling == "avg":
+        return layers.GlobalAveragePooling2D(name="avg_pool")(x)
+    if pooling == "max":
+        return layers.GlobalMaxPooling2D(name="max_pool")(x)
+    return x
+
+
+def conv_initializer() -> keras.initializers.Initializer:
+    """He-normal with fan-out, the torchvision / NVIDIA initialisation for ReLU convs."""
+    return keras.initializers.VarianceScaling(
+        scale=2.0, mode="fan_out", distribution="untruncated_normal"
+    )

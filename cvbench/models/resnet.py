@@ -1,0 +1,363 @@
+"""ResNet-18/34/50/101/152, v1 and v1.5, with keras.applications layer names.
+
+Layout (channels-last, RGB):
+
+- Stem: `conv1_pad` (3 px zeros), `conv1_conv` 7x7/2 with 64 filters, `conv1_bn`,
+  `conv1_relu`, `pool1_pad` (1 px), `pool1_pool` 3x3/2 max pool: stride 4 in all.
+- Stages `conv2`..`conv5` with 64, 128, 256, 512 bottleneck filters (4x that many output
+  channels for bottleneck blocks); the first block of stages 3-5 halves the resolution.
+  Stage outputs C2..C5 have strides 4, 8, 16, 32 (see `feature_layer_names`).
+- Bottleneck block `conv{stage}_block{i}`: `_1_conv` 1x1, `_2_conv` 3x3, `_3_conv` 1x1, each
+  followed by `_bn` (and `_relu` for the first two), an optional projection shortcut
+  `_0_conv` + `_0_bn` (first block of a stage), `_add` and `_out` (ReLU).
+  `variant="v1.5"` (NVIDIA / torchvision) puts the stride 2 in `_2_conv` (padded explicitly
+  by `_2_pad`, one pixel each side); `variant="v1"` (the original paper and
+  keras.applications) puts it in `_1_conv`. The shortcut `_0_conv` is 1x1/2 in both.
+- Basic block (ResNet-18/34): `_1_conv` 3x3 (carries the stride), `_2_conv` 3x3, projection
+  shortcut only where the stride or the width changes. v1 and v1.5 coincide here.
+
+Every convolution is followed by batch norm (epsilon 1.001e-5, as keras.applications), so a
+convolution bias is redundant; `conv_bias=False` (the default) drops it. `conv_bias=True`
+reproduces the keras.applications layout exactly. keras.applications ResNet weight files load
+into both: into a model without conv biases each bias is folded into the next batch norm's
+moving mean, which gives the same function (`weights.load_weights`).
+
+Sizes that are not multiples of 32 work: every stride-2 layer maps a size `n` to `ceil(n/2)`
+on both the main path and the shortcut.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+
+import keras
+from keras import layers
+
+from cvbench.models import common
+from cvbench.models import weights as weights_lib
+
+# Blocks per stage (conv2..conv5) for each depth (He et al. 2016, table 1).
+STAGE_BLOCKS: dict[int, tuple[int, int, int, int]] = {
+    18: (2, 2, 2, 2),
+    34: (3, 4, 6, 3),
+    50: (3, 4, 6, 3),
+    101: (3, 4, 23, 3),
+    152: (3, 8, 36, 3),
+}
+STAGE_FILTERS = (64, 128, 256, 512)
+VARIANTS = ("v1", "v1.5")
+BN_EPSILON = 1.001e-5
+# Smallest input: the total stride, so that C5 is at least 1x1 from real pixels.
+MIN_SIZE = 32
+
+
+def feature_layer_names(model_or_depth: keras.Model | int) -> dict[str, str]:
+    """Names of the stage-output layers C2..C5 (strides 4, 8, 16, 32).
+
+    Use `model.get_layer(name).output` to build a feature pyramid backbone:
+
+        >>> feature_layer_names(50)["C3"]
+        'conv3_block4_out'
+
+    Args:
+        model_or_depth: a model built by this module (any input size, with or without the
+            top), or a depth in `STAGE_BLOCKS`.
+
+    Returns:
+        `{"C2": ..., "C3": ..., "C4": ..., "C5": ...}`, in that order.
+
+    Raises:
+        ValueError: for an unknown depth, or a model without these layers.
+    """
+    if isinstance(model_or_depth, int) and not isinstance(model_or_depth, bool):
+        if model_or_depth not in STAGE_BLOCKS:
+            raise ValueError(
+                f"unknown ResNet depth {model_or_depth!r}; known: {sorted(STAGE_BLOCKS)}"
+            )
+        blocks = STAGE_BLOCKS[model_or_depth]
+    else:
+        names = {layer.name for layer in model_or_depth.layers}
+        blocks = []
+        for stage in range(2, 6):
+            count = 0
+            while f"conv{stage}_block{count + 1}_out" in names:
+                count += 1
+            if count == 0:
+                raise ValueError(
+                    f"model {model_or_depth.name!r} has no layer 'conv{stage}_block1_out'; "
+                    "it was not built by cvbench.models.resnet"
+                )
+            blocks.append(count)
+    return {
+        f"C{stage}": f"conv{stage}_block{count}_out"
+        for stage, count in zip(range(2, 6), blocks, strict=True)
+    }
+
+
+def _conv(
+    x: keras.KerasTensor, filters: int, size: int, stride: int, use_bias: bool, name: str
+) -> keras.KerasTensor:
+    """Conv with symmetric padding: `same` at stride 1, explicit 1-pixel pad at stride 2.
+
+    TF's `same` at stride 2 pads only bottom/right on even sizes; the explicit pad keeps the
+    torchvision / NVIDIA alignment. Both give `ceil(n / stride)` outputs.
+    """
+    padding = "same"
+    if stride > 1 and size > 1:
+        x = layers.ZeroPadding2D(padding=size // 2, name=f"{name}_pad")(x)
+        padding = "valid"
+    return layers.Conv2D(
+        filters,
+        size,
+        strides=stride,
+        padding=padding,
+        use_bias=use_bias,
+        kernel_initializer=common.conv_initializer(),
+        name=f"{name}_conv",
+    )(x)
+
+
+def _bn(x: keras.KerasTensor, momentum: float, name: str) -> keras.KerasTensor:
+    return layers.BatchNormalization(momentum=momentum, epsilon=BN_EPSILON, name=f"{name}_bn")(x)
+
+
+def _conv_bn(
+    x: keras.KerasTensor,
+    filters: int,
+    size: int,
+    stride: int,
+    *,
+    name: str,
+    use_bias: bool,
+    momentum: float,
+    relu: bool,
+) -> keras.KerasTensor:
+    x = _bn(_conv(x, filters, size, stride, use_bias, name), momentum, name)
+    if relu:
+        x = layers.Activation("relu", name=f"{name}_relu")(x)
+    return x
+
+
+def _bottleneck_block(
+    x: keras.KerasTensor,
+    filters: int,
+    stride: int,
+    *,
+    project: bool,
+    variant: str,
+    name: str,
+    use_bias: bool,
+    momentum: float,
+) -> keras.KerasTensor:
+    """Bottleneck block: (batch, h, w, c) -> (batch, ceil(h/stride), ceil(w/stride), 4*filters)."""
+    kw = {"use_bias": use_bias, "momentum": momentum}
+    shortcut = x
+    if project:
+        shortcut = _conv_bn(x, 4 * filters, 1, stride, name=f"{name}_0", relu=False, **kw)
+    stride_1x1, stride_3x3 = (stride, 1) if variant == "v1" else (1, stride)
+    y = _conv_bn(x, filters, 1, stride_1x1, name=f"{name}_1", relu=True, **kw)
+    y = _conv_bn(y, filters, 3, stride_3x3, name=f"{name}_2", relu=True, **kw)
+    y = _conv_bn(y, 4 * filters, 1, 1, name=f"{name}_3", relu=False, **kw)
+    y = layers.Add(name=f"{name}_add")([shortcut, y])
+    return layers.Activation("relu", name=f"{name}_out")(y)
+
+
+def _basic_block(
+    x: keras.KerasTensor,
+    filters: int,
+    stride: int,
+    *,
+    project: bool,
+    variant: str,
+    name: str,
+    use_bias: bool,
+    momentum: float,
+) -> keras.KerasTensor:
+    """Basic block: (batch, h, w, c) -> (batch, ceil(h/stride), ceil(w/stride), filters)."""
+    del variant  # one 3x3 carries the stride: v1 and v1.5 coincide
+    kw = {"use_bias": use_bias, "momentum": momentum}
+    shortcut = x
+    if project:
+        shortcut = _conv_bn(x, filters, 1, stride, name=f"{name}_0", relu=False, **kw)
+    y = _conv_bn(x, filters, 3, stride, name=f"{name}_1", relu=True, **kw)
+    y = _conv_bn(y, filters, 3, 1, name=f"{name}_2", relu=False, **kw)
+    y = layers.Add(name=f"{name}_add")([shortcut, y])
+    return layers.Activation("relu", name=f"{name}_out")(y)
+
+
+def build_resnet(
+    *,
+    depth: int,
+    variant: str = "v1.5",
+    conv_bias: bool = False,
+    num_classes: int = 1000,
+    input_shape: Sequence[int | None] = (224, 224, 3),
+    include_top: bool = True,
+    pooling: str | None = None,
+    weights: str | os.PathLike | None = None,
+    classifier_activation: str | None = "softmax",
+    bn_momentum: float = 0.9,
+) -> keras.Model:
+    """Builds a ResNet of any depth in `STAGE_BLOCKS` (see the module docstring).
+
+    Args:
+        depth: 18, 34, 50, 101 or 152.
+        variant: `"v1.5"` (stride in the 3x3 conv) or `"v1"` (stride in the first 1x1).
+        conv_bias: give convolutions a bias (keras.applications layout).
+        num_classes: classifier width (with `include_top`).
+        input_shape: `(height, width, 3)`; height/width may be `None`; at least 32.
+        include_top: add global average pooling and the float32 `predictions` layer.
+        pooling: without the top: `None` (4-D C5 map), `"avg"` or `"max"`.
+        weights: `None` (random init) or a path: a keras.applications legacy `.h5` file
+            (ResNet-50/101/152, with or without top) or a cvbench `.weights.h5` file.
+        classifier_activation: `"softmax"`, another Keras activation, or `None` for logits.
+        bn_momentum: batch-norm moving-average momentum (0.9: NVIDIA's decay).
+
+    Returns:
+        A functional `keras.Model` named `resnet{depth}`: `(batch, h, w, 3)` float32 images
+        -> `(batch, num_classes)` float32, or the `(batch, ceil(h/32), ceil(w/32), C)` map
+        (C = 2048 for bottleneck nets, 512 for ResNet-18/34), or `(batch, C)` with pooling.
+
+    Raises:
+        ValueError: for an unknown depth/variant, a bad shape or head argument, or a weight
+            file that does not fit (naming the layer and shapes).
+    """
+    if depth not in STAGE_BLOCKS:
+        raise ValueError(f"unknown ResNet depth {depth!r}; known: {sorted(STAGE_BLOCKS)}")
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}; got {variant!r}")
+    name = f"resnet{depth}"
+    shape = common.check_input_shape(input_shape, min_size=MIN_SIZE, model_name=name)
+    common.check_head_args(include_top=include_top, num_classes=num_classes, pooling=pooling)
+    bottleneck = depth >= 50
+    block_fn = _bottleneck_block if bottleneck else _basic_block
+    kw = {"variant": variant, "use_bias": conv_bias, "momentum": bn_momentum}
+
+    inputs = keras.Input(shape=shape, name="input_layer")
+    x = layers.ZeroPadding2D(padding=3, name="conv1_pad")(inputs)
+    x = layers.Conv2D(
+        64,
+        7,
+        strides=2,
+        use_bias=conv_bias,
+        kernel_initializer=common.conv_initializer(),
+        name="conv1_conv",
+    )(x)
+    x = _bn(x, bn_momentum, "conv1")
+    x = layers.Activation("relu", name="conv1_relu")(x)
+    x = layers.ZeroPadding2D(padding=1, name="pool1_pad")(x)
+    x = layers.MaxPooling2D(3, strides=2, name="pool1_pool")(x)
+
+    channels = 64
+    for stage, (filters, blocks) in enumerate(
+        zip(STAGE_FILTERS, STAGE_BLOCKS[depth], strict=True), start=2
+    ):
+        out_channels = 4 * filters if bottleneck else filters
+        for i in range(1, blocks + 1):
+            stride = 2 if (i == 1 and stage > 2) else 1
+            project = stride != 1 or channels != out_channels
+            x = block_fn(x, filters, stride, project=project, name=f"conv{stage}_block{i}", **kw)
+            channels = out_channels
+
+    outputs = common.head(
+        x,
+        include_top=include_top,
+        num_classes=num_classes,
+        pooling=pooling,
+        classifier_activation=classifier_activation,
+    )
+    model = keras.Model(inputs, outputs, name=name)
+    if weights is not None:
+        if variant == "v1.5" and bottleneck and weights_lib.is_legacy_h5(weights):
+            warnings.warn(
+                f"loading {os.fspath(weights)!r} (a keras.applications-format file, i.e. "
+                "ResNet v1 weights) into variant='v1.5'; use variant='v1' for the same function",
+                stacklevel=3,
+            )
+        weights_lib.load_weights(model, weights, match="name")
+    return model
+
+
+def resnet18(
+    *,
+    variant: str = "v1.5",
+    conv_bias: bool = False,
+    num_classes: int = 1000,
+    input_shape: Sequence[int | None] = (224, 224, 3),
+    include_top: bool = True,
+    pooling: str | None = None,
+    weights: str | os.PathLike | None = None,
+    classifier_activation: str | None = "softmax",
+    bn_momentum: float = 0.9,
+) -> keras.Model:
+    """ResNet-18 (basic blocks, 2-2-2-2). Arguments and returns as `build_resnet`."""
+    return build_resnet(depth=18, **locals())
+
+
+def resnet34(
+    *,
+    variant: str = "v1.5",
+    conv_bias: bool = False,
+    num_classes: int = 1000,
+    input_shape: Sequence[int | None] = (224, 224, 3),
+    include_top: bool = True,
+    pooling: str | None = None,
+    weights: str | os.PathLike | None = None,
+    classifier_activation: str | None = "softmax",
+    bn_momentum: float = 0.9,
+) -> keras.Model:
+    """ResNet-34 (basic blocks, 3-4-6-3). Arguments and returns as `build_resnet`."""
+    return build_resnet(depth=34, **locals())
+
+
+def resnet50(
+    *,
+    variant: str = "v1.5",
+    conv_bias: bool = False,
+    num_classes: int = 1000,
+    input_shape: Sequence[int | None] = (224, 224, 3),
+    include_top: bool = True,
+    pooling: str | None = None,
+    weights: str | os.PathLike | None = None,
+    classifier_activation: str | None = "softmax",
+    bn_momentum: float = 0.9,
+) -> keras.Model:
+    """ResNet-50 (bottleneck blocks, 3-4-6-3). Arguments and returns as `build_resnet`.
+
+    25,557,032 trainable parameters at 1000 classes without conv bias (v1 and v1.5).
+    """
+    return build_resnet(depth=50, **locals())
+
+
+def resnet101(
+    *,
+    variant: str = "v1.5",
+    conv_bias: bool = False,
+    num_classes: int = 1000,
+    input_shape: Sequence[int | None] = (224, 224, 3),
+    include_top: bool = True,
+    pooling: str | None = None,
+    weights: str | os.PathLike | None = None,
+    classifier_activation: str | None = "softmax",
+    bn_momentum: float = 0.9,
+) -> keras.Model:
+    """ResNet-101 (bottleneck blocks, 3-4-23-3). Arguments and returns as `build_resnet`."""
+    return build_resnet(depth=101, **locals())
+
+
+def resnet152(
+    *,
+    variant: str = "v1.5",
+    conv_bias: bool = False,
+    num_classes: int = 1000,
+    input_shape: Sequence[int | None] = (224, 224, 3),
+    include_top: bool = True,
+    pooling: str | None = None,
+    weights: str | os.PathLike | None = None,
+    classifier_activation: str | None = "softmax",
+    bn_momentum: float = 0.9,
+) -> keras.Model:
+    """ResNet-152 (bottleneck blocks, 3-8-36-3). Arguments and returns as `build_resnet`."""
+    return build_resnet(depth=152, **locals())

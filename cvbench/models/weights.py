@@ -1,0 +1,238 @@
+"""Loading weight files into cvbench models: keras.applications legacy HDF5 and Keras 3.
+
+Two formats are accepted:
+
+- The legacy Keras HDF5 weights format that keras.applications downloads
+  (`resnet50_weights_tf_dim_ordering_tf_kernels.h5`, `..._notop.h5`,
+  `inception_v3_weights_tf_dim_ordering_tf_kernels[_notop].h5`): the root group (or its
+  `model_weights` group) has a `layer_names` attribute listing the layers in model order; each
+  layer group has a `weight_names` attribute (e.g. `conv1_conv/kernel:0`) naming datasets under
+  it, in legacy order (trainable then non-trainable weights).
+- Keras 3 `.weights.h5` files written by `model.save_weights`, loaded with
+  `model.load_weights` (the architecture must match exactly).
+
+Legacy files are paired with the model's layers either by layer name (ResNet: the names are
+keras.applications' own) or by position among layers with weights (Inception V3:
+keras.applications names its layers automatically, `conv2d_17`, so only the order is stable;
+this is how Keras itself loads these files). The classifier `predictions` may be present in only
+one side: a "notop" file into a model with a top leaves the classifier as initialised, a top
+file into a model without one skips it.
+
+A convolution bias in the file but not in the model (keras.applications ResNets use conv bias,
+cvbench defaults to none) is folded into the following batch norm `X_bn` of conv `X_conv`:
+`BN(conv(x) + b)` with moving mean `m` equals `BN(conv(x))` with moving mean `m - b` in
+inference, and in training the batch mean absorbs `b` in both. A bias in the model but not in
+the file is set to zero.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+import keras
+import numpy as np
+
+HEAD = "predictions"
+_SUFFIX_CONV, _SUFFIX_BN = "_conv", "_bn"
+
+
+@dataclass(frozen=True)
+class FileLayer:
+    """One layer's weights read from a legacy file: short names ('kernel') and arrays."""
+
+    name: str
+    weight_names: tuple[str, ...]
+    values: tuple[np.ndarray, ...]
+
+
+def is_legacy_h5(path: str | os.PathLike) -> bool:
+    """Whether `path` is an HDF5 file in the legacy Keras weights layout (see module doc)."""
+    import h5py
+
+    path = os.fspath(path)
+    if not os.path.isfile(path) or not h5py.is_hdf5(path):
+        return False
+    with h5py.File(path, "r") as f:
+        group = f.get("model_weights", f)
+        return "layer_names" in group.attrs or "layer_names0" in group.attrs
+
+
+def _attr_strings(group, name: str) -> list[str]:
+    """Reads a (possibly chunked: name0, name1, ...) string-list attribute."""
+    if name in group.attrs:
+        raw = list(group.attrs[name])
+    else:
+        raw, chunk = [], 0
+        while f"{name}{chunk}" in group.attrs:
+            raw.extend(group.attrs[f"{name}{chunk}"])
+            chunk += 1
+    return [r.decode("utf8") if isinstance(r, bytes) else str(r) for r in raw]
+
+
+def _short_name(weight_name: str) -> str:
+    """'conv1_conv/kernel:0' (Keras 2) or 'conv1_conv/kernel' (Keras 3) -> 'kernel'."""
+    return weight_name.split("/")[-1].split(":")[0]
+
+
+def read_legacy_h5(path: str | os.PathLike) -> list[FileLayer]:
+    """Reads the layers that have weights from a legacy Keras HDF5 weights file, in order.
+
+    Args:
+        path: the `.h5` file.
+
+    Returns:
+        One `FileLayer` per layer with weights, in the file's `layer_names` order; arrays
+        keep the file's dtype and shapes (e.g. a conv kernel is `(kh, kw, c_in, c_out)`).
+    """
+    import h5py
+
+    layers_out = []
+    with h5py.File(os.fspath(path), "r") as f:
+        group = f.get("model_weights", f)
+        for layer_name in _attr_strings(group, "layer_names"):
+            layer_group = group[layer_name]
+            weight_names = _attr_strings(layer_group, "weight_names")
+            if not weight_names:
+                continue
+            values = tuple(np.asarray(layer_group[w]) for w in weight_names)
+            shorts = tuple(_short_name(w) for w in weight_names)
+            layers_out.append(FileLayer(layer_name, shorts, values))
+    return layers_out
+
+
+def load_weights(
+    model: keras.Model, path: str | os.PathLike, *, match: Literal["name", "order"]
+) -> None:
+    """Loads a legacy keras.applications `.h5` or a Keras 3 `.weights.h5` file into `model`.
+
+    Args:
+        model: a functional model built by `cvbench.models`.
+        path: the weight file.
+        match: how legacy-file layers pair with model layers: `"name"` or `"order"`
+            (position among layers with weights; see the module docstring).
+
+    Raises:
+        ValueError: the file is missing or in an unknown format, or a layer or shape does not
+            match (the message names the layer, the weight and both shapes).
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"weights file not found: {path!r}")
+    if is_legacy_h5(path):
+        _load_legacy(model, path, read_legacy_h5(path), match)
+    elif path.endswith(".weights.h5"):
+        try:
+            model.load_weights(path)
+        except (ValueError, KeyError) as e:
+            raise ValueError(f"{path!r} does not fit model {model.name!r}: {e}") from e
+    else:
+        raise ValueError(
+            f"weights={path!r} is neither a keras.applications-style legacy .h5 file (with a "
+            "'layer_names' attribute) nor a Keras 3 '.weights.h5' file"
+        )
+
+
+def _pair_layers(
+    model: keras.Model, file_layers: list[FileLayer], match: str, path: str
+) -> list[tuple[keras.layers.Layer, FileLayer]]:
+    model_layers = [layer for layer in model.layers if layer.weights]
+    model_names = {layer.name for layer in model_layers}
+    file_names = [fl.name for fl in file_layers]
+    # The classifier may be on one side only ("notop" file, or a model without top).
+    if HEAD in file_names and HEAD not in model_names and file_names[-1] == HEAD:
+        file_layers = file_layers[:-1]
+    if HEAD in model_names and HEAD not in file_names:
+        model_layers = [layer for layer in model_layers if layer.name != HEAD]
+
+    if match == "name":
+        by_name = {fl.name: fl for fl in file_layers}
+        missing = [layer.name for layer in model_layers if layer.name not in by_name]
+        extra = sorted(set(by_name) - {layer.name for layer in model_layers})
+        if missing or extra:
+            raise ValueError(
+                f"{path!r} does not fit model {model.name!r}: layers missing from the file: "
+                f"{missing[:5]}{' ...' if len(missing) > 5 else ''}; layers in the file but not "
+                f"in the model: {extra[:5]}{' ...' if len(extra) > 5 else ''}"
+            )
+        return [(layer, by_name[layer.name]) for layer in model_layers]
+    if match == "order":
+        if len(model_layers) != len(file_layers):
+            raise ValueError(
+                f"{path!r} does not fit model {model.name!r}: the file has "
+                f"{len(file_layers)} layers with weights, the model {len(model_layers)}"
+            )
+        return list(zip(model_layers, file_layers, strict=True))
+    raise ValueError(f"match must be 'name' or 'order'; got {match!r}")
+
+
+def _load_legacy(model: keras.Model, path: str, file_layers: list[FileLayer], match: str) -> None:
+    pairs = _pair_layers(model, file_layers, match, path)
+    # Check every layer before assigning anything, so a bad file leaves the model untouched.
+    plan: list[tuple[keras.Variable, np.ndarray]] = []
+    folds: list[tuple[str, np.ndarray]] = []
+    for layer, fl in pairs:
+        plan_layer, fold = _plan_layer(layer, fl, path)
+        plan.extend(plan_layer)
+        if fold is not None:
+            folds.append((layer.name, fold))
+    bn_by_conv = {}
+    for conv_name, _ in folds:
+        bn_name = conv_name.removesuffix(_SUFFIX_CONV) + _SUFFIX_BN
+        if not conv_name.endswith(_SUFFIX_CONV) or bn_name not in _layer_names(model):
+            raise ValueError(
+                f"{path!r}: layer {conv_name!r} has a bias in the file but not in the model, "
+                f"and no batch norm {bn_name!r} follows it to fold the bias into; build the "
+                "model with conv_bias=True"
+            )
+        bn_by_conv[conv_name] = model.get_layer(bn_name)
+    for variable, value in plan:
+        variable.assign(value)
+    for conv_name, bias in folds:
+        moving_mean = bn_by_conv[conv_name].moving_mean
+        mean = keras.ops.convert_to_numpy(moving_mean).astype(np.float64)
+        moving_mean.assign((mean - bias.astype(np.float64)).astype(moving_mean.dtype))
+
+
+def _layer_names(model: keras.Model) -> set[str]:
+    return {layer.name for layer in model.layers}
+
+
+def _plan_layer(
+    layer: keras.layers.Layer, fl: FileLayer, path: str
+) -> tuple[list[tuple[keras.Variable, np.ndarray]], np.ndarray | None]:
+    """Pairs one layer's variables with file arrays; returns (assignments, bias to fold)."""
+    variables = layer.trainable_weights + layer.non_trainable_weights  # legacy order
+    ours = {v.name: v for v in variables}
+    theirs = dict(zip(fl.weight_names, fl.values, strict=True))
+    where = f"{path!r}: layer {layer.name!r} (file layer {fl.name!r})"
+    if len(theirs) != len(fl.values) or not set(theirs) <= set(ours) | {"bias"}:
+        # Unrecognised weight names: fall back to the legacy positional order.
+        if len(variables) != len(fl.values):
+            raise ValueError(
+                f"{where}: the file has {len(fl.values)} weights {list(fl.weight_names)}, the "
+                f"model {len(variables)} {[v.name for v in variables]}"
+            )
+        theirs = {v.name: value for v, value in zip(variables, fl.values, strict=True)}
+    is_conv = isinstance(layer, keras.layers.Conv2D)
+    plan = []
+    for name, variable in ours.items():
+        if name in theirs:
+            value = theirs[name]
+        elif name == "bias" and is_conv:
+            value = np.zeros(variable.shape, dtype="float32")
+        else:
+            raise ValueError(f"{where}: weight {name!r} is missing from the file")
+        if tuple(value.shape) != tuple(variable.shape):
+            raise ValueError(
+                f"{where}: weight {name!r} has shape {tuple(value.shape)} in the file, the "
+                f"model expects {tuple(variable.shape)}"
+            )
+        plan.append((variable, value))
+    fold = None
+    if "bias" in theirs and "bias" not in ours:
+        if not is_conv:
+            raise ValueError(f"{where}: the file has a bias, the model layer has none")
+        fold = theirs["bias"]
+    return plan, fold

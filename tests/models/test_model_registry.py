@@ -1,0 +1,35 @@
+"""The model registry: explicit names, unknown names, double registration."""
+
+from __future__ import annotations
+
+import pytest
+
+from cvbench.models import MODELS, get_model, list_models
+from cvbench.models import inception_v3 as inception_module
+from cvbench.models import resnet as resnet_module
+
+pytestmark = pytest.mark.backend_agnostic
+
+
+def test_registered_builders_are_the_module_functions():
+    assert MODELS.get("resnet50") is resnet_module.resnet50
+    assert MODELS.get("inception_v3") is inception_module.inception_v3
+    for depth in (18, 34, 50, 101, 152):
+        assert MODELS.get(f"resnet{depth}") is getattr(resnet_module, f"resnet{depth}")
+    assert list_models() == sorted(list_models())
+
+
+def test_unknown_name_raises_listing_known_names():
+    with pytest.raises(ValueError, match=r"unknown model 'resnet51'; known: .*resnet50"):
+        get_model("resnet51")
+
+
+def test_registering_a_name_twice_raises():
+    with pytest.raises(ValueError, match="'resnet50' is already registered"):
+        MODELS.register("resnet50", resnet_module.resnet50)
+    assert MODELS.get("resnet50") is resnet_module.resnet50
+
+
+def test_builders_are_keyword_only():
+    with pytest.raises(TypeError):
+        resnet_module.resnet18(10)  # a positional argument is refused
