@@ -56,6 +56,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="then build the TFRecords into OUT (as `cvbench build-coco` does)",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="with --build-tfrecords: encoding processes (default: all cores)",
+    )
     p.set_defaults(func=download_coco_command)
 
     p = subparsers.add_parser(
@@ -116,11 +122,11 @@ def download_coco_command(args: argparse.Namespace) -> int:
         raise CLIError(str(e)) from e
     print(f"COCO 2017 ready in {layout.root}")
     if args.build_tfrecords is not None:
-        _build_coco_tfrecords(layout, args.build_tfrecords, args.parts, not args.no_progress)
+        _build_coco_tfrecords(layout, args, not args.no_progress)
     return 0
 
 
-def _build_coco_tfrecords(layout, out: Path, parts: list[str], progress: bool) -> None:
+def _build_coco_tfrecords(layout, args: argparse.Namespace, progress: bool) -> None:
     from cvbench.data.build_coco import build_coco_splits  # TensorFlow: imported only if asked
 
     sources = {
@@ -129,10 +135,13 @@ def _build_coco_tfrecords(layout, out: Path, parts: list[str], progress: bool) -
             ("train", layout.train_annotations, layout.train_images),
             ("val", layout.val_annotations, layout.val_images),
         )
-        if split in parts
+        if split in args.parts
     }
-    build_coco_splits(out, sources, progress=progress)
-    print(f"COCO TFRecords ({', '.join(sources)}) written to {out}")
+    summary = build_coco_splits(
+        args.build_tfrecords, sources, num_workers=args.workers, progress=progress
+    )
+    print(summary.format())
+    print(f"COCO TFRecords ({', '.join(sources)}) written to {args.build_tfrecords}")
 
 
 def extract_imagenet_command(args: argparse.Namespace) -> int:

@@ -466,3 +466,65 @@ def test_zip_members_cannot_escape_the_destination(tmp_path):
         "ok/in.txt",
     ]
     assert Path(dest / "escape.txt").read_bytes() == b"x"
+
+
+def test_cli_hands_the_download_to_build_coco(server, tmp_path, monkeypatch, capsys):
+    import json
+
+    import tensorflow as tf
+    from PIL import Image
+
+    base, files = server
+
+    def jpeg(color) -> bytes:
+        buf = io.BytesIO()
+        Image.new("RGB", (8, 6), color).save(buf, format="JPEG")
+        return buf.getvalue()
+
+    val = {"images": [], "annotations": [], "categories": [{"id": 18, "name": "dog"}]}
+    for image_id in (3, 7):
+        name = f"{image_id:012d}.jpg"
+        val["images"].append({"id": image_id, "file_name": name, "height": 6, "width": 8})
+        val["annotations"].append(
+            {
+                "id": image_id,
+                "image_id": image_id,
+                "category_id": 18,
+                "bbox": [1, 1, 4, 2],
+                "area": 8.0,
+                "iscrowd": 0,
+            }
+        )
+    table = {}
+    archives = {
+        "annotations": (
+            "annotations/annotations_trainval2017.zip",
+            {"annotations/instances_val2017.json": json.dumps(val).encode()},
+        ),
+        "val": (
+            "zips/val2017.zip",
+            {f"val2017/{i:012d}.jpg": jpeg((i * 30, 0, 0)) for i in (3, 7)},
+        ),
+    }
+    for part, (path, members) in archives.items():
+        data = _zip(members)
+        files.content["/" + path] = data
+        table[part] = RemoteFile(path, len(data), _md5(data))
+    monkeypatch.setattr(download, "COCO_2017_FILES", table)
+    out = tmp_path / "records"
+    argv = ["download-coco", str(tmp_path / "coco"), "--base-url", base, "--no-progress"]
+    argv += ["--parts", "annotations", "val", "--build-tfrecords", str(out), "--workers", "1"]
+    assert _cli(argv) == 0
+    assert f"COCO TFRecords (val) written to {out}" in capsys.readouterr().out
+    records = sorted(out.glob("coco_val.record-*"))
+    assert [p.name for p in records] == [  # 2 images: min(10 val shards, 2)
+        "coco_val.record-00000-of-00002",
+        "coco_val.record-00001-of-00002",
+    ]
+    ids = []
+    for record in tf.data.TFRecordDataset([str(p) for p in records]):
+        example = tf.train.Example.FromString(record.numpy())
+        feature = example.features.feature
+        ids.append(feature["image/source_id"].bytes_list.value[0])
+        assert list(feature["image/object/class/label"].int64_list.value) == [18]
+    assert sorted(ids) == [b"3", b"7"]
