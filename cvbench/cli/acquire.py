@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="OUT",
         type=Path,
         default=None,
-        help="then build the TFRecords into OUT (as `cvbench build-coco` does)",
+        help="then build the COCO TFRecords (TF Object Detection API format) into OUT",
     )
     p.add_argument(
         "--workers",

@@ -274,3 +274,27 @@ def test_cli_with_nothing_to_extract_is_a_user_error(tmp_path):
 
     with pytest.raises(CLIError, match="nothing to extract"):
         _cli(["extract-imagenet", str(tmp_path / "out"), "--archives", str(tmp_path)])
+
+
+def test_the_layout_is_what_build_imagenet_reads(tmp_path):
+    from cvbench.data import imagenet_layout
+
+    out = tmp_path / "imagenet"
+    ei.extract_imagenet(
+        out,
+        train_tar=_train_tar(tmp_path / ei.TRAIN_TAR),
+        val_tar=_val_tar(tmp_path / ei.VAL_TAR),
+        devkit=_devkit(tmp_path / ei.DEVKIT),
+        progress=False,
+    )
+    found = imagenet_layout.discover(out)
+    assert found.classes == SYNSETS
+    assert len(found.train) == 6 and len(found.validation) == 6  # 2 + 3 + 1; 6 val images
+    assert found.validation_layout == imagenet_layout.LAYOUT_FOLDERS
+    val_classes = {Path(path).name: cls for path, cls in found.validation}
+    assert val_classes == {  # VAL_IDS = [3, 1, 1, 2, 3, 3] through the fake meta.mat
+        _val_name(k): SYNSETS[i - 1] for k, i in enumerate(VAL_IDS, start=1)
+    }
+    assert found.ignored == []  # the hidden bookkeeping folder is not mistaken for data
+    texts = imagenet_layout.read_class_texts(imagenet_layout.find_class_texts(out))
+    assert texts == {"n01440764": "class 1", "n01443537": "class 2", "n01484850": "class 3"}
