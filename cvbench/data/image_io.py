@@ -1,0 +1,169 @@
+"""Image files as the builders meet them: sniffed by content, re-encoded to RGB JPEG when needed.
+
+Real image collections are not what their extensions say: ImageNet's training set holds a PNG
+and a few CMYK JPEGs behind `.JPEG` names, and grayscale JPEGs. TensorFlow's JPEG decoder
+cannot read CMYK (libjpeg has no CMYK -> RGB conversion) and the fused decode-and-crop only
+reads JPEG, so `to_rgb_jpeg` returns RGB JPEG bytes for any image Pillow can read:
+
+* an RGB JPEG that needs no resizing is kept byte for byte (no generation loss);
+* anything else (PNG, GIF, BMP, ... behind any name; CMYK, grayscale, palette or 16-bit
+  modes) is converted to RGB and encoded as a JPEG at the given quality;
+* a resize re-encodes too. `resize=S` (an int) scales the shorter side down to S pixels,
+  keeping the aspect ratio (never up); `resize=(H, W)` resizes to exactly H x W pixels, the
+  fixed size NVIDIA's builder used (352 x 352, ignoring aspect ratio).
+
+Every image is fully decoded once, so a truncated or corrupt file is found at build time
+(`ImageError`) instead of in the middle of training. No TensorFlow import: builder worker
+processes use this module.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+
+from PIL import Image
+
+Resize = int | tuple[int, int]
+
+
+class ImageError(ValueError):
+    """An image file that cannot be read; the message is the reason, for the skip list."""
+
+
+@dataclass(frozen=True)
+class EncodedImage:
+    """RGB JPEG bytes with their size.
+
+    Attributes:
+        data: the JPEG bytes.
+        height: pixels.
+        width: pixels.
+        source_format: what the input was, e.g. 'JPEG' or 'PNG' (Pillow's format name).
+        source_mode: the input's Pillow mode, e.g. 'RGB', 'CMYK', 'L'.
+        reencoded: False when `data` is the input unchanged.
+    """
+
+    data: bytes
+    height: int
+    width: int
+    source_format: str
+    source_mode: str
+    reencoded: bool
+
+
+def parse_resize(text: str) -> Resize:
+    """Parses a resize argument: '256' (shorter side) or '352x352' (height x width).
+
+    Raises:
+        ValueError: naming the text when it is neither form or a size is not positive.
+    """
+    match = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+)\s*)?", text)
+    if not match:
+        raise ValueError(
+            f"resize must be SHORTER_SIDE (e.g. 256) or HxW (e.g. 352x352), got {text!r}"
+        )
+    if match.group(2) is None:
+        return check_resize(int(match.group(1)))
+    return check_resize((int(match.group(1)), int(match.group(2))))
+
+
+def check_resize(resize: Resize | None) -> Resize | None:
+    """Validates a resize value (None, a positive int, or a pair of positive ints)."""
+    if resize is None:
+        return None
+    if isinstance(resize, int) and not isinstance(resize, bool):
+        if resize <= 0:
+            raise ValueError(f"resize shorter side must be positive, got {resize}")
+        return resize
+    if (
+        isinstance(resize, tuple | list)
+        and len(resize) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in resize)
+    ):
+        return (int(resize[0]), int(resize[1]))
+    raise ValueError(f"resize must be None, a positive int or (height, width), got {resize!r}")
+
+
+def resized_shape(height: int, width: int, resize: Resize | None) -> tuple[int, int]:
+    """The (height, width) an image of `height` x `width` gets under `resize`.
+
+    `resize=S` maps the shorter side to S when it is longer than S (the longer side is
+    rounded to the nearest pixel); smaller images keep their size. `resize=(H, W)` gives (H, W).
+    """
+    if resize is None:
+        return height, width
+    if isinstance(resize, tuple):
+        return resize
+    shorter = min(height, width)
+    if shorter <= resize:
+        return height, width
+    scale = resize / shorter
+    if height <= width:
+        return resize, max(1, round(width * scale))
+    return max(1, round(height * scale)), resize
+
+
+def _open_fully(data: bytes) -> Image.Image:
+    if not data:
+        raise ImageError("empty file")
+    try:
+        image = Image.open(io.BytesIO(data))
+    except Image.UnidentifiedImageError:
+        raise ImageError("not an image Pillow can read") from None
+    except Image.DecompressionBombError as e:
+        raise ImageError(f"image too large: {e}") from None
+    except (OSError, SyntaxError, ValueError) as e:
+        raise ImageError(f"unreadable image header: {e}") from None
+    return image
+
+
+def to_rgb_jpeg(data: bytes, *, resize: Resize | None = None, quality: int = 90) -> EncodedImage:
+    """Returns `data` as RGB JPEG bytes, re-encoding only when needed (see the module doc).
+
+    Args:
+        data: the bytes of an image file in any format Pillow reads.
+        resize: None, a shorter side in pixels (int), or a fixed (height, width).
+        quality: JPEG quality for re-encoded images, 1..100.
+
+    Raises:
+        ImageError: the reason the bytes are not a readable image (empty, not an image,
+            truncated, corrupt).
+    """
+    if not 1 <= quality <= 100:
+        raise ValueError(f"quality must be in 1..100, got {quality}")
+    resize = check_resize(resize)
+    image = _open_fully(data)
+    source_format, source_mode = image.format or "unknown", image.mode
+    height, width = image.height, image.width
+    target = resized_shape(height, width, resize)
+    if target != (height, width) and source_format == "JPEG":
+        # Let libjpeg decode at 1/2, 1/4 or 1/8 scale when that still covers the target.
+        image.draft(None, (target[1], target[0]))
+    try:
+        image.load()  # a full decode: truncated or corrupt data raises here
+    except (OSError, SyntaxError, ValueError) as e:
+        raise ImageError(f"corrupt or truncated image: {e}") from None
+    except Image.DecompressionBombError as e:
+        raise ImageError(f"image too large: {e}") from None
+    if source_format == "JPEG" and source_mode == "RGB" and target == (height, width):
+        return EncodedImage(data, height, width, source_format, source_mode, reencoded=False)
+    if getattr(image, "n_frames", 1) > 1:
+        image.seek(0)
+    if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
+        # Transparent pixels over white, as a viewer shows them.
+        rgba = image.convert("RGBA")
+        rgb = Image.new("RGB", rgba.size, (255, 255, 255))
+        rgb.paste(rgba, mask=rgba.getchannel("A"))
+    elif image.mode.startswith("I;16") or image.mode in ("I", "F"):
+        rgb = image.convert("I").point(lambda v: v * (1 / 256)).convert("L").convert("RGB")
+    else:
+        rgb = image.convert("RGB")
+    if rgb.size != (target[1], target[0]):
+        rgb = rgb.resize((target[1], target[0]), Image.Resampling.BICUBIC)
+    out = io.BytesIO()
+    rgb.save(out, format="JPEG", quality=quality)
+    return EncodedImage(
+        out.getvalue(), target[0], target[1], source_format, source_mode, reencoded=True
+    )

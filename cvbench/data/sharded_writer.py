@@ -1,0 +1,484 @@
+"""Writes a data set as sharded TFRecord files: parallel, resumable, atomic. Generic.
+
+The ImageNet and COCO builders both use `write_sharded`; anything that turns a list of work
+items into `tf.train.Example` records can.
+
+How to use it:
+
+1. List the work items of each split (any picklable values: file paths, tuples, frozen
+   dataclasses), in the order the records should have (shuffle first if you want).
+2. Write a picklable *top-level* function (or a `functools.partial` of one) that turns one
+   item into serialized `tf.train.Example` bytes, or returns `Skip(reason)` for an item that
+   cannot be written (an unreadable file). It runs in worker processes started with the
+   `spawn` method, so its module must import without side effects and should not import
+   TensorFlow (`cvbench.data.tfrecord.encode_example` serializes without it). Exceptions it
+   raises are bugs: they stop the build.
+3. Call::
+
+       summary = write_sharded(
+           out_dir,
+           [SplitSpec("train", train_items, 1024), SplitSpec("validation", val_items, 128)],
+           encode_fn,
+           dataset="imagenet",
+           options={"quality": 90},          # whatever else changes the records
+           item_key=lambda item: item.relpath,  # what identifies an item across machines
+       )
+       print(summary.format())
+
+What it guarantees:
+
+* Items are split into `num_shards` contiguous ranges whose sizes differ by at most one
+  (`shard_ranges`); shard `i` of split `s` is named `pattern.format(split=s, index=i,
+  num_shards=n)`, by default `train-00000-of-01024`.
+* Each shard is written to a hidden temporary file and renamed into place when complete, so a
+  file with a shard's name is always a whole shard. A killed build leaves only temporary files,
+  removed by the next run.
+* A manifest (`cvbench_manifest.json`) in `out_dir` identifies the data set: the `dataset`
+  name, `options`, and per split the shard count, pattern, item count and a SHA-256 over the
+  `item_key` of every item in order. It also records each finished shard (records, bytes,
+  skipped items). A rerun with the same identity writes only the shards that are missing (or
+  whose size differs from the manifest); a rerun with another identity, or into a directory
+  holding shards without a manifest, raises `FileExistsError` unless `overwrite=True`, which
+  deletes those shards and starts over.
+* Worker processes (`num_workers`, default all cores; <= 1 runs in this process) encode items;
+  this process writes the shards in order with `tf.io.TFRecordWriter`. A tqdm progress bar
+  shows items/s.
+* `Skip` results are collected with their reasons (`WriteSummary.skipped`, also for shards
+  written by an earlier run); skipped items leave their shard one record shorter.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import glob
+import hashlib
+import json
+import multiprocessing
+import os
+import pickle
+import string
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cvbench.utils.io import atomic_path, write_json_atomic
+
+MANIFEST_NAME = "cvbench_manifest.json"
+DEFAULT_PATTERN = "{split}-{index:05d}-of-{num_shards:05d}"
+_MANIFEST_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Returned by an encode function instead of bytes: the item is left out, with a reason."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    """One split to write.
+
+    Attributes:
+        name: the split name, e.g. 'train'.
+        items: picklable work items in record order.
+        num_shards: number of shard files, 1..len(items).
+        pattern: shard file name, formatted with `split`, `index` and `num_shards`.
+    """
+
+    name: str
+    items: Sequence[Any]
+    num_shards: int
+    pattern: str = DEFAULT_PATTERN
+
+    def shard_name(self, index: int) -> str:
+        """The file name of shard `index`."""
+        return self.pattern.format(split=self.name, index=index, num_shards=self.num_shards)
+
+
+@dataclass(frozen=True)
+class SkippedItem:
+    """An item left out of the data set and why."""
+
+    split: str
+    item: str
+    reason: str
+
+
+@dataclass
+class SplitResult:
+    """What one split holds after `write_sharded`.
+
+    Attributes:
+        name: the split.
+        num_items: work items given.
+        num_records: records in its shards (items minus skipped).
+        num_shards: shard files.
+        num_bytes: total size of its shard files.
+        shards_written: shards written by this run.
+        shards_reused: complete shards found from an earlier run.
+    """
+
+    name: str
+    num_items: int
+    num_records: int = 0
+    num_shards: int = 0
+    num_bytes: int = 0
+    shards_written: int = 0
+    shards_reused: int = 0
+
+
+@dataclass
+class WriteSummary:
+    """The outcome of `write_sharded`.
+
+    Attributes:
+        out_dir: where the shards are.
+        splits: split name -> `SplitResult`.
+        skipped: items left out, with reasons (all runs).
+        bytes_written: bytes of the shards written by this run.
+        seconds: wall time of this run.
+        items_processed: items encoded by this run.
+    """
+
+    out_dir: Path
+    splits: dict[str, SplitResult]
+    skipped: list[SkippedItem] = field(default_factory=list)
+    bytes_written: int = 0
+    seconds: float = 0.0
+    items_processed: int = 0
+
+    def format(self, unit: str = "records") -> str:
+        """A multi-line human-readable summary."""
+        lines = [f"output: {self.out_dir}"]
+        for r in self.splits.values():
+            lines.append(
+                f"  {r.name}: {r.num_records:,} {unit} in {r.num_shards} shards, "
+                f"{format_bytes(r.num_bytes)} ({r.shards_written} written now, "
+                f"{r.shards_reused} kept from an earlier run)"
+            )
+        rate = self.items_processed / self.seconds if self.seconds > 0 else 0.0
+        lines.append(
+            f"  written now: {format_bytes(self.bytes_written)} in {self.seconds:.1f} s "
+            f"({self.items_processed:,} items, {rate:,.1f} items/s)"
+        )
+        lines.append(f"  skipped: {len(self.skipped)}")
+        lines.extend(f"    {s.split}: {s.item}: {s.reason}" for s in self.skipped)
+        return "\n".join(lines)
+
+
+def format_bytes(n: int) -> str:
+    """`n` bytes as a short human-readable string (powers of 1024)."""
+    value = float(n)
+    for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or suffix == "TiB":
+            return f"{value:.0f} {suffix}" if suffix == "B" else f"{value:.1f} {suffix}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def shard_ranges(num_items: int, num_shards: int) -> list[tuple[int, int]]:
+    """Splits `range(num_items)` into `num_shards` contiguous [start, stop) ranges.
+
+    The first `num_items % num_shards` ranges get one item more. Example: 10 items in 4
+    shards -> (0, 3), (3, 6), (6, 8), (8, 10).
+    """
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+    base, extra = divmod(num_items, num_shards)
+    ranges, start = [], 0
+    for i in range(num_shards):
+        stop = start + base + (1 if i < extra else 0)
+        ranges.append((start, stop))
+        start = stop
+    return ranges
+
+
+def shard_glob(pattern: str, split: str) -> str:
+    """A glob matching every shard name `pattern` gives for `split`, any index or count."""
+    out = []
+    for literal, field_name, _, _ in string.Formatter().parse(pattern):
+        out.append(glob.escape(literal))
+        if field_name == "split":
+            out.append(glob.escape(split))
+        elif field_name is not None:
+            out.append("*")
+    return "".join(out)
+
+
+def _identity(
+    dataset: str,
+    options: Mapping[str, Any],
+    splits: Sequence[SplitSpec],
+    item_key: Callable[[Any], str],
+) -> dict[str, Any]:
+    split_ids = {}
+    for spec in splits:
+        digest = hashlib.sha256()
+        for item in spec.items:
+            digest.update(item_key(item).encode("utf-8"))
+            digest.update(b"\n")
+        split_ids[spec.name] = {
+            "num_items": len(spec.items),
+            "num_shards": spec.num_shards,
+            "pattern": spec.pattern,
+            "items_sha256": digest.hexdigest(),
+        }
+    # A JSON round trip, so that tuples compare equal to the lists read back from the file.
+    return json.loads(
+        json.dumps(
+            {
+                "format": _MANIFEST_FORMAT,
+                "dataset": dataset,
+                "options": dict(options),
+                "splits": split_ids,
+            }
+        )
+    )
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new)):
+            out += _differences(old.get(key), new.get(key), f"{prefix}{key}.")
+        return out
+    return [] if old == new else [f"{prefix[:-1]}: {old!r} -> {new!r}"]
+
+
+def _existing_shards(out_dir: Path, splits: Sequence[SplitSpec]) -> list[Path]:
+    found: set[Path] = set()
+    for spec in splits:
+        found.update(Path(p) for p in glob.glob(str(out_dir / shard_glob(spec.pattern, spec.name))))
+    return sorted(found)
+
+
+def _remove_stale_temporaries(out_dir: Path, splits: Sequence[SplitSpec]) -> None:
+    # `atomic_path` names its temporary files ".<final name>.<random>.tmp<suffix>".
+    for spec in splits:
+        for p in glob.glob(str(out_dir / ("." + shard_glob(spec.pattern, spec.name) + ".*.tmp*"))):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(p)
+
+
+def _prepare_out_dir(out_dir: Path, identity: dict[str, Any], splits, overwrite: bool) -> dict:
+    """Checks or resets `out_dir`; returns the manifest to continue from."""
+    manifest_path = out_dir / MANIFEST_NAME
+    manifest = None
+    if manifest_path.exists():
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            manifest = {}
+    existing = _existing_shards(out_dir, splits)
+    if not overwrite:
+        if manifest is not None:
+            old_identity = {k: manifest.get(k) for k in identity}
+            diffs = _differences(old_identity, identity)
+            if diffs:
+                raise FileExistsError(
+                    f"{out_dir} holds a different data set (its {MANIFEST_NAME} differs in "
+                    f"{'; '.join(diffs[:5])}); pass overwrite=True (--overwrite) to replace it, "
+                    "or choose another output directory"
+                )
+            return manifest
+        if existing:
+            raise FileExistsError(
+                f"{out_dir} already holds {len(existing)} shard files (e.g. {existing[0].name}) "
+                f"but no {MANIFEST_NAME}, so they were not written by this builder; pass "
+                "overwrite=True (--overwrite) to replace them, or choose another output directory"
+            )
+    else:
+        for p in existing:
+            p.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            manifest_path.unlink()
+    return {**identity, "shards": {}}
+
+
+def _encode_chunk(encode_fn: Callable[[Any], bytes | Skip], items: list[Any]) -> list:
+    return [encode_fn(item) for item in items]
+
+
+def _encode_all(
+    encode_fn: Callable[[Any], bytes | Skip], items: Iterable[Any], num_workers: int, chunksize: int
+) -> Iterator[bytes | Skip]:
+    """`map(encode_fn, items)` in order, on `num_workers` processes, a bounded window ahead."""
+    if num_workers <= 1:
+        yield from map(encode_fn, items)
+        return
+    # spawn: workers start clean (no copy of this process's TensorFlow state or threads).
+    # A ProcessPoolExecutor (unlike multiprocessing.Pool) fails instead of restarting workers
+    # that die at start-up.
+    executor = ProcessPoolExecutor(num_workers, mp_context=multiprocessing.get_context("spawn"))
+    pending: collections.deque = collections.deque()
+    try:
+        for chunk in _chunks(items, chunksize):
+            pending.append(executor.submit(_encode_chunk, encode_fn, chunk))
+            if len(pending) >= 4 * num_workers:
+                yield from pending.popleft().result()
+        while pending:
+            yield from pending.popleft().result()
+    except BrokenProcessPool as e:
+        raise RuntimeError(
+            "a worker process died. Worker processes are started with 'spawn' and import the "
+            'main script again: call the builder under `if __name__ == "__main__":` in '
+            "scripts, or use num_workers=1"
+        ) from e
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def default_num_workers() -> int:
+    """The number of CPU cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def write_sharded(
+    out_dir: str | os.PathLike,
+    splits: Sequence[SplitSpec],
+    encode_fn: Callable[[Any], bytes | Skip],
+    *,
+    dataset: str,
+    options: Mapping[str, Any] | None = None,
+    item_key: Callable[[Any], str] = repr,
+    describe: Callable[[Any], str] = str,
+    num_workers: int | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    unit: str = "item",
+) -> WriteSummary:
+    """Encodes `splits` with `encode_fn` into sharded TFRecord files in `out_dir`.
+
+    See the module docstring for the guarantees (atomic shards, resume, manifest, skips).
+
+    Args:
+        out_dir: the output directory (created if missing).
+        splits: the splits to write; names must be distinct.
+        encode_fn: picklable top-level function, item -> serialized Example bytes or `Skip`.
+        dataset: a name identifying the kind of data set in the manifest, e.g. 'imagenet'.
+        options: JSON-serializable settings that change the records (resize, quality, ...);
+            part of the data set's identity.
+        item_key: item -> a string identifying it (e.g. a path relative to the raw data);
+            part of the identity. Defaults to `repr`.
+        describe: item -> how a skipped item is named in the summary.
+        num_workers: encoding processes; None uses every core, <= 1 encodes in this process.
+        overwrite: replace a different data set (or foreign shards) in `out_dir`, and rewrite
+            every shard even when the data set is the same.
+        progress: show a tqdm progress bar on stderr.
+        unit: the progress bar's unit name ('img' shows img/s).
+
+    Returns:
+        A `WriteSummary`.
+
+    Raises:
+        ValueError: bad splits (duplicate names, a shard count < 1 or above the item count) or
+            an `encode_fn` that cannot be pickled.
+        FileExistsError: `out_dir` holds another data set and `overwrite` is False.
+    """
+    from tqdm import tqdm
+
+    start = time.monotonic()
+    names = [s.name for s in splits]
+    if len(set(names)) != len(names):
+        raise ValueError(f"split names must be distinct, got {names}")
+    for spec in splits:
+        if not 1 <= spec.num_shards <= max(1, len(spec.items)):
+            raise ValueError(
+                f"split {spec.name!r} has {len(spec.items)} items, so its number of shards must "
+                f"be in 1..{max(1, len(spec.items))}, got {spec.num_shards}"
+            )
+    if num_workers is None:
+        num_workers = default_num_workers()
+    if num_workers > 1:
+        try:
+            pickle.dumps(encode_fn)
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            raise ValueError(
+                f"encode_fn must be picklable (a top-level function or a functools.partial of "
+                f"one) to run in worker processes: {e}"
+            ) from None
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    identity = _identity(dataset, options or {}, splits, item_key)
+    manifest = _prepare_out_dir(out, identity, splits, overwrite)
+    manifest.setdefault("shards", {})
+    _remove_stale_temporaries(out, splits)
+    manifest_path = out / MANIFEST_NAME
+    write_json_atomic(manifest_path, manifest)
+
+    summary = WriteSummary(out, {s.name: SplitResult(s.name, len(s.items)) for s in splits})
+    todo: list[tuple[SplitSpec, int, range]] = []  # (split, shard index, item indices)
+    for spec in splits:
+        result = summary.splits[spec.name]
+        result.num_shards = spec.num_shards
+        for index, (lo, hi) in enumerate(shard_ranges(len(spec.items), spec.num_shards)):
+            name = spec.shard_name(index)
+            entry = manifest["shards"].get(name)
+            path = out / name
+            if entry is not None and path.is_file() and path.stat().st_size == entry["bytes"]:
+                result.shards_reused += 1
+                result.num_records += entry["records"]
+                result.num_bytes += entry["bytes"]
+                summary.skipped += [SkippedItem(spec.name, i, r) for i, r in entry["skipped"]]
+            else:
+                manifest["shards"].pop(name, None)
+                todo.append((spec, index, range(lo, hi)))
+
+    todo_items = (spec.items[i] for spec, _, indices in todo for i in indices)
+    total = sum(len(indices) for _, _, indices in todo)
+    import tensorflow as tf  # only this process writes TFRecords
+
+    bar = tqdm(total=total, unit=unit, disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    chunksize = max(1, min(32, total // (max(1, num_workers) * 8)))
+    results = _encode_all(encode_fn, todo_items, num_workers, chunksize)
+    try:
+        for spec, index, indices in todo:
+            bar.set_description(spec.name)
+            name = spec.shard_name(index)
+            records, skipped = 0, []
+            with atomic_path(out / name) as tmp, tf.io.TFRecordWriter(str(tmp)) as writer:
+                for i in indices:
+                    encoded = next(results)
+                    if isinstance(encoded, Skip):
+                        skipped.append([describe(spec.items[i]), encoded.reason])
+                    else:
+                        writer.write(encoded)
+                        records += 1
+                    bar.update(1)
+            size = (out / name).stat().st_size
+            manifest["shards"][name] = {"records": records, "bytes": size, "skipped": skipped}
+            write_json_atomic(manifest_path, manifest)
+            result = summary.splits[spec.name]
+            result.shards_written += 1
+            result.num_records += records
+            result.num_bytes += size
+            summary.bytes_written += size
+            summary.skipped += [SkippedItem(spec.name, i, r) for i, r in skipped]
+    finally:
+        results.close()  # stops the worker pool on an error or interrupt
+        bar.close()
+    summary.items_processed = total
+    summary.seconds = time.monotonic() - start
+    return summary
