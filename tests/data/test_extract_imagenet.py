@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.io
 from PIL import Image
 
 from cvbench.data import extract_imagenet as ei
@@ -65,7 +66,6 @@ def _val_tar(path: Path) -> Path:
 
 
 def _devkit(path: Path) -> Path:
-    scipy_io = pytest.importorskip("scipy.io")
     # The real meta.mat: 1860 synsets, the 1000 leaves have ILSVRC2012_ID 1..1000.
     dtype = [("ILSVRC2012_ID", "O"), ("WNID", "O"), ("words", "O"), ("num_children", "O")]
     synsets = np.array(
@@ -74,7 +74,7 @@ def _devkit(path: Path) -> Path:
         dtype=dtype,
     )
     meta = io.BytesIO()
-    scipy_io.savemat(meta, {"synsets": synsets})
+    scipy.io.savemat(meta, {"synsets": synsets})
     ground_truth = "".join(f"{i}\n" for i in VAL_IDS).encode()
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
