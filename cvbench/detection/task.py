@@ -1,0 +1,323 @@
+"""`DetectionTask`: SSD320 v1.2 on COCO for the Trainer and `cvbench train/eval/benchmark`.
+
+It implements the Task protocol of `cvbench.training.tasks` (build the model, loss, recipe,
+training data, evaluation) by wiring the pieces that do the work:
+
+- model: `cvbench.detection.ssd.ssd320` (90 classes at 320 by default);
+- data: `cvbench.data.coco.coco_dataset` with the SSD target encoder
+  (`cvbench.detection.targets.TargetEncoder` over `anchors.multiscale_anchors`);
+- loss: `cvbench.detection.losses.SSDLoss` (focal + smooth L1); the L2 weight decay (4e-4) is
+  a kernel regularizer of the model, so the optimizer adds none;
+- evaluation: every validation image once across all ranks, detections gathered to rank 0,
+  COCOeval there (`cvbench.detection.coco_eval`), the 12 numbers sent back to every rank.
+
+Recipe (SSD320 v1.2): momentum SGD 0.9, base rate 0.000625 x global batch (0.16 per 256
+images), cosine decay after a linear warmup that starts at 0.43332 x the peak and lasts 8% of
+the reference run: 12,500 steps of 256 images = 27 COCO epochs, so 2.16 epochs of warmup
+(`REFERENCE_EPOCHS`; train for 27 epochs to follow the reference).
+
+Class ids: index = COCO id - 1 for `num_classes` classes (90 by default, SSD320's map);
+`num_classes=80` selects the compact COCO 2017 map (`CocoLabelMap.coco80`).
+
+Ground truth for evaluation: `annotations_file` when given, else `instances_val2017.json` or
+`instances_val.json` found in `data_dir` or `data_dir/annotations`, else rebuilt from the
+validation records (`coco_eval.groundtruth_from_records`; the official numbers need the
+official file).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+
+from cvbench.training.config import OptimizerConfig, ScheduleConfig
+
+BASE_LR_PER_IMAGE = 0.000625
+WARMUP_START_FACTOR = 0.43332
+WARMUP_FRACTION = 0.08
+REFERENCE_EPOCHS = 27
+RECIPE = (
+    OptimizerConfig(name="sgd", momentum=0.9, nesterov=False, weight_decay=0.0),
+    ScheduleConfig(
+        base_lr=BASE_LR_PER_IMAGE * 256,
+        reference_batch=256,
+        warmup_epochs=WARMUP_FRACTION * REFERENCE_EPOCHS,
+        warmup_start_factor=WARMUP_START_FACTOR,
+        decay="cosine",
+    ),
+)
+DEFAULT_IMAGE_SIZE = 320
+SYNTHETIC_EVAL_BATCHES = 2
+_ANNOTATION_NAMES = ("instances_val2017.json", "instances_val.json")
+_DETECTION_COLUMNS = 7  # image_id, category_id, x, y, w, h, score
+
+
+class DetectionTask:
+    """SSD320 on COCO TFRecords (or synthetic data); see the module docstring.
+
+    Args:
+        options: a `cvbench.training.tasks.TaskOptions`: `model` ("ssd320"), `data_dir` (COCO
+            TFRecords from `cvbench build-coco`, or None for synthetic data), `image_size`
+            (default 320), `num_classes` (default 90), `synthetic_steps`.
+        annotations_file: the validation annotation JSON for COCOeval (default: looked for in
+            `data_dir`, else rebuilt from the records).
+        backend: "pycocotools" or "faster" (faster-coco-eval, same numbers).
+        per_category: also report `AP/<category>`.
+        detections_path: where rank 0 writes the detections JSON (default: none).
+        backbone_weights: ResNet-50 weight file for the backbone (keras.applications
+            `_notop` HDF5); None: random initialization.
+        backbone: the backbone name ("resnet50_v1").
+    """
+
+    name = "detection"
+
+    @classmethod
+    def models(cls) -> list[str]:
+        return ["ssd320"]
+
+    def __init__(
+        self,
+        options: Any,
+        *,
+        annotations_file: str | os.PathLike | None = None,
+        backend: str = "pycocotools",
+        per_category: bool = False,
+        detections_path: str | os.PathLike | None = None,
+        backbone_weights: str | os.PathLike | None = None,
+        backbone: str = "resnet50_v1",
+    ) -> None:
+        from cvbench.data.coco import CocoLabelMap
+        from cvbench.detection.coco_eval import BACKENDS
+
+        if options.model not in self.models():
+            raise ValueError(f"unknown detection model {options.model!r}; known: ssd320")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.options = options
+        self.image_size = options.image_size or DEFAULT_IMAGE_SIZE
+        num_classes = options.num_classes or 90
+        if num_classes == 80:
+            self.label_map = CocoLabelMap.coco80()
+        else:
+            self.label_map = CocoLabelMap(tuple(range(1, num_classes + 1)))
+        self.num_classes = self.label_map.num_classes
+        self.annotations_file = annotations_file
+        self.backend = backend
+        self.per_category = per_category
+        self.detections_path = detections_path
+        self.backbone_weights = backbone_weights
+        self.backbone = backbone
+        self._anchors: np.ndarray | None = None
+
+    @property
+    def anchors(self) -> np.ndarray:
+        """float32 [N, 4] anchors of `image_size`, `[ymin, xmin, ymax, xmax]` normalized."""
+        if self._anchors is None:
+            from cvbench.detection.anchors import multiscale_anchors
+
+            self._anchors = multiscale_anchors(self.image_size)
+        return self._anchors
+
+    def build_model(self) -> keras.Model:
+        from cvbench.detection.ssd import ssd320
+
+        return ssd320(
+            num_classes=self.num_classes,
+            backbone=self.backbone,
+            image_size=self.image_size,
+            backbone_weights=self.backbone_weights,
+        )
+
+    def loss(self) -> Callable:
+        from cvbench.detection.losses import SSDLoss
+
+        return SSDLoss()
+
+    def metrics(self) -> list:
+        return []
+
+    def recipe(self) -> tuple[OptimizerConfig, ScheduleConfig]:
+        return RECIPE
+
+    # ----------------------------------------------------------------- data
+    def _encoder(self) -> Any:
+        from cvbench.detection.targets import TargetEncoder
+
+        return TargetEncoder(self.anchors, num_classes=self.num_classes)
+
+    def _synthetic_batch(self, batch_size: int, seed: int) -> tuple[np.ndarray, dict]:
+        """Random images with two random boxes each, encoded as real targets."""
+        rng = np.random.default_rng(seed)
+        images = rng.uniform(0, 255, (batch_size, self.image_size, self.image_size, 3))
+        corners = np.sort(rng.uniform(0, 1, (batch_size, 2, 2, 2)), axis=2)  # y/x pairs
+        boxes = corners.transpose(0, 1, 3, 2).reshape(batch_size, 2, 4)[..., [0, 2, 1, 3]]
+        labels = rng.integers(0, self.num_classes, (batch_size, 2))
+        targets = self._encoder()(boxes.astype(np.float32), labels.astype(np.int32))
+        return images.astype(np.float32), {k: np.asarray(v) for k, v in targets.items()}
+
+    def train_data(
+        self, *, batch_size: int, num_shards: int, shard_index: int, seed: int | None
+    ) -> Any:
+        """This rank's training batches `(images, {"boxes", "classes"})` and steps per epoch."""
+        from cvbench.training.tasks import TrainData
+
+        steps = self.options.synthetic_steps
+        if self.options.data_dir is None:
+            batch = self._synthetic_batch(batch_size, seed or 0)
+            return TrainData(lambda epoch: itertools.repeat(batch, steps), steps)
+        from cvbench.data.coco import coco_dataset, num_examples
+
+        data_dir = self.options.data_dir
+        steps = num_examples(data_dir, "train") // (batch_size * num_shards)
+        if steps < 1:
+            raise ValueError(
+                f"{data_dir} has fewer training images than one global batch of "
+                f"{batch_size * num_shards}"
+            )
+        encoder = self._encoder()
+
+        def epoch_data(epoch: int) -> Any:
+            return coco_dataset(
+                data_dir,
+                "train",
+                batch_size=batch_size,
+                image_size=self.image_size,
+                training=True,
+                label_map=self.label_map,
+                target_encoder=encoder,
+                num_shards=num_shards,
+                shard_index=shard_index,
+                seed=None if seed is None else seed + epoch,
+            )
+
+        return TrainData(epoch_data, steps)
+
+    # ----------------------------------------------------------------- evaluation
+    def evaluate(
+        self, trainer: Any, *, batch_size: int, num_shards: int, shard_index: int
+    ) -> dict[str, float]:
+        """COCO box AP/AR over the whole validation split; identical on every rank.
+
+        Every rank runs the model over its share of the images; detections are gathered to
+        rank 0, which runs COCOeval (printing the 12-line table) and writes the detections
+        JSON; the numbers are then broadcast. On synthetic data (no COCO ground truth) it
+        reports `detections_per_image` over two random batches instead.
+        """
+        from cvbench.detection.coco_eval import evaluate_coco, predict_coco
+
+        if self.options.data_dir is None:
+            batch = self._synthetic_batch(batch_size, 1)[0]
+            meta = {
+                "image_id": np.arange(batch_size),
+                "image_size": np.full((batch_size, 2), self.image_size),
+                "valid": np.ones(batch_size, bool),
+            }
+            dets, _ = predict_coco(
+                trainer.model,
+                [(batch, meta)] * SYNTHETIC_EVAL_BATCHES,
+                self.label_map.category_ids,
+                anchors=self.anchors,
+            )
+            per_image = len(dets) / (SYNTHETIC_EVAL_BATCHES * batch_size)
+            return {"detections_per_image": float(per_image)}
+
+        from cvbench.data.coco import coco_dataset
+
+        data = coco_dataset(
+            self.options.data_dir,
+            "val",
+            batch_size=batch_size,
+            image_size=self.image_size,
+            training=False,
+            label_map=self.label_map,
+            num_shards=num_shards,
+            shard_index=shard_index,
+        )
+        dets, image_ids = predict_coco(
+            trainer.model, data, self.label_map.category_ids, anchors=self.anchors
+        )
+        dist = trainer.distribution
+        rows = allgather_rows(_detections_to_rows(dets), dist)
+        all_ids = allgather_rows(np.asarray(image_ids, np.float64).reshape(-1, 1), dist)
+        metrics: dict[str, float] | None = None
+        if dist.is_chief:
+            ids = all_ids[:, 0].astype(np.int64)
+            if len(np.unique(ids)) != len(ids):
+                raise RuntimeError("an evaluation image was seen twice across ranks (a bug)")
+            metrics = evaluate_coco(
+                _rows_to_detections(rows),
+                self._groundtruth(),
+                image_ids=ids.tolist(),
+                backend=self.backend,
+                per_category=self.per_category,
+                detections_path=self.detections_path,
+            )
+        return dist.broadcast_object(metrics)
+
+    def _groundtruth(self) -> Any:
+        """The annotation file (given or found in data_dir), else a dict from the records."""
+        if self.annotations_file is not None:
+            return self.annotations_file
+        data_dir = Path(self.options.data_dir)
+        for folder in (data_dir, data_dir / "annotations"):
+            for name in _ANNOTATION_NAMES:
+                if (folder / name).is_file():
+                    return folder / name
+        from cvbench.data.coco import list_record_files
+        from cvbench.detection.coco_eval import groundtruth_from_records
+
+        print(
+            f"cvbench: no {_ANNOTATION_NAMES[0]} in {data_dir}: ground truth rebuilt from the "
+            "validation records (pass annotations_file for the official numbers)",
+            flush=True,
+        )
+        return groundtruth_from_records(list_record_files(data_dir, "val"))
+
+
+def allgather_rows(rows: np.ndarray, distribution: Any) -> np.ndarray:
+    """Concatenates every rank's rows (rank order) on every rank, with the sum collective.
+
+    Args:
+        rows: float64 [n_r, C] on rank r (n_r may differ between ranks, C may not).
+        distribution: a `cvbench.training.distributed.Distribution` (rank, size,
+            `allreduce_max`, `allreduce_sum`).
+
+    Returns:
+        float64 [sum of n_r, C]: each rank's rows written into its own slot of a zero array
+        padded to the longest rank, summed over ranks, and unpadded.
+    """
+    rows = np.asarray(rows, np.float64)
+    if distribution.size == 1:
+        return rows
+    size, rank = distribution.size, distribution.rank
+    longest = int(distribution.allreduce_max(np.array([len(rows)]))[0])
+    counts = np.zeros(size)
+    counts[rank] = len(rows)
+    counts = distribution.allreduce_sum(counts).astype(np.int64)
+    slots = np.zeros((size, longest, rows.shape[1]))
+    slots[rank, : len(rows)] = rows
+    slots = distribution.allreduce_sum(slots)
+    return np.concatenate([slots[r, : counts[r]] for r in range(size)], axis=0)
+
+
+def _detections_to_rows(dets: list[dict[str, Any]]) -> np.ndarray:
+    rows = [(d["image_id"], d["category_id"], *d["bbox"], d["score"]) for d in dets]
+    return np.asarray(rows, np.float64).reshape(-1, _DETECTION_COLUMNS)
+
+
+def _rows_to_detections(rows: np.ndarray) -> list[dict[str, Any]]:
+    return [
+        {
+            "image_id": int(r[0]),
+            "category_id": int(r[1]),
+            "bbox": [float(v) for v in r[2:6]],
+            "score": float(r[6]),
+        }
+        for r in rows
+    ]
