@@ -1,0 +1,131 @@
+"""`cvbench build-coco`: COCO annotation JSON + images -> TF Object Detection API TFRecords.
+
+Two ways to name the input:
+
+    cvbench build-coco OUT --coco-dir /data/coco            # train2017/, val2017/, annotations/
+    cvbench build-coco OUT --annotations FILE --images DIR --split val
+
+The command is thin: it calls `cvbench.data.build_coco.build_coco_splits` (parallel,
+resumable, atomic shards; rerun it after an interruption) and prints the summary: boxes
+skipped per reason and images skipped with theirs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cvbench.cli import CLIError
+
+_COCO_SPLITS = ("train", "val")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Adds `build-coco` to the `cvbench` command."""
+    p = subparsers.add_parser(
+        "build-coco",
+        help="COCO annotations + images -> TFRecords (TF Object Detection API format)",
+        description=(
+            "Write coco_train.record-00000-of-00100 ... and coco_val.record-00000-of-00010 "
+            "... (TF OD API features, COCO category ids in image/object/class/label). "
+            "Boxes with zero size or outside the image, and annotations naming an unknown "
+            "category or image, are skipped and counted; unreadable images are skipped and "
+            "listed. Parallel and resumable: rerun the same command after an interruption."
+        ),
+    )
+    p.add_argument("out", type=Path, help="output folder")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--coco-dir",
+        type=Path,
+        help="COCO 2017 folder: annotations/instances_{train,val}2017.json, train2017/, val2017/",
+    )
+    source.add_argument("--annotations", type=Path, help="one annotation JSON (with --images)")
+    p.add_argument("--images", type=Path, help="the image folder of --annotations")
+    p.add_argument(
+        "--split", default=None, help="split name for --annotations (records coco_SPLIT.record-*)"
+    )
+    p.add_argument(
+        "--splits",
+        nargs="+",
+        choices=_COCO_SPLITS,
+        default=list(_COCO_SPLITS),
+        help="with --coco-dir: which splits (default: train val)",
+    )
+    p.add_argument("--train-shards", type=_positive_int, default=None, help="train shards (100)")
+    p.add_argument("--val-shards", type=_positive_int, default=None, help="val shards (10)")
+    p.add_argument(
+        "--num-shards",
+        type=_positive_int,
+        default=None,
+        help="shards for --annotations (100 for train, else 10; never more than images)",
+    )
+    p.add_argument(
+        "--workers", type=_positive_int, default=None, help="encoding processes (all cores)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the training shuffle (0)")
+    p.add_argument(
+        "--quality", type=_positive_int, default=95, help="JPEG quality of re-encoded images"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace a different data set in OUT")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=build_coco_command)
+
+
+def _sources(args: argparse.Namespace) -> tuple[dict, dict]:
+    """(split -> (annotation file, image folder), split -> shard count) from the flags."""
+    if args.coco_dir is not None:
+        if args.images is not None or args.split is not None:
+            raise CLIError("--images and --split go with --annotations, not --coco-dir")
+        root = args.coco_dir
+        sources, shards = {}, {}
+        for split in args.splits:
+            annotations = root / "annotations" / f"instances_{split}2017.json"
+            images = root / f"{split}2017"
+            for path, kind in ((annotations, "annotation file"), (images, "image folder")):
+                if not path.exists():
+                    raise CLIError(f"--coco-dir: no {kind} {path} (split {split})")
+            sources[split] = (annotations, images)
+            count = args.train_shards if split == "train" else args.val_shards
+            if count is not None:
+                shards[split] = count
+        return sources, shards
+    if args.images is None or args.split is None:
+        raise CLIError("--annotations needs --images DIR and --split NAME")
+    if not args.annotations.is_file():
+        raise CLIError(f"--annotations: no such file {args.annotations}")
+    if not args.images.is_dir():
+        raise CLIError(f"--images: no such folder {args.images}")
+    shards = {} if args.num_shards is None else {args.split: args.num_shards}
+    return {args.split: (args.annotations, args.images)}, shards
+
+
+def build_coco_command(args: argparse.Namespace) -> int:
+    """Handler of `cvbench build-coco`."""
+    if not 1 <= args.quality <= 100:
+        raise CLIError(f"--quality must be in 1..100, got {args.quality}")
+    sources, shards = _sources(args)
+    from cvbench.data.build_coco import build_coco_splits
+
+    summary = build_coco_splits(
+        args.out,
+        sources,
+        num_shards=shards,
+        num_workers=args.workers,
+        seed=args.seed,
+        quality=args.quality,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+    )
+    print(summary.format())
+    return 0
