@@ -192,7 +192,7 @@ def _fetch_into(
                 unit_divisor=1024,
                 desc=part.name.removesuffix(".part"),
                 disable=not progress,
-                leave=False,
+                leave=True,
             ) as bar,
         ):
             while chunk := response.read(chunk_size):
@@ -324,7 +324,7 @@ def unpack_zip(
                 unit_divisor=1024,
                 desc=f"unpack {archive.name}",
                 disable=not progress,
-                leave=False,
+                leave=True,
             ) as bar:
                 for member in members:
                     zf.extract(member, staging)  # strips absolute paths and '..'
