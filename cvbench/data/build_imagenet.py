@@ -1,0 +1,239 @@
+"""`build_imagenet`: a raw ImageNet-style folder -> sharded TFRecords in the standard layout.
+
+The output is what TensorFlow ImageNet loaders read: `train-00000-of-01024` ... and
+`validation-00000-of-00128` ..., one `tf.train.Example` per image with the keys of
+`cvbench.data.tfrecord.imagenet_example` (labels 1..N, 0 left for background). The input
+layout and label files are described in `cvbench.data.imagenet_layout`; the writing rules
+(parallel workers, atomic shards, resume, refusing to overwrite another data set) in
+`cvbench.data.sharded_writer`.
+
+Example:
+    >>> summary = build_imagenet("/data/raw", "/data/tfrecords", resize=256)  # doctest: +SKIP
+    >>> print(summary.format())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from cvbench.data import imagenet_layout as layout
+from cvbench.data.image_io import ImageError, Resize, check_resize, to_rgb_jpeg
+from cvbench.data.sharded_writer import Skip, SplitSpec, WriteSummary, write_sharded
+from cvbench.data.tfrecord import imagenet_example
+
+TRAIN_SPLIT = "train"
+VALIDATION_SPLIT = "validation"
+
+
+@dataclass(frozen=True)
+class ImageItem:
+    """One image to encode (picklable: it travels to worker processes).
+
+    Attributes:
+        path: the file to read.
+        relpath: `path` relative to the raw folder ('/'-separated), for the manifest.
+        label: record label, 1..N.
+        synset: class name.
+        text: human-readable class text.
+        boxes: normalized `(xmin, ymin, xmax, ymax)` boxes.
+    """
+
+    path: str
+    relpath: str
+    label: int
+    synset: str
+    text: str
+    boxes: tuple[tuple[float, float, float, float], ...] = ()
+
+    def key(self) -> str:
+        """What identifies this item in the manifest."""
+        return f"{self.relpath}\t{self.label}\t{self.synset}\t{self.text}\t{self.boxes}"
+
+
+def encode_image_item(item: ImageItem, *, resize: Resize | None, quality: int) -> bytes | Skip:
+    """Reads, checks and (if needed) re-encodes one image; returns the serialized record.
+
+    Returns:
+        The `tf.train.Example` bytes, or `Skip(reason)` for an unreadable file or image.
+    """
+    try:
+        with open(item.path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return Skip(f"cannot read file: {e.strerror or e}")
+    try:
+        image = to_rgb_jpeg(data, resize=resize, quality=quality)
+    except ImageError as e:
+        return Skip(str(e))
+    return imagenet_example(
+        encoded=image.data,
+        height=image.height,
+        width=image.width,
+        label=item.label,
+        synset=item.synset,
+        text=item.text,
+        filename=os.path.basename(item.path),
+        boxes=item.boxes,
+    )
+
+
+@dataclass
+class BuildSummary:
+    """The outcome of `build_imagenet`.
+
+    Attributes:
+        write: the writer's summary (per-split records, shards, bytes, skipped files, time).
+        num_classes: number of classes (labels 1..num_classes).
+        validation_layout: 'class folders', 'flat' or 'none'.
+        validation_source: what was found for validation, in words.
+        ignored_files: files left out because their extension is not an image's.
+    """
+
+    write: WriteSummary
+    num_classes: int
+    validation_layout: str
+    validation_source: str
+    ignored_files: int
+
+    def format(self) -> str:
+        """A multi-line human-readable summary."""
+        return "\n".join(
+            [
+                f"classes: {self.num_classes} (labels 1..{self.num_classes}, 0 = background)",
+                f"validation: {self.validation_source}",
+                f"non-image files ignored: {self.ignored_files}",
+                self.write.format(unit="images"),
+            ]
+        )
+
+
+def _items(
+    pairs: list[tuple[str, str]],
+    raw_dir: Path,
+    label_of: dict[str, int],
+    texts: dict[str, str],
+    boxes: dict[str, list],
+    rng: random.Random,
+) -> list[ImageItem]:
+    items = [
+        ImageItem(
+            path=path,
+            relpath=Path(os.path.relpath(path, raw_dir)).as_posix(),
+            label=label_of[cls],
+            synset=cls,
+            text=texts.get(cls, cls),
+            boxes=tuple(tuple(b) for b in boxes.get(os.path.basename(path), ())),
+        )
+        for path, cls in pairs
+    ]
+    rng.shuffle(items)  # spread the classes over the shards
+    return items
+
+
+def build_imagenet(
+    raw_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    train_shards: int = 1024,
+    val_shards: int = 128,
+    resize: Resize | None = None,
+    quality: int = 90,
+    num_workers: int | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+    validation_labels: str | os.PathLike | None = None,
+    class_texts: str | os.PathLike | None = None,
+    boxes: str | os.PathLike | None = None,
+    train_dir: str | os.PathLike | None = None,
+    validation_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> BuildSummary:
+    """Builds ImageNet-format TFRecords from a folder-per-class image set.
+
+    Args:
+        raw_dir: the raw folder (`train/<class>/...`, optional `validation/` or `val/`).
+        out_dir: the output folder.
+        train_shards: training shard files (at most the number of training images).
+        val_shards: validation shard files (at most the number of validation images).
+        resize: None (keep sizes), an int S (shorter side to S, aspect kept, never upscaled)
+            or (height, width) (exactly that size, NVIDIA's fixed resize).
+        quality: JPEG quality of re-encoded images (PNG, CMYK, grayscale or resized).
+        num_workers: worker processes; None = all cores, <= 1 = this process only.
+        seed: seed of the shuffle that spreads images over the shards.
+        overwrite: replace a different data set already in `out_dir`.
+        validation_labels: ground-truth label file for a flat validation folder (formats in
+            `cvbench.data.imagenet_layout`); found automatically under its usual names.
+        class_texts: class -> human-readable text file; `imagenet_metadata.txt` or
+            `LOC_synset_mapping.txt` in `raw_dir` are used when present. Default text: the
+            class name.
+        boxes: bounding-box CSV (`name,xmin,ymin,xmax,ymax`, normalized).
+        train_dir: training folder if not `raw_dir/train`.
+        validation_dir: validation folder if not `raw_dir/validation` or `raw_dir/val`.
+        progress: print what was found and a progress bar to stderr.
+
+    Returns:
+        A `BuildSummary`.
+
+    Raises:
+        FileNotFoundError: missing folders or files (the message says what was looked for).
+        FileExistsError: `out_dir` holds a different data set and `overwrite` is False.
+        ValueError: bad arguments or inconsistent label files.
+    """
+    resize = check_resize(resize)
+    if not 1 <= quality <= 100:
+        raise ValueError(f"quality must be in 1..100, got {quality}")
+    raw = Path(raw_dir)
+    found = layout.discover(
+        raw,
+        train_dir=train_dir,
+        validation_dir=validation_dir,
+        validation_labels=validation_labels,
+    )
+    if class_texts is None:
+        class_texts = layout.find_class_texts(raw)
+    texts = layout.read_class_texts(class_texts) if class_texts is not None else {}
+    box_table = layout.read_boxes(boxes) if boxes is not None else {}
+    label_of = {cls: i + 1 for i, cls in enumerate(found.classes)}
+    if progress:
+        print(
+            f"found {len(found.classes)} classes, {len(found.train):,} training images; "
+            f"{found.validation_source}"
+            + (f" ({len(found.validation):,} images)" if found.validation else ""),
+            file=sys.stderr,
+        )
+
+    rng = random.Random(seed)
+    splits = [
+        SplitSpec(
+            TRAIN_SPLIT, _items(found.train, raw, label_of, texts, box_table, rng), train_shards
+        )
+    ]
+    if found.validation:
+        val_items = _items(found.validation, raw, label_of, texts, box_table, rng)
+        splits.append(SplitSpec(VALIDATION_SPLIT, val_items, val_shards))
+    options = {"resize": list(resize) if isinstance(resize, tuple) else resize, "quality": quality}
+    summary = write_sharded(
+        out_dir,
+        splits,
+        functools.partial(encode_image_item, resize=resize, quality=quality),
+        dataset="imagenet",
+        options=options,
+        item_key=ImageItem.key,
+        describe=lambda item: item.relpath,
+        num_workers=num_workers,
+        overwrite=overwrite,
+        progress=progress,
+        unit="img",
+    )
+    return BuildSummary(
+        summary,
+        len(found.classes),
+        found.validation_layout,
+        found.validation_source,
+        len(found.ignored),
+    )

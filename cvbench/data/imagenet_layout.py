@@ -1,0 +1,327 @@
+"""Finds the images and labels of a raw ImageNet-style folder: what `build_imagenet` reads.
+
+Layout::
+
+    raw_dir/
+        train/<class>/<image>          one folder per class (ImageNet: synset ids like n01440764)
+        validation/ or val/            optional, either
+            <class>/<image>            split into class folders, or
+            <image>                    flat, with a ground-truth label file
+
+Classes are the training folder names, sorted; class i (0-based) gets record label i + 1.
+Any folder-per-class image set works, with any class names.
+
+A flat validation folder needs a label file (given, or found under one of its usual names in
+`raw_dir` or the validation folder). Three formats are recognised by content:
+
+* the ILSVRC2012 devkit's `ILSVRC2012_validation_ground_truth.txt`: one ILSVRC2012_ID (1..1000)
+  per line, for the images in file-name order; the devkit's `meta.mat` (beside it) maps the
+  ids to synsets (read with scipy);
+* one class name per line, for the images in file-name order (TensorFlow's
+  `imagenet_2012_validation_synset_labels.txt`);
+* `<file name> <class> ...` per line, separated by spaces or a comma, with an optional header
+  (Kaggle's `LOC_val_solution.csv`); the file name may omit its extension.
+
+Optional extra files: class texts (`<class><tab or space><text>` per line; ImageNet's
+`imagenet_metadata.txt` or Kaggle's `LOC_synset_mapping.txt`) and bounding boxes
+(`<file name>,<xmin>,<ymin>,<xmax>,<ymax>` per line, normalized: the output of TensorFlow's
+`process_bounding_boxes.py`, `imagenet_2012_bounding_boxes.csv`).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+IMAGE_EXTENSIONS = frozenset(
+    {".jpeg", ".jpg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm"}
+)
+VALIDATION_DIR_NAMES = ("validation", "val")
+VALIDATION_LABEL_FILES = (
+    "ILSVRC2012_validation_ground_truth.txt",
+    "imagenet_2012_validation_synset_labels.txt",
+    "LOC_val_solution.csv",
+)
+CLASS_TEXT_FILES = ("imagenet_metadata.txt", "LOC_synset_mapping.txt")
+
+LAYOUT_FOLDERS = "class folders"
+LAYOUT_FLAT = "flat"
+LAYOUT_NONE = "none"
+
+Box = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class RawImages:
+    """The images of a raw folder, with their classes.
+
+    Attributes:
+        classes: class names, sorted; record label = index + 1.
+        train: (path, class) pairs, in file-name order.
+        validation: (path, class) pairs, in file-name order (empty when there is none).
+        validation_layout: `LAYOUT_FOLDERS`, `LAYOUT_FLAT` or `LAYOUT_NONE`.
+        validation_source: a sentence saying what was found (and which label file was used).
+        ignored: files that are not images by extension (hidden files are not listed).
+    """
+
+    classes: list[str]
+    train: list[tuple[str, str]]
+    validation: list[tuple[str, str]]
+    validation_layout: str
+    validation_source: str
+    ignored: list[str] = field(default_factory=list)
+
+
+def _is_image(name: str) -> bool:
+    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
+def _list_dir(path: Path) -> tuple[list[Path], list[Path]]:
+    """(sub-folders, files) of `path`, sorted by name, hidden entries left out."""
+    dirs, files = [], []
+    with os.scandir(path) as it:
+        for entry in it:
+            if entry.name.startswith("."):
+                continue
+            (dirs if entry.is_dir() else files).append(Path(entry.path))
+    return sorted(dirs), sorted(files)
+
+
+def _class_images(folder: Path, ignored: list[str]) -> list[str]:
+    images = []
+    for root, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            (images if _is_image(name) else ignored).append(os.path.join(root, name))
+    return images
+
+
+def find_validation_dir(raw_dir: Path) -> Path | None:
+    """`raw_dir/validation` or `raw_dir/val`, whichever exists first; None if neither."""
+    for name in VALIDATION_DIR_NAMES:
+        if (raw_dir / name).is_dir():
+            return raw_dir / name
+    return None
+
+
+def discover(
+    raw_dir: str | os.PathLike,
+    *,
+    train_dir: str | os.PathLike | None = None,
+    validation_dir: str | os.PathLike | None = None,
+    validation_labels: str | os.PathLike | None = None,
+) -> RawImages:
+    """Lists the training and validation images of a raw folder (see the module doc).
+
+    Args:
+        raw_dir: the raw folder.
+        train_dir: the training folder; default `raw_dir/train`.
+        validation_dir: the validation folder; default `raw_dir/validation` or `raw_dir/val`
+            if one exists (no validation split otherwise).
+        validation_labels: label file for a flat validation folder; default: looked for under
+            the names in `VALIDATION_LABEL_FILES`.
+
+    Raises:
+        FileNotFoundError: a missing folder or file, or a flat validation folder without a
+            label file.
+        ValueError: no classes or images, classes in the validation data that are not training
+            classes, or a label file that does not match the images.
+    """
+    raw = Path(raw_dir)
+    if not raw.is_dir():
+        raise FileNotFoundError(f"raw data directory {raw} does not exist")
+    train = Path(train_dir) if train_dir is not None else raw / "train"
+    if not train.is_dir():
+        raise FileNotFoundError(
+            f"training folder {train} does not exist; expected {raw}/train/<class>/<images>"
+        )
+    class_dirs, stray = _list_dir(train)
+    if not class_dirs:
+        raise ValueError(f"{train} has no class folders; expected {train}/<class>/<images>")
+    ignored = [str(p) for p in stray]
+    classes = [d.name for d in class_dirs]
+    train_items = []
+    for d in class_dirs:
+        train_items += [(p, d.name) for p in _class_images(d, ignored)]
+    if not train_items:
+        raise ValueError(
+            f"no image files under {train}/<class>/ (extensions {sorted(IMAGE_EXTENSIONS)})"
+        )
+
+    val = Path(validation_dir) if validation_dir is not None else find_validation_dir(raw)
+    if val is None:
+        return RawImages(
+            classes, train_items, [], LAYOUT_NONE, "no validation folder (train only)", ignored
+        )
+    if not val.is_dir():
+        raise FileNotFoundError(f"validation folder {val} does not exist")
+    sub_dirs, files = _list_dir(val)
+    flat_images = [p for p in files if _is_image(p.name)]
+    if sub_dirs and flat_images:
+        raise ValueError(
+            f"{val} holds both class folders ({sub_dirs[0].name}, ...) and images "
+            f"({flat_images[0].name}, ...); use one layout"
+        )
+    if sub_dirs:
+        unknown = sorted({d.name for d in sub_dirs} - set(classes))
+        if unknown:
+            raise ValueError(
+                f"validation class folders not among the {len(classes)} training classes: "
+                f"{unknown[:10]}"
+            )
+        val_items = []
+        for d in sub_dirs:
+            val_items += [(p, d.name) for p in _class_images(d, ignored)]
+        source = f"validation split into class folders in {val}"
+        return RawImages(classes, train_items, val_items, LAYOUT_FOLDERS, source, ignored)
+    if not flat_images:
+        raise ValueError(f"validation folder {val} holds no images and no class folders")
+    ignored += [str(p) for p in files if not _is_image(p.name)]
+    label_file = _find_label_file(raw, val, validation_labels)
+    labels = read_validation_labels(label_file, [p.name for p in flat_images])
+    unknown = sorted(set(labels) - set(classes))
+    if unknown:
+        raise ValueError(
+            f"{label_file} names classes that are not training folders: {unknown[:10]}"
+        )
+    val_items = [(str(p), c) for p, c in zip(flat_images, labels, strict=True)]
+    source = f"flat validation folder {val}, labels from {label_file}"
+    return RawImages(classes, train_items, val_items, LAYOUT_FLAT, source, ignored)
+
+
+def _find_label_file(raw: Path, val: Path, given: str | os.PathLike | None) -> Path:
+    if given is not None:
+        path = Path(given)
+        if not path.is_file():
+            raise FileNotFoundError(f"validation label file {path} does not exist")
+        return path
+    for folder in (raw, val):
+        for name in VALIDATION_LABEL_FILES:
+            if (folder / name).is_file():
+                return folder / name
+    raise FileNotFoundError(
+        f"{val} holds images directly (not in class folders) and no ground-truth label file was "
+        f"given or found ({', '.join(VALIDATION_LABEL_FILES)} in {raw} or {val}); pass one "
+        "(validation_labels=... / --val-labels), or split the images into class folders"
+    )
+
+
+def _data_lines(path: Path) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def read_validation_labels(path: str | os.PathLike, filenames: list[str]) -> list[str]:
+    """The class of each flat validation image, from a label file in one of three formats.
+
+    Args:
+        path: the label file (format detected from its first line, see the module doc).
+        filenames: the image file names, sorted.
+
+    Returns:
+        One class name per file name, in the same order.
+
+    Raises:
+        ValueError: when the file does not cover the images exactly.
+    """
+    path = Path(path)
+    lines = _data_lines(path)
+    if lines and lines[0].lower().startswith(("imageid", "filename", "file_name")):
+        lines = lines[1:]
+    if not lines:
+        raise ValueError(f"validation label file {path} is empty")
+    tokens = re.split(r"[,\s]+", lines[0])
+    if len(tokens) >= 2:
+        by_name: dict[str, str] = {}
+        for line in lines:
+            name, label = re.split(r"[,\s]+", line)[:2]
+            by_name[name] = label
+        out, missing = [], []
+        for f in filenames:
+            label = by_name.get(f, by_name.get(os.path.splitext(f)[0]))
+            if label is None:
+                missing.append(f)
+            out.append(label)
+        if missing:
+            raise ValueError(
+                f"{path} has no label for {len(missing)} of the {len(filenames)} validation "
+                f"images, e.g. {missing[:3]}"
+            )
+        return out
+    if len(lines) != len(filenames):
+        raise ValueError(
+            f"{path} has {len(lines)} labels but the validation folder holds {len(filenames)} "
+            "images (one label per image, in file-name order)"
+        )
+    if all(line.isdigit() for line in lines):
+        ids = read_devkit_synsets(path.parent / "meta.mat")
+        try:
+            return [ids[int(line)] for line in lines]
+        except KeyError as e:
+            raise ValueError(f"{path}: ILSVRC2012_ID {e.args[0]} is not in meta.mat") from None
+    return lines
+
+
+def read_devkit_synsets(meta_mat: str | os.PathLike) -> dict[int, str]:
+    """ILSVRC2012_ID -> synset id, read from the ILSVRC2012 devkit's `data/meta.mat`."""
+    meta_mat = Path(meta_mat)
+    if not meta_mat.is_file():
+        raise FileNotFoundError(
+            f"the label file holds ILSVRC2012_IDs; their synsets are in the devkit's meta.mat, "
+            f"expected at {meta_mat}"
+        )
+    try:
+        from scipy.io import loadmat
+    except ImportError:
+        raise ValueError("reading the devkit's meta.mat needs scipy: pip install scipy") from None
+    synsets = loadmat(str(meta_mat), squeeze_me=True)["synsets"]
+    return {int(s["ILSVRC2012_ID"]): str(s["WNID"]) for s in synsets}
+
+
+def read_class_texts(path: str | os.PathLike) -> dict[str, str]:
+    """Class name -> human-readable text, from `<class><tab or spaces><text>` lines."""
+    texts = {}
+    for line in _data_lines(Path(path)):
+        parts = line.split(None, 1)
+        texts[parts[0]] = parts[1].strip() if len(parts) > 1 else parts[0]
+    return texts
+
+
+def find_class_texts(raw_dir: str | os.PathLike) -> Path | None:
+    """A class text file under one of its usual names in `raw_dir`, or None."""
+    for name in CLASS_TEXT_FILES:
+        if (Path(raw_dir) / name).is_file():
+            return Path(raw_dir) / name
+    return None
+
+
+def read_boxes(path: str | os.PathLike) -> dict[str, list[Box]]:
+    """File name -> normalized `(xmin, ymin, xmax, ymax)` boxes, from the ImageNet box CSV.
+
+    Coordinates are clipped to [0, 1]; boxes with no area after clipping are dropped.
+
+    Raises:
+        ValueError: naming the line that is not `name,xmin,ymin,xmax,ymax`.
+    """
+    boxes: dict[str, list[Box]] = {}
+    with open(path, encoding="utf-8", newline="") as f:
+        for number, row in enumerate(csv.reader(f), start=1):
+            if not row or not "".join(row).strip():
+                continue
+            try:
+                name = row[0].strip()
+                xmin, ymin, xmax, ymax = (min(1.0, max(0.0, float(v))) for v in row[1:5])
+            except ValueError:
+                if number == 1:  # a header line
+                    continue
+                raise ValueError(
+                    f"{path}:{number}: expected name,xmin,ymin,xmax,ymax, got {row!r}"
+                ) from None
+            if xmax > xmin and ymax > ymin:
+                boxes.setdefault(name, []).append((xmin, ymin, xmax, ymax))
+    return boxes
