@@ -31,6 +31,7 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import Any
 from cvbench.data.image_io import ImageError, to_rgb_jpeg
 from cvbench.data.sharded_writer import Skip, SplitSpec, WriteSummary, write_sharded
 from cvbench.data.tfrecord import bytes_feature, encode_example, float_feature, int64_feature
+from cvbench.utils.io import atomic_path
 
 # Feature keys of the TF OD API COCO records (the readers in `cvbench.data.coco` use these).
 HEIGHT = "image/height"
@@ -350,6 +352,7 @@ def build_coco_splits(
     quality: int = 95,
     overwrite: bool = False,
     progress: bool = True,
+    copy_annotations: bool = True,
 ) -> BuildSummary:
     """Builds the TFRecords of several splits in one go (one manifest for the directory).
 
@@ -366,6 +369,9 @@ def build_coco_splits(
         quality: JPEG quality for the few images that must be re-encoded.
         overwrite: replace a different data set in `output_dir`.
         progress: print the annotation reports and a progress bar to stderr.
+        copy_annotations: copy the annotation file of every split but "train" next to the
+            records as `instances_<split>.json`, where the evaluation finds its ground truth
+            (the training file is large and never needed there).
 
     Returns:
         A `BuildSummary`.
@@ -409,6 +415,11 @@ def build_coco_splits(
         progress=progress,
         unit="img",
     )
+    if copy_annotations:
+        for split, (annotations_file, _) in sources.items():
+            if split != "train":
+                with atomic_path(Path(output_dir) / f"instances_{split}.json") as tmp:
+                    shutil.copyfile(annotations_file, tmp)
     return BuildSummary(summary, reports)
 
 
@@ -438,6 +449,9 @@ def build_coco(
         split: the split name ("train" gives 100 shards, "val" 10 by default).
         num_shards: shard count instead of the default.
         num_workers, seed, quality, overwrite, progress: as in `build_coco_splits`.
+
+    The annotation file of a split other than "train" is copied next to the records
+    (`instances_<split>.json`) for the evaluation.
 
     Returns:
         A `BuildSummary`.

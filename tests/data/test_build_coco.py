@@ -130,7 +130,9 @@ def test_build_writes_od_api_records_and_skips_bad_images(tmp_path):
     names = sorted(n for n in os.listdir(out) if not n.startswith("."))
     assert names == [
         "coco_val.record-00000-of-00002", "coco_val.record-00001-of-00002", MANIFEST_NAME,
+        "instances_val.json",  # the ground truth travels with the records
     ]  # fmt: skip
+    assert (out / "instances_val.json").read_bytes() == path.read_bytes()
     skipped = {s.item: s.reason for s in summary.write.skipped}
     assert set(skipped) == {"e.jpg (id 5)", "f.jpg (id 6)", "missing.jpg (id 7)"}
     assert "48x64" in skipped["e.jpg (id 5)"] and "cannot read" in skipped["missing.jpg (id 7)"]
@@ -219,6 +221,7 @@ def test_build_splits_into_one_directory_and_argument_errors(tmp_path):
         progress=False,
     )
     assert set(summary.write.splits) == {"train", "val"}
+    assert not (out / "instances_train.json").exists()  # only non-train annotations are copied
     assert coco.num_examples(out, "train") == 4 and coco.num_examples(out, "val") == 4
     with pytest.raises(FileNotFoundError, match="image folder"):
         bc.build_coco(path, tmp_path / "nope", out, split="val", progress=False)

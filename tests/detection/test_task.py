@@ -12,6 +12,8 @@ import pytest
 from PIL import Image
 
 from cvbench.data import build_coco
+from cvbench.data.coco import list_record_files
+from cvbench.detection.coco_eval import groundtruth_from_records
 from cvbench.detection.task import DetectionTask, allgather_rows
 from cvbench.training.distributed import Distribution, SingleProcess
 from cvbench.training.tasks import TaskOptions
@@ -150,9 +152,27 @@ def test_oracle_detections_score_one_through_the_whole_chain(coco_dir, tmp_path)
     assert {d["category_id"] for d in dets} == {1, 2, 3}
     person = next(d for d in dets if d["image_id"] == 4 and d["category_id"] == 1)
     np.testing.assert_allclose(person["bbox"], [10, 8, 20, 30], atol=1e-3)
-    # Ground truth rebuilt from the records gives the same numbers here (no box was skipped).
-    from_records = _task(str(records)).evaluate(trainer, batch_size=3, num_shards=1, shard_index=0)
-    assert from_records == pytest.approx(metrics)
+    # The builder copied the val annotation file next to the records: found without asking.
+    assert (records / "instances_val.json").is_file()
+    found = _task(str(records)).evaluate(trainer, batch_size=3, num_shards=1, shard_index=0)
+    assert found == metrics
+
+
+def test_groundtruth_rebuilt_from_records_matches_the_annotation_file(coco_dir):
+    ann_path, records = coco_dir
+    original = json.loads(ann_path.read_text())
+    rebuilt = groundtruth_from_records(list_record_files(records, "val"))
+    assert sorted(rebuilt["images"], key=lambda im: im["id"]) == original["images"]
+    assert rebuilt["categories"] == original["categories"]
+    key = lambda a: (a["image_id"], a["category_id"])  # noqa: E731
+    for got, want in zip(
+        sorted(rebuilt["annotations"], key=key), sorted(original["annotations"], key=key),
+        strict=True,
+    ):  # fmt: skip
+        assert key(got) == key(want) and got["iscrowd"] == want["iscrowd"]
+        assert got["area"] == want["area"]
+        # Normalized float32 coordinates times the size: pixels within float32 rounding.
+        np.testing.assert_allclose(got["bbox"], want["bbox"], atol=1e-4)
 
 
 class ThreadRanks(Distribution):
