@@ -44,6 +44,13 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
     cml="$src/horovod/tensorflow/CMakeLists.txt"
     grep -q 'xla_mpi_ops.cc' "$cml" || { echo "build_horovod.sh: $cml changed" >&2; exit 1; }
     sed -i '/xla_mpi_ops\.cc/d' "$cml"
+    # GPU builds only (the line lands inside `#if HAVE_GPU`): TensorFlow 2.21 no longer exports
+    # stream_executor::gpu::AsGpuStreamValue, which mpi_ops.cc declares and calls; define it
+    # from the stream's platform-specific handle.
+    ops_cc="$src/horovod/tensorflow/mpi_ops.cc"
+    grep -q 'GpuStreamHandle AsGpuStreamValue(Stream\* stream);' "$ops_cc" ||
+        { echo "build_horovod.sh: $ops_cc changed" >&2; exit 1; }
+    sed -i '/#include "tensorflow\/compiler\/xla\/stream_executor\/stream.h"/a namespace stream_executor { namespace gpu { GpuStreamHandle AsGpuStreamValue(Stream* stream) { return static_cast<GpuStreamHandle>(stream->platform_specific_handle().stream); } } }' "$ops_cc"
     "$PYTHON" -m pip install --quiet cmake packaging wheel 'setuptools<70'
     export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
     export HOROVOD_WITH_GLOO=1

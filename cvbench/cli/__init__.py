@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 # Explicit list of the modules that contribute subcommands (no import side effects).
-_COMMAND_MODULES = ()
+_COMMAND_MODULES = ("cvbench.cli.acquire",)
 
 
 class CLIError(Exception):
