@@ -188,6 +188,25 @@ class CheckpointManager:
                 p.unlink(missing_ok=True)
 
 
+def find_checkpoint(path: str | os.PathLike) -> Path:
+    """Resolves a checkpoint argument: a checkpoint file, a checkpoint directory, or a run
+    directory holding `checkpoints/`; directories give their newest valid checkpoint.
+
+    Raises:
+        FileNotFoundError: when there is no such path or no valid checkpoint in it.
+    """
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    found = CheckpointManager(directory).latest()
+    if found is None:
+        raise FileNotFoundError(f"no valid checkpoint (ckpt-*.npz) in {directory}")
+    return found[0]
+
+
 def _describe(variable: keras.Variable) -> dict:
     return {"path": variable.path, "shape": list(variable.shape), "dtype": str(variable.dtype)}
 

@@ -79,6 +79,7 @@ class BatchSource:
 
     steps_per_epoch: int | None = None
     batch_size: int | None = None
+    seed: int = 0
 
     def epoch(self, epoch: int, start: int, consumed: int) -> Iterator[Batch]:
         """Yields the batches of `epoch` from index `start` on.
@@ -161,7 +162,7 @@ class IterableSource(BatchSource):
         self.steps_per_epoch = steps_per_epoch
         self._iterator: Iterator | None = None
         if steps_per_epoch is None:
-            self.steps_per_epoch = _known_length(data)
+            self.steps_per_epoch = known_length(data)
         self._persistent = steps_per_epoch is not None
         self.batch_size = _static_batch_size(data)
 
@@ -255,7 +256,8 @@ def _take_rows(arrays: tuple, rows: np.ndarray) -> Batch:
     )
 
 
-def _known_length(data: Any) -> int | None:
+def known_length(data: Any) -> int | None:
+    """Batches in `data` when known (`len`, or a finite tf.data cardinality), else None."""
     if _is_tf_dataset(data):
         cardinality = int(data.cardinality())
         return cardinality if cardinality > 0 else None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from cvbench.training.inputs import (
     BatchSource,
     batch_length,
     is_array_data,
+    known_length,
     make_source,
     split_batch,
 )
@@ -129,8 +131,10 @@ class Trainer:
         self.training_model = TrainingModel(self.model, loss)
         self.metrics = list(metrics)
         self.optimizer: keras.optimizers.Optimizer | None = None
-        self.state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "consumed": 0}
+        # Where training stands; checkpointed. `data_seed` orders array data (rank 0's seed).
+        self.state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "consumed": 0, "data_seed": -1}
         self.global_batch: int | None = None
+        self._planned_steps: int | None = None  # epochs x steps of the fit that set up the run
         self._compiled = False
         self._synced = False
 
@@ -192,9 +196,10 @@ class Trainer:
         return self.config.jit_compile
 
     def _compile(self, optimizer: keras.optimizers.Optimizer | str) -> None:
+        # As weighted metrics, so that batches' sample weights (0 for padding rows) count.
         self.training_model.compile(
             optimizer=optimizer,
-            metrics=list(self.metrics) or None,
+            weighted_metrics=list(self.metrics) or None,
             jit_compile=self._jit_compile(),
         )
         self._compiled = True
@@ -234,6 +239,8 @@ class Trainer:
             self._compile(self.optimizer)
             self.optimizer.build(self.training_model.trainable_variables)
             self.global_batch = global_batch
+            if steps_per_epoch is not None:
+                self._planned_steps = epochs * steps_per_epoch
         elif global_batch != self.global_batch:
             raise ValueError(
                 f"this Trainer was set up for a global batch of {self.global_batch}, the data "
@@ -248,7 +255,14 @@ class Trainer:
                     f"the checkpoint was written with a global batch of "
                     f"{restored['global_batch']}, this run has {global_batch}"
                 )
-            self.state = {k: int(restored[k]) for k in self.state}
+            self.state = {k: int(restored.get(k, self.state[k])) for k in self.state}
+            planned = restored.get("planned_steps")
+            if self.is_chief and planned not in (None, self._planned_steps):
+                warnings.warn(
+                    f"the checkpointed run was planned for {planned} steps, this one for "
+                    f"{self._planned_steps}: the learning-rate schedule changes",
+                    stacklevel=3,
+                )
         self.distribution.broadcast_variables(self._all_variables())
         self._synced = True
 
@@ -268,13 +282,33 @@ class Trainer:
         """Writes a checkpoint of the current state (rank 0; others return None)."""
         if not self.is_chief or self.checkpoint_dir is None or self.optimizer is None:
             return None
-        state = dict(self.state, global_batch=self.global_batch, precision=self.precision)
+        state = dict(
+            self.state,
+            global_batch=self.global_batch,
+            precision=self.precision,
+            planned_steps=self._planned_steps,
+        )
         return self._checkpoints().save(
             self.state["step"],
             model_variables=self.model.variables,
             optimizer_variables=self.optimizer.variables,
             state=state,
         )
+
+    def load_weights(self, path: str | Path) -> dict:
+        """Loads the model variables (not the optimizer) from a checkpoint file.
+
+        Every rank reads the file, so it must be visible to all of them.
+
+        Returns:
+            The trainer state stored in the checkpoint.
+
+        Raises:
+            ValueError: when the file is not a checkpoint of this model.
+        """
+        meta, arrays = ckpt.load_checkpoint(path)
+        ckpt.restore_variables(meta, arrays, model_variables=self.model.variables)
+        return dict(meta["state"])
 
     def _restore_latest(self) -> dict | None:
         """Rank 0 loads the newest valid checkpoint; every rank gets its trainer state."""
@@ -333,7 +367,10 @@ class Trainer:
         """
         if not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs must be a positive int, got {epochs!r}")
-        seed = self.config.seed if self.config.seed is not None else 0
+        if self.state["data_seed"] < 0:
+            # Rank 0's seed orders the data, so that ranks with their own seeds still agree.
+            seed = self.config.seed if self.config.seed is not None else 0
+            self.state["data_seed"] = self.distribution.broadcast_object(seed)
         source = make_source(
             train_data,
             batch_size=batch_size,
@@ -341,7 +378,7 @@ class Trainer:
             rank=self.rank,
             size=self.size,
             shuffle=shuffle,
-            seed=seed,
+            seed=self.state["data_seed"],
         )
         per_rank = source.batch_size or _peek_batch_size(train_data)
         if source.steps_per_epoch is None and self.size > 1:
@@ -351,6 +388,7 @@ class Trainer:
         self._prepare(
             global_batch=per_rank * self.size, steps_per_epoch=source.steps_per_epoch, epochs=epochs
         )
+        source.seed = self.state["data_seed"]  # a resume restores the run's data order
         history = keras.callbacks.History()
         run_callbacks = list(callbacks) + (list(chief_callbacks) if self.is_chief else [])
         callback_list = keras.callbacks.CallbackList(
@@ -539,6 +577,8 @@ class Trainer:
                 verbose=0,
             )
         else:
+            if steps is None and not type(data).__module__.startswith("tensorflow"):
+                steps = known_length(data)
             model.evaluate(_batches(data), steps=steps, verbose=0)
         if self.size > 1:
             variables = model.metrics_variables
@@ -566,7 +606,10 @@ class Trainer:
     ) -> ThroughputSummary:
         """Measures images/s (all ranks) over `steps` steps after `burn_in` steps.
 
-        Training mode really trains (the weights change); nothing is checkpointed.
+        Training mode really trains (the weights change); nothing is checkpointed and
+        `state` is left as it is. Before any `fit`, it sets up the optimizer with a schedule
+        over the benchmark's steps, which a later `fit` would keep: benchmark a fresh
+        Trainer, or one that has already been fitted.
 
         Args:
             data: as for `fit` (it must yield at least `burn_in + steps` batches).

@@ -1,10 +1,17 @@
-"""Subprocess worker for the multi-process and kill/resume tests (run as a script).
+"""Subprocess worker for the Horovod and kill/resume tests (run as a script, not collected).
 
 Modes:
-    train     train a tiny model on seeded arrays; write the final variables to
-              OUT/rank<r>.npz (used under horovodrun and as the single-process reference).
-    overflow  like train under mixed_float16, with rank 1's batch at step 2 overflowing.
-    die       rank 1 exits abruptly at step 3; the others must fail, not hang.
+    train     one process: train the tiny model on the seeded arrays (optionally with
+              checkpoints, a resume and a pause per step) and save the final state to
+              OUT/train.npz.
+    horovod   every rank runs, in order:
+              1. the single-process reference on the concatenated batch (no collectives),
+                 saved by rank 0 to OUT/reference.npz;
+              2. the same training data-parallel (rank-dependent initial weights, so only
+                 the broadcast from rank 0 can make them agree): OUT/rank<r>.npz;
+              3. mixed_float16 with rank 1's second batch overflowing: OUT/overflow<r>.npz;
+              4. rank 1 exits abruptly at step 3 (printing the time); the others must fail
+                 with a RankFailedError instead of hanging.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import numpy as np
 
 from cvbench.training import OptimizerConfig, ScheduleConfig, TrainConfig, Trainer
 
-ROWS, SIDE, CLASSES = 48, 8, 5
+ROWS, SIDE, CLASSES, BATCH = 48, 8, 5, 4
 
 
 def build_model() -> keras.Model:
@@ -38,7 +45,35 @@ def make_data() -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-class _Sleep(keras.callbacks.Callback):
+def make_trainer(*, seed: int, distribution: str, precision: str = "float32", **config) -> Trainer:
+    return Trainer(
+        build_model,
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        OptimizerConfig(momentum=0.9, nesterov=True, weight_decay=1e-3),
+        schedule=ScheduleConfig(base_lr=2.0, warmup_steps=2, decay="cosine"),
+        precision=precision,
+        distribution=distribution,
+        config=TrainConfig(
+            log_every=0, progress_bar=False, seed=seed, deterministic=True, export=False, **config
+        ),
+    )
+
+
+def save_state(path: str, trainer: Trainer) -> None:
+    inner = getattr(trainer.optimizer, "inner_optimizer", trainer.optimizer)
+    np.savez(
+        path,
+        *[keras.ops.convert_to_numpy(v.value) for v in trainer.model.variables],
+        size=trainer.size,
+        step=trainer.state["step"],
+        iterations=int(keras.ops.convert_to_numpy(inner.iterations)),
+        loss_scale=trainer.loss_scale if trainer.loss_scale is not None else -1.0,
+    )
+
+
+class Pause(keras.callbacks.Callback):
+    """Sleeps after every step, so that a test can kill the run in the middle."""
+
     def __init__(self, seconds: float) -> None:
         super().__init__()
         self.seconds = seconds
@@ -47,72 +82,73 @@ class _Sleep(keras.callbacks.Callback):
         time.sleep(self.seconds)
 
 
-class _Die(keras.callbacks.Callback):
-    def __init__(self, rank: int) -> None:
+class ExitAtBatch(keras.callbacks.Callback):
+    """Ends this process abruptly (no clean-up, exit status 3) after batch `batch`."""
+
+    def __init__(self, batch: int) -> None:
         super().__init__()
-        self.rank = rank
+        self.batch = batch
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.rank == 1 and batch == 2:
-            print(f"rank 1 exits at {time.time():.3f}", flush=True)
+        if batch == self.batch:
+            print(f"EXIT_TIME {time.time():.3f}", flush=True)
             os._exit(3)
+
+
+def run_train(args: argparse.Namespace) -> None:
+    trainer = make_trainer(
+        seed=3,
+        distribution="single",
+        log_dir=args.log_dir,
+        checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=3,
+        resume=args.resume,
+    )
+    callbacks = [Pause(args.pause)] if args.pause else []
+    trainer.fit(make_data(), epochs=2, batch_size=BATCH, callbacks=callbacks)
+    save_state(os.path.join(args.out, "train.npz"), trainer)
+
+
+def run_horovod(args: argparse.Namespace) -> None:
+    x, y = make_data()
+    # 1. Reference: one process, global batch 2 * BATCH (what both ranks see together).
+    reference = make_trainer(seed=3, distribution="single")
+    reference.fit((x, y), epochs=2, batch_size=2 * BATCH)
+    # 2. Data parallel. The seed differs per rank (so do the initial weights): only the
+    # broadcast from rank 0 can make the ranks agree with the reference (seed 3).
+    rank = int(os.environ["HOROVOD_RANK"])
+    trainer = make_trainer(seed=3 + 97 * rank, distribution="horovod")
+    if trainer.rank == 0:
+        save_state(os.path.join(args.out, "reference.npz"), reference)
+    trainer.fit((x, y), epochs=2, batch_size=BATCH, shuffle=True)
+    save_state(os.path.join(args.out, f"rank{trainer.rank}.npz"), trainer)
+    # 3. mixed_float16: global batch 1 is rows [2B, 4B), rank 1 holds [3B, 4B); values beyond
+    # float16's range make only that rank's gradients non-finite.
+    x16 = x.copy()
+    x16[3 * BATCH : 4 * BATCH] = 1e6
+    fp16 = make_trainer(seed=5, distribution="horovod", precision="mixed_float16", loss_scale=256.0)
+    fp16.fit((x16, y), epochs=1, batch_size=BATCH, shuffle=False)
+    save_state(os.path.join(args.out, f"overflow{fp16.rank}.npz"), fp16)
+    # 4. A rank dies.
+    dying = make_trainer(seed=6, distribution="horovod")
+    callbacks = [ExitAtBatch(2)] if dying.rank == 1 else []
+    dying.fit((x, y), epochs=1, batch_size=BATCH, callbacks=callbacks)
+    print("DEATH_NOT_NOTICED", flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["train", "overflow", "die"])
+    parser.add_argument("mode", choices=["train", "horovod"])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--optimizer", default="sgd")
     parser.add_argument("--log-dir", default=None)
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--pause", type=float, default=0.0)
     args = parser.parse_args()
-
-    precision = "mixed_float16" if args.mode == "overflow" else "float32"
-    config = TrainConfig(
-        log_dir=args.log_dir,
-        checkpoint_every=args.checkpoint_every,
-        resume=args.resume,
-        log_every=0,
-        progress_bar=False,
-        seed=3,
-        deterministic=True,
-        export=False,
-    )
-    trainer = Trainer(
-        build_model,
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        OptimizerConfig(name=args.optimizer, momentum=0.9, nesterov=True, weight_decay=1e-3),
-        schedule=ScheduleConfig(base_lr=2.0, warmup_steps=2, decay="cosine"),
-        precision=precision,
-        config=config,
-    )
-    x, y = make_data()
-    if args.mode == "overflow":
-        # Global batch 1 (the second step) is rows [2B, 4B); rank 1 holds [3B, 4B). A value
-        # beyond float16's range makes that rank's loss and gradients non-finite.
-        b = args.batch_size
-        x[3 * b : 4 * b] = 1e6
-    callbacks = []
-    if args.sleep:
-        callbacks.append(_Sleep(args.sleep))
-    if args.mode == "die":
-        callbacks.append(_Die(trainer.rank))
-    trainer.fit(
-        (x, y), epochs=args.epochs, batch_size=args.batch_size, callbacks=callbacks, shuffle=True
-    )
-    optimizer = trainer.optimizer
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    np.savez(
-        os.path.join(args.out, f"rank{trainer.rank}.npz"),
-        *[keras.ops.convert_to_numpy(v.value) for v in trainer.model.variables],
-        size=trainer.size,
-        iterations=int(keras.ops.convert_to_numpy(inner.iterations)),
-        loss_scale=trainer.loss_scale if trainer.loss_scale is not None else -1.0,
-    )
+    if args.mode == "train":
+        run_train(args)
+    else:
+        run_horovod(args)
     return 0
 
 

@@ -1,0 +1,41 @@
+"""Tiny models and data for the training tests (a few layers, 8x8 images); not collected."""
+
+import keras
+import numpy as np
+
+
+def tiny_classifier(classes: int = 3, batchnorm: bool = True) -> keras.Model:
+    """Conv (+ BatchNorm) + dense logits in float32, on 8x8x3 images."""
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 3, padding="same", use_bias=not batchnorm)(inputs)
+    if batchnorm:
+        x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(classes, dtype="float32")(x))
+
+
+def tiny_mlp(classes: int = 2) -> keras.Model:
+    inputs = keras.Input((4,))
+    x = keras.layers.Dense(8, activation="relu")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(classes, dtype="float32")(x))
+
+
+def blobs(n: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Two well separated classes in 4-D: class k centred at (2k - 1) * 2 on every axis."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n).astype("int32")
+    x = (rng.normal(size=(n, 4)) * 0.5 + (2.0 * y[:, None] - 1.0) * 2.0).astype("float32")
+    return x, y
+
+
+def images(n: int = 32, classes: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (
+        rng.normal(size=(n, 8, 8, 3)).astype("float32"),
+        rng.integers(0, classes, n).astype("int32"),
+    )
+
+
+def sparse_ce() -> keras.losses.Loss:
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
