@@ -1,0 +1,187 @@
+"""ImageNet TFRecords -> `tf.data` pipelines (the NVIDIA ResNet-50 v1.5 input recipe).
+
+Reads the standard sharded files (`train-00000-of-01024`, `validation-00000-of-00128`, as
+`cvbench build-imagenet` and the TensorFlow ImageNet builder write them); labels come out
+0-based (the stored label minus 1).
+
+Element structure:
+
+* training: `(images, labels)`: images [batch, size, size, 3] `dtype`, labels [batch] int32;
+  endless (`repeat=True`), the last partial batch dropped;
+* evaluation: `(images, labels, weights)`: weights [batch] float32, 1.0 for a real image and
+  0.0 for padding. Every validation record appears exactly once across all ranks; the stream
+  is padded to `steps` full batches, the same number on every rank (the dataset's
+  cardinality). Count top-1/top-5 with the weights: the sum of the weights over all ranks is
+  the number of validation records.
+
+Sharding across processes: `num_shards` / `shard_index`, by default Horovod's size and rank
+when Horovod is initialised. Training shards files (records when there are fewer files than
+ranks); evaluation gives each rank a contiguous range of records.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from cvbench.data._distributed import resolve_shards
+from cvbench.data.corrupt import CorruptRecordCounter, plain
+from cvbench.data.pipeline import (
+    EvalPreprocess,
+    TrainPreprocess,
+    check_args,
+    eval_pipeline,
+    eval_steps,
+    train_pipeline,
+)
+from cvbench.data.records import (
+    Segment,
+    drop_lost_markers,
+    list_split_files,
+    rank_segments,
+    read_records,
+    scan_files,
+)
+from cvbench.data.tfrecord import parse_imagenet_example, scan_tfrecord
+
+
+def _to_example(element: dict) -> dict:
+    parsed = parse_imagenet_example(element["record"])
+    return {
+        "encoded": parsed["encoded"],
+        "label": parsed["label"],
+        "boxes": parsed["boxes"],
+        "filename": parsed["filename"],
+        "source": element["source"],
+        "index": element["index"],
+    }
+
+
+def num_examples(
+    data_dir: str | os.PathLike, split: str, *, file_pattern: str | None = None
+) -> int:
+    """The number of complete records of a split (reads only the record headers)."""
+    return sum(
+        scan_tfrecord(p).num_records for p in list_split_files(data_dir, split, file_pattern)
+    )
+
+
+def rank_seed(seed: int | None, shard_index: int) -> int | None:
+    """A per-rank seed derived from `seed`, so ranks do not draw identical augmentations."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, shard_index]).generate_state(1)[0])
+
+
+def imagenet_dataset(
+    data_dir: str | os.PathLike,
+    split: str,
+    *,
+    batch_size: int,
+    image_size: int = 224,
+    training: bool,
+    num_shards: int | None = None,
+    shard_index: int | None = None,
+    dtype: Any = "float32",
+    seed: int | None = None,
+    skip_corrupt: bool = False,
+    corrupt_counter: CorruptRecordCounter | None = None,
+    shuffle_buffer: int = 10_000,
+    repeat: bool = True,
+    cycle_length: int = 10,
+    file_pattern: str | None = None,
+    train_preprocess: TrainPreprocess | None = None,
+    eval_preprocess: EvalPreprocess | None = None,
+) -> tf.data.Dataset:
+    """A training or evaluation pipeline over ImageNet-format TFRecords.
+
+    Args:
+        data_dir: directory of the TFRecord shards.
+        split: 'train', 'validation' (any split name whose files are `<split>-NNNNN-of-NNNNN`).
+        batch_size: images per batch (per process).
+        image_size: output height and width (224 for ResNet-50, 299 for Inception V3).
+        training: the training recipe (random crop and flip, shuffle, repeat, drop remainder)
+            or the evaluation one (resize, central crop, every record once, padding weights).
+        num_shards: processes splitting the data; default Horovod's size (1 without it).
+        shard_index: this process's index; default Horovod's rank (0 without it).
+        dtype: image dtype ('float32', 'bfloat16', 'float16').
+        seed: makes training file order, shuffling and augmentation deterministic (per rank);
+            None: nondeterministic (faster).
+        skip_corrupt: skip and count truncated/corrupt records and undecodable images
+            (printing each to stderr) instead of raising an error naming the file.
+        corrupt_counter: counts the skipped records (with `skip_corrupt=True`).
+        shuffle_buffer: training shuffle buffer, in records.
+        repeat: training only: repeat forever (True) or make one pass.
+        cycle_length: files read in parallel.
+        file_pattern: a glob (relative to `data_dir`) to use instead of the split's names.
+        train_preprocess: `(image_bytes, boxes, seed[2]) -> image` replacing
+            `preprocessing.preprocess_for_train`.
+        eval_preprocess: `image_bytes -> image` replacing `preprocessing.preprocess_for_eval`.
+
+    Returns:
+        A `tf.data.Dataset`; see the module docstring for the element structure.
+
+    Raises:
+        FileNotFoundError: no `data_dir`, or no files of the split (says what was looked for).
+        ValueError: bad arguments; a truncated file when `skip_corrupt` is False.
+    """
+    tf_dtype = check_args(batch_size, image_size, dtype)
+    num_shards, shard_index = resolve_shards(num_shards, shard_index)
+    if shuffle_buffer < 1:
+        raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
+    if cycle_length < 1:
+        raise ValueError(f"cycle_length must be >= 1, got {cycle_length}")
+    files = list_split_files(data_dir, split, file_pattern)
+    counter = corrupt_counter if skip_corrupt else None
+
+    if training:
+        by_file = len(files) >= num_shards
+        mine = files[shard_index::num_shards] if by_file else files
+        counts = scan_files(mine, skip_corrupt=skip_corrupt, counter=counter)
+        if sum(counts) == 0:
+            raise ValueError(f"no records in {split!r} files {mine[:3]}... of {data_dir}")
+        seed_r = rank_seed(seed, shard_index)
+        records = read_records(
+            [Segment(p, 0, n) for p, n in zip(mine, counts, strict=True)],
+            cycle_length=cycle_length,
+            shuffle_files=by_file,
+            seed=seed_r,
+            deterministic=seed is not None or not by_file,
+        )
+        records = drop_lost_markers(records, skip_corrupt=skip_corrupt, counter=counter)
+        if not by_file:  # fewer files than ranks: split the records instead
+            records = records.shard(num_shards, shard_index)
+        if repeat:
+            records = records.repeat()
+        examples = records.map(plain(_to_example), num_parallel_calls=tf.data.AUTOTUNE)
+        return train_pipeline(
+            examples,
+            batch_size=batch_size,
+            image_size=image_size,
+            dtype=tf_dtype,
+            seed=seed_r,
+            shuffle_buffer=shuffle_buffer,
+            skip_corrupt=skip_corrupt,
+            counter=counter,
+            preprocess=train_preprocess,
+        )
+
+    counts = scan_files(files, skip_corrupt=skip_corrupt, counter=counter)
+    total = sum(counts)
+    segments = rank_segments(files, counts, num_shards, shard_index)
+    records = read_records(segments, cycle_length=cycle_length, deterministic=True)
+    records = drop_lost_markers(records, skip_corrupt=skip_corrupt, counter=counter)
+    examples = records.map(plain(_to_example), num_parallel_calls=tf.data.AUTOTUNE)
+    return eval_pipeline(
+        examples,
+        batch_size=batch_size,
+        image_size=image_size,
+        dtype=tf_dtype,
+        steps=eval_steps(-(-total // num_shards), batch_size),  # the largest rank's count
+        skip_corrupt=skip_corrupt,
+        counter=counter,
+        preprocess=eval_preprocess,
+    )
