@@ -110,6 +110,12 @@ def detections_to_coco(
 
     Raises:
         ValueError: if a class index falls outside the label map.
+
+    Example:
+        >>> detections_to_coco(np.array([7]), np.array([[[0.1, 0.2, 0.5, 0.6]]]),
+        ...                    np.array([[0.9]]), np.array([[0]]), np.array([1]),
+        ...                    np.array([[100, 200]]), [18])  # doctest: +ELLIPSIS
+        [{'image_id': 7, 'category_id': 18, 'bbox': [40.0, 10.0, 80.0, 40.0], 'score': 0.9...}]
     """
     image_ids = np.asarray(image_ids).reshape(-1)
     boxes = np.asarray(boxes, dtype=np.float64)
@@ -179,6 +185,16 @@ def evaluate_coco(
         ValueError: on an unknown backend, or detections for images absent from `groundtruth`,
             or malformed detections.
         ImportError: for `backend="faster"` when `faster-coco-eval` is not installed.
+
+    Example:
+        >>> gt = {"images": [{"id": 1, "width": 100, "height": 80}],
+        ...       "categories": [{"id": 18, "name": "dog"}],
+        ...       "annotations": [{"id": 1, "image_id": 1, "category_id": 18, "iscrowd": 0,
+        ...                        "bbox": [10, 10, 40, 30], "area": 1200}]}
+        >>> dets = [{"image_id": 1, "category_id": 18, "bbox": [10, 10, 40, 30], "score": 0.9}]
+        >>> metrics = evaluate_coco(dets, gt, print_fn=None)
+        >>> round(metrics["AP"], 6), metrics["APs"]  # one medium box found exactly
+        (1.0, -1.0)
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")

@@ -73,6 +73,12 @@ class DetectionTask:
         backbone_weights: ResNet-50 weight file for the backbone (keras.applications
             `_notop` HDF5); None: random initialization.
         backbone: the backbone name ("resnet50_v1").
+
+    Example:
+        >>> from cvbench.training.tasks import TaskOptions
+        >>> task = DetectionTask(TaskOptions(model="ssd320", data_dir=None, image_size=128))
+        >>> task.num_classes, task.anchors.shape
+        (90, (2046, 4))
     """
 
     name = "detection"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import io
 
 import numpy as np
@@ -266,3 +267,8 @@ def test_bad_arguments(tmp_path, val_dir):
         coco.coco_dataset(val_dir, "val", batch_size=0, training=False)
     with pytest.raises(ValueError, match="shard_index"):
         coco.coco_dataset(val_dir, "val", batch_size=1, training=False, num_shards=2, shard_index=2)
+
+
+def test_docstring_examples():
+    result = doctest.testmod(coco, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import doctest
 import importlib.util
 import io
 import json
@@ -10,6 +11,7 @@ import json
 import numpy as np
 import pytest
 
+from cvbench.detection import coco_eval
 from cvbench.detection.coco_eval import (
     COCO_METRIC_NAMES,
     detections_to_coco,
@@ -220,3 +222,8 @@ def test_format_coco_table_rounds_like_pycocotools():
         " Average Recall     (AR) @[ IoU=0.50:0.95 | area=   all | maxDets=  1 ] = 0.274"
     )
     assert lines[11].endswith("area= large | maxDets=100 ] = -1.000")
+
+
+def test_docstring_examples():
+    result = doctest.testmod(coco_eval, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import io
 import json
 import threading
@@ -13,6 +14,7 @@ from PIL import Image
 
 from cvbench.data import build_coco
 from cvbench.data.coco import list_record_files
+from cvbench.detection import task as task_module
 from cvbench.detection.coco_eval import groundtruth_from_records
 from cvbench.detection.task import DetectionTask, allgather_rows
 from cvbench.training.distributed import Distribution, SingleProcess
@@ -279,3 +281,8 @@ def test_one_training_step_and_evaluation_with_the_trainer(coco_dir, tmp_path):
     metrics = task.evaluate(trainer, batch_size=2, num_shards=1, shard_index=0)
     assert set(metrics) >= {"AP", "AP50", "AR100", "ARl"}
     assert all(-1.0 <= v <= 1.0 for v in metrics.values())
+
+
+def test_docstring_examples():
+    result = doctest.testmod(task_module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
