@@ -18,7 +18,7 @@ fi
 PY="$VENV/bin/python"
 "$PY" -m pip install --quiet --upgrade pip
 echo "bootstrap: installing cvbench and its dependencies"
-"$PY" -m pip install --quiet -e '.[dev,jax]'
+"$PY" -m pip install --quiet -e '.[dev,jax,faster-coco-eval]'
 PYTHON="$PY" scripts/build_horovod.sh
 rm -f "$VENV"/.cvbench-*
 touch "$stamp"

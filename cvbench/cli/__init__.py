@@ -14,7 +14,10 @@ import sys
 from collections.abc import Sequence
 
 # Explicit list of the modules that contribute subcommands (no import side effects).
-_COMMAND_MODULES = ("cvbench.cli.acquire",)
+_COMMAND_MODULES = (
+    "cvbench.cli.acquire",
+    "cvbench.cli.coco",
+)
 
 
 class CLIError(Exception):
