@@ -1,0 +1,169 @@
+"""Stage 2 of the demo: a small SSD on the shapes COCO TFRecords, COCO AP on validation.
+
+The real pieces: `DetectionTask` (SSD320 v1.2's training data: `coco_dataset` with the OD
+API crop and flip and the SSD target encoder; its focal + smooth-L1 loss; its evaluation:
+every validation image once across ranks, post-processing, pycocotools COCOeval against the
+`instances_val.json` the builder copied next to the records) and the `Trainer` with SSD320's
+schedule shape (momentum 0.9, linear warmup from 0.43332 x the peak, cosine). The model is
+`model.build_demo_ssd`, whose backbone starts from the classifier of stage 1.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+
+from cvbench.demo.classify import StageResult, epoch_logs
+from cvbench.demo.config import DemoConfig
+from cvbench.demo.data import DemoData
+from cvbench.demo.model import build_demo_ssd, copy_backbone_weights
+from cvbench.demo.shapes import SHAPE_NAMES
+
+
+def detection_task(data: DemoData, config: DemoConfig) -> Any:
+    """The `DetectionTask` over the demo's COCO records (6 classes, ids 1..6)."""
+    from cvbench.detection.task import DetectionTask
+    from cvbench.training.tasks import TaskOptions
+
+    options = TaskOptions(
+        model="ssd320",
+        data_dir=str(data.det_records),
+        image_size=config.det_image_size,
+        num_classes=len(SHAPE_NAMES),
+    )
+    return DetectionTask(options, per_category=True)
+
+
+def train_detector(
+    data: DemoData,
+    config: DemoConfig,
+    *,
+    log_dir: str | os.PathLike | None,
+    precision: str,
+    classifier: keras.Model | None = None,
+    distribution: Any = "auto",
+) -> StageResult:
+    """Trains the demo SSD and evaluates COCO AP on the validation split.
+
+    Args:
+        data: the demo's data (COCO TFRecords in `data.det_records`).
+        config: sizes, epochs, learning rate, SSD width, seed.
+        log_dir: the Trainer's folder.
+        precision: the Trainer's precision.
+        classifier: a trained classifier whose weights start the backbone (None: random).
+        distribution: the Trainer's distribution.
+
+    Returns:
+        A `StageResult` whose metrics are COCOeval's 12 numbers (`AP`, `AP50`, ...) and
+        `AP/<class>` per class.
+    """
+    from cvbench.detection.task import RECIPE, WARMUP_START_FACTOR
+    from cvbench.training import ScheduleConfig, TrainConfig, Trainer
+
+    task = detection_task(data, config)
+
+    def build() -> keras.Model:
+        model = build_demo_ssd(
+            num_classes=task.num_classes,
+            image_size=config.det_image_size,
+            backbone=config.backbone,
+            depth=config.ssd_depth,
+            head_layers=config.ssd_head_layers,
+        )
+        if classifier is not None:
+            copy_backbone_weights(classifier, model)
+        return model
+
+    trainer = Trainer(
+        build,
+        task.loss(),
+        RECIPE[0],  # momentum SGD 0.9; the L2 decay is a kernel regularizer of the model
+        schedule=ScheduleConfig(
+            base_lr=config.det_base_lr,
+            warmup_epochs=min(1.0, config.det_epochs / 4),
+            warmup_start_factor=WARMUP_START_FACTOR,
+            decay="cosine",
+        ),
+        precision=precision,
+        distribution=distribution,
+        config=TrainConfig(
+            log_dir=None if log_dir is None else str(log_dir),
+            log_every=config.log_every,
+            burn_in_steps=5,
+            keep_checkpoints=1,
+            seed=config.seed,
+            export=False,
+        ),
+    )
+    train = task.train_data(
+        batch_size=config.det_batch_size,
+        num_shards=trainer.size,
+        shard_index=trainer.rank,
+        seed=config.seed,
+    )
+    start = time.perf_counter()
+    history = trainer.fit(
+        train.data, epochs=config.det_epochs, steps_per_epoch=train.steps_per_epoch
+    )
+    train_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    metrics = task.evaluate(
+        trainer,
+        batch_size=config.det_batch_size,
+        num_shards=trainer.size,
+        shard_index=trainer.rank,
+    )
+    throughput = getattr(trainer, "throughput", None)
+    return StageResult(
+        model=trainer.model,
+        metrics={k: float(v) for k, v in metrics.items()},
+        epochs=epoch_logs(history),
+        train_seconds=train_seconds,
+        eval_seconds=time.perf_counter() - start,
+        images_per_second=None if throughput is None else float(throughput.mean),
+        trainer=trainer,
+    )
+
+
+def sample_detections(
+    model: keras.Model, data: DemoData, *, count: int = 8
+) -> tuple[list[np.ndarray], list[dict[str, np.ndarray]]]:
+    """Runs `model` on the first `count` validation images.
+
+    Returns:
+        (uint8 [H, W, 3] images, one dict per image with "boxes" float32 [K, 4] as COCO
+        `[x, y, width, height]` pixels, "scores" [K] and "classes" int32 [K] class indices).
+    """
+    import json
+
+    from PIL import Image
+
+    from cvbench.detection.postprocess import predict_detections
+
+    coco = json.loads(Path(data.det_val_annotations).read_text())
+    infos = sorted(coco["images"], key=lambda im: im["id"])[:count]
+    side = int(model.input_shape[1])
+    originals, resized = [], []
+    for info in infos:
+        with Image.open(data.det_val_images / info["file_name"]) as im:
+            rgb = im.convert("RGB")
+            originals.append(np.asarray(rgb))
+            resized.append(np.asarray(rgb.resize((side, side), Image.Resampling.BILINEAR)))
+    sizes = np.array([im.shape[:2] for im in originals])
+    dets = predict_detections(model, np.stack(resized).astype(np.float32), sizes)
+    out = []
+    for d in dets:
+        ymin, xmin, ymax, xmax = np.asarray(d["boxes"], np.float32).reshape(-1, 4).T
+        out.append(
+            {
+                "boxes": np.stack([xmin, ymin, xmax - xmin, ymax - ymin], axis=1),
+                "scores": np.asarray(d["scores"], np.float32),
+                "classes": np.asarray(d["classes"], np.int32),
+            }
+        )
+    return originals, out

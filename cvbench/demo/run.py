@@ -1,0 +1,232 @@
+"""`run_demo`: data, classifier, SSD, evaluation and the output folder, end to end.
+
+Output folder:
+
+    data/               the shapes sets and their TFRecords (reused by the next run)
+    logs/classifier/    train_log.jsonl and tensorboard/ of the classifier's Trainer
+    logs/ssd/           the same for the SSD
+    classifier.keras    the trained classifier (ImageNet-normalized 64 x 64 input, logits)
+    ssd.keras           the trained SSD ([0, 255] input; box codes and class logits)
+    curves.png          training loss and validation top-1 against the step
+    detections.png      validation images with the SSD's boxes, classes and scores
+    metrics.json        top-1, the 12 COCO numbers, per-class AP, timings, settings
+
+Nothing is half-written: a run works in `.partial/` inside the output folder and moves its
+results into place only once everything succeeded (`metrics.json` last); an interrupted run
+(Ctrl-C) removes `.partial/` and leaves the previous results as they were; a killed one leaves
+`.partial/`, which the next run removes. Under Horovod every rank trains and evaluates; only
+rank 0 writes files and prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cvbench.demo.config import DemoConfig, demo_precision
+from cvbench.demo.data import DemoData, prepare_data
+from cvbench.demo.shapes import SHAPE_NAMES
+from cvbench.utils.io import atomic_path, write_json_atomic
+
+STAGING = ".partial"
+RESULTS = ("logs", "classifier.keras", "ssd.keras", "curves.png", "detections.png")
+METRICS = "metrics.json"
+COCO_KEYS = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _curve_panels(logs_dir: Path) -> dict[str, dict[str, tuple[list, list]]]:
+    """Plot series from the Trainers' JSON-lines logs: step losses and epoch validation."""
+    panels = {}
+    for name, title in (("classifier", "classifier"), ("ssd", "SSD")):
+        entries = _read_jsonl(logs_dir / name / "train_log.jsonl")
+        steps = [e for e in entries if e.get("event") == "step"]
+        epochs = [e for e in entries if e.get("event") == "epoch"]
+        series = {
+            "train loss (step)": ([e["step"] for e in steps], [e["loss"] for e in steps]),
+            "train loss (epoch mean)": ([e["step"] for e in epochs], [e["loss"] for e in epochs]),
+        }
+        if any("val_top1" in e for e in epochs):
+            series["validation top-1"] = (
+                [e["step"] for e in epochs if "val_top1" in e],
+                [e["val_top1"] for e in epochs if "val_top1" in e],
+            )
+        panels[title] = series
+    return panels
+
+
+def _publish(staging: Path, out: Path) -> None:
+    """Moves the finished results from `staging` into `out`, replacing older ones."""
+    for name in (*RESULTS, METRICS):
+        src, dst = staging / name, out / name
+        if not src.exists():
+            continue
+        if dst.is_dir() and not dst.is_symlink():
+            old = out / f".{name}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(dst, old)
+            os.rename(src, dst)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(src, dst)
+
+
+def _save_model(model: Any, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        model.save(tmp)
+
+
+def _summary_lines(metrics: dict[str, Any]) -> list[str]:
+    cls, det, t = metrics["classifier"], metrics["detector"], metrics["timings_s"]
+    cfg = metrics["config"]
+    lines = [
+        "=" * 64,
+        "cvbench demo: shapes",
+        f"  precision {metrics['precision']}, {metrics['ranks']} process(es), "
+        f"{metrics['cpu_count']} CPU cores",
+        f"  classifier ({cfg['backbone']}, {cfg['cls_image_size']} px): "
+        f"top-1 {cls['top1']:.3f} on {cls['val_images']} validation images",
+        f"  SSD ({cfg['det_image_size']} px): COCO AP {det['AP']:.3f}  "
+        f"AP50 {det['AP50']:.3f}  AP75 {det['AP75']:.3f} on {det['val_images']} images",
+    ]
+    lines.append(
+        "  per class AP: "
+        + "  ".join(f"{n} {det.get('AP/' + n, float('nan')):.2f}" for n in SHAPE_NAMES)
+    )
+    lines.append(
+        "  time: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in t.items() if k != "total")
+        + f"; total {t['total']:.0f} s"
+    )
+    lines.append("=" * 64)
+    return lines
+
+
+def run_demo(
+    output_dir: str | os.PathLike,
+    *,
+    config: DemoConfig | None = None,
+    precision: str | None = None,
+    prepare: bool = True,
+    progress: bool = True,
+    print_fn: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Runs the whole demo and writes its output folder (module docstring).
+
+    Args:
+        output_dir: the output folder (created).
+        config: the settings (default `DemoConfig()`; `DemoConfig.quick()` for a smoke run).
+        precision: the Trainer precision; None picks `demo_precision()` (mixed precision where
+            the hardware computes it fast, else float32).
+        prepare: build (or reuse) the data; False expects it built already (the Horovod
+            launcher builds it once before starting the processes).
+        progress: let the data builders show progress bars.
+        print_fn: receives the summary lines (rank 0 only).
+
+    Returns:
+        The metrics written to `metrics.json` (on every rank).
+    """
+    from cvbench.demo.classify import train_classifier
+    from cvbench.demo.detect import sample_detections, train_detector
+    from cvbench.demo.plots import plot_curves, plot_detections
+    from cvbench.training.distributed import get_distribution
+
+    config = config or DemoConfig()
+    start = time.perf_counter()
+    out = Path(output_dir)
+    distribution = get_distribution("auto")
+    chief = distribution.rank == 0
+    timings: dict[str, float] = {}
+    if chief and prepare:
+        out.mkdir(parents=True, exist_ok=True)
+        data = prepare_data(out / "data", config, progress=progress)
+    else:
+        data = DemoData.under(out / "data")
+    distribution.broadcast_object(None)  # every rank waits for the data
+    timings["data"] = time.perf_counter() - start
+    precision = precision or demo_precision()
+
+    staging = out / STAGING
+    if chief:
+        shutil.rmtree(staging, ignore_errors=True)  # a killed run's leftovers
+        staging.mkdir(parents=True)
+    distribution.broadcast_object(None)
+    try:
+        logs = staging / "logs"
+        cls = train_classifier(
+            data,
+            config,
+            log_dir=logs / "classifier",
+            precision=precision,
+            distribution=distribution,
+        )
+        timings["classifier"] = cls.train_seconds + cls.eval_seconds
+        det = train_detector(
+            data,
+            config,
+            log_dir=logs / "ssd",
+            precision=precision,
+            classifier=cls.model,
+            distribution=distribution,
+        )
+        timings["ssd"] = det.train_seconds
+        timings["coco_eval"] = det.eval_seconds
+        metrics: dict[str, Any] = {
+            "precision": precision,
+            "ranks": distribution.size,
+            "cpu_count": len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count(),
+            "platform": platform.platform(),
+            "config": dataclasses.asdict(config),
+            "classifier": {
+                **cls.metrics,
+                "val_images": config.cls_val_per_class * len(SHAPE_NAMES),
+                "train_images_per_second": cls.images_per_second,
+                "epochs": cls.epochs,
+            },
+            "detector": {
+                **det.metrics,
+                "val_images": config.det_num_val,
+                "train_images_per_second": det.images_per_second,
+                "epochs": det.epochs,
+            },
+        }
+        if chief:
+            t = time.perf_counter()
+            for tree in (logs / "classifier", logs / "ssd"):
+                shutil.rmtree(tree / "checkpoints", ignore_errors=True)
+            _save_model(cls.model, staging / "classifier.keras")
+            _save_model(det.model, staging / "ssd.keras")
+            plot_curves(_curve_panels(logs), staging / "curves.png", xlabel="step")
+            images, dets = sample_detections(det.model, data)
+            plot_detections(images, dets, SHAPE_NAMES, staging / "detections.png")
+            timings["outputs"] = time.perf_counter() - t
+            timings["total"] = time.perf_counter() - start
+            metrics["timings_s"] = timings
+            write_json_atomic(staging / METRICS, metrics)
+            _publish(staging, out)
+            shutil.rmtree(staging, ignore_errors=True)
+            for line in _summary_lines(metrics):
+                print_fn(line)
+            print_fn(f"results in {out}/ (tensorboard --logdir {out / 'logs'})")
+    except BaseException:
+        if chief:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(staging)
+        raise
+    metrics["timings_s"] = timings
+    return metrics
