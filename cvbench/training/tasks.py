@@ -187,7 +187,9 @@ class ClassificationTask:
             return synthetic_dataset(batch_size, self.image_size, self.num_classes, seed=seed)
         from cvbench.data import synthetic_arrays
 
-        return synthetic_arrays(batch_size, self.image_size, self.num_classes, seed=seed)
+        arrays = synthetic_arrays(batch_size, self.image_size, self.num_classes, seed=seed)
+        # On the accelerator once, so that steps do not copy the batch from the host.
+        return tuple(keras.ops.convert_to_tensor(a) for a in arrays)
 
     def _synthetic(self, batch_size: int, seed: int, steps: int) -> Any:
         """An epoch function yielding the synthetic batch `steps` times."""

@@ -69,7 +69,8 @@ class Trainer:
         ...                   schedule=0.1, precision="float32", distribution="single",
         ...                   config=TrainConfig(log_every=0, progress_bar=False, seed=0))
         >>> x, y = np.ones((8, 4), "float32"), np.zeros((8,), "int32")
-        >>> history = trainer.fit((x, y), epochs=1, batch_size=4)
+        >>> history = trainer.fit((x, y), epochs=1, batch_size=4)  # doctest: +ELLIPSIS
+        epoch 1: loss ...
         >>> trainer.state["step"]
         2
 
@@ -381,10 +382,15 @@ class Trainer:
             seed=self.state["data_seed"],
         )
         per_rank = source.batch_size or _peek_batch_size(train_data)
-        if source.steps_per_epoch is None and self.size > 1:
-            raise ValueError(
-                "under Horovod every rank must run the same number of steps: pass steps_per_epoch"
-            )
+        if self.size > 1:
+            if source.steps_per_epoch is None:
+                raise ValueError(
+                    "under Horovod every rank must run the same number of steps: pass "
+                    "steps_per_epoch"
+                )
+            # Shards can differ in length: every rank runs the shortest one's steps.
+            fewest = -self.distribution.allreduce_max(np.array([-source.steps_per_epoch]))[0]
+            source.steps_per_epoch = int(fewest)
         self._prepare(
             global_batch=per_rank * self.size, steps_per_epoch=source.steps_per_epoch, epochs=epochs
         )
@@ -426,7 +432,8 @@ class Trainer:
             global_batch=self.global_batch,
             resumed_step=self.state["step"],
         )
-        log.print(STEP_HEADER)
+        if self.config.log_every:
+            log.print(STEP_HEADER)
         callbacks.on_train_begin()
         saved_step = -1
         last_logs: dict[str, float] = {}
@@ -474,6 +481,8 @@ class Trainer:
                     saved_step = step
                 callbacks.on_train_batch_end(index - 1, logs)
                 log.advance_bar({"loss": float(logs.get("loss", math.nan))})
+                # One process stops at once; ranks agree on stopping at log steps / epoch ends.
+                stop = stop or (self.size == 1 and model.stop_training)
                 if stop:
                     break
                 last = time.perf_counter()  # time data + step only, not logging/checkpoints
@@ -643,7 +652,8 @@ class Trainer:
             self._compile("sgd")
         meter = ThroughputMeter(per_rank * self.size, burn_in)
         log = RunLog(None, enabled=self.is_chief, progress_bar=False)
-        log.print(STEP_HEADER)
+        if self.config.log_every:
+            log.print(STEP_HEADER)
         done, epoch = 0, 0
         last = time.perf_counter()
         while done < total:

@@ -214,3 +214,15 @@ def test_bad_fit_arguments_raise_value_errors():
         trainer.fit((b for b in [images(4)]), epochs=1)
     with pytest.raises(ValueError, match="resume=True needs a log_dir"):
         TrainConfig(resume=True)
+
+
+def test_a_callback_can_stop_training_after_a_batch():
+    trainer = make_trainer()
+    stopper = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: setattr(
+            trainer.training_model, "stop_training", batch == 2
+        )
+    )
+    trainer.fit(images(32), epochs=2, batch_size=4, callbacks=[stopper])
+    assert trainer.state["step"] == 3 and trainer.state["epoch"] == 0
+    assert trainer.state["batch_in_epoch"] == 3
