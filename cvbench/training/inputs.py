@@ -276,3 +276,39 @@ def _static_batch_size(data: Any) -> int | None:
     if leaves and leaves[0].shape.rank and leaves[0].shape[0] is not None:
         return int(leaves[0].shape[0])
     return None
+
+
+def peek_batch_size(data: Any) -> int:
+    """Reads the batch size from the first batch of re-iterable data."""
+    if callable(data) and not hasattr(data, "__iter__"):
+        data = data(0)
+    for element in data:
+        return batch_length(split_batch(element)[0])
+    raise ValueError("the training data is empty")
+
+
+def rank_rows(data: tuple, rank: int, size: int) -> tuple:
+    """This rank's contiguous share of array data (shares differ by at most one row)."""
+    if size == 1:
+        return tuple(data)
+    n = len(keras.tree.flatten(data[0])[0])
+    lo, hi = rank * n // size, (rank + 1) * n // size
+    return tuple(
+        None if part is None else keras.tree.map_structure(lambda a: a[lo:hi], part)
+        for part in data
+    )
+
+
+def evaluation_batches(data: Any):
+    """A generator over `data`'s batches for `Model.evaluate` (tf.data passes through)."""
+    if type(data).__module__.startswith("tensorflow"):
+        return data
+    if callable(data) and not hasattr(data, "__iter__"):
+        data = data(0)
+
+    def generate():
+        for element in data:
+            x, y, sample_weight = split_batch(element)
+            yield (x, y) if sample_weight is None else (x, y, sample_weight)
+
+    return generate()

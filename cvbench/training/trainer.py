@@ -28,15 +28,18 @@ import keras
 import numpy as np
 
 from cvbench.training import checkpoint as ckpt
+from cvbench.training.benchmark import time_steps
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import Distribution, get_distribution
 from cvbench.training.inputs import (
     BatchSource,
     batch_length,
+    evaluation_batches,
     is_array_data,
     known_length,
     make_source,
-    split_batch,
+    peek_batch_size,
+    rank_rows,
 )
 from cvbench.training.optimizers import build_optimizer
 from cvbench.training.precision import (
@@ -381,7 +384,7 @@ class Trainer:
             shuffle=shuffle,
             seed=self.state["data_seed"],
         )
-        per_rank = source.batch_size or _peek_batch_size(train_data)
+        per_rank = source.batch_size or peek_batch_size(train_data)
         if self.size > 1:
             if source.steps_per_epoch is None:
                 raise ValueError(
@@ -575,7 +578,7 @@ class Trainer:
             self._compile("sgd")
         model = self.training_model
         if is_array_data(data):
-            part = _rank_rows(data, self.rank, self.size)
+            part = rank_rows(data, self.rank, self.size)
             x, y, sample_weight = (part + (None,))[:3]
             model.evaluate(
                 x,
@@ -588,7 +591,7 @@ class Trainer:
         else:
             if steps is None and not type(data).__module__.startswith("tensorflow"):
                 steps = known_length(data)
-            model.evaluate(_batches(data), steps=steps, verbose=0)
+            model.evaluate(evaluation_batches(data), steps=steps, verbose=0)
         if self.size > 1:
             variables = model.metrics_variables
             values = [keras.ops.convert_to_numpy(v.value) for v in variables]
@@ -645,45 +648,30 @@ class Trainer:
             shuffle=False,
             seed=0,
         )
-        per_rank = source.batch_size or _peek_batch_size(data)
+        per_rank = source.batch_size or peek_batch_size(data)
         if mode == "train":
             self._prepare(global_batch=per_rank * self.size, steps_per_epoch=total, epochs=1)
         elif not self._compiled:
             self._compile("sgd")
-        meter = ThroughputMeter(per_rank * self.size, burn_in)
-        log = RunLog(None, enabled=self.is_chief, progress_bar=False)
-        if self.config.log_every:
-            log.print(STEP_HEADER)
-        done, epoch = 0, 0
-        last = time.perf_counter()
-        while done < total:
-            for x, y, sample_weight in source.epoch(epoch, 0, done):
-                if mode == "train":
-                    logs = self.training_model.train_on_batch(
-                        x, y, sample_weight=sample_weight, return_dict=True
-                    )
-                    loss = float(logs.get("loss", math.nan))
-                else:
-                    keras.tree.map_structure(
-                        keras.ops.convert_to_numpy, self.training_model.predict_on_batch(x)
-                    )
-                    loss = math.nan
-                now = time.perf_counter()
-                rate = meter.record(now - last, batch_length(x) * self.size)
-                last = now
-                done += 1
-                if self.config.log_every and done % self.config.log_every == 0:
-                    lr = self.learning_rate if mode == "train" else None
-                    log.print(format_step_line(done, 1, rate, loss, lr or 0.0))
-                if done >= total:
-                    break
-            epoch += 1
-        summary = meter.summary()
-        log.print("-" * 64)
-        log.print(summary.format())
-        log.print("-" * 64)
-        log.close()
-        return summary
+        model = self.training_model
+
+        def step(x, y, sample_weight) -> float:
+            if mode == "inference":
+                keras.tree.map_structure(keras.ops.convert_to_numpy, model.predict_on_batch(x))
+                return math.nan
+            logs = model.train_on_batch(x, y, sample_weight=sample_weight, return_dict=True)
+            return float(logs.get("loss", math.nan))
+
+        return time_steps(
+            step,
+            source,
+            total=total,
+            burn_in=burn_in,
+            ranks=self.size,
+            log=RunLog(None, enabled=self.is_chief, progress_bar=False),
+            log_every=self.config.log_every,
+            learning_rate=(lambda: self.learning_rate) if mode == "train" else (lambda: None),
+        )
 
     # ----------------------------------------------------------------- export
     def export(self, directory: str | Path) -> dict[str, Path]:
@@ -725,39 +713,3 @@ def _check_optimizer_args(optimizer, schedule):
             f"got {schedule!r}"
         )
     return optimizer, schedule
-
-
-def _peek_batch_size(data: Any) -> int:
-    """Reads the batch size from the first batch of re-iterable data."""
-    if callable(data) and not hasattr(data, "__iter__"):
-        data = data(0)
-    for element in data:
-        return batch_length(split_batch(element)[0])
-    raise ValueError("the training data is empty")
-
-
-def _rank_rows(data: tuple, rank: int, size: int) -> tuple:
-    """This rank's contiguous share of array data (shares differ by at most one row)."""
-    if size == 1:
-        return tuple(data)
-    n = len(keras.tree.flatten(data[0])[0])
-    lo, hi = rank * n // size, (rank + 1) * n // size
-    return tuple(
-        None if part is None else keras.tree.map_structure(lambda a: a[lo:hi], part)
-        for part in data
-    )
-
-
-def _batches(data: Any):
-    """A generator over `data`'s batches for `Model.evaluate` (tf.data passes through)."""
-    if type(data).__module__.startswith("tensorflow"):
-        return data
-    if callable(data) and not hasattr(data, "__iter__"):
-        data = data(0)
-
-    def generate():
-        for element in data:
-            x, y, sample_weight = split_batch(element)
-            yield (x, y) if sample_weight is None else (x, y, sample_weight)
-
-    return generate()
