@@ -1,0 +1,161 @@
+"""`cvbench build-imagenet` and `cvbench bench-input`: thin wrappers over `cvbench.data`."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+from cvbench.data.image_io import parse_resize
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _resize(text: str) -> int | tuple[int, int]:
+    try:
+        return parse_resize(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_build_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `build-imagenet`."""
+    parser.add_argument(
+        "--raw-dir",
+        required=True,
+        help="raw images: train/<class>/*, optional validation/ or val/ (flat or class folders)",
+    )
+    parser.add_argument("--output-dir", required=True, help="where the TFRecord shards go")
+    parser.add_argument("--train-shards", type=_positive_int, default=1024)
+    parser.add_argument("--val-shards", type=_positive_int, default=128)
+    parser.add_argument(
+        "--resize",
+        type=_resize,
+        default=None,
+        help="S: shorter side to S pixels keeping aspect (never upscaled); HxW: exactly HxW "
+        "(NVIDIA's 352x352). Default: keep sizes",
+    )
+    parser.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="worker processes (default: all cores)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the shard shuffle")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace a different data set in --output-dir"
+    )
+    parser.add_argument(
+        "--val-labels",
+        default=None,
+        help="ground truth of a flat validation folder: the devkit's "
+        "ILSVRC2012_validation_ground_truth.txt (meta.mat beside it), one class per line, "
+        "or 'file class' lines",
+    )
+    parser.add_argument("--class-texts", default=None, help="'<class> <human-readable text>' lines")
+    parser.add_argument("--boxes", default=None, help="bounding-box CSV: name,xmin,ymin,xmax,ymax")
+    parser.add_argument("--train-dir", default=None, help="training folder (default RAW/train)")
+    parser.add_argument(
+        "--val-dir", default=None, help="validation folder (default RAW/validation or RAW/val)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run_build(args: argparse.Namespace) -> int:
+    """Handler of `build-imagenet`."""
+    from cvbench.data.build_imagenet import build_imagenet
+
+    summary = build_imagenet(
+        args.raw_dir,
+        args.output_dir,
+        train_shards=args.train_shards,
+        val_shards=args.val_shards,
+        resize=args.resize,
+        quality=args.quality,
+        num_workers=args.workers,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        validation_labels=args.val_labels,
+        class_texts=args.class_texts,
+        boxes=args.boxes,
+        train_dir=args.train_dir,
+        validation_dir=args.val_dir,
+        progress=not args.no_progress,
+    )
+    print(summary.format())
+    return 0
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `bench-input` (also used by benchmarks/input_pipeline.py)."""
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="ImageNet-format TFRecords (train-* files); default: generate photo-like JPEGs",
+    )
+    parser.add_argument("--num-images", type=_positive_int, default=256)
+    parser.add_argument("--image-height", type=_positive_int, default=375)
+    parser.add_argument("--image-width", type=_positive_int, default=500)
+    parser.add_argument("--batch-size", type=_positive_int, default=64)
+    parser.add_argument("--image-size", type=_positive_int, default=224)
+    parser.add_argument("--warmup-batches", type=int, default=4)
+    parser.add_argument("--batches", type=_positive_int, default=20, help="timed batches per round")
+    parser.add_argument("--rounds", type=_positive_int, default=3)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Handler of `bench-input`."""
+    from cvbench.data.input_bench import (
+        describe_records,
+        run_input_benchmark,
+        write_benchmark_records,
+    )
+
+    def measure(data_dir: str) -> None:
+        result = run_input_benchmark(
+            data_dir,
+            batch_size=args.batch_size,
+            image_size=args.image_size,
+            warmup_batches=args.warmup_batches,
+            batches=args.batches,
+            rounds=args.rounds,
+        )
+        print(result.format())
+
+    if args.data_dir is not None:
+        print(f"records: {args.data_dir}")
+        measure(args.data_dir)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="cvbench-bench-input-") as tmp:
+        total = write_benchmark_records(
+            tmp, num_images=args.num_images, height=args.image_height, width=args.image_width
+        )
+        print(
+            "records: "
+            + describe_records(args.num_images, total, args.image_height, args.image_width)
+        )
+        measure(tmp)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Adds `build-imagenet` and `bench-input`."""
+    build = subparsers.add_parser(
+        "build-imagenet",
+        help="build ImageNet-format TFRecords from a folder-per-class image set",
+        description="Build sharded TFRecords (train-00000-of-01024 ..., labels 1..N) from "
+        "RAW/train/<class>/* and RAW/validation (flat with a label file, or class folders).",
+    )
+    add_build_arguments(build)
+    build.set_defaults(func=run_build)
+    bench = subparsers.add_parser(
+        "bench-input",
+        help="training input pipeline images/s: fused decode-and-crop vs decode-then-crop",
+    )
+    add_bench_arguments(bench)
+    bench.set_defaults(func=run_bench)
