@@ -1,0 +1,174 @@
+import argparse
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from cvbench.cli import CLIError
+from cvbench.cli import demo as demo_cli
+from cvbench.demo import classify, detect, run
+from cvbench.demo.classify import StageResult
+from cvbench.demo.config import DemoConfig
+from cvbench.demo.data import DemoData, prepare_data
+from cvbench.demo.shapes import SHAPE_NAMES
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(prog="cvbench")
+    demo_cli.register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)
+
+
+def _tiny_model():
+    inputs = keras.Input((4,))
+    return keras.Model(inputs, keras.layers.Dense(2)(inputs))
+
+
+def _fake_stage(metrics, loss_key):
+    def train(data, config, *, log_dir, precision, distribution, classifier=None):
+        (log_dir / "checkpoints").mkdir(parents=True)
+        (log_dir / "checkpoints" / "ckpt-1").write_text("weights")
+        (log_dir / "tensorboard").mkdir()
+        lines = [
+            {"event": "step", "step": 1, "loss": 2.0},
+            {"event": "step", "step": 2, "loss": 1.0},
+            {"event": "epoch", "step": 2, "loss": 1.5, **({loss_key: 0.9} if loss_key else {})},
+        ]
+        (log_dir / "train_log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        return StageResult(_tiny_model(), metrics, [{"loss": 1.5}], 1.0, 0.5, 10.0)
+
+    return train
+
+
+COCO = dict.fromkeys(run.COCO_KEYS, 0.5) | {f"AP/{n}": 0.5 for n in SHAPE_NAMES}
+
+
+@pytest.fixture
+def fake_stages(monkeypatch):
+    monkeypatch.setattr(run, "prepare_data", lambda data_dir, config, progress: None)
+    monkeypatch.setattr(
+        classify, "train_classifier", _fake_stage({"top1": 0.95, "loss": 0.2}, "val_top1")
+    )
+    monkeypatch.setattr(detect, "train_detector", _fake_stage(COCO, None))
+    image = np.zeros((16, 16, 3), np.uint8)
+    det = {"boxes": np.array([[1.0, 1.0, 5.0, 5.0]]), "classes": np.array([0]), "scores": [0.9]}
+    monkeypatch.setattr(detect, "sample_detections", lambda model, data: ([image], [det]))
+
+
+def test_results_replace_the_previous_run(tmp_path, fake_stages):
+    (tmp_path / "logs" / "old").mkdir(parents=True)
+    (tmp_path / "metrics.json").write_text('{"old": true}')
+    lines = []
+    metrics = run.run_demo(tmp_path, config=DemoConfig.quick(), precision="float32",
+                           print_fn=lines.append)  # fmt: skip
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted([*run.RESULTS, "metrics.json"])  # no data: prepare_data is faked
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["classifier", "ssd"]
+    assert not (tmp_path / "logs" / "ssd" / "checkpoints").exists()  # not published
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["classifier"]["top1"] == 0.95 and saved["detector"]["AP"] == 0.5
+    assert saved["precision"] == "float32" and saved["config"] == metrics["config"]
+    assert set(saved["timings_s"]) >= {"data", "classifier", "ssd", "coco_eval", "total"}
+    assert keras.models.load_model(tmp_path / "ssd.keras").output_shape == (None, 2)
+    assert any("top-1 0.950" in line for line in lines)
+    assert any("COCO AP 0.500" in line for line in lines)
+
+
+def test_interrupt_leaves_the_previous_results(tmp_path, fake_stages, monkeypatch):
+    (tmp_path / "logs" / "classifier").mkdir(parents=True)
+    (tmp_path / "metrics.json").write_text('{"old": true}')
+
+    def interrupted(*args, **kwargs):
+        kwargs["log_dir"].mkdir(parents=True)
+        (kwargs["log_dir"] / "train_log.jsonl").write_text('{"event": "start"}\n')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(detect, "train_detector", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run.run_demo(tmp_path, config=DemoConfig.quick(), precision="float32")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "metrics.json"]
+    assert (tmp_path / "metrics.json").read_text() == '{"old": true}'
+    assert list((tmp_path / "logs" / "classifier").iterdir()) == []
+
+
+def test_second_prepare_reuses_every_file(tmp_path):
+    config = DemoConfig.quick().replace(
+        cls_train_per_class=2, cls_val_per_class=1, det_num_train=3, det_num_val=2
+    )
+    paths = prepare_data(tmp_path, config, num_workers=1, progress=False)
+    assert paths == DemoData.under(tmp_path)
+    files = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()}
+    # 12 + 6 classification JPEGs, 3 + 2 detection JPEGs, 2 COCO JSON, 2 specs; 8 + 2 and
+    # 3 + 2 shards (shard counts are capped at the image count); 2 manifests;
+    # instances_val.json copied next to the records by build-coco.
+    assert len(files) == 18 + 5 + 2 + 2 + 10 + 5 + 2 + 1
+    prepare_data(tmp_path, config, num_workers=1, progress=False)
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()}
+    assert set(after) == set(files)
+    assert all(after[p][1] == files[p][1] for p in files)  # same bytes everywhere
+    # Images and shards are not touched; only the small metadata files are rewritten.
+    rewritten = {p.name for p in files if after[p][0] != files[p][0]}
+    assert rewritten <= {"cvbench_manifest.json", "instances_val.json"}
+
+
+def test_cli_defaults_and_bad_values(capsys):
+    args = _parse(["demo"])
+    assert (args.output_dir, args.quick, args.horovod, args.precision) == (
+        "demo_out", False, None, None
+    )  # fmt: skip
+    for bad in (["demo", "--horovod", "0"], ["demo", "--precision", "fp8"]):
+        with pytest.raises(SystemExit) as e:
+            _parse(bad)
+        assert e.value.code == 2
+    assert "expected a positive integer, got 0" in capsys.readouterr().err
+
+
+def test_horovod_launch_command(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(demo_cli, "_horovodrun", lambda: "/bin/horovodrun")
+    monkeypatch.setattr("cvbench.demo.data.prepare_data", lambda d, c: calls.append(("data", d)))
+    monkeypatch.setattr(
+        demo_cli.subprocess, "call", lambda cmd, env: calls.append(("run", cmd)) or 0
+    )
+    args = _parse(["demo", "--output-dir", str(tmp_path), "--quick", "--horovod", "3"])
+    assert args.func(args) == 0
+    assert calls[0] == ("data", tmp_path / "data")
+    cmd = calls[1][1]
+    assert cmd[:6] == ["/bin/horovodrun", "-np", "3", "-H", "localhost:3", "--gloo"]
+    assert cmd[7:] == [
+        "-m", "cvbench", "demo", "--output-dir", str(tmp_path), "--seed", "0", "--data-ready",
+        "--quick",
+    ]  # fmt: skip
+
+
+def test_horovod_missing_is_a_cli_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(demo_cli.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(demo_cli.shutil, "which", lambda name: None)
+    with pytest.raises(CLIError, match="horovodrun"):
+        demo_cli._horovodrun()
+
+
+@pytest.mark.slow
+def test_quick_demo_end_to_end(tmp_path, capsys):
+    args = _parse(["demo", "--quick", "--output-dir", str(tmp_path), "--precision", "fp32"])
+    assert args.func(args) == 0
+    for name in run.RESULTS + (run.METRICS,):
+        assert (tmp_path / name).exists(), name
+    assert not (tmp_path / run.STAGING).exists()
+    assert list((tmp_path / "logs" / "ssd" / "tensorboard").iterdir())
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert 0.0 <= metrics["classifier"]["top1"] <= 1.0
+    assert set(run.COCO_KEYS) <= set(metrics["detector"])
+    assert {f"AP/{n}" for n in SHAPE_NAMES} <= set(metrics["detector"])
+    # Trained for real: the SSD logged finite losses.
+    steps = [
+        json.loads(line)
+        for line in (tmp_path / "logs" / "ssd" / "train_log.jsonl").read_text().splitlines()
+        if '"step"' in line
+    ]
+    assert len(steps) >= 2 and all(np.isfinite(s["loss"]) for s in steps)
+    model = keras.models.load_model(tmp_path / "ssd.keras")
+    out = model.predict(np.zeros((1, 64, 64, 3), np.float32), verbose=0)
+    assert out["classes"].shape == (1, 516, len(SHAPE_NAMES))
+    assert "COCO AP" in capsys.readouterr().out
