@@ -9,7 +9,8 @@ Modes:
                  saved by rank 0 to OUT/reference.npz;
               2. the same training data-parallel (rank-dependent initial weights, so only
                  the broadcast from rank 0 can make them agree): OUT/rank<r>.npz;
-              3. mixed_float16 with rank 1's second batch overflowing: OUT/overflow<r>.npz;
+              3. mixed_float16 with fp16 gradient compression, rank 1's second batch
+                 overflowing: OUT/overflow<r>.npz;
               4. rank 1 exits abruptly at step 3 (printing the time); the others must fail
                  with a RankFailedError instead of hanging.
 """
@@ -126,7 +127,14 @@ def run_horovod(args: argparse.Namespace) -> None:
     # float16's range make only that rank's gradients non-finite.
     x16 = x.copy()
     x16[3 * BATCH : 4 * BATCH] = 1e6
-    fp16 = make_trainer(seed=5, distribution="horovod", precision="mixed_float16", loss_scale=256.0)
+    # The allreduce also compresses the (still scaled) gradients to float16.
+    fp16 = make_trainer(
+        seed=5,
+        distribution="horovod",
+        precision="mixed_float16",
+        loss_scale=256.0,
+        compression="fp16",
+    )
     fp16.fit((x16, y), epochs=1, batch_size=BATCH, shuffle=False)
     save_state(os.path.join(args.out, f"overflow{fp16.rank}.npz"), fp16)
     # 4. A rank dies.
