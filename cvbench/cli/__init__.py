@@ -16,7 +16,10 @@ from collections.abc import Sequence
 # Explicit list of the modules that contribute subcommands (no import side effects).
 _COMMAND_MODULES = (
     "cvbench.cli.acquire",
+    "cvbench.cli.imagenet",
     "cvbench.cli.coco",
+    "cvbench.cli.train",
+    "cvbench.cli.demo",
 )
 
 

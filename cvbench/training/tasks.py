@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 import keras
 
+from cvbench.detection.task import DetectionTask
 from cvbench.registry import Registry
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
 from cvbench.training.losses import SparseCrossEntropy
@@ -252,6 +253,7 @@ class ClassificationTask:
 
 TASKS: Registry[type] = Registry("task")
 TASKS.register("classification", ClassificationTask)
+TASKS.register("detection", DetectionTask)
 
 
 def task_for_model(model: str) -> type:
