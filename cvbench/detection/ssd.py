@@ -4,7 +4,8 @@ Model contract:
 
 - Input: float32 `(B, H, W, 3)` RGB images with values in `[0, 255]`, already resized to
   `image_size` (a fixed resize that ignores aspect ratio). The model subtracts the channel
-  means (123.68, 116.779, 103.939) itself (no division by a standard deviation).
+  means (123.68, 116.779, 103.939) itself (no division by a standard deviation); with
+  `include_preprocessing=False` it expects images with the means already subtracted.
 - Output: `{"boxes": (B, N, 4), "classes": (B, N, num_classes)}`, float32 under any dtype
   policy: box codes (`box_coder`, scales 10/10/5/5) and class logits (sigmoid, no background
   class) for the `N` anchors of `anchors.multiscale_anchors(image_size)`, in that order.
@@ -110,6 +111,7 @@ def ssd320(
     freeze_batchnorm: bool = True,
     backbone_weights: str | os.PathLike | None = None,
     weight_decay: float = 4e-4,
+    include_preprocessing: bool = True,
 ) -> keras.Model:
     """SSD320 v1.2 (RetinaNet-style SSD with a ResNet-50 v1 FPN); see the module docstring.
 
@@ -121,6 +123,8 @@ def ssd320(
         backbone_weights: weight file for the backbone (keras.applications `_notop` file for
             ResNet-50), or None for a random initialization.
         weight_decay: OD API L2 weight on every conv kernel (4e-4).
+        include_preprocessing: subtract the channel means in the model (inputs in
+            `[0, 255]`); False for inputs whose means the data pipeline already subtracted.
 
     Returns:
         A functional `keras.Model` named `ssd320`:
@@ -147,9 +151,10 @@ def ssd320(
         weight_decay=weight_decay,
     )
     inputs = keras.Input(shape=(*hw, 3), name="images")
-    x = layers.Rescaling(1.0, offset=[-m for m in CHANNEL_MEANS], name="subtract_channel_means")(
-        inputs
-    )
+    x = inputs
+    if include_preprocessing:
+        offset = [-m for m in CHANNEL_MEANS]
+        x = layers.Rescaling(1.0, offset=offset, name="subtract_channel_means")(inputs)
     pyramid = FeaturePyramid(
         num_inputs=len(BACKBONE_LEVELS),
         num_extra_levels=MAX_LEVEL - 5,
