@@ -34,12 +34,17 @@ def _seed(tf, a, b=0):
 def test_normalize_exact_values(tf, pp):
     pixels = tf.constant([[[0, 0, 0], [255, 255, 255], [123.68, 116.28, 103.53]]])
     out = pp.normalize(pixels).numpy()
-    np.testing.assert_allclose(out[0, 0], [-123.68 / 58.395, -116.28 / 57.12, -103.53 / 57.385])
+    np.testing.assert_allclose(
+        out[0, 0], [-123.68 / 58.395, -116.28 / 57.12, -103.53 / 57.385], rtol=1e-6
+    )
     np.testing.assert_allclose(
         out[0, 1], [131.32 / 58.395, 138.72 / 57.12, 151.47 / 57.385], rtol=1e-6
     )
     np.testing.assert_allclose(out[0, 2], [0, 0, 0], atol=1e-6)
     assert pp.normalize(pixels, tf.bfloat16).dtype == tf.bfloat16
+    # An image of unknown shape takes the broadcasting path: same values.
+    dynamic = tf.function(pp.normalize, input_signature=[tf.TensorSpec(None, tf.float32)])
+    np.testing.assert_allclose(dynamic(pixels).numpy(), out, rtol=1e-6)
 
 
 def test_random_crop_window_respects_the_recipe_ranges(tf, pp):
