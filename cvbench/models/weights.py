@@ -36,6 +36,8 @@ import numpy as np
 
 HEAD = "predictions"
 _SUFFIX_CONV, _SUFFIX_BN = "_conv", "_bn"
+# Layer names of the Keras 2.0-2.2 ResNet50 (another layout: BN epsilon 1e-3, 7x7 avg pool).
+_OLD_RESNET50_PREFIX = "res2a_branch"
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,12 @@ def _pair_layers(
         model_layers = [layer for layer in model_layers if layer.name != HEAD]
 
     if match == "name":
+        if any(name.startswith(_OLD_RESNET50_PREFIX) for name in file_names):
+            raise ValueError(
+                f"{path!r} is the pre-2019 keras.applications ResNet50 file (layer names like "
+                "'res2a_branch2a', batch-norm epsilon 1e-3), a different layout; use the current "
+                "keras.applications file (layer names like 'conv2_block1_1_conv')"
+            )
         by_name = {fl.name: fl for fl in file_layers}
         missing = [layer.name for layer in model_layers if layer.name not in by_name]
         extra = sorted(set(by_name) - {layer.name for layer in model_layers})

@@ -44,7 +44,9 @@ def _gradients(model: keras.Model, x: np.ndarray, weights: list[np.ndarray]):
             outputs, _ = model.stateless_call(trainable, non_trainable, x, training=True)
             return _linear_loss(outputs, weights)
 
-        loss, grads = jax.value_and_grad(loss_fn)([v.value for v in model.trainable_variables])
+        # One compiled function: op-by-op JAX compiles every new shape (twice as slow on CPU).
+        grad_fn = jax.jit(jax.value_and_grad(loss_fn))
+        loss, grads = grad_fn([v.value for v in model.trainable_variables])
     else:
         raise ValueError(f"no gradient helper for backend {backend!r}")
     to_np = keras.ops.convert_to_numpy

@@ -19,8 +19,13 @@ pytestmark = pytest.mark.backend_agnostic
 
 NUM_CLASSES = 10
 BATCH = 2
-# Tiny inputs: 64x64, except where a model's minimum is larger (Inception V3: 75).
-TINY_SIZE = {"inception_v3": 75}
+# Tiny builds: 64x64 inputs and 10 classes, unless a model needs other arguments.
+TINY_DEFAULT = {"num_classes": NUM_CLASSES, "input_shape": (64, 64, 3)}
+TINY_KWARGS = {
+    "inception_v3": {"num_classes": NUM_CLASSES, "input_shape": (75, 75, 3)},  # its minimum
+    # Registered by the detection package; takes a square image size and a backbone name.
+    "ssd320": {"num_classes": 3, "image_size": 128, "backbone": "resnet18"},
+}
 CLASSIFIERS = ("inception_v3", "resnet101", "resnet152", "resnet18", "resnet34", "resnet50")
 # Trainable parameters at 1000 classes (torchvision's counts for ResNets, keras.applications'
 # for Inception V3), and the classifier's input width C: predictions has (C + 1) * classes.
@@ -34,13 +39,10 @@ TRAINABLE_AT_1000 = {
 }
 
 
-def _size(name: str) -> int:
-    return TINY_SIZE.get(name, 64)
-
-
-def _images(name: str, seed: int = 0) -> np.ndarray:
-    size = _size(name)
-    return np.random.default_rng(seed).normal(size=(BATCH, size, size, 3)).astype("float32")
+def _images(model: keras.Model, seed: int = 0) -> np.ndarray:
+    _, height, width, channels = model.input_shape
+    shape = (BATCH, height, width, channels)
+    return np.random.default_rng(seed).normal(size=shape).astype("float32")
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +52,7 @@ def tiny():
 
     def get(name: str) -> keras.Model:
         if name not in cache:
-            size = _size(name)
-            cache[name] = get_model(name, num_classes=NUM_CLASSES, input_shape=(size, size, 3))
+            cache[name] = get_model(name, **TINY_KWARGS.get(name, TINY_DEFAULT))
         return cache[name]
 
     yield get
@@ -69,7 +70,7 @@ def test_registry_has_the_classifiers():
 @pytest.mark.parametrize("name", list_models())
 def test_builds_and_outputs_have_the_declared_shape(tiny, name):
     model = tiny(name)
-    outputs = _numpy_outputs(model, _images(name))
+    outputs = _numpy_outputs(model, _images(model))
     declared = [o.shape for o in model.outputs]
     for out, shape in zip(outputs, declared, strict=True):
         assert out.shape == (BATCH, *shape[1:])
@@ -90,7 +91,7 @@ def test_every_trainable_variable_gets_a_finite_nonzero_gradient(tiny, gradients
         rng.normal(size=(BATCH, *o.shape[1:])).astype("float32")
         for o in keras.tree.flatten(model.outputs)
     ]
-    loss, grads = gradients(model, _images(name), weights)
+    loss, grads = gradients(model, _images(model), weights)
     assert np.isfinite(loss)
     variables = model.trainable_variables
     assert len(grads) == len(variables) > 0
@@ -114,7 +115,7 @@ def test_get_config_and_keras_file_round_trip(tiny, name, tmp_path):
     # load_model rebuilds the model from the get_config stored in the file (from_config),
     # then loads the weights: one rebuild checks both round trips.
     model = tiny(name)
-    x = _images(name, seed=2)
+    x = _images(model, seed=2)
     expected = _numpy_outputs(model, x)
     path = tmp_path / f"{name}.keras"
     model.save(path)

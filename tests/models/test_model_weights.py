@@ -14,7 +14,10 @@ import pytest
 from cvbench.models import get_model
 from cvbench.models.weights import is_legacy_h5, read_legacy_h5
 
-pytestmark = pytest.mark.backend_agnostic
+# The loader is numpy + h5py + Variable.assign: the ResNet-18 tests and the ResNet-50 "notop"
+# test (the SSD backbone path) also run under JAX; the other keras.applications comparisons,
+# which build several full-width models, run under TensorFlow only.
+agnostic = pytest.mark.backend_agnostic
 
 SIZE = 96  # small input for the forward comparisons (>= 75 for Inception V3)
 
@@ -107,6 +110,7 @@ def test_resnet50_v1_matches_keras_applications_with_top(resnet50_files, conv_bi
     _assert_same_function(ours, theirs)
 
 
+@agnostic
 def test_resnet50_v1_matches_keras_applications_notop(resnet50_files):
     # The SSD backbone: no top, no conv bias, keras.applications' notop file.
     theirs, path = resnet50_files["notop"]
@@ -136,10 +140,14 @@ def test_inception_v3_matches_keras_applications(inception_files, kind):
     _assert_same_function(ours, theirs)
 
 
-def test_loading_keras_applications_weights_into_v15_warns(resnet50_files):
-    _, path = resnet50_files["notop"]
+def test_v15_model_with_v1_weights_warns_and_differs(resnet50_files):
+    # The negative control for the equality tests: the same weights with the stride in the
+    # 3x3 instead of the 1x1 conv compute another function.
+    theirs, path = resnet50_files["notop"]
     with pytest.warns(UserWarning, match="variant='v1'"):
-        get_model("resnet50", include_top=False, input_shape=(SIZE, SIZE, 3), weights=path)
+        ours = get_model("resnet50", include_top=False, input_shape=(SIZE, SIZE, 3), weights=path)
+    with pytest.raises(AssertionError):
+        _assert_same_function(ours, theirs)
 
 
 @pytest.fixture
@@ -148,12 +156,14 @@ def resnet18_legacy(tmp_path, legacy_h5):
     return model, legacy_h5(model, tmp_path / "resnet18.h5", seed=5)
 
 
+@agnostic
 def test_top_file_into_model_without_top_skips_the_classifier(resnet18_legacy):
     theirs, path = resnet18_legacy
     ours = get_model("resnet18", include_top=False, input_shape=(64, 64, 3), weights=path)
     _assert_same_function(ours, _notop(theirs, "conv5_block2_out"), size=64)
 
 
+@agnostic
 def test_notop_file_into_model_with_new_head_loads_the_backbone(tmp_path, legacy_h5):
     # Fine-tuning: a pretrained backbone ("notop" file), a fresh 10-class classifier.
     theirs = _notop(get_model("resnet18", input_shape=(64, 64, 3)), "conv5_block2_out")
@@ -162,12 +172,14 @@ def test_notop_file_into_model_with_new_head_loads_the_backbone(tmp_path, legacy
     _assert_same_function(_notop(ours, "conv5_block2_out"), theirs, size=64)
 
 
+@agnostic
 def test_file_of_another_depth_raises_naming_missing_layers(resnet18_legacy):
     _, path = resnet18_legacy
     with pytest.raises(ValueError, match=r"missing from the file: \['conv2_block3_1_conv'"):
         get_model("resnet34", num_classes=10, input_shape=(64, 64, 3), weights=path)
 
 
+@agnostic
 def test_other_class_count_raises_and_leaves_model_untouched(resnet18_legacy):
     from cvbench.models.weights import load_weights
 
@@ -182,6 +194,7 @@ def test_other_class_count_raises_and_leaves_model_untouched(resnet18_legacy):
         np.testing.assert_array_equal(b, keras.ops.convert_to_numpy(v))
 
 
+@agnostic
 def test_own_weights_h5_round_trip(tmp_path):
     model = get_model("resnet18", num_classes=10, input_shape=(64, 64, 3))
     path = tmp_path / "r18.weights.h5"
@@ -197,6 +210,7 @@ def test_own_weights_h5_round_trip(tmp_path):
         get_model("resnet18", num_classes=5, input_shape=(64, 64, 3), weights=path)
 
 
+@agnostic
 def test_missing_or_unknown_weight_file_raises(tmp_path):
     with pytest.raises(ValueError, match="not found: .*nope.h5"):
         get_model("resnet18", input_shape=(64, 64, 3), weights=tmp_path / "nope.h5")
@@ -204,3 +218,18 @@ def test_missing_or_unknown_weight_file_raises(tmp_path):
     bogus.write_bytes(b"not weights")
     with pytest.raises(ValueError, match="bogus.bin"):
         get_model("resnet18", input_shape=(64, 64, 3), weights=bogus)
+
+
+@agnostic
+def test_pre_2019_keras_resnet50_file_is_refused(tmp_path):
+    import h5py
+
+    path = tmp_path / "old_resnet50.h5"
+    with h5py.File(path, "w") as f:  # the old layout's first two layers with weights
+        f.attrs["layer_names"] = [b"conv1", b"res2a_branch2a"]
+        for name, shape in (("conv1", (7, 7, 3, 64)), ("res2a_branch2a", (1, 1, 64, 64))):
+            group = f.create_group(name)
+            group.attrs["weight_names"] = [f"{name}/kernel:0".encode()]
+            group.create_dataset(f"{name}/kernel:0", data=np.zeros(shape, "float32"))
+    with pytest.raises(ValueError, match="pre-2019 keras.applications ResNet50"):
+        get_model("resnet18", input_shape=(64, 64, 3), weights=path)
