@@ -198,6 +198,15 @@ def build_imagenet(
         class_texts = layout.find_class_texts(raw)
     texts = layout.read_class_texts(class_texts) if class_texts is not None else {}
     box_table = layout.read_boxes(boxes) if boxes is not None else {}
+    for split, images, shards, flag in (
+        ("training", found.train, train_shards, "train_shards (--train-shards)"),
+        ("validation", found.validation, val_shards, "val_shards (--val-shards)"),
+    ):
+        if images and not 1 <= shards <= len(images):
+            raise ValueError(
+                f"{len(images)} {split} images cannot fill {shards} shards; set {flag} to a "
+                f"value in 1..{len(images)}"
+            )
     label_of = {cls: i + 1 for i, cls in enumerate(found.classes)}
     if progress:
         print(

@@ -168,6 +168,12 @@ def test_flat_validation_without_labels_says_what_was_looked_for(tmp_path):
         _build(tmp_path / "raw", tmp_path / "out")
 
 
+def test_more_shards_than_images_says_which_option_to_change(tmp_path):
+    make_raw(tmp_path / "raw", val_layout="folders")
+    with pytest.raises(ValueError, match=r"6 validation images cannot fill 128 shards.*1\.\.6"):
+        build_imagenet(tmp_path / "raw", tmp_path / "out", train_shards=2, progress=False)
+
+
 def test_missing_raw_folders(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         _build(tmp_path / "nothing", tmp_path / "out")
