@@ -306,33 +306,69 @@ def _encode_chunk(encode_fn: Callable[[Any], bytes | Skip], items: list[Any]) ->
     return [encode_fn(item) for item in items]
 
 
+class _ParallelEncoder:
+    """`map(encode_fn, items)` in order on worker processes, a bounded window of chunks ahead.
+
+    The first window is submitted on construction, so the workers start while the caller
+    still prepares (imports TensorFlow). `close()` stops the workers.
+    """
+
+    def __init__(
+        self,
+        encode_fn: Callable[[Any], bytes | Skip],
+        items: Iterable[Any],
+        num_workers: int,
+        chunksize: int,
+    ) -> None:
+        # spawn: workers start clean (no copy of this process's TensorFlow state or threads).
+        # A ProcessPoolExecutor (unlike multiprocessing.Pool) fails instead of restarting
+        # workers that die at start-up.
+        context = multiprocessing.get_context("spawn")
+        self._executor = ProcessPoolExecutor(num_workers, mp_context=context)
+        self._encode_fn = encode_fn
+        self._chunks = _chunks(items, chunksize)
+        self._window = 4 * num_workers
+        self._pending: collections.deque = collections.deque()
+        self._ready: collections.deque = collections.deque()
+        self._fill()
+
+    def _fill(self) -> None:
+        while len(self._pending) < self._window:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return
+            self._pending.append(self._executor.submit(_encode_chunk, self._encode_fn, chunk))
+
+    def __iter__(self) -> _ParallelEncoder:
+        return self
+
+    def __next__(self) -> bytes | Skip:
+        if not self._ready:
+            if not self._pending:
+                raise StopIteration
+            future = self._pending.popleft()
+            try:
+                self._fill()
+                self._ready.extend(future.result())
+            except BrokenProcessPool as e:
+                raise RuntimeError(
+                    "a worker process died. Worker processes are started with 'spawn' and "
+                    "import the main script again: call the builder under "
+                    '`if __name__ == "__main__":` in scripts, or use num_workers=1'
+                ) from e
+        return self._ready.popleft()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
 def _encode_all(
     encode_fn: Callable[[Any], bytes | Skip], items: Iterable[Any], num_workers: int, chunksize: int
 ) -> Iterator[bytes | Skip]:
-    """`map(encode_fn, items)` in order, on `num_workers` processes, a bounded window ahead."""
+    """`map(encode_fn, items)`, in this process or on `num_workers` processes."""
     if num_workers <= 1:
-        yield from map(encode_fn, items)
-        return
-    # spawn: workers start clean (no copy of this process's TensorFlow state or threads).
-    # A ProcessPoolExecutor (unlike multiprocessing.Pool) fails instead of restarting workers
-    # that die at start-up.
-    executor = ProcessPoolExecutor(num_workers, mp_context=multiprocessing.get_context("spawn"))
-    pending: collections.deque = collections.deque()
-    try:
-        for chunk in _chunks(items, chunksize):
-            pending.append(executor.submit(_encode_chunk, encode_fn, chunk))
-            if len(pending) >= 4 * num_workers:
-                yield from pending.popleft().result()
-        while pending:
-            yield from pending.popleft().result()
-    except BrokenProcessPool as e:
-        raise RuntimeError(
-            "a worker process died. Worker processes are started with 'spawn' and import the "
-            'main script again: call the builder under `if __name__ == "__main__":` in '
-            "scripts, or use num_workers=1"
-        ) from e
-    finally:
-        executor.shutdown(wait=True, cancel_futures=True)
+        return map(encode_fn, items)
+    return _ParallelEncoder(encode_fn, items, num_workers, chunksize)
 
 
 def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
@@ -448,12 +484,12 @@ def write_sharded(
 
     todo_items = (spec.items[i] for spec, _, indices in todo for i in indices)
     total = sum(len(indices) for _, _, indices in todo)
-    import tensorflow as tf  # only this process writes TFRecords
-
-    bar = tqdm(total=total, unit=unit, disable=not progress, file=sys.stderr, dynamic_ncols=True)
     chunksize = max(1, min(32, total // (max(1, num_workers) * 8)))
-    results = _encode_all(encode_fn, todo_items, num_workers, chunksize)
+    results = _encode_all(encode_fn, todo_items, num_workers if total else 0, chunksize)
+    bar = tqdm(total=total, unit=unit, disable=not progress, file=sys.stderr, dynamic_ncols=True)
     try:
+        import tensorflow as tf  # only this process writes TFRecords
+
         for spec, index, indices in todo:
             bar.set_description(spec.name)
             name = spec.shard_name(index)
@@ -477,7 +513,8 @@ def write_sharded(
             summary.bytes_written += size
             summary.skipped += [SkippedItem(spec.name, i, r) for i, r in skipped]
     finally:
-        results.close()  # stops the worker pool on an error or interrupt
+        if isinstance(results, _ParallelEncoder):
+            results.close()  # stops the workers, also on an error or interrupt
         bar.close()
     summary.items_processed = total
     summary.seconds = time.monotonic() - start

@@ -241,3 +241,31 @@ def test_sigkill_mid_build_then_rerun_completes_only_missing_shards(tmp_path):
     assert summary.splits["train"].shards_written == 8 - len(done)
     assert summary.splits["train"].num_records == 40
     assert not list(out.glob(".*tmp*"))
+
+
+_UNGUARDED_SCRIPT = """
+import sys
+from cvbench.data.sharded_writer import SplitSpec, write_sharded
+from cvbench.data.tfrecord import encode_example, int64_feature
+
+def encode(n):
+    return encode_example({"n": int64_feature(n)})
+
+# No `if __name__ == "__main__":` guard: each spawned worker runs this again.
+write_sharded(sys.argv[1], [SplitSpec("train", list(range(4)), 2)], encode,
+              dataset="x", num_workers=2, progress=False)
+"""
+
+
+@pytest.mark.slow
+def test_script_without_main_guard_fails_with_advice_instead_of_hanging(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent(_UNGUARDED_SCRIPT))
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=240,  # multiprocessing.Pool would restart the dying workers forever
+    )
+    assert proc.returncode != 0
+    assert 'if __name__ == "__main__":' in proc.stderr and "num_workers=1" in proc.stderr
