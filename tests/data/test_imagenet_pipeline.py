@@ -133,7 +133,7 @@ def test_evaluation_covers_each_record_once_and_pads_with_zero_weights(data, tf)
     assert Counter(rows) == expected
 
 
-@pytest.mark.parametrize(("num_shards", "batch_size"), [(2, 4), (4, 1)])
+@pytest.mark.parametrize(("num_shards", "batch_size"), [(2, 4), (8, 1)])
 def test_evaluation_split_across_ranks_covers_every_record_exactly_once(
     data, num_shards, batch_size
 ):
@@ -148,7 +148,8 @@ def test_evaluation_split_across_ranks_covers_every_record_exactly_once(
         assert int(ds.cardinality()) == len(batches)
     assert per_rank == everything and sum(per_rank.values()) == NUM_VAL_RECORDS
     # Every rank runs the same number of steps, ceil(ceil(6 / ranks) / batch): 2 ranks of 3
-    # records in batches of 4 take 1 step; 4 ranks (2, 1, 2, 1 records) in batches of 1 take 2.
+    # records in batches of 4 take 1 step; 8 ranks get floor((r + 1) * 6 / 8) - floor(r * 6 / 8)
+    # = 0, 1, 1, 1, 0, 1, 1, 1 records and take 1 step each (ranks 0 and 4: padding only).
     assert steps == {math.ceil(math.ceil(NUM_VAL_RECORDS / num_shards) / batch_size)}
 
 
