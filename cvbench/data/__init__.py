@@ -13,8 +13,11 @@ Pipelines:
     CorruptRecordCounter: counts records skipped with skip_corrupt=True.
 
 Builders:
-    build_imagenet: a folder-per-class image set -> ImageNet-format TFRecords.
     write_sharded, SplitSpec, Skip: the generic parallel, resumable shard writer.
+    `cvbench.data.build_imagenet.build_imagenet`: a folder-per-class image set ->
+    ImageNet-format TFRecords. (Not re-exported here: the function shares its module's name,
+    so `cvbench.data.build_imagenet` would be the module or the function depending on what
+    was imported first.)
 """
 
 from __future__ import annotations
@@ -30,8 +33,6 @@ _LAZY = {
     "synthetic_batches": "cvbench.data.synthetic",
     "synthetic_dataset": "cvbench.data.synthetic",
     "CorruptRecordCounter": "cvbench.data.corrupt",
-    "build_imagenet": "cvbench.data.build_imagenet",
-    "BuildSummary": "cvbench.data.build_imagenet",
     "write_sharded": "cvbench.data.sharded_writer",
     "SplitSpec": "cvbench.data.sharded_writer",
     "Skip": "cvbench.data.sharded_writer",
