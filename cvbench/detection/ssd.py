@@ -91,6 +91,7 @@ def build_backbone(
     Raises:
         ValueError: for an unknown backbone name.
     """
+    # Imported here: the model registry may itself import this module to register ssd320.
     from cvbench.models import get_model, resnet
 
     name, kwargs = _backbone_builder(backbone)

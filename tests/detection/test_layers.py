@@ -83,8 +83,9 @@ def test_head_initial_outputs_and_sharing():
 
 def test_head_outputs_float32_under_mixed_precision():
     keras.config.set_dtype_policy("mixed_bfloat16")
-    head = WeightSharedHead(num_classes=2, num_levels=1, depth=8, num_layers=1)
-    boxes, classes = head([np.ones((1, 3, 3, 4), "float32")])
+    head = WeightSharedHead(num_classes=2, num_levels=1, depth=4, num_layers=1, kernel_size=1)
+    boxes, classes = head([np.ones((1, 2, 2, 4), "float32")])
+    assert keras.backend.standardize_dtype(head.box_predictor.compute_dtype) == "bfloat16"
     assert keras.backend.standardize_dtype(boxes.dtype) == "float32"
     assert keras.backend.standardize_dtype(classes.dtype) == "float32"
 
