@@ -8,6 +8,7 @@ the policy's compute dtype; variables are float32 under every policy.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import keras
@@ -39,19 +40,29 @@ def check_input_shape(
             f"{model_name} is built channels-last; got "
             f"keras.config.image_data_format()={keras.config.image_data_format()!r}"
         )
-    shape = tuple(input_shape)
+    try:
+        shape = tuple(input_shape)
+    except TypeError:
+        shape = ()
     if len(shape) != 3:
         raise ValueError(
             f"{model_name}: input_shape must be (height, width, channels); got {input_shape!r}"
         )
-    height, width, channels = shape
+    height, width, channels = (
+        int(d) if isinstance(d, numbers.Integral) and not isinstance(d, bool) else d for d in shape
+    )
+    shape = (height, width, channels)
     if channels != 3:
         raise ValueError(
             f"{model_name} takes RGB images with 3 channels; got input_shape={shape!r} "
             f"({channels} channels)"
         )
     for size in (height, width):
-        if size is not None and (not isinstance(size, int) or size < min_size):
+        if size is not None and not isinstance(size, int):
+            raise ValueError(
+                f"{model_name}: height and width must be ints or None; got input_shape={shape!r}"
+            )
+        if size is not None and size < min_size:
             raise ValueError(
                 f"{model_name} needs images of at least {min_size}x{min_size}; got "
                 f"input_shape={shape!r}"

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from cvbench.models import MODELS, get_model, list_models
@@ -33,3 +37,16 @@ def test_registering_a_name_twice_raises():
 def test_builders_are_keyword_only():
     with pytest.raises(TypeError):
         resnet_module.resnet18(10)  # a positional argument is refused
+
+
+def test_models_package_imports_no_tensorflow():
+    # A fresh interpreter on the JAX backend: importing the zoo must not pull TensorFlow in.
+    code = (
+        "import sys, cvbench.models, cvbench.models.weights; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow'))"
+    )
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -189,3 +189,14 @@ def test_classifier_activation_none_gives_logits():
 def test_bad_arguments_raise_naming_the_value(kwargs, message):
     with pytest.raises(ValueError, match=message):
         get_model("resnet50", **kwargs)
+
+
+@agnostic
+def test_numpy_integer_sizes_are_accepted_and_other_types_refused():
+    with pytest.raises(ValueError, match=r"ints or None; got input_shape=\(64.5, 64, 3\)"):
+        get_model("resnet18", input_shape=(64.5, 64, 3))
+    with pytest.raises(ValueError, match="got 224"):
+        get_model("resnet18", input_shape=224)
+    model = get_model("resnet18", input_shape=np.array([33, 40, 3]), include_top=False)
+    # 33 -> 17 -> 9 -> 5 -> 3 -> 2; 40 -> 20 -> 10 -> 5 -> 3 -> 2 (ceil halvings).
+    assert model.output_shape == (None, 2, 2, 512)
