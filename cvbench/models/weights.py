@@ -243,4 +243,10 @@ def _plan_layer(
         if not is_conv:
             raise ValueError(f"{where}: the file has a bias, the model layer has none")
         fold = theirs["bias"]
+        channels = (ours["kernel"].shape[-1],)
+        if tuple(fold.shape) != channels:
+            raise ValueError(
+                f"{where}: weight 'bias' has shape {tuple(fold.shape)} in the file, the "
+                f"kernel has {channels[0]} filters"
+            )
     return plan, fold
