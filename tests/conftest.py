@@ -3,9 +3,12 @@ float32 dtype policy (a test that sets a mixed policy cannot leak it into the ne
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import h5py
 import keras
+import numpy as np
 import pytest
 
 
@@ -15,3 +18,53 @@ def _fresh_keras_state() -> Iterator[None]:
     yield
     keras.config.set_dtype_policy("float32")
     keras.backend.clear_session(free_memory=False)
+
+
+def _randomize(model: keras.Model, seed: int) -> None:
+    """Gives every variable a random value, so no weight is trivially 0 or 1 (conv biases
+    and batch-norm statistics would otherwise hide a wrong mapping)."""
+    rng = np.random.default_rng(seed)
+    for v in model.weights:
+        shape = tuple(v.shape)
+        if v.name in ("gamma", "moving_variance"):
+            value = rng.uniform(0.5, 1.5, shape)
+        elif v.name in ("beta", "moving_mean", "bias"):
+            value = rng.normal(0.0, 0.1, shape)
+        else:  # kernels: He-uniform scale keeps activations of order one through the net
+            fan_in = int(np.prod(shape[:-1]))
+            value = rng.uniform(-1.0, 1.0, shape) * np.sqrt(6.0 / fan_in)
+        v.assign(value.astype("float32"))
+
+
+def _write_legacy_h5(model: keras.Model, path: Path) -> None:
+    """Writes `model`'s weights as keras.applications' downloads are laid out (Keras 2).
+
+    Root attributes `layer_names` (every layer, in model order), `backend`, `keras_version`;
+    one group per layer with attribute `weight_names` (`layer/var:0`, trainable first) naming
+    datasets below it (the `/` makes a subgroup, as h5py and Keras 2 did).
+    """
+    with h5py.File(path, "w") as f:
+        f.attrs["layer_names"] = [layer.name.encode("utf8") for layer in model.layers]
+        f.attrs["backend"] = b"tensorflow"
+        f.attrs["keras_version"] = b"2.2.4"
+        for layer in model.layers:
+            group = f.create_group(layer.name)
+            variables = layer.trainable_weights + layer.non_trainable_weights
+            names = [f"{layer.name}/{v.name}:0" for v in variables]
+            group.attrs["weight_names"] = [n.encode("utf8") for n in names]
+            for name, v in zip(names, variables, strict=True):
+                group.create_dataset(name, data=keras.ops.convert_to_numpy(v))
+
+
+@pytest.fixture(scope="session")
+def legacy_h5() -> Callable[[keras.Model, Path, int | None], Path]:
+    """`legacy_h5(model, path, seed)`: randomises `model`'s weights (unless `seed` is None) and
+    writes them to `path` in the keras.applications legacy HDF5 layout; returns `path`."""
+
+    def make(model: keras.Model, path: Path, seed: int | None = 0) -> Path:
+        if seed is not None:
+            _randomize(model, seed)
+        _write_legacy_h5(model, path)
+        return path
+
+    return make

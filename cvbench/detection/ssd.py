@@ -66,6 +66,17 @@ def _detection_clone(
     return clone_model
 
 
+def _bgr_to_rgb_stem(model: keras.Model) -> None:
+    """Reverses the input-channel axis of the first conv kernel, in place.
+
+    keras.applications' ResNet-50 weights were trained on BGR images with the caffe means
+    subtracted; SSD320 feeds RGB images with the same means in RGB order. Reversing the stem
+    kernel's input channels makes the pretrained backbone see what it was trained on.
+    """
+    kernel = model.get_layer("conv1_conv").kernel
+    kernel.assign(keras.ops.flip(kernel, axis=2))
+
+
 def build_backbone(
     backbone: str,
     input_hw: tuple[int, int],
@@ -81,7 +92,8 @@ def build_backbone(
             optional `_v1` / `_v1.5` suffix.
         input_hw: input `(height, width)`.
         weights: a weight file for the backbone (e.g. keras.applications' ResNet-50
-            `_notop` file), loaded by `cvbench.models`.
+            `_notop` file), loaded by `cvbench.models`. A keras.applications (legacy HDF5)
+            file holds BGR weights: its stem kernel is flipped to take RGB input.
         freeze_batchnorm: make every batch norm use its moving statistics in training too.
         weight_decay: OD API L2 weight on conv kernels.
 
@@ -93,11 +105,14 @@ def build_backbone(
     """
     # Imported here: the model registry may itself import this module to register ssd320.
     from cvbench.models import get_model, resnet
+    from cvbench.models.weights import is_legacy_h5
 
     name, kwargs = _backbone_builder(backbone)
     model = get_model(
         name, include_top=False, input_shape=(*input_hw, 3), weights=weights, **kwargs
     )
+    if weights is not None and is_legacy_h5(weights):
+        _bgr_to_rgb_stem(model)
     model = _detection_clone(model, freeze_batchnorm=freeze_batchnorm, weight_decay=weight_decay)
     names = resnet.feature_layer_names(model)
     outputs = [model.get_layer(names[level]).output for level in BACKBONE_LEVELS]
