@@ -1,0 +1,284 @@
+"""The throughput suite of `benchmarks/train_throughput.py`: cvbench beside its references.
+
+For each precision and model: training images/s of cvbench (`cvbench benchmark`'s code
+path, `cvbench.benchmark.run`), of keras.applications with plain `model.fit` and, when
+asked, of torchvision (PyTorch AMP, channels_last), their windows alternating so that the
+ratios hold on a loaded machine; then inference images/s the same way; then cvbench's
+inference latency percentiles per batch size (SSD320 including its post-processing).
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import keras
+
+from cvbench.benchmark import reference
+from cvbench.benchmark.results import (
+    CVBENCH,
+    KERAS_APPLICATIONS,
+    TORCHVISION,
+    LatencyResult,
+    ThroughputResult,
+)
+from cvbench.benchmark.run import (
+    cvbench_inference,
+    cvbench_training,
+    inference_model,
+    measure_latencies,
+)
+from cvbench.benchmark.timing import measure_throughput
+from cvbench.benchmark.workloads import (
+    CvbenchModel,
+    FitReference,
+    PredictReference,
+    cvbench_model,
+    synthetic_batch,
+)
+from cvbench.training.precision import resolve_precision
+
+DEFAULT_MODELS = ("resnet50", "inception_v3", "ssd320")
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """What the suite runs.
+
+    Attributes:
+        models: cvbench model names.
+        precisions: precisions to run ("fp32", "bf16", "fp16", "auto" or policy names).
+        batch_size: images per training/inference step of the classifiers.
+        detection_batch_size: images per step of SSD320.
+        image_size: input size of every model; None: each model's own (224, 299, 320).
+        warmup_steps: unmeasured steps per workload (the first compiles).
+        windows: timed windows per workload.
+        window_steps: steps per window.
+        train: measure training.
+        inference: measure inference throughput and latency.
+        keras_reference: run keras.applications beside the classifiers.
+        torch_reference: run torchvision beside the classifiers (needs PyTorch).
+        latency_batch_sizes: batch sizes of the latency measurement (empty: none).
+        latency_calls: timed calls per batch size.
+        jit_compile: XLA-compile cvbench's steps (True, False or "auto": JAX, or
+            TensorFlow with a GPU).
+        seed: initialization and data seed.
+    """
+
+    models: tuple[str, ...] = DEFAULT_MODELS
+    precisions: tuple[str, ...] = ("auto",)
+    batch_size: int = 256
+    detection_batch_size: int = 32
+    image_size: int | None = None
+    warmup_steps: int = 5
+    windows: int = 3
+    window_steps: int = 10
+    train: bool = True
+    inference: bool = True
+    keras_reference: bool = True
+    torch_reference: bool = False
+    latency_batch_sizes: tuple[int, ...] = (1, 8, 64, 256)
+    latency_calls: int = 20
+    jit_compile: bool | str = "auto"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ValueError("models must name at least one model, got ()")
+        if not self.precisions:
+            raise ValueError("precisions must name at least one precision, got ()")
+        for name in ("batch_size", "detection_batch_size", "warmup_steps", "windows"):
+            _check_positive(name, getattr(self, name))
+        _check_positive("window_steps", self.window_steps)
+        _check_positive("latency_calls", self.latency_calls)
+        for size in self.latency_batch_sizes:
+            _check_positive("latency_batch_sizes entry", size)
+        if self.image_size is not None:
+            _check_positive("image_size", self.image_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return asdict(self)
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"SuiteConfig.{name} must be a positive int, got {value!r}")
+
+
+@dataclass
+class SuiteResults:
+    """Everything a suite run measured, in the order it ran."""
+
+    throughput: list[ThroughputResult]
+    latency: list[LatencyResult]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {
+            "throughput": [r.to_dict() for r in self.throughput],
+            "latency": [r.to_dict() for r in self.latency],
+        }
+
+
+def _batch_size(config: SuiteConfig, model: CvbenchModel) -> int:
+    return config.detection_batch_size if model.kind == "detection" else config.batch_size
+
+
+def _training_workloads(config: SuiteConfig, model: CvbenchModel, policy: str) -> dict:
+    batch = _batch_size(config, model)
+    planned = config.warmup_steps + config.windows * config.window_steps
+    workloads: dict[str, Any] = {}
+    workloads[CVBENCH], _ = cvbench_training(
+        model,
+        batch_size=batch,
+        precision=policy,
+        planned_steps=planned,
+        jit_compile=config.jit_compile,
+        distribution="single",
+        seed=config.seed,
+    )
+    if config.keras_reference and reference.has_reference(model.name, "keras"):
+        network = reference.keras_application(
+            model.name,
+            image_size=model.image_size,
+            num_classes=model.num_classes,
+            precision=policy,
+        )
+        reference.compile_plain(network, model.optimizer, learning_rate=0.01)
+        data = synthetic_batch(model, batch, seed=config.seed)
+        workloads[KERAS_APPLICATIONS] = FitReference(network, data, batch)
+    if config.torch_reference and reference.has_reference(model.name, "torch"):
+        workloads[TORCHVISION] = _torch(config, model, policy, training=True)
+    return workloads
+
+
+def _inference_workloads(
+    config: SuiteConfig, model: CvbenchModel, policy: str, network: keras.Model
+) -> dict:
+    batch = _batch_size(config, model)
+    workloads: dict[str, Any] = {
+        CVBENCH: cvbench_inference(
+            model,
+            network,
+            batch_size=batch,
+            jit_compile=config.jit_compile,
+            seed=config.seed,
+        )
+    }
+    if config.keras_reference and reference.has_reference(model.name, "keras"):
+        ref = reference.keras_application(
+            model.name,
+            image_size=model.image_size,
+            num_classes=model.num_classes,
+            precision=policy,
+        )
+        images = synthetic_batch(model, batch, seed=config.seed)[0]
+        workloads[KERAS_APPLICATIONS] = PredictReference(ref, images)
+    if config.torch_reference and reference.has_reference(model.name, "torch"):
+        workloads[TORCHVISION] = _torch(config, model, policy, training=False)
+    return workloads
+
+
+def _torch(config: SuiteConfig, model: CvbenchModel, policy: str, *, training: bool) -> Any:
+    return reference.TorchWorkload(
+        model.name,
+        batch_size=_batch_size(config, model),
+        image_size=model.image_size,
+        num_classes=model.num_classes,
+        precision=policy,
+        training=training,
+        optimizer=model.optimizer,
+        seed=config.seed,
+    )
+
+
+def _measure(
+    config: SuiteConfig, model: CvbenchModel, policy: str, mode: str, workloads: dict
+) -> list[ThroughputResult]:
+    try:
+        measured = measure_throughput(
+            workloads,
+            warmup_steps=config.warmup_steps,
+            windows=config.windows,
+            window_steps=config.window_steps,
+        )
+    finally:
+        for workload in workloads.values():
+            workload.close()
+    return [
+        ThroughputResult(
+            model=model.name,
+            mode=mode,
+            implementation=name,
+            precision=policy,
+            batch_size=_batch_size(config, model),
+            image_size=model.image_size,
+            throughput=throughput,
+        )
+        for name, throughput in measured.items()
+    ]
+
+
+def _release() -> None:
+    keras.backend.clear_session(free_memory=True)
+    gc.collect()
+
+
+def run_suite(config: SuiteConfig, *, report: Callable[[str], None] = print) -> SuiteResults:
+    """Runs every measurement `config` asks for.
+
+    Args:
+        config: the suite.
+        report: called with a line of progress after each measurement.
+
+    Returns:
+        The results, in the order they ran.
+    """
+    results = SuiteResults(throughput=[], latency=[])
+    models = [cvbench_model(name, image_size=config.image_size) for name in config.models]
+    for precision, model in itertools.product(config.precisions, models):
+        policy = resolve_precision(precision)
+        if config.train:
+            rows = _measure(
+                config, model, policy, "train", _training_workloads(config, model, policy)
+            )
+            results.throughput.extend(rows)
+            report(_progress(rows))
+            _release()
+        if config.inference:
+            # One network for throughput and latency: its compiled forward pass is shared.
+            network = inference_model(model, policy)
+            workloads = _inference_workloads(config, model, policy, network)
+            rows = _measure(config, model, policy, "inference", workloads)
+            results.throughput.extend(rows)
+            report(_progress(rows))
+            if config.latency_batch_sizes:
+                latency = measure_latencies(
+                    model,
+                    network,
+                    batch_sizes=config.latency_batch_sizes,
+                    precision=policy,
+                    calls=config.latency_calls,
+                    jit_compile=config.jit_compile,
+                    seed=config.seed,
+                )
+                results.latency.append(latency)
+                report(_latency_progress(latency))
+            del network, workloads
+            _release()
+    return results
+
+
+def _latency_progress(latency: LatencyResult) -> str:
+    parts = [f"batch {x.batch_size} p50 {x.percentiles_ms[50]:.1f} ms" for x in latency.latencies]
+    return f"{latency.model} {latency.precision} latency: " + ", ".join(parts)
+
+
+def _progress(rows: list[ThroughputResult]) -> str:
+    first = rows[0]
+    parts = [f"{r.implementation} {r.throughput.images_per_sec:.1f}" for r in rows]
+    return f"{first.model} {first.mode} {first.precision}: " + ", ".join(parts) + " img/s"

@@ -1,0 +1,148 @@
+"""Workloads on tiny models: references step as often as asked, SSD data and post-processing,
+latency skips sizes that run out of memory."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+
+from cvbench.benchmark import run
+from cvbench.benchmark.run import benchmark_cvbench, is_out_of_memory, measure_latencies
+from cvbench.benchmark.workloads import (
+    FitReference,
+    Forward,
+    PredictReference,
+    cvbench_model,
+    synthetic_batch,
+)
+
+pytestmark = pytest.mark.backend_agnostic
+
+
+def _tiny_classifier() -> keras.Model:
+    inputs = keras.Input((8, 8, 3))
+    h = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3)(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(5, activation="softmax")(h))
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def _batch(n=4):
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(n, 8, 8, 3)).astype("float32"), rng.integers(0, 5, n).astype("int32")
+
+
+def test_fit_reference_runs_exactly_the_steps_asked():
+    model = _tiny_classifier()
+    workload = FitReference(model, _batch(), images_per_step=4)
+    workload.first_step()
+    workload.run(3)
+    workload.run(2)
+    assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 6  # 1 + 3 + 2
+
+
+def test_predict_reference_and_forward_run():
+    model = _tiny_classifier()
+    images = keras.ops.convert_to_tensor(_batch()[0])
+    predict = PredictReference(model, images)
+    predict.first_step()
+    predict.run(2)
+    assert predict.images_per_step == 4
+    forward = Forward(model, images)
+    forward.first_step()
+    forward.run(3)
+    assert forward.images_per_step == 4
+
+
+def test_forward_postprocesses_every_pass_once_and_in_order():
+    calls = []
+    inputs = keras.Input((8, 8, 3))
+    pooled = keras.layers.GlobalAveragePooling2D()(inputs)
+    model = keras.Model(inputs, {"boxes": keras.layers.Dense(4)(pooled)})
+    images = keras.ops.convert_to_tensor(_batch()[0])
+    forward = Forward(
+        model,
+        images,
+        postprocess=lambda out: calls.append(keras.ops.convert_to_numpy(out["boxes"])),
+    )
+    forward.run(3)
+    assert len(calls) == 3
+    expected = keras.ops.convert_to_numpy(model(images, training=False)["boxes"])
+    np.testing.assert_allclose(calls[-1], expected, rtol=1e-5)
+
+
+def test_classification_batch_matches_synthetic_arrays():
+    spec = cvbench_model("resnet18", image_size=32, num_classes=7)
+    x, y = synthetic_batch(spec, 3, seed=5, on_device=False)
+    assert x.shape == (3, 32, 32, 3) and x.dtype == np.float32
+    assert y.shape == (3,) and y.dtype == np.int32 and set(y.tolist()) <= set(range(7))
+    again = synthetic_batch(spec, 3, seed=5)  # on the device: the same values
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(again[0]), x)
+    with pytest.raises(ValueError, match="batch_size"):
+        synthetic_batch(spec, 0)
+
+
+def test_detection_batch_carries_real_ssd_targets():
+    spec = cvbench_model("ssd320", image_size=64, num_classes=3)
+    assert spec.kind == "detection" and spec.num_classes == 3
+    images, targets = synthetic_batch(spec, 2, seed=0, on_device=False)
+    # Anchors at 64 px: maps 8, 4, 2, 1, 1 (strides 8..128) x 6 anchors = 86 x 6 = 516.
+    assert images.shape == (2, 64, 64, 3) and images.min() >= 0 and images.max() <= 255
+    assert targets["boxes"].shape == (2, 516, 5)
+    assert targets["classes"].shape == (2, 516, 4)  # 3 one-hot columns + the weight
+    positives = targets["boxes"][..., 4].sum(axis=1)
+    assert (positives >= 1).all()  # every box is forced onto its best anchor
+    one_hot = targets["classes"][..., :3].sum(axis=-1)
+    np.testing.assert_array_equal(one_hot, targets["boxes"][..., 4])  # a class iff matched
+
+
+def test_unknown_model_and_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="'resnet51'.*known:.*ssd320"):
+        cvbench_model("resnet51")
+    with pytest.raises(ValueError, match="mode"):
+        benchmark_cvbench("resnet18", mode="serve")
+    with pytest.raises(ValueError, match="window_steps"):
+        benchmark_cvbench("resnet18", window_steps=0)
+
+
+def test_latency_skips_the_sizes_that_run_out_of_memory(monkeypatch):
+    class Fake:
+        def call(self):
+            pass
+
+    def fake_inference(model, network, *, batch_size, **kwargs):
+        if batch_size >= 64:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 9 GiB")
+        return Fake()
+
+    monkeypatch.setattr(run, "cvbench_inference", fake_inference)
+    spec = cvbench_model("resnet18", image_size=32)
+    result = measure_latencies(
+        spec, None, batch_sizes=(1, 8, 64, 256), precision="fp32", warmup_calls=0, calls=3
+    )
+    assert [lat.batch_size for lat in result.latencies] == [1, 8]
+    assert result.skipped == {64: "out of memory", 256: "out of memory"}
+    assert result.precision == "float32" and not result.postprocessing
+
+    def broken(model, network, *, batch_size, **kwargs):
+        raise RuntimeError("a real bug")
+
+    monkeypatch.setattr(run, "cvbench_inference", broken)
+    with pytest.raises(RuntimeError, match="a real bug"):
+        measure_latencies(spec, None, batch_sizes=(1,), precision="fp32")
+
+
+def test_out_of_memory_messages_of_each_framework():
+    assert is_out_of_memory(RuntimeError("RESOURCE_EXHAUSTED: out of memory"))
+    assert is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not is_out_of_memory(ValueError("shapes do not match"))
+
+
+def test_spec_replace_keeps_the_recipe():
+    spec = cvbench_model("inception_v3", image_size=80)
+    assert spec.image_size == 80 and spec.num_classes == 1000
+    assert spec.optimizer.name == "lars"  # the Inception V3 recipe
+    assert dataclasses.replace(spec, image_size=96).schedule == spec.schedule
