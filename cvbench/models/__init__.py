@@ -30,6 +30,17 @@ MODELS.register("resnet152", _resnet.resnet152)
 MODELS.register("inception_v3", _inception_v3.inception_v3)
 
 
+def _ssd320(**kwargs: Any) -> keras.Model:
+    """`cvbench.detection.ssd320` (imported on use: detection builds on this package)."""
+    from cvbench.detection.ssd import ssd320
+
+    return ssd320(**kwargs)
+
+
+MODELS.register("ssd320", _ssd320)
+DETECTORS = ("ssd320",)
+
+
 def get_model(name: str, **kwargs: Any) -> keras.Model:
     """Builds the registered model `name` with keyword arguments (see each builder).
 
@@ -47,8 +58,13 @@ def get_model(name: str, **kwargs: Any) -> keras.Model:
 
 
 def list_models() -> list[str]:
-    """The registered model names, sorted."""
+    """The registered model names, sorted (classifiers and detectors)."""
     return MODELS.names()
 
 
-__all__ = ["MODELS", "get_model", "list_models"]
+def list_classifiers() -> list[str]:
+    """The registered classification models, sorted (`list_models()` minus the detectors)."""
+    return [name for name in MODELS.names() if name not in DETECTORS]
+
+
+__all__ = ["DETECTORS", "MODELS", "get_model", "list_classifiers", "list_models"]

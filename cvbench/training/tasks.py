@@ -144,9 +144,9 @@ class ClassificationTask:
 
     @classmethod
     def models(cls) -> list[str]:
-        from cvbench.models import list_models
+        from cvbench.models import list_classifiers
 
-        return list_models()
+        return list_classifiers()
 
     def __init__(self, options: TaskOptions) -> None:
         if options.model not in self.models():

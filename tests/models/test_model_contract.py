@@ -43,7 +43,8 @@ TRAINABLE_AT_1000 = {
 # ResNets). ResNet-34/101/152 repeat ResNet-18/50's layers with more blocks (their block
 # counts are checked by the parameter counts), so the JAX run covers one model per code path
 # and TensorFlow runs the whole registry.
-TENSORFLOW_ONLY = ("resnet34", "resnet101", "resnet152")
+# SSD320 runs under JAX in tests/detection/test_ssd.py.
+TENSORFLOW_ONLY = ("resnet34", "resnet101", "resnet152", "ssd320")
 REGISTRY = [
     pytest.param(name, marks=() if name in TENSORFLOW_ONLY else agnostic) for name in list_models()
 ]

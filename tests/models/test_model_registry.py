@@ -50,3 +50,13 @@ def test_models_package_imports_no_tensorflow():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_ssd320_is_registered_as_a_detector_not_a_classifier():
+    from cvbench.models import DETECTORS, list_classifiers, list_models
+    from cvbench.training.tasks import task_for_model
+
+    assert "ssd320" in list_models() and "ssd320" in DETECTORS
+    assert "ssd320" not in list_classifiers()
+    assert task_for_model("ssd320").__name__ == "DetectionTask"
+    assert task_for_model("resnet50").__name__ == "ClassificationTask"
