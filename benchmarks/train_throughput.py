@@ -96,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="XLA-compile cvbench's steps (auto: on JAX and on TensorFlow with a GPU; XLA is "
         "slower than TensorFlow's own kernels on CPU)",
     )
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        help="seconds after which no new measurement starts (the rest is listed as skipped); "
+        "training runs first",
+    )
     p.add_argument("--seed", type=int, default=0, help="initialization and data seed")
     p.add_argument("--json", default=None, help="write every result and setting here")
     p.add_argument("--markdown", default=None, help="also write the tables here")
@@ -129,28 +136,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         latency_calls=args.latency_calls,
         jit_compile={"auto": "auto", "on": True, "off": False}[args.jit],
         seed=args.seed,
+        time_budget_s=args.time_budget,
     )
-    command = [
-        "python",
-        "benchmarks/train_throughput.py",
-        *(argv if argv is not None else sys.argv[1:]),
-    ]
+    command = ["python", "benchmarks/train_throughput.py"]
+    command += list(argv) if argv is not None else sys.argv[1:]
     environment = describe_environment(command)
-    results = run_suite(config, report=lambda line: print(line, flush=True))
-    environment["load_average_end"] = describe_environment(command)["load_average"]
-    tables = [throughput_table(results.throughput)]
-    if results.latency:
-        tables.append(latency_table(results.latency))
-    text = "\n\n".join(tables)
-    print(text)
-    if args.markdown:
-        with atomic_open(args.markdown, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    if args.json:
-        write_json_atomic(
-            args.json,
-            jsonable({"environment": environment, "config": config.to_dict(), **results.to_dict()}),
-        )
+
+    def tables(results) -> str:
+        parts = [throughput_table(results.throughput)]
+        if results.latency:
+            parts.append(latency_table(results.latency))
+        if results.skipped:
+            parts.append("Skipped: " + "; ".join(results.skipped))
+        return "\n\n".join(parts)
+
+    def write(results) -> None:
+        # After every measurement, so that an interrupted run keeps what it measured.
+        if args.markdown:
+            with atomic_open(args.markdown, "w", encoding="utf-8") as f:
+                f.write(tables(results) + "\n")
+        if args.json:
+            environment["load_average_now"] = describe_environment(command)["load_average"]
+            payload = {"environment": environment, "config": config.to_dict()}
+            write_json_atomic(args.json, jsonable(payload | results.to_dict()))
+
+    results = run_suite(config, report=lambda line: print(line, flush=True), on_result=write)
+    write(results)
+    print(tables(results))
     return 0
 
 

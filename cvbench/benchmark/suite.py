@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import gc
 import itertools
+import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import keras
@@ -66,6 +67,8 @@ class SuiteConfig:
         jit_compile: XLA-compile cvbench's steps (True, False or "auto": JAX, or
             TensorFlow with a GPU).
         seed: initialization and data seed.
+        time_budget_s: seconds after which no new measurement starts (the ones left are
+            listed as skipped); None: no limit.
     """
 
     models: tuple[str, ...] = DEFAULT_MODELS
@@ -84,6 +87,7 @@ class SuiteConfig:
     latency_calls: int = 20
     jit_compile: bool | str = "auto"
     seed: int = 0
+    time_budget_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -98,6 +102,9 @@ class SuiteConfig:
             _check_positive("latency_batch_sizes entry", size)
         if self.image_size is not None:
             _check_positive("image_size", self.image_size)
+        budget = self.time_budget_s
+        if budget is not None and (isinstance(budget, bool) or not budget > 0):
+            raise ValueError(f"SuiteConfig.time_budget_s must be > 0 or None, got {budget!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -111,16 +118,18 @@ def _check_positive(name: str, value: Any) -> None:
 
 @dataclass
 class SuiteResults:
-    """Everything a suite run measured, in the order it ran."""
+    """Everything a suite run measured, in the order it ran, and what it skipped."""
 
-    throughput: list[ThroughputResult]
-    latency: list[LatencyResult]
+    throughput: list[ThroughputResult] = field(default_factory=list)
+    latency: list[LatencyResult] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         return {
             "throughput": [r.to_dict() for r in self.throughput],
             "latency": [r.to_dict() for r in self.latency],
+            "skipped": list(self.skipped),
         }
 
 
@@ -228,49 +237,82 @@ def _release() -> None:
     gc.collect()
 
 
-def run_suite(config: SuiteConfig, *, report: Callable[[str], None] = print) -> SuiteResults:
-    """Runs every measurement `config` asks for.
+def run_suite(
+    config: SuiteConfig,
+    *,
+    report: Callable[[str], None] = print,
+    on_result: Callable[[SuiteResults], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> SuiteResults:
+    """Runs every measurement `config` asks for: all training first, then inference.
+
+    Training comes first because the headline goals are training rates; with a time
+    budget, what does not fit is skipped and listed in `SuiteResults.skipped`.
 
     Args:
         config: the suite.
         report: called with a line of progress after each measurement.
+        on_result: called with the results so far after each measurement (e.g. to write
+            them, so that an interrupted run keeps what it measured).
+        clock: seconds, for the time budget.
 
     Returns:
         The results, in the order they ran.
     """
-    results = SuiteResults(throughput=[], latency=[])
+    start = clock()
+    results = SuiteResults()
     models = [cvbench_model(name, image_size=config.image_size) for name in config.models]
-    for precision, model in itertools.product(config.precisions, models):
-        policy = resolve_precision(precision)
-        if config.train:
-            rows = _measure(
-                config, model, policy, "train", _training_workloads(config, model, policy)
-            )
-            results.throughput.extend(rows)
-            report(_progress(rows))
-            _release()
-        if config.inference:
-            # One network for throughput and latency: its compiled forward pass is shared.
-            network = inference_model(model, policy)
-            workloads = _inference_workloads(config, model, policy, network)
-            rows = _measure(config, model, policy, "inference", workloads)
-            results.throughput.extend(rows)
-            report(_progress(rows))
-            if config.latency_batch_sizes:
-                latency = measure_latencies(
-                    model,
-                    network,
-                    batch_sizes=config.latency_batch_sizes,
-                    precision=policy,
-                    calls=config.latency_calls,
-                    jit_compile=config.jit_compile,
-                    seed=config.seed,
-                )
-                results.latency.append(latency)
-                report(_latency_progress(latency))
-            del network, workloads
-            _release()
+    runs = list(itertools.product(config.precisions, models))
+    phases = [("train", config.train), ("inference", config.inference)]
+    for mode, wanted in phases:
+        for precision, model in runs if wanted else ():
+            policy = resolve_precision(precision)
+            budget = config.time_budget_s
+            if budget is not None and clock() - start > budget:
+                results.skipped.append(f"{model.name} {mode} {policy}: time budget")
+                report(f"skipped {results.skipped[-1]}")
+                continue
+            if mode == "train":
+                _run_training(config, model, policy, results, report)
+            else:
+                _run_inference(config, model, policy, results, report)
+            if on_result is not None:
+                on_result(results)
     return results
+
+
+def _run_training(
+    config: SuiteConfig, model: CvbenchModel, policy: str, results: SuiteResults, report
+) -> None:
+    rows = _measure(config, model, policy, "train", _training_workloads(config, model, policy))
+    results.throughput.extend(rows)
+    report(_progress(rows))
+    _release()
+
+
+def _run_inference(
+    config: SuiteConfig, model: CvbenchModel, policy: str, results: SuiteResults, report
+) -> None:
+    # One network for throughput and latency: its compiled forward pass is shared.
+    network = inference_model(model, policy)
+    workloads = _inference_workloads(config, model, policy, network)
+    rows = _measure(config, model, policy, "inference", workloads)
+    results.throughput.extend(rows)
+    report(_progress(rows))
+    if config.latency_batch_sizes:
+        latency = measure_latencies(
+            model,
+            network,
+            batch_sizes=config.latency_batch_sizes,
+            precision=policy,
+            calls=config.latency_calls,
+            jit_compile=config.jit_compile,
+            seed=config.seed,
+        )
+        results.latency.append(latency)
+        report(_latency_progress(latency))
+    del network, workloads
+    _release()
 
 
 def _latency_progress(latency: LatencyResult) -> str:

@@ -1,0 +1,76 @@
+"""run_suite's order, time budget and progress hooks (the measurements themselves faked)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cvbench.benchmark import suite
+from cvbench.benchmark.suite import SuiteConfig, run_suite
+
+pytestmark = pytest.mark.backend_agnostic
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    calls = []
+
+    def training(config, model, policy, results, report):
+        calls.append(("train", model.name, policy))
+
+    def inference(config, model, policy, results, report):
+        calls.append(("inference", model.name, policy))
+
+    monkeypatch.setattr(suite, "_run_training", training)
+    monkeypatch.setattr(suite, "_run_inference", inference)
+    return calls
+
+
+def test_all_training_runs_before_any_inference(fake_runs):
+    snapshots = []
+    config = SuiteConfig(models=("resnet18", "ssd320"), precisions=("fp32", "bf16"))
+    run_suite(config, report=lambda line: None, on_result=lambda r: snapshots.append(r))
+    assert fake_runs == [
+        ("train", "resnet18", "float32"),
+        ("train", "ssd320", "float32"),
+        ("train", "resnet18", "mixed_bfloat16"),
+        ("train", "ssd320", "mixed_bfloat16"),
+        ("inference", "resnet18", "float32"),
+        ("inference", "ssd320", "float32"),
+        ("inference", "resnet18", "mixed_bfloat16"),
+        ("inference", "ssd320", "mixed_bfloat16"),
+    ]
+    assert len(snapshots) == 8  # the results are handed over after every measurement
+
+
+def test_time_budget_skips_what_would_start_late(fake_runs):
+    ticks = iter([0.0, 10.0, 70.0, 130.0])  # start, then before each measurement
+    config = SuiteConfig(
+        models=("resnet18",), precisions=("fp32",), time_budget_s=60.0, latency_batch_sizes=()
+    )
+    lines = []
+    results = run_suite(config, report=lines.append, clock=lambda: next(ticks))
+    assert fake_runs == [("train", "resnet18", "float32")]  # started at 10 s
+    assert results.skipped == ["resnet18 inference float32: time budget"]  # 70 s > 60 s
+    assert lines == ["skipped resnet18 inference float32: time budget"]
+    assert results.to_dict()["skipped"] == results.skipped
+
+
+def test_train_or_inference_can_be_left_out(fake_runs):
+    run_suite(SuiteConfig(models=("resnet18",), precisions=("fp32",), train=False))
+    assert fake_runs == [("inference", "resnet18", "float32")]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(models=()), "models"),
+        (dict(precisions=()), "precisions"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(latency_batch_sizes=(1, 0)), "latency_batch_sizes"),
+        (dict(time_budget_s=0), "time_budget_s"),
+        (dict(image_size=-3), "image_size"),
+    ],
+)
+def test_bad_settings_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SuiteConfig(**kwargs)
