@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import keras
@@ -116,6 +116,7 @@ def benchmark_cvbench(
     jit_compile: bool | str = "auto",
     distribution: Any = "auto",
     seed: int = 0,
+    report: Callable[[str], None] | None = None,
 ) -> ThroughputResult:
     """Measures cvbench's training or inference images/s for one model.
 
@@ -139,6 +140,7 @@ def benchmark_cvbench(
             TensorFlow with a GPU, unless Horovod runs; XLA is slower on CPU).
         distribution: as the Trainer's ("auto": Horovod under horovodrun).
         seed: initialization and data seed.
+        report: called with a progress line after each window (`step img/s`).
 
     Returns:
         The `ThroughputResult` (images/s over all ranks).
@@ -179,11 +181,18 @@ def benchmark_cvbench(
             seed=seed,
         )
     try:
+        on_window = None
+        if report is not None:
+
+            def on_window(name: str, index: int, rate: float) -> None:
+                report(f"{warmup_steps + (index + 1) * window_steps:6d} {rate:10.1f} img/s")
+
         measured = measure_throughput(
             {CVBENCH: workload},
             warmup_steps=warmup_steps,
             windows=windows,
             window_steps=window_steps,
+            on_window=on_window,
         )[CVBENCH]
     finally:
         workload.close()
@@ -196,6 +205,25 @@ def benchmark_cvbench(
         image_size=spec.image_size,
         throughput=measured,
     )
+
+
+def endless_batches(data: Any) -> Iterator[Any]:
+    """The batches of `data` epoch after epoch, for as long as a benchmark needs them.
+
+    Args:
+        data: a re-iterable of batches (a `tf.data.Dataset`, a list...) or a function
+            `epoch -> iterable of batches` (a task's `TrainData.data`).
+
+    Raises:
+        ValueError: when an epoch has no batches.
+    """
+    for epoch in itertools.count():
+        empty = True
+        for batch in data(epoch) if callable(data) and not hasattr(data, "__iter__") else data:
+            empty = False
+            yield batch
+        if empty:
+            raise ValueError(f"the data has no batches in epoch {epoch}")
 
 
 def is_out_of_memory(error: BaseException) -> bool:

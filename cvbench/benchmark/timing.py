@@ -116,6 +116,7 @@ def measure_throughput(
     window_steps: int,
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] = time.process_time,
+    on_window: Callable[[str, int, float], None] | None = None,
 ) -> dict[str, Throughput]:
     """Times several workloads side by side, alternating their windows.
 
@@ -143,6 +144,8 @@ def measure_throughput(
         window_steps: steps per window.
         clock: wall clock (seconds).
         cpu_clock: this process' CPU time (seconds).
+        on_window: called after each window with the workload's name, the 0-based window
+            index and its images/s (progress lines).
 
     Returns:
         name -> `Throughput`, in the order of `workloads`.
@@ -173,6 +176,8 @@ def measure_throughput(
             workload.run(window_steps)
             seconds, cpu[name] = clock() - start, cpu[name] + cpu_clock() - cpu_start
             rates[name].append(window_steps * workload.images_per_step / max(seconds, 1e-12))
+            if on_window is not None:
+                on_window(name, w, rates[name][-1])
     results = {}
     for name in names:
         images = workloads[name].images_per_step

@@ -4,6 +4,7 @@ latency skips sizes that run out of memory."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import keras
 import numpy as np
@@ -146,3 +147,36 @@ def test_spec_replace_keeps_the_recipe():
     assert spec.image_size == 80 and spec.num_classes == 1000
     assert spec.optimizer.name == "lars"  # the Inception V3 recipe
     assert dataclasses.replace(spec, image_size=96).schedule == spec.schedule
+
+
+def test_endless_batches_restart_epochs_and_refuse_empty_data():
+    from cvbench.benchmark.run import endless_batches
+
+    got = list(itertools.islice(endless_batches([1, 2]), 5))
+    assert got == [1, 2, 1, 2, 1]
+    by_epoch = list(
+        itertools.islice(endless_batches(lambda epoch: [10 * epoch, 10 * epoch + 1]), 5)
+    )
+    assert by_epoch == [0, 1, 10, 11, 20]
+    with pytest.raises(ValueError, match="no batches in epoch 0"):
+        next(endless_batches([]))
+
+
+def test_benchmark_cvbench_reports_every_window():
+    lines = []
+    result = benchmark_cvbench(
+        "resnet18",
+        mode="inference",
+        batch_size=2,
+        image_size=32,
+        num_classes=4,
+        precision="fp32",
+        warmup_steps=1,
+        steps=5,  # rounded down to 2 windows of 2 steps
+        window_steps=2,
+        report=lines.append,
+    )
+    assert result.mode == "inference" and result.implementation == "cvbench"
+    assert result.throughput.window_steps == 2 and len(result.throughput.window_rates) == 2
+    assert [line.split()[0] for line in lines] == ["3", "5"]  # steps done after each window
+    assert result.throughput.format().startswith("Images/sec: ")
