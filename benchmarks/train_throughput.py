@@ -103,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds after which no new measurement starts (the rest is listed as skipped); "
         "training runs first",
     )
+    p.add_argument(
+        "--prototypes",
+        type=_names,
+        default=(),
+        help="speed changes to measure beside cvbench, as cvbench+<name> rows: fast_conv, "
+        "fused_batchnorm (TensorFlow)",
+    )
     p.add_argument("--seed", type=int, default=0, help="initialization and data seed")
     p.add_argument("--json", default=None, help="write every result and setting here")
     p.add_argument("--markdown", default=None, help="also write the tables here")
@@ -137,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         jit_compile={"auto": "auto", "on": True, "off": False}[args.jit],
         seed=args.seed,
         time_budget_s=args.time_budget,
+        prototypes=args.prototypes,
     )
     command = ["python", "benchmarks/train_throughput.py"]
     command += list(argv) if argv is not None else sys.argv[1:]

@@ -9,6 +9,7 @@ inference latency percentiles per batch size (SSD320 including its post-processi
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import time
@@ -19,6 +20,8 @@ from typing import Any
 import keras
 
 from cvbench.benchmark import reference
+from cvbench.benchmark.fast_conv import with_fast_convolutions
+from cvbench.benchmark.fused_batchnorm import with_fused_batchnorm
 from cvbench.benchmark.results import (
     CVBENCH,
     KERAS_APPLICATIONS,
@@ -43,6 +46,11 @@ from cvbench.benchmark.workloads import (
 from cvbench.training.precision import resolve_precision
 
 DEFAULT_MODELS = ("resnet50", "inception_v3", "ssd320")
+#: Speed changes under trial: name -> function rebuilding a model with the change.
+PROTOTYPES: dict[str, Callable[[keras.Model], keras.Model]] = {
+    "fast_conv": with_fast_convolutions,
+    "fused_batchnorm": with_fused_batchnorm,
+}
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,8 @@ class SuiteConfig:
         seed: initialization and data seed.
         time_budget_s: seconds after which no new measurement starts (the ones left are
             listed as skipped); None: no limit.
+        prototypes: speed changes to measure beside cvbench as "cvbench+<name>" (names of
+            `PROTOTYPES`): the same model with the change swapped in.
     """
 
     models: tuple[str, ...] = DEFAULT_MODELS
@@ -88,6 +98,7 @@ class SuiteConfig:
     jit_compile: bool | str = "auto"
     seed: int = 0
     time_budget_s: float | None = None
+    prototypes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -102,6 +113,11 @@ class SuiteConfig:
             _check_positive("latency_batch_sizes entry", size)
         if self.image_size is not None:
             _check_positive("image_size", self.image_size)
+        unknown = sorted(set(self.prototypes) - set(PROTOTYPES))
+        if unknown:
+            raise ValueError(
+                f"SuiteConfig.prototypes has unknown names {unknown}; known: {sorted(PROTOTYPES)}"
+            )
         budget = self.time_budget_s
         if budget is not None and (isinstance(budget, bool) or not budget > 0):
             raise ValueError(f"SuiteConfig.time_budget_s must be > 0 or None, got {budget!r}")
@@ -150,6 +166,16 @@ def _training_workloads(config: SuiteConfig, model: CvbenchModel, policy: str) -
         distribution="single",
         seed=config.seed,
     )
+    for name in config.prototypes:
+        workloads[f"{CVBENCH}+{name}"], _ = cvbench_training(
+            _with_prototype(model, name),
+            batch_size=batch,
+            precision=policy,
+            planned_steps=planned,
+            jit_compile=config.jit_compile,
+            distribution="single",
+            seed=config.seed,
+        )
     if config.keras_reference and reference.has_reference(model.name, "keras"):
         network = reference.keras_application(
             model.name,
@@ -165,6 +191,11 @@ def _training_workloads(config: SuiteConfig, model: CvbenchModel, policy: str) -
     return workloads
 
 
+def _with_prototype(model: CvbenchModel, name: str) -> CvbenchModel:
+    change = PROTOTYPES[name]
+    return dataclasses.replace(model, build=lambda: change(model.build()))
+
+
 def _inference_workloads(
     config: SuiteConfig, model: CvbenchModel, policy: str, network: keras.Model
 ) -> dict:
@@ -178,6 +209,15 @@ def _inference_workloads(
             seed=config.seed,
         )
     }
+    for name in config.prototypes:
+        variant = _with_prototype(model, name)
+        workloads[f"{CVBENCH}+{name}"] = cvbench_inference(
+            variant,
+            inference_model(variant, policy),
+            batch_size=batch,
+            jit_compile=config.jit_compile,
+            seed=config.seed,
+        )
     if config.keras_reference and reference.has_reference(model.name, "keras"):
         ref = reference.keras_application(
             model.name,

@@ -29,11 +29,15 @@ def _rate(result: ThroughputResult | None) -> str:
     return f"{t.images_per_sec:.1f} ± {t.stderr:.1f}"
 
 
-def _ratio(cv: ThroughputResult, other: ThroughputResult | None) -> str:
-    if other is None:
+def _ratio(top: ThroughputResult | None, bottom: ThroughputResult | None) -> str:
+    if top is None or bottom is None:
         return "-"
-    value = ratio(cv.throughput.images_per_sec, other.throughput.images_per_sec)
+    value = ratio(top.throughput.images_per_sec, bottom.throughput.images_per_sec)
     return f"{value:.2f}x"
+
+
+def _is_variant(result: ThroughputResult) -> bool:
+    return result.implementation.startswith(f"{CVBENCH}+")
 
 
 def _row(cells: Sequence[str]) -> str:
@@ -45,8 +49,9 @@ def _rule(columns: int) -> str:
 
 
 def throughput_table(results: Sequence[ThroughputResult]) -> str:
-    """One row per model, mode and precision: cvbench's images/s, each reference's and the
-    ratio cvbench / reference, and the compile (first step) seconds of each.
+    """One row per model, mode and precision: cvbench's images/s, each variant's
+    ("cvbench+<change>", with the ratio variant / cvbench), each reference's with the ratio
+    cvbench / reference, and the compile (first step) seconds of each.
 
     SSD320's training row also gives its rate as a fraction of cvbench ResNet-50's training
     rate at the same precision, when that ran.
@@ -63,7 +68,10 @@ def throughput_table(results: Sequence[ThroughputResult]) -> str:
         | resnet50 | train | float32 | 8 | 64 | 33.0 | 30.0 | 1.10x | 2 / 2 |  |
     """
     references = [r for r in _REFERENCES if any(x.implementation == r for x in results)]
+    variants = list(dict.fromkeys(x.implementation for x in results if _is_variant(x)))
     header = ["model", "mode", "precision", "batch", "image", f"{CVBENCH} img/s"]
+    for variant in variants:
+        header += [f"{variant} img/s", f"{variant} / {CVBENCH}"]
     for ref in references:
         header += [f"{ref} img/s", f"{CVBENCH} / {ref}"]
     header += ["compile s", "note"]
@@ -76,9 +84,12 @@ def throughput_table(results: Sequence[ThroughputResult]) -> str:
         if cv is None:
             continue
         cells = [model, mode, precision, str(cv.batch_size), str(cv.image_size), _rate(cv)]
+        for variant in variants:
+            cells += [_rate(by_impl.get(variant)), _ratio(by_impl.get(variant), cv)]
         for ref in references:
             cells += [_rate(by_impl.get(ref)), _ratio(cv, by_impl.get(ref))]
-        compile_s = [cv] + [by_impl[ref] for ref in references if ref in by_impl]
+        others = [*variants, *references]
+        compile_s = [cv] + [by_impl[name] for name in others if name in by_impl]
         cells.append(" / ".join(f"{r.throughput.compile_seconds:.0f}" for r in compile_s))
         cells.append(_note(cv, groups))
         lines.append(_row(cells))

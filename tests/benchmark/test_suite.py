@@ -7,8 +7,6 @@ import pytest
 from cvbench.benchmark import suite
 from cvbench.benchmark.suite import SuiteConfig, run_suite
 
-pytestmark = pytest.mark.backend_agnostic
-
 
 @pytest.fixture
 def fake_runs(monkeypatch):
@@ -25,6 +23,7 @@ def fake_runs(monkeypatch):
     return calls
 
 
+@pytest.mark.backend_agnostic
 def test_all_training_runs_before_any_inference(fake_runs):
     snapshots = []
     config = SuiteConfig(models=("resnet18", "ssd320"), precisions=("fp32", "bf16"))
@@ -42,6 +41,7 @@ def test_all_training_runs_before_any_inference(fake_runs):
     assert len(snapshots) == 8  # the results are handed over after every measurement
 
 
+@pytest.mark.backend_agnostic
 def test_time_budget_skips_what_would_start_late(fake_runs):
     ticks = iter([0.0, 10.0, 70.0, 130.0])  # start, then before each measurement
     config = SuiteConfig(
@@ -55,11 +55,13 @@ def test_time_budget_skips_what_would_start_late(fake_runs):
     assert results.to_dict()["skipped"] == results.skipped
 
 
+@pytest.mark.backend_agnostic
 def test_train_or_inference_can_be_left_out(fake_runs):
     run_suite(SuiteConfig(models=("resnet18",), precisions=("fp32",), train=False))
     assert fake_runs == [("inference", "resnet18", "float32")]
 
 
+@pytest.mark.backend_agnostic
 @pytest.mark.parametrize(
     "kwargs, message",
     [
@@ -74,3 +76,31 @@ def test_train_or_inference_can_be_left_out(fake_runs):
 def test_bad_settings_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SuiteConfig(**kwargs)
+
+
+@pytest.mark.backend_agnostic
+def test_unknown_prototypes_are_named():
+    with pytest.raises(ValueError, match=r"\['turbo'\].*fast_conv"):
+        SuiteConfig(prototypes=("fast_conv", "turbo"))
+    assert SuiteConfig(prototypes=("fused_batchnorm",)).prototypes == ("fused_batchnorm",)
+
+
+@pytest.mark.slow  # two ResNet-18 train steps compiled
+def test_a_prototype_is_measured_beside_cvbench():
+    # Not backend_agnostic: the prototypes change TensorFlow's gradients only.
+    config = SuiteConfig(
+        models=("resnet18",),
+        precisions=("fp32",),
+        batch_size=2,
+        image_size=32,
+        warmup_steps=1,
+        windows=1,
+        window_steps=1,
+        inference=False,
+        keras_reference=False,
+        prototypes=("fast_conv",),
+    )
+    results = run_suite(config, report=lambda line: None)
+    names = [r.implementation for r in results.throughput]
+    assert names == ["cvbench", "cvbench+fast_conv"]
+    assert all(r.throughput.images_per_sec > 0 for r in results.throughput)
