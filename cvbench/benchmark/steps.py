@@ -151,11 +151,12 @@ def make_forward(model: keras.Model, *, jit_compile: bool = True) -> Callable[[A
     if key not in compiled:
         compiled[key] = _compile_forward(model, backend, bool(jit_compile))
     fn = compiled[key]
+    # Each returned function holds the model: the cache holds it only weakly.
     if backend == "jax":
         trainable = [v.value for v in model.trainable_variables]
         non_trainable = [v.value for v in model.non_trainable_variables]
-        return lambda x: fn(trainable, non_trainable, x)
-    return fn
+        return lambda x, _model=model: fn(trainable, non_trainable, x)
+    return lambda x, _model=model: fn(x)
 
 
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

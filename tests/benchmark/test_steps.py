@@ -111,3 +111,12 @@ def test_forward_is_compiled_once_per_model_and_released_with_it():
     del model, first, second
     gc.collect()
     assert ref() is None  # the cache does not keep the model alive
+
+
+def test_a_forward_keeps_its_model_alive():
+    import gc
+
+    forward = make_forward(_model(5))  # no other reference to the model
+    gc.collect()
+    x = _batches()[0][0]
+    assert keras.ops.convert_to_numpy(forward(x)).shape == (8, 3)
