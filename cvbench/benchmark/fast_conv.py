@@ -5,11 +5,13 @@ respect to its input) runs 1.2x-5x slower than a forward convolution doing the s
 arithmetic, worst on small feature maps (ResNet-50's last stage). For a stride-1
 convolution with an odd kernel and "same" padding (or any 1x1 convolution) that gradient
 *is* a forward convolution: the output gradient convolved, with "same" padding, by the
-kernel flipped in space with its input and output channels swapped. The filter gradient of
-a 1x1 convolution is one matrix product (`x^T g` over all pixels). `FastConv2D` computes
-those two gradients that way on the TensorFlow backend (`tf.custom_gradient`), exactly the
-same values up to float rounding; strided, dilated, grouped or even-sized convolutions, and
-other backends (XLA on JAX has no such slow kernel) use `keras.layers.Conv2D` unchanged.
+kernel flipped in space with its input and output channels swapped. The filter gradient
+(`Conv2DBackpropFilter`, also slower than the arithmetic needs) is one matrix product per
+kernel tap (`shifted x^T g` over all pixels). A strided 1x1 convolution is a stride-1 one on
+the subsampled input. `FastConv2D` computes those gradients that way on the TensorFlow
+backend (`tf.custom_gradient`): the same values up to float rounding. Other strided,
+dilated, grouped or even-sized convolutions, and other backends (XLA on JAX has no such
+slow kernels), use `keras.layers.Conv2D` unchanged.
 
 It belongs with the model builders (`cvbench.models.common`); it lives here until they take
 it. `with_fast_convolutions` swaps it into a built model for an A/B measurement.
@@ -22,12 +24,13 @@ import keras
 
 def _fusable(layer: keras.layers.Conv2D, inputs) -> bool:
     kh, kw = layer.kernel_size
-    one_by_one = kh == kw == 1
-    odd_same = layer.padding == "same" and kh % 2 == 1 and kw % 2 == 1
+    one_by_one = kh == kw == 1  # any stride: a strided 1x1 convolution reads x[:, ::s, ::s]
+    odd_same = (
+        layer.padding == "same" and kh % 2 == 1 and kw % 2 == 1 and tuple(layer.strides) == (1, 1)
+    )
     return (
         keras.config.backend() == "tensorflow"
         and layer.data_format == "channels_last"
-        and tuple(layer.strides) == (1, 1)
         and tuple(layer.dilation_rate) == (1, 1)
         and layer.groups == 1
         and len(inputs.shape) == 4
@@ -35,8 +38,26 @@ def _fusable(layer: keras.layers.Conv2D, inputs) -> bool:
     )
 
 
+def _filter_gradient(x, g, kh: int, kw: int):
+    """The kernel gradient of a stride-1 "same" convolution: for each of the `kh x kw` taps,
+    the matrix product of the correspondingly shifted (zero-padded) input and the output
+    gradient over all pixels."""
+    import tensorflow as tf
+
+    c, o = x.shape[-1], g.shape[-1]
+    h, w = tf.shape(x)[1], tf.shape(x)[2]
+    padded = tf.pad(x, [[0, 0], [kh // 2, kh // 2], [kw // 2, kw // 2], [0, 0]])
+    g = tf.reshape(g, [-1, o])
+    taps = [
+        tf.matmul(tf.reshape(padded[:, i : i + h, j : j + w, :], [-1, c]), g, transpose_a=True)
+        for i in range(kh)
+        for j in range(kw)
+    ]
+    return tf.reshape(tf.stack(taps), [kh, kw, c, o])
+
+
 def conv2d_fast_gradients(x, kernel):
-    """Stride-1 "same" convolution (odd kernel, or 1x1) with forward-convolution gradients.
+    """Stride-1 "same" convolution (odd kernel sizes) with matrix-product gradients.
 
     Args:
         x: `(B, H, W, C)` TensorFlow tensor.
@@ -54,19 +75,7 @@ def conv2d_fast_gradients(x, kernel):
         def grad(g):
             flipped = tf.transpose(tf.reverse(kernel, [0, 1]), [0, 1, 3, 2])
             gx = tf.nn.conv2d(g, flipped, 1, "SAME")
-            if kernel.shape[0] == kernel.shape[1] == 1:
-                c, o = kernel.shape[2], kernel.shape[3]
-                gk = tf.matmul(tf.reshape(x, [-1, c]), tf.reshape(g, [-1, o]), transpose_a=True)
-                gk = tf.reshape(gk, tf.shape(kernel))
-            else:
-                gk = tf.raw_ops.Conv2DBackpropFilter(
-                    input=x,
-                    filter_sizes=tf.shape(kernel),
-                    out_backprop=g,
-                    strides=[1, 1, 1, 1],
-                    padding="SAME",
-                )
-            return gx, gk
+            return gx, _filter_gradient(x, g, kernel.shape[0], kernel.shape[1])
 
         return y, grad
 
@@ -91,6 +100,9 @@ class FastConv2D(keras.layers.Conv2D):
     def convolution_op(self, inputs, kernel):
         if not _fusable(self, inputs):
             return super().convolution_op(inputs, kernel)
+        sh, sw = self.strides
+        if (sh, sw) != (1, 1):  # 1x1: the strided convolution of the subsampled input
+            inputs = inputs[:, ::sh, ::sw, :]
         return conv2d_fast_gradients(inputs, kernel)
 
 

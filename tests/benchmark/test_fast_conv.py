@@ -21,15 +21,22 @@ def _outputs_and_grads(layer, x):
 
 
 @pytest.mark.parametrize(
-    "kernel, padding",
-    [(1, "valid"), (1, "same"), (3, "same"), ((1, 7), "same"), ((7, 1), "same"), (5, "same")],
+    "kernel, padding, strides",
+    [
+        (1, "valid", 1),
+        (1, "same", 1),
+        (3, "same", 1),
+        ((1, 7), "same", 1),
+        ((7, 1), "same", 1),
+        (5, "same", 1),
+        (1, "valid", 2),  # 7 columns: ceil(7 / 2) = 4 outputs, from columns 0, 2, 4, 6
+        (1, "same", 2),
+    ],
 )
-def test_outputs_and_all_gradients_equal_conv2d(kernel, padding):
+def test_outputs_and_all_gradients_equal_conv2d(kernel, padding, strides):
     x = np.random.default_rng(0).normal(size=(2, 6, 7, 5)).astype("float32")
-    fast, plain = (
-        FastConv2D(4, kernel, padding=padding),
-        keras.layers.Conv2D(4, kernel, padding=padding),
-    )
+    fast = FastConv2D(4, kernel, strides=strides, padding=padding)
+    plain = keras.layers.Conv2D(4, kernel, strides=strides, padding=padding)
     fast.build(x.shape)
     plain.build(x.shape)
     plain.set_weights(fast.get_weights())
@@ -41,7 +48,7 @@ def test_outputs_and_all_gradients_equal_conv2d(kernel, padding):
 @pytest.mark.parametrize(
     "kwargs",
     [
-        dict(strides=2),
+        dict(strides=2),  # a strided 3x3
         dict(dilation_rate=2),
         dict(groups=2),
         dict(padding="valid"),
