@@ -1,8 +1,8 @@
 """Stage 1 of the demo: a ResNet classifier on the shapes TFRecords, top-1 on validation.
 
 The real pieces: `imagenet_dataset` over the records `build_imagenet` wrote, the `Trainer`
-(momentum SGD, warmup + cosine, label smoothing, checkpoints, JSON-lines and TensorBoard
-logs, Horovod when launched under horovodrun), `Trainer.evaluate` for top-1 over every
+(Adam with warmup + cosine, see `stage`; label smoothing; checkpoints, JSON-lines and
+TensorBoard logs; Horovod when launched under horovodrun), `Trainer.evaluate` for top-1 over every
 validation image. One demo-specific choice: the augmentation. NVIDIA's ImageNet crop (down to
 5% of the image) would mostly cut a shape in pieces, so training uses a left-right flip only
 and evaluation no central crop; the shapes themselves vary in position, size, rotation and
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import keras
@@ -22,29 +21,7 @@ from cvbench.demo.config import DemoConfig
 from cvbench.demo.data import DemoData
 from cvbench.demo.model import build_classifier
 from cvbench.demo.shapes import SHAPE_NAMES
-
-
-@dataclass
-class StageResult:
-    """What a training stage produced.
-
-    Attributes:
-        model: the trained model.
-        metrics: final evaluation numbers (the same on every rank).
-        epochs: per-epoch logs (averaged over ranks).
-        train_seconds: wall time of `Trainer.fit`.
-        eval_seconds: wall time of the final evaluation.
-        images_per_second: mean training throughput over all ranks (after burn-in), or None.
-        trainer: the Trainer (its rank, size, distribution).
-    """
-
-    model: keras.Model
-    metrics: dict[str, float]
-    epochs: list[dict[str, float]]
-    train_seconds: float
-    eval_seconds: float
-    images_per_second: float | None
-    trainer: Any = field(repr=False, default=None)
+from cvbench.demo.stage import StageResult, adam_optimizer, epoch_logs
 
 
 def _train_preprocess(image_size: int):
@@ -75,13 +52,6 @@ def _eval_preprocess(image_size: int):
     return preprocess
 
 
-def epoch_logs(history: keras.callbacks.History) -> list[dict[str, float]]:
-    """`History.history` (name -> list) as one dict per epoch."""
-    names = sorted(history.history)
-    count = len(history.history[names[0]]) if names else 0
-    return [{n: float(history.history[n][i]) for n in names} for i in range(count)]
-
-
 def train_classifier(
     data: DemoData,
     config: DemoConfig,
@@ -103,15 +73,28 @@ def train_classifier(
         A `StageResult` whose metrics hold `top1` and `loss` over the validation split.
     """
     from cvbench.data import imagenet_dataset, num_examples
-    from cvbench.training import OptimizerConfig, ScheduleConfig, TrainConfig, Trainer
+    from cvbench.training import TrainConfig, Trainer, get_distribution
     from cvbench.training.losses import SparseCrossEntropy
 
     size, batch = config.cls_image_size, config.cls_batch_size
+    distribution = get_distribution(distribution)
+    records = str(data.cls_records)
+    global_batch = batch * distribution.size
+    steps = num_examples(records, "train") // global_batch
+    if steps < 1:
+        raise ValueError(
+            f"{records} holds fewer training images than one global batch of {global_batch}"
+        )
     trainer = Trainer(
         lambda: build_classifier(config.backbone, num_classes=len(SHAPE_NAMES), image_size=size),
         SparseCrossEntropy(label_smoothing=0.1),
-        OptimizerConfig(name="sgd", momentum=0.9, weight_decay=5e-5),
-        schedule=ScheduleConfig(base_lr=config.cls_base_lr, warmup_epochs=0.5, decay="cosine"),
+        adam_optimizer(
+            config.cls_lr,
+            global_batch=global_batch,
+            steps_per_epoch=steps,
+            epochs=config.cls_epochs,
+            warmup_epochs=0.3,
+        ),
         precision=precision,
         distribution=distribution,
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="top1")],
@@ -124,12 +107,6 @@ def train_classifier(
             export=False,
         ),
     )
-    records = str(data.cls_records)
-    steps = num_examples(records, "train") // (batch * trainer.size)
-    if steps < 1:
-        raise ValueError(
-            f"{records} holds fewer training images than one global batch of {batch * trainer.size}"
-        )
 
     def epoch_data(epoch: int) -> Any:
         return imagenet_dataset(

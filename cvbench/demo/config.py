@@ -17,13 +17,13 @@ class DemoConfig:
         cls_val_per_class: classification validation images per class.
         cls_epochs: classifier epochs.
         cls_batch_size: classifier batch per process.
-        cls_base_lr: classifier peak learning rate per 256 images (momentum SGD, cosine).
+        cls_lr: classifier peak learning rate (Adam; warmup then cosine).
         det_image_size: detection image side, pixels (the SSD input size).
         det_num_train: detection training images.
         det_num_val: detection validation images (COCO evaluation).
         det_epochs: SSD epochs.
         det_batch_size: SSD batch per process.
-        det_base_lr: SSD peak learning rate per 256 images.
+        det_lr: SSD peak learning rate (Adam; warmup then cosine).
         ssd_depth: channels of the SSD's feature pyramid and head (SSD320 v1.2 uses 256).
         ssd_head_layers: convolutions in each head tower (SSD320 v1.2 uses 4).
         backbone: the ResNet of both models (the SSD starts from the classifier's weights).
@@ -31,18 +31,18 @@ class DemoConfig:
         seed: seeds the data generator and the training runs.
     """
 
-    cls_image_size: int = 64
-    cls_train_per_class: int = 600
+    cls_image_size: int = 48
+    cls_train_per_class: int = 400
     cls_val_per_class: int = 100
-    cls_epochs: int = 4
-    cls_batch_size: int = 64
-    cls_base_lr: float = 0.4
-    det_image_size: int = 128
+    cls_epochs: int = 2
+    cls_batch_size: int = 32
+    cls_lr: float = 0.002
+    det_image_size: int = 96
     det_num_train: int = 1600
     det_num_val: int = 200
-    det_epochs: int = 8
+    det_epochs: int = 3
     det_batch_size: int = 16
-    det_base_lr: float = 0.16
+    det_lr: float = 0.001
     ssd_depth: int = 64
     ssd_head_layers: int = 2
     backbone: str = "resnet18"

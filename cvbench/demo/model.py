@@ -4,9 +4,10 @@ The SSD is SSD320 v1.2's architecture at a smaller width, wired from the same pa
 `cvbench.detection.ssd320` (the registry ResNet's C3-C5 through `build_backbone`,
 `FeaturePyramid` P3-P7, `WeightSharedHead`), so it has the same anchors
 (`multiscale_anchors(image_size)`), outputs, loss, post-processing and evaluation. Two
-differences, both because the demo trains on two CPU cores in minutes:
+differences, because the demo trains on two CPU cores in minutes:
 
 - `depth` channels (SSD320: 256) and `head_layers` tower convolutions (SSD320: 4);
+- batch-norm momentum 0.9 everywhere (SSD320's pyramid and head: 0.997);
 - the input is normalized as the classifier's was (ImageNet mean and standard deviation),
   so the backbone can start from the classifier trained a minute earlier, as SSD320 starts
   from an ImageNet ResNet.
@@ -44,6 +45,7 @@ def build_demo_ssd(
     depth: int = 64,
     head_layers: int = 2,
     freeze_batchnorm: bool = True,
+    bn_momentum: float | None = 0.9,
     weight_decay: float = 4e-4,
     mean: Sequence[float] = (123.68, 116.28, 103.53),
     std: Sequence[float] = (58.395, 57.12, 57.385),
@@ -57,6 +59,10 @@ def build_demo_ssd(
         depth: channels of the pyramid and the head towers.
         head_layers: convolutions per head tower.
         freeze_batchnorm: batch norms use their moving statistics in training too.
+        bn_momentum: momentum of every batch norm's moving statistics, or None to keep
+            SSD320's (0.997 in the pyramid and head: after the demo's few hundred steps those
+            would still be 40% their initial values, and inference would not see what
+            training saw).
         weight_decay: L2 weight on every convolution kernel.
         mean: per-channel mean subtracted from the [0, 255] input.
         std: per-channel standard deviation the input is divided by.
@@ -106,7 +112,12 @@ def build_demo_ssd(
         freeze_batchnorm=freeze_batchnorm,
         name="head",
     )(pyramid)
-    return keras.Model(inputs, {"boxes": boxes, "classes": classes}, name="demo_ssd")
+    model = keras.Model(inputs, {"boxes": boxes, "classes": classes}, name="demo_ssd")
+    if bn_momentum is not None:
+        for layer in model._flatten_layers(include_self=False, recursive=True):
+            if isinstance(layer, layers.BatchNormalization):
+                layer.momentum = bn_momentum
+    return model
 
 
 def copy_backbone_weights(classifier: keras.Model, detector: keras.Model) -> int:

@@ -74,6 +74,7 @@ def plot_detections(
     *,
     score_threshold: float = 0.3,
     columns: int = 4,
+    title: str | None = None,
 ) -> None:
     """Draws each image with its detected boxes, class names and scores, in a grid.
 
@@ -86,6 +87,7 @@ def plot_detections(
         path: the PNG to write.
         score_threshold: boxes scoring below this are not drawn.
         columns: images per row.
+        title: a title over the grid.
     """
     if len(images) != len(detections) or not images:
         raise ValueError(
@@ -123,6 +125,8 @@ def plot_detections(
                 va="bottom",
                 bbox={"facecolor": colour, "edgecolor": "none", "pad": 1, "alpha": 0.85},
             )
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)

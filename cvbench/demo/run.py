@@ -49,23 +49,25 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _curve_panels(logs_dir: Path) -> dict[str, dict[str, tuple[list, list]]]:
-    """Plot series from the Trainers' JSON-lines logs: step losses and epoch validation."""
-    panels = {}
-    for name, title in (("classifier", "classifier"), ("ssd", "SSD")):
+    """Plot series from the Trainers' JSON-lines logs, against the step."""
+
+    def events(name: str, kind: str) -> list[dict[str, Any]]:
         entries = _read_jsonl(logs_dir / name / "train_log.jsonl")
-        steps = [e for e in entries if e.get("event") == "step"]
-        epochs = [e for e in entries if e.get("event") == "epoch"]
-        series = {
-            "train loss (step)": ([e["step"] for e in steps], [e["loss"] for e in steps]),
-            "train loss (epoch mean)": ([e["step"] for e in epochs], [e["loss"] for e in epochs]),
-        }
-        if any("val_top1" in e for e in epochs):
-            series["validation top-1"] = (
-                [e["step"] for e in epochs if "val_top1" in e],
-                [e["val_top1"] for e in epochs if "val_top1" in e],
-            )
-        panels[title] = series
-    return panels
+        return [e for e in entries if e.get("event") == kind]
+
+    def series(entries: list[dict[str, Any]], key: str) -> tuple[list, list]:
+        kept = [e for e in entries if key in e]
+        return [e["step"] for e in kept], [e[key] for e in kept]
+
+    cls_steps, cls_epochs = events("classifier", "step"), events("classifier", "epoch")
+    return {
+        "classifier: training loss": {"loss": series(cls_steps, "loss")},
+        "classifier: top-1": {
+            "training (epoch mean)": series(cls_epochs, "top1"),
+            "validation": series(cls_epochs, "val_top1"),
+        },
+        "SSD: training loss": {"loss": series(events("ssd", "step"), "loss")},
+    }
 
 
 def _publish(staging: Path, out: Path) -> None:
@@ -140,7 +142,7 @@ def run_demo(
         The metrics written to `metrics.json` (on every rank).
     """
     from cvbench.demo.classify import train_classifier
-    from cvbench.demo.detect import sample_detections, train_detector
+    from cvbench.demo.detect import sample_detections, top_n_threshold, train_detector
     from cvbench.demo.plots import plot_curves, plot_detections
     from cvbench.training.distributed import get_distribution
 
@@ -212,8 +214,15 @@ def run_demo(
             _save_model(cls.model, staging / "classifier.keras")
             _save_model(det.model, staging / "ssd.keras")
             plot_curves(_curve_panels(logs), staging / "curves.png", xlabel="step")
-            images, dets = sample_detections(det.model, data)
-            plot_detections(images, dets, SHAPE_NAMES, staging / "detections.png")
+            images, dets, num_objects = sample_detections(det.model, data)
+            plot_detections(
+                images,
+                dets,
+                SHAPE_NAMES,
+                staging / "detections.png",
+                score_threshold=top_n_threshold(dets, num_objects),
+                title=f"the {num_objects} best detections ({num_objects} objects in these images)",
+            )
             timings["outputs"] = time.perf_counter() - t
             timings["total"] = time.perf_counter() - start
             metrics["timings_s"] = timings

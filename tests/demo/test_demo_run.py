@@ -53,7 +53,7 @@ def fake_stages(monkeypatch):
     monkeypatch.setattr(detect, "train_detector", _fake_stage(COCO, None))
     image = np.zeros((16, 16, 3), np.uint8)
     det = {"boxes": np.array([[1.0, 1.0, 5.0, 5.0]]), "classes": np.array([0]), "scores": [0.9]}
-    monkeypatch.setattr(detect, "sample_detections", lambda model, data: ([image], [det]))
+    monkeypatch.setattr(detect, "sample_detections", lambda model, data: ([image], [det], 1))
 
 
 def test_results_replace_the_previous_run(tmp_path, fake_stages):
@@ -172,3 +172,12 @@ def test_quick_demo_end_to_end(tmp_path, capsys):
     out = model.predict(np.zeros((1, 64, 64, 3), np.float32), verbose=0)
     assert out["classes"].shape == (1, 516, len(SHAPE_NAMES))
     assert "COCO AP" in capsys.readouterr().out
+
+
+def test_top_n_threshold_keeps_as_many_boxes_as_objects():
+    dets = [{"scores": np.array([0.03, 0.01])}, {"scores": np.array([0.02])}, {"scores": []}]
+    # Scores over all images, best first: 0.03, 0.02, 0.01.
+    assert detect.top_n_threshold(dets, 2) == pytest.approx(0.02)
+    assert detect.top_n_threshold(dets, 5) == pytest.approx(0.01)  # fewer detections than n
+    with pytest.raises(ValueError, match="n=0"):
+        detect.top_n_threshold(dets, 0)

@@ -1,0 +1,67 @@
+"""What both demo stages share: their result, epoch logs, and the optimizer they train with.
+
+Both stages train with Adam, given to the `Trainer` ready-made, with the library's warmup +
+cosine schedule (`cvbench.training.schedules`): on runs of a few hundred steps from scratch it
+reaches in two epochs what momentum SGD reaches in several (on the shapes: top-1 0.98 against
+0.88 after the same 150 steps; SSD AP 0.34 against 0.29 after the same 300).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import keras
+
+
+@dataclass
+class StageResult:
+    """What a training stage produced.
+
+    Attributes:
+        model: the trained model.
+        metrics: final evaluation numbers (the same on every rank).
+        epochs: per-epoch logs (averaged over ranks).
+        train_seconds: wall time of `Trainer.fit`.
+        eval_seconds: wall time of the final evaluation.
+        images_per_second: mean training throughput over all ranks (after burn-in), or None.
+        trainer: the Trainer (its rank, size, distribution).
+    """
+
+    model: keras.Model
+    metrics: dict[str, float]
+    epochs: list[dict[str, float]]
+    train_seconds: float
+    eval_seconds: float
+    images_per_second: float | None
+    trainer: Any = field(repr=False, default=None)
+
+
+def epoch_logs(history: keras.callbacks.History) -> list[dict[str, float]]:
+    """`History.history` (name -> list) as one dict per epoch."""
+    names = sorted(history.history)
+    count = len(history.history[names[0]]) if names else 0
+    return [{n: float(history.history[n][i]) for n in names} for i in range(count)]
+
+
+def adam_optimizer(
+    peak_lr: float, *, global_batch: int, steps_per_epoch: int, epochs: int, warmup_epochs: float
+) -> keras.optimizers.Optimizer:
+    """Adam whose rate rises linearly from 0 to `peak_lr` over `warmup_epochs`, then follows
+    a cosine to 0 at the end of `epochs` (the peak does not scale with the batch).
+    """
+    from cvbench.training import ScheduleConfig
+    from cvbench.training.schedules import build_schedule
+
+    schedule = build_schedule(
+        ScheduleConfig(
+            base_lr=peak_lr,
+            reference_batch=global_batch,
+            warmup_epochs=warmup_epochs,
+            decay="cosine",
+        ),
+        global_batch=global_batch,
+        steps_per_epoch=steps_per_epoch,
+        epochs=epochs,
+    )
+    return keras.optimizers.Adam(learning_rate=schedule)
