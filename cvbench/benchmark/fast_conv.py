@@ -11,7 +11,8 @@ kernel tap (`shifted x^T g` over all pixels). A strided 1x1 convolution is a str
 the subsampled input. `FastConv2D` computes those gradients that way on the TensorFlow
 backend (`tf.custom_gradient`): the same values up to float rounding. Other strided,
 dilated, grouped or even-sized convolutions, and other backends (XLA on JAX has no such
-slow kernels), use `keras.layers.Conv2D` unchanged.
+slow kernels), and TensorFlow with a GPU (cuDNN's kernels), use `keras.layers.Conv2D`
+unchanged.
 
 It belongs with the model builders (`cvbench.models.common`); it lives here until they take
 it. `with_fast_convolutions` swaps it into a built model for an A/B measurement.
@@ -19,7 +20,17 @@ it. `with_fast_convolutions` swaps it into a built model for an A/B measurement.
 
 from __future__ import annotations
 
+import functools
+
 import keras
+
+
+@functools.cache
+def _tensorflow_on_cpu_only() -> bool:
+    """TensorFlow without a GPU (on GPUs cuDNN's gradient kernels are not the slow ones)."""
+    import tensorflow as tf
+
+    return not tf.config.list_logical_devices("GPU")
 
 
 def _fusable(layer: keras.layers.Conv2D, inputs) -> bool:
@@ -35,6 +46,7 @@ def _fusable(layer: keras.layers.Conv2D, inputs) -> bool:
         and layer.groups == 1
         and len(inputs.shape) == 4
         and (one_by_one or odd_same)
+        and _tensorflow_on_cpu_only()
     )
 
 
