@@ -162,6 +162,7 @@ def test_endless_batches_restart_epochs_and_refuse_empty_data():
         next(endless_batches([]))
 
 
+@pytest.mark.slow  # compiles ResNet-18 (~10 s on TensorFlow, ~45 s on JAX CPU here)
 def test_benchmark_cvbench_reports_every_window():
     lines = []
     result = benchmark_cvbench(
