@@ -21,7 +21,7 @@ from cvbench.demo.config import DemoConfig
 from cvbench.demo.data import DemoData
 from cvbench.demo.model import build_classifier
 from cvbench.demo.shapes import SHAPE_NAMES
-from cvbench.demo.stage import StageResult, adam_optimizer, epoch_logs
+from cvbench.demo.stage import StageResult, adam_optimizer, epoch_logs, per_rank_batch
 
 
 def _train_preprocess(image_size: int):
@@ -76,8 +76,9 @@ def train_classifier(
     from cvbench.training import TrainConfig, Trainer, get_distribution
     from cvbench.training.losses import SparseCrossEntropy
 
-    size, batch = config.cls_image_size, config.cls_batch_size
     distribution = get_distribution(distribution)
+    size = config.cls_image_size
+    batch = per_rank_batch(config.cls_batch_size, distribution.size)
     records = str(data.cls_records)
     global_batch = batch * distribution.size
     steps = num_examples(records, "train") // global_batch

@@ -16,13 +16,13 @@ class DemoConfig:
         cls_train_per_class: classification training images per class.
         cls_val_per_class: classification validation images per class.
         cls_epochs: classifier epochs.
-        cls_batch_size: classifier batch per process.
+        cls_batch_size: classifier global batch (N Horovod processes take 1/N each).
         cls_lr: classifier peak learning rate (Adam; warmup then cosine).
         det_image_size: detection image side, pixels (the SSD input size).
         det_num_train: detection training images.
         det_num_val: detection validation images (COCO evaluation).
         det_epochs: SSD epochs.
-        det_batch_size: SSD batch per process.
+        det_batch_size: SSD global batch.
         det_lr: SSD peak learning rate (Adam; warmup then cosine).
         ssd_depth: channels of the SSD's feature pyramid and head (SSD320 v1.2 uses 256).
         ssd_head_layers: convolutions in each head tower (SSD320 v1.2 uses 4).
@@ -40,7 +40,7 @@ class DemoConfig:
     det_image_size: int = 96
     det_num_train: int = 1600
     det_num_val: int = 200
-    det_epochs: int = 3
+    det_epochs: int = 2
     det_batch_size: int = 16
     det_lr: float = 0.001
     ssd_depth: int = 64

@@ -8,7 +8,7 @@ warmup + cosine, see `stage`). The model is `model.build_demo_ssd`, whose backbo
 from the classifier of stage 1, with batch norms that normalize with batch statistics in
 training (SSD320 freezes them, which fine-tuning from ImageNet allows; the demo's pyramid and
 head start from scratch, and frozen they reached AP 0.08 where trained ones reached 0.29
-after the same 300 steps).
+after the same 300 steps of momentum SGD).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from cvbench.demo.config import DemoConfig
 from cvbench.demo.data import DemoData
 from cvbench.demo.model import build_demo_ssd, copy_backbone_weights
 from cvbench.demo.shapes import SHAPE_NAMES
-from cvbench.demo.stage import StageResult, adam_optimizer, epoch_logs
+from cvbench.demo.stage import StageResult, adam_optimizer, epoch_logs, per_rank_batch
 
 
 def detection_task(data: DemoData, config: DemoConfig) -> Any:
@@ -69,8 +69,9 @@ def train_detector(
 
     task = detection_task(data, config)
     distribution = get_distribution(distribution)
+    batch = per_rank_batch(config.det_batch_size, distribution.size)
     train = task.train_data(
-        batch_size=config.det_batch_size,
+        batch_size=batch,
         num_shards=distribution.size,
         shard_index=distribution.rank,
         seed=config.seed,
@@ -94,7 +95,7 @@ def train_detector(
         task.loss(),
         adam_optimizer(
             config.det_lr,
-            global_batch=config.det_batch_size * distribution.size,
+            global_batch=batch * distribution.size,
             steps_per_epoch=train.steps_per_epoch,
             epochs=config.det_epochs,
             warmup_epochs=0.3,
@@ -118,7 +119,7 @@ def train_detector(
     start = time.perf_counter()
     metrics = task.evaluate(
         trainer,
-        batch_size=config.det_batch_size,
+        batch_size=batch,
         num_shards=trainer.size,
         shard_index=trainer.rank,
     )

@@ -34,7 +34,7 @@ def test_backbone_starts_from_the_classifier():
     expected = keras.Model(classifier.input, classifier.get_layer(names["C5"]).output)(
         x, training=False
     )
-    got = detector.get_layer("resnet18_backbone")(x, training=False)[2]
+    got = detector.get_layer("resnet18_backbone")([x], training=False)[2]
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-5)
 
 

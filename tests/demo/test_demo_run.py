@@ -181,3 +181,14 @@ def test_top_n_threshold_keeps_as_many_boxes_as_objects():
     assert detect.top_n_threshold(dets, 5) == pytest.approx(0.01)  # fewer detections than n
     with pytest.raises(ValueError, match="n=0"):
         detect.top_n_threshold(dets, 0)
+
+
+def test_per_rank_batch_keeps_the_global_batch():
+    from cvbench.demo.stage import per_rank_batch
+
+    assert per_rank_batch(32, 1) == 32
+    assert per_rank_batch(32, 2) == 16  # 2 x 16 = 32: same steps and rates as one process
+    assert per_rank_batch(16, 3) == 5  # 3 x 5 = 15: the remainder is dropped
+    assert per_rank_batch(2, 4) == 1
+    with pytest.raises(ValueError, match="0, 2"):
+        per_rank_batch(0, 2)
