@@ -23,18 +23,28 @@ from cvbench.training import TrainConfig, Trainer
 from cvbench.training.tasks import ClassificationTask, TaskOptions
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Trains, evaluates and returns the validation metrics (`top1`, `top5`, `loss`)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet50", help="resnet18..152 or inception_v3")
     parser.add_argument("--data-dir", required=True, help="ImageNet TFRecords directory")
     parser.add_argument("--precision", default="auto", help="fp16, bf16, fp32 or auto")
+    parser.add_argument("--image-size", type=int, default=None, help="default: the model's")
+    parser.add_argument("--num-classes", type=int, default=None, help="default: 1000")
     parser.add_argument("--batch-size", type=int, default=256, help="images per GPU and step")
     parser.add_argument("--epochs", type=int, default=90, help="epochs to train")
     parser.add_argument("--log-dir", default=None, help="default: runs/<model>")
     parser.add_argument("--resume", action="store_true", help="continue the run in --log-dir")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
-    task = ClassificationTask(TaskOptions(model=args.model, data_dir=args.data_dir))
+    task = ClassificationTask(
+        TaskOptions(
+            model=args.model,
+            data_dir=args.data_dir,
+            image_size=args.image_size,
+            num_classes=args.num_classes,
+        )
+    )
     optimizer, schedule = task.recipe()
     trainer = Trainer(
         task.build_model,  # built by the Trainer, under the precision policy
@@ -59,6 +69,7 @@ def main() -> None:
     )
     if trainer.is_chief:
         print(f"top-1 {results['top1']:.4f}  top-5 {results['top5']:.4f}")
+    return results
 
 
 if __name__ == "__main__":
