@@ -55,19 +55,15 @@ RUN ldconfig /usr/local/cuda/lib64/stubs \
     && rm -rf /tmp/cvbench-cache \
     && ldconfig
 
-# cvbench itself, last so that editing it does not rebuild Horovod. Its dependencies are
-# installed from its own metadata except the TensorFlow requirement: on x86_64 that names
-# tensorflow-cpu, which would overwrite the CUDA build installed above.
+# cvbench itself, last so that editing it does not rebuild Horovod. Its `gpu` extra names
+# tensorflow[and-cuda], already installed above, so pip keeps that TensorFlow.
 WORKDIR /opt/cvbench
 COPY pyproject.toml README.md ./
 COPY cvbench ./cvbench
-RUN python -m pip install --no-deps . \
-    && python -c "import importlib.metadata as md, subprocess, sys; \
-from packaging.requirements import Requirement; \
-reqs = [Requirement(r) for r in md.requires('cvbench')]; \
-keep = [str(r) for r in reqs if r.name not in ('tensorflow', 'tensorflow-cpu') \
-        and (r.marker is None or r.marker.evaluate({'extra': ''}))]; \
-subprocess.check_call([sys.executable, '-m', 'pip', 'install', *keep])" \
+# DL3013 (pin versions): this installs the local project, whose requirements pyproject.toml states.
+# hadolint ignore=DL3013
+RUN python -m pip install --no-cache-dir ".[gpu]" \
+    && python -c "import tensorflow as tf; assert tf.test.is_built_with_cuda(), 'CPU-only TensorFlow'" \
     && python -c "import cvbench, cvbench.cli; cvbench.cli.build_parser()"
 
 WORKDIR /workspace

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 LINT = ROOT / "scripts" / "lint_dockerfile.sh"
@@ -70,18 +71,29 @@ def test_base_is_cuda_and_tensorflow_is_the_cuda_build():
     assert any('"tensorflow[and-cuda]==${TF_VERSION}"' in a for k, a in steps if k == "RUN")
 
 
-def test_cvbench_dependencies_are_installed_without_the_cpu_tensorflow(monkeypatch):
-    # Run the Dockerfile's own dependency snippet against this environment's cvbench metadata,
-    # with pip replaced by a recorder: it must keep every requirement but TensorFlow's.
-    text = re.sub(r"\\\n", "", (ROOT / "Dockerfile").read_text())
-    snippet = re.search(r'python -c "(import importlib\.metadata[^"]*)"', text).group(1)
-    calls = []
-    monkeypatch.setattr(subprocess, "check_call", lambda argv: calls.append(argv))
-    exec(snippet, {})
-    assert len(calls) == 1
-    assert calls[0][:4] == [sys.executable, "-m", "pip", "install"]
-    names = [re.split(r"[<>=!~; \[]", r, maxsplit=1)[0] for r in calls[0][4:]]
-    assert "tensorflow-cpu" not in names and "tensorflow" not in names
-    for needed in ("keras", "numpy", "pycocotools", "tensorflow-datasets", "pillow", "tqdm"):
-        assert needed in names, names
-    assert "pytest" not in names  # extras (dev) are not installed in the image
+def _requirement_names(requirements: list[str]) -> list[str]:
+    return [re.split(r"[<>=!~; \[]", r, maxsplit=1)[0] for r in requirements]
+
+
+def test_one_tensorflow_distribution_and_a_gpu_extra():
+    # tensorflow-cpu and tensorflow[and-cuda] both install the `tensorflow` package: requiring
+    # the former would overwrite the CUDA build in the image. So the base requirement is
+    # `tensorflow` on every machine and the `gpu` extra adds its CUDA wheels.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = _requirement_names(project["dependencies"])
+    assert "tensorflow" in names and "tensorflow-cpu" not in names
+    tf_requirement = project["dependencies"][names.index("tensorflow")]
+    assert ";" not in tf_requirement, tf_requirement  # no platform marker
+    gpu = project["optional-dependencies"]["gpu"]
+    assert [r.split(">")[0] for r in gpu] == ["tensorflow[and-cuda]"]
+
+
+def test_the_image_installs_cvbench_with_its_gpu_extra():
+    runs = [a for k, a in _instructions((ROOT / "Dockerfile").read_text()) if k == "RUN"]
+    installs = [r for r in runs if "pip install" in r and '".[gpu]"' in r]
+    assert len(installs) == 1, runs
+    assert "--no-deps" not in installs[0]
+    # TensorFlow (CUDA) is installed before Horovod is built against it, cvbench after.
+    order = [i for i, r in enumerate(runs) for key in ("and-cuda", "build_horovod", ".[gpu]")
+             if key in r]  # fmt: skip
+    assert order == sorted(order)
