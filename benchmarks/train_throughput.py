@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--precisions",
         type=_names,
         default=("auto",),
-        help="comma-separated fp32, bf16, fp16 or auto (fp16 on a GPU, bf16 on CPU); default auto",
+        help="comma-separated fp32, bf16, fp16 or auto (fp16 on a GPU, bf16 on a CPU with native "
+        "bfloat16, else fp32); default auto",
     )
     p.add_argument("--batch-size", type=_positive, default=256, help="classifier batch (256)")
     p.add_argument("--ssd-batch-size", type=_positive, default=32, help="SSD320 batch (32)")
@@ -104,11 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         "training runs first",
     )
     p.add_argument(
-        "--prototypes",
+        "--variants",
         type=_names,
         default=(),
-        help="speed changes to measure beside cvbench, as cvbench+<name> rows: fast_conv, "
-        "fused_batchnorm (TensorFlow)",
+        help="variants of cvbench to measure beside it, as cvbench+<name> columns: plain_conv "
+        "(Keras' own convolution gradients, training only), fused_batchnorm (TensorFlow's "
+        "fused batch norm)",
     )
     p.add_argument("--seed", type=int, default=0, help="initialization and data seed")
     p.add_argument("--json", default=None, help="write every result and setting here")
@@ -144,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         jit_compile={"auto": "auto", "on": True, "off": False}[args.jit],
         seed=args.seed,
         time_budget_s=args.time_budget,
-        prototypes=args.prototypes,
+        variants=args.variants,
     )
     command = ["python", "benchmarks/train_throughput.py"]
     command += list(argv) if argv is not None else sys.argv[1:]

@@ -20,7 +20,6 @@ from typing import Any
 import keras
 
 from cvbench.benchmark import reference
-from cvbench.benchmark.fast_conv import with_fast_convolutions
 from cvbench.benchmark.fused_batchnorm import with_fused_batchnorm
 from cvbench.benchmark.results import (
     CVBENCH,
@@ -43,14 +42,20 @@ from cvbench.benchmark.workloads import (
     cvbench_model,
     synthetic_batch,
 )
+from cvbench.models.layers import set_fast_gradients
 from cvbench.training.precision import resolve_precision
 
 DEFAULT_MODELS = ("resnet50", "inception_v3", "ssd320")
-#: Speed changes under trial: name -> function rebuilding a model with the change.
-PROTOTYPES: dict[str, Callable[[keras.Model], keras.Model]] = {
-    "fast_conv": with_fast_convolutions,
+#: Variants of cvbench measured beside it, name -> function changing a built model, to show
+#: what one speed change gains in the same run: "plain_conv" turns off `FastConv2D`'s fast
+#: gradients (Keras' own convolution gradients), "fused_batchnorm" tries TensorFlow's fused
+#: batch norm (a prototype, `cvbench.benchmark.fused_batchnorm`).
+VARIANTS: dict[str, Callable[[keras.Model], keras.Model]] = {
+    "plain_conv": lambda model: set_fast_gradients(model, False),
     "fused_batchnorm": with_fused_batchnorm,
 }
+#: Variants that change only the gradients: measured in training, not in inference.
+TRAINING_ONLY_VARIANTS = ("plain_conv",)
 
 
 @dataclass(frozen=True)
@@ -77,8 +82,8 @@ class SuiteConfig:
         seed: initialization and data seed.
         time_budget_s: seconds after which no new measurement starts (the ones left are
             listed as skipped); None: no limit.
-        prototypes: speed changes to measure beside cvbench as "cvbench+<name>" (names of
-            `PROTOTYPES`): the same model with the change swapped in.
+        variants: variants of cvbench to measure beside it as "cvbench+<name>" (names of
+            `VARIANTS`): the same model with one change.
     """
 
     models: tuple[str, ...] = DEFAULT_MODELS
@@ -98,7 +103,7 @@ class SuiteConfig:
     jit_compile: bool | str = "auto"
     seed: int = 0
     time_budget_s: float | None = None
-    prototypes: tuple[str, ...] = ()
+    variants: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -113,10 +118,10 @@ class SuiteConfig:
             _check_positive("latency_batch_sizes entry", size)
         if self.image_size is not None:
             _check_positive("image_size", self.image_size)
-        unknown = sorted(set(self.prototypes) - set(PROTOTYPES))
+        unknown = sorted(set(self.variants) - set(VARIANTS))
         if unknown:
             raise ValueError(
-                f"SuiteConfig.prototypes has unknown names {unknown}; known: {sorted(PROTOTYPES)}"
+                f"SuiteConfig.variants has unknown names {unknown}; known: {sorted(VARIANTS)}"
             )
         budget = self.time_budget_s
         if budget is not None and (isinstance(budget, bool) or not budget > 0):
@@ -166,9 +171,9 @@ def _training_workloads(config: SuiteConfig, model: CvbenchModel, policy: str) -
         distribution="single",
         seed=config.seed,
     )
-    for name in config.prototypes:
+    for name in config.variants:
         workloads[f"{CVBENCH}+{name}"], _ = cvbench_training(
-            _with_prototype(model, name),
+            _variant(model, name),
             batch_size=batch,
             precision=policy,
             planned_steps=planned,
@@ -191,8 +196,8 @@ def _training_workloads(config: SuiteConfig, model: CvbenchModel, policy: str) -
     return workloads
 
 
-def _with_prototype(model: CvbenchModel, name: str) -> CvbenchModel:
-    change = PROTOTYPES[name]
+def _variant(model: CvbenchModel, name: str) -> CvbenchModel:
+    change = VARIANTS[name]
     return dataclasses.replace(model, build=lambda: change(model.build()))
 
 
@@ -209,8 +214,10 @@ def _inference_workloads(
             seed=config.seed,
         )
     }
-    for name in config.prototypes:
-        variant = _with_prototype(model, name)
+    for name in config.variants:
+        if name in TRAINING_ONLY_VARIANTS:
+            continue
+        variant = _variant(model, name)
         workloads[f"{CVBENCH}+{name}"] = cvbench_inference(
             variant,
             inference_model(variant, policy),

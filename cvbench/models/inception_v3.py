@@ -22,6 +22,7 @@ from keras import layers
 
 from cvbench.models import common
 from cvbench.models import weights as weights_lib
+from cvbench.models.layers import FastConv2D
 
 # Three unpadded 3x3 convs (two of stride 2) and two unpadded 3x3/2 pools: below 75 pixels a
 # feature map becomes empty. keras.applications states the same minimum.
@@ -40,7 +41,7 @@ def _unit(
     padding: str = "same",
 ) -> keras.KerasTensor:
     """conv (no bias) -> batch norm (no scale) -> ReLU."""
-    x = layers.Conv2D(
+    x = FastConv2D(
         filters,
         kernel,
         strides=strides,

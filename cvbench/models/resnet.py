@@ -37,6 +37,7 @@ from keras import layers
 
 from cvbench.models import common
 from cvbench.models import weights as weights_lib
+from cvbench.models.layers import FastConv2D
 
 # Blocks per stage (conv2..conv5) for each depth (He et al. 2016, table 1).
 STAGE_BLOCKS: dict[int, tuple[int, int, int, int]] = {
@@ -108,7 +109,7 @@ def _conv(
     if stride > 1 and size > 1:
         x = layers.ZeroPadding2D(padding=size // 2, name=f"{name}_pad")(x)
         padding = "valid"
-    return layers.Conv2D(
+    return FastConv2D(
         filters,
         size,
         strides=stride,
@@ -237,7 +238,7 @@ def build_resnet(
 
     inputs = keras.Input(shape=shape, name="input_layer")
     x = layers.ZeroPadding2D(padding=3, name="conv1_pad")(inputs)
-    x = layers.Conv2D(
+    x = FastConv2D(
         64,
         7,
         strides=2,

@@ -79,15 +79,15 @@ def test_bad_settings_are_named(kwargs, message):
 
 
 @pytest.mark.backend_agnostic
-def test_unknown_prototypes_are_named():
-    with pytest.raises(ValueError, match=r"\['turbo'\].*fast_conv"):
-        SuiteConfig(prototypes=("fast_conv", "turbo"))
-    assert SuiteConfig(prototypes=("fused_batchnorm",)).prototypes == ("fused_batchnorm",)
+def test_unknown_variants_are_named():
+    with pytest.raises(ValueError, match=r"\['turbo'\].*plain_conv"):
+        SuiteConfig(variants=("plain_conv", "turbo"))
+    assert SuiteConfig(variants=("fused_batchnorm",)).variants == ("fused_batchnorm",)
 
 
-@pytest.mark.slow  # two ResNet-18 train steps compiled
-def test_a_prototype_is_measured_beside_cvbench():
-    # Not backend_agnostic: the prototypes change TensorFlow's gradients only.
+@pytest.mark.slow  # ResNet-18 train steps and forward passes compiled
+def test_variants_are_measured_beside_cvbench():
+    # Not backend_agnostic: the variants change TensorFlow's computation only.
     config = SuiteConfig(
         models=("resnet18",),
         precisions=("fp32",),
@@ -96,11 +96,18 @@ def test_a_prototype_is_measured_beside_cvbench():
         warmup_steps=1,
         windows=1,
         window_steps=1,
-        inference=False,
         keras_reference=False,
-        prototypes=("fast_conv",),
+        latency_batch_sizes=(),
+        variants=("plain_conv", "fused_batchnorm"),
     )
     results = run_suite(config, report=lambda line: None)
-    names = [r.implementation for r in results.throughput]
-    assert names == ["cvbench", "cvbench+fast_conv"]
+    rows = [(r.mode, r.implementation) for r in results.throughput]
+    # plain_conv changes only gradients: measured in training, not in inference.
+    assert rows == [
+        ("train", "cvbench"),
+        ("train", "cvbench+plain_conv"),
+        ("train", "cvbench+fused_batchnorm"),
+        ("inference", "cvbench"),
+        ("inference", "cvbench+fused_batchnorm"),
+    ]
     assert all(r.throughput.images_per_sec > 0 for r in results.throughput)
