@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
+
+from cvbench.training.precision import BF16_CPU_FLAGS, cpu_flags, resolve_precision
+
+# Re-exported: the CPU checks live with the precision policies.
+__all__ = ["BF16_CPU_FLAGS", "DemoConfig", "cpu_flags", "demo_precision"]
 
 
 @dataclass(frozen=True)
@@ -90,24 +94,8 @@ class DemoConfig:
         return dataclasses.replace(self, **changes)
 
 
-BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
-    """The feature flags of the first CPU in `cpuinfo` (empty where there is no such file)."""
-    try:
-        text = Path(cpuinfo).read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
-
-
 def demo_precision(*, has_gpu: bool | None = None, flags: frozenset[str] | None = None) -> str:
-    """The precision the demo trains in: mixed precision where the hardware computes it fast.
+    """The precision the demo trains in: the Trainer's "auto" (`resolve_precision`).
 
     A GPU gets "mixed_float16"; a CPU with bfloat16 instructions (AVX512-BF16 or AMX)
     "mixed_bfloat16"; any other CPU "float32" (bfloat16 emulated with AVX2 runs several times
@@ -117,11 +105,4 @@ def demo_precision(*, has_gpu: bool | None = None, flags: frozenset[str] | None 
         has_gpu: whether a GPU is available (detected when None).
         flags: the CPU's feature flags (read from /proc/cpuinfo when None).
     """
-    if has_gpu is None:
-        from cvbench.training.precision import backend_has_gpu
-
-        has_gpu = backend_has_gpu()
-    if has_gpu:
-        return "mixed_float16"
-    flags = cpu_flags() if flags is None else flags
-    return "mixed_bfloat16" if any(f in flags for f in BF16_CPU_FLAGS) else "float32"
+    return resolve_precision("auto", has_gpu=has_gpu, flags=flags)
