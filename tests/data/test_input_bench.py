@@ -6,12 +6,16 @@ import argparse
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cvbench.data.input_bench import (
     InputBenchResult,
     PipelineRate,
+    describe_records,
+    photo_view_jpeg,
     run_input_benchmark,
+    sample_photos,
     write_benchmark_records,
 )
 
@@ -44,6 +48,34 @@ def test_generated_records(tmp_path):
     assert total > 8 * 1000  # photo-like noise does not compress to nothing
     with pytest.raises(ValueError, match="rounds must be >= 1, got 0"):
         run_input_benchmark(tmp_path, rounds=0)
+    with pytest.raises(ValueError, match="source must be one of .* got 'noise'"):
+        write_benchmark_records(tmp_path, num_images=1, source="noise")
+
+
+def test_photo_views_are_distinct_crops_of_real_photos(tmp_path):
+    import tensorflow as tf
+
+    from cvbench.data.tfrecord import iter_tfrecord
+
+    photos = sample_photos()
+    assert photos["grace_hopper"].shape == (600, 512, 3)  # matplotlib's sample photograph
+
+    # Views of one photograph have the requested size and differ (random scale, position and
+    # mirroring), so the records are not copies of one image.
+    rng = np.random.default_rng(0)
+    views = [photo_view_jpeg(rng, photos["grace_hopper"], 60, 80, 90) for _ in range(3)]
+    decoded = [tf.io.decode_jpeg(v).numpy() for v in views]
+    assert all(d.shape == (60, 80, 3) for d in decoded)
+    assert len(set(views)) == 3
+
+    total = write_benchmark_records(
+        tmp_path, num_images=4, height=60, width=80, num_shards=1, source="photos"
+    )
+    records = list(iter_tfrecord(tmp_path / "train-00000-of-00001"))
+    assert len(records) == 4 and len(set(records)) == 4
+    assert total > 4 * 500
+    line = describe_records(4, total, 60, 80, source="photos")
+    assert line.startswith("4 JPEGs 80x60 cut from photographs (grace_hopper")
 
 
 def test_cli_and_script_print_both_pipelines(capsys):
@@ -66,3 +98,7 @@ def test_cli_and_script_print_both_pipelines(capsys):
         module.main(["--help"])  # the same options as `cvbench bench-input`
     assert exit_info.value.code == 0
     assert "--data-dir" in capsys.readouterr().out
+    assert module.main([*ARGS, "--source", "photos"]) == 0
+    out = capsys.readouterr().out
+    assert "records: 8 JPEGs 80x60 cut from photographs (grace_hopper" in out
+    assert "ratio fused / baseline:" in out and "decode-and-crop step alone" in out
