@@ -26,6 +26,7 @@ from cvbench.benchmark.workloads import (
     synthetic_batch,
     to_device,
 )
+from cvbench.training.distributed import get_distribution
 from cvbench.training.inputs import split_batch
 from cvbench.training.precision import build_model_with_policy, resolve_precision
 
@@ -180,6 +181,8 @@ def benchmark_cvbench(
             jit_compile=jit_compile,
             seed=seed,
         )
+        # Every rank runs the same passes: the rate counts all of them, as training's does.
+        workload.images_per_step *= get_distribution(distribution).size
     try:
         on_window = None
         if report is not None:
@@ -204,6 +207,52 @@ def benchmark_cvbench(
         batch_size=batch_size,
         image_size=spec.image_size,
         throughput=measured,
+    )
+
+
+def benchmark_latency(
+    model: str,
+    *,
+    batch_sizes: Sequence[int] = (1, 8, 64, 256),
+    image_size: int | None = None,
+    num_classes: int | None = None,
+    precision: str = "auto",
+    warmup_calls: int = 3,
+    calls: int = 20,
+    jit_compile: bool | str = "auto",
+    seed: int = 0,
+) -> LatencyResult:
+    """Inference latency percentiles of one cvbench model, by name (`measure_latencies`).
+
+    Args:
+        model: cvbench model name.
+        batch_sizes: batch sizes to time, in order (a size that runs out of device memory
+            is recorded as skipped, and the larger ones with it).
+        image_size: input size (default: the model's).
+        num_classes: classes (default: the model's data set's).
+        precision: "auto", "fp32", "bf16", "fp16" or the policy names.
+        warmup_calls: untimed calls per size after the compiling one.
+        calls: timed calls per size.
+        jit_compile: as `benchmark_cvbench`'s.
+        seed: initialization and data seed.
+
+    Returns:
+        The `LatencyResult` (SSD320's calls include its post-processing).
+
+    Raises:
+        ValueError: for an unknown model or bad counts.
+    """
+    spec = cvbench_model(model, image_size=image_size, num_classes=num_classes)
+    policy = resolve_precision(precision)
+    return measure_latencies(
+        spec,
+        inference_model(spec, policy),
+        batch_sizes=batch_sizes,
+        precision=policy,
+        warmup_calls=warmup_calls,
+        calls=calls,
+        jit_compile=jit_compile,
+        seed=seed,
     )
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from cvbench.cli import CLIError
 
 _PRECISIONS = ("auto", "fp16", "bf16", "fp32")
+#: `cvbench benchmark`'s steps per timed window (one progress line each).
+DEFAULT_WINDOW_STEPS = 10
 
 
 def _positive_int(text: str) -> int:
@@ -43,6 +45,10 @@ def _non_negative_float(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
     return value
+
+
+def _batch_sizes(text: str) -> tuple[int, ...]:
+    return tuple(_positive_int(part) for part in text.split(",") if part.strip())
 
 
 def _epoch_list(text: str) -> tuple[float, ...]:
@@ -181,18 +187,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "benchmark",
         help="measure training or inference images/s (mean +/- stderr)",
         description=(
-            "Run --burn-in + --steps steps and print `Images/sec: mean +/- stderr (jitter = "
-            "1.4826 x MAD)` over the measured steps, counting all ranks."
+            "Run --burn-in unmeasured steps (at least one, which compiles), then --steps "
+            "measured steps in windows of --log-every steps with one host sync per window, "
+            "and print `Images/sec: mean +/- stderr (jitter = 1.4826 x MAD)` over the "
+            "windows, counting all ranks. The same code as benchmarks/train_throughput.py "
+            "(cvbench.benchmark.benchmark_cvbench). --synthetic trains on one random batch "
+            "kept on the device; --data-dir reads this rank's TFRecords epoch after epoch."
         ),
     )
-    _add_model_and_data(p, synthetic_help="random data: measures the model, not the input")
+    _add_model_and_data(p, synthetic_help="one random batch on the device: times the model")
     p.add_argument("--steps", type=_positive_int, default=100, help="measured steps (100)")
-    p.add_argument("--burn-in", type=_non_negative_int, default=20, help="unmeasured steps (20)")
+    p.add_argument(
+        "--burn-in", type=_non_negative_int, default=20, help="unmeasured steps, at least 1 (20)"
+    )
     p.add_argument("--mode", choices=("train", "inference"), default="train", help="what to time")
     p.add_argument(
-        "--log-every", type=_non_negative_int, default=10, help="print a line every N steps"
+        "--log-every",
+        type=_non_negative_int,
+        default=DEFAULT_WINDOW_STEPS,
+        help=f"steps per timed window, one line each (0: windows of {DEFAULT_WINDOW_STEPS}, "
+        f"no lines; default {DEFAULT_WINDOW_STEPS})",
     )
-    p.add_argument("--json", default=None, help="also write the summary to this JSON file")
+    p.add_argument(
+        "--latency-batch-sizes",
+        type=_batch_sizes,
+        default=(),
+        help="with --mode inference: also time single calls at these batch sizes, e.g. "
+        "1,8,64,256, and print p50/p90/p95/p99 (SSD320 with post-processing)",
+    )
+    p.add_argument(
+        "--latency-calls", type=_positive_int, default=20, help="timed calls per size (20)"
+    )
+    p.add_argument("--json", default=None, help="also write the result to this JSON file")
     p.set_defaults(func=benchmark_command)
 
 
@@ -335,52 +361,72 @@ def eval_command(args: argparse.Namespace) -> int:
 
 
 def benchmark_command(args: argparse.Namespace) -> int:
-    """Runs `cvbench benchmark`."""
-    from cvbench.training import TrainConfig, Trainer
+    """Runs `cvbench benchmark` through `cvbench.benchmark.benchmark_cvbench`, the code path
+    of `benchmarks/train_throughput.py`."""
+    from cvbench.benchmark.results import jsonable
+    from cvbench.benchmark.run import benchmark_cvbench, benchmark_latency, endless_batches
+    from cvbench.training.distributed import get_distribution
 
-    total = args.burn_in + args.steps
-    task = _task(args, synthetic_steps=total)
-    optimizer, schedule = task.recipe()
-    config = TrainConfig(
-        log_every=args.log_every,
-        burn_in_steps=args.burn_in,
-        progress_bar=False,
-        seed=args.seed,
-        export=False,
-    )
-    trainer = Trainer(
-        task.build_model,
-        task.loss(),
-        optimizer,
-        schedule=schedule,
-        precision=args.precision,
-        metrics=task.metrics(),
-        config=config,
-    )
-    data = task.train_data(
-        batch_size=args.batch_size, num_shards=trainer.size, shard_index=trainer.rank, seed=0
-    )
-    summary = trainer.benchmark(
-        data.data,
-        steps=args.steps,
-        burn_in=args.burn_in,
-        batch_size=args.batch_size,
+    dist = get_distribution("auto")
+    seed = 0 if args.seed is None else args.seed
+    batches = None
+    if args.data_dir is not None:
+        task = _task(args, synthetic_steps=args.burn_in + args.steps)
+        data = task.train_data(
+            batch_size=args.batch_size, num_shards=dist.size, shard_index=dist.rank, seed=seed
+        )
+        batches = endless_batches(data.data)
+    say = print if dist.is_chief else (lambda line: None)
+    if args.log_every:
+        say(f"{'step':>6} {'img/s':>10}")
+    result = benchmark_cvbench(
+        args.model,
         mode=args.mode,
+        batch_size=args.batch_size,
+        image_size=args.image_size,
+        num_classes=args.num_classes,
+        precision=args.precision,
+        warmup_steps=max(1, args.burn_in),
+        steps=args.steps,
+        window_steps=args.log_every or DEFAULT_WINDOW_STEPS,
+        batches=batches,
+        distribution=dist,
+        seed=seed,
+        report=(lambda line: say(line)) if args.log_every else None,
     )
-    if trainer.is_chief and args.json:
+    measured = result.throughput
+    say("-" * 64)
+    say(measured.format())
+    say("-" * 64)
+    latency = None
+    if args.mode == "inference" and args.latency_batch_sizes:
+        latency = benchmark_latency(
+            args.model,
+            batch_sizes=args.latency_batch_sizes,
+            image_size=args.image_size,
+            num_classes=args.num_classes,
+            precision=args.precision,
+            calls=args.latency_calls,
+            seed=seed,
+        )
+        from cvbench.benchmark.table import latency_table
+
+        say(latency_table([latency]))
+    if dist.is_chief and args.json:
         from cvbench.utils.io import write_json_atomic
 
-        write_json_atomic(
-            args.json,
-            dict(
-                summary.to_dict(),
-                model=args.model,
-                mode=args.mode,
-                precision=trainer.precision,
-                ranks=trainer.size,
-                batch_size=args.batch_size,
-            ),
-        )
+        summary = {
+            **result.to_dict(),
+            # NVIDIA's summary fields, as `Images/sec: mean +/- stderr (jitter = ...)`.
+            "mean": measured.images_per_sec,
+            "stderr": measured.stderr,
+            "jitter": measured.jitter,
+            "steps": len(measured.window_rates) * measured.window_steps,
+            "global_batch": measured.images_per_step,
+            "ranks": dist.size,
+            "latency": None if latency is None else latency.to_dict(),
+        }
+        write_json_atomic(args.json, jsonable(summary))
     return 0
 
 

@@ -1,0 +1,113 @@
+"""`cvbench benchmark`: the suite's code path (`benchmark_cvbench`), its lines and its JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import cvbench.cli as cli
+from cvbench.benchmark import run as run_module
+
+TINY = ["--model", "resnet18", "--synthetic", "--batch-size", "2", "--image-size", "32"]
+TINY += ["--num-classes", "4", "--precision", "fp32"]
+
+
+@pytest.fixture(autouse=True)
+def with_train_commands(monkeypatch):
+    monkeypatch.setattr(cli, "_COMMAND_MODULES", ("cvbench.cli.train",))
+
+
+def test_flags_reach_benchmark_cvbench(monkeypatch, tmp_path, capsys):
+    # The command is a thin layer over the suite's function: record what it is given.
+    seen = {}
+
+    def fake(model, **kwargs):
+        seen.update(kwargs, model=model)
+        kwargs["report"]("     3       10.0 img/s")
+        from cvbench.benchmark.results import ThroughputResult
+        from cvbench.benchmark.timing import Throughput
+
+        # Two windows of 5 steps x 8 images at 40 and 60 img/s: mean 50, 2 windows so NaN
+        # standard error, jitter 1.4826 x median(|40 - 50|, |60 - 50|) = 14.826.
+        t = Throughput(50.0, float("nan"), 14.826, (40.0, 60.0), 5, 8, 1.0, 0.5, 1, 25.0)
+        return ThroughputResult(model, kwargs["mode"], "cvbench", "float32", 8, 32, t)
+
+    monkeypatch.setattr(run_module, "benchmark_cvbench", fake)
+    path = tmp_path / "bench.json"
+    argv = ["benchmark", *TINY, "--steps", "10", "--burn-in", "0", "--log-every", "5"]
+    assert cli.main([*argv, "--seed", "7", "--json", str(path)]) == 0
+    assert seen["model"] == "resnet18" and seen["mode"] == "train" and seen["batches"] is None
+    assert (seen["batch_size"], seen["image_size"], seen["num_classes"]) == (2, 32, 4)
+    assert (seen["precision"], seen["seed"]) == ("fp32", 7)
+    # --burn-in 0 still runs one (compiling) step; --log-every is the window.
+    assert (seen["warmup_steps"], seen["steps"], seen["window_steps"]) == (1, 10, 5)
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == ["  step      img/s", "     3       10.0 img/s"]
+    assert out[3] == "Images/sec: 50.0 +/- nan (jitter = 14.8)"
+    summary = json.loads(path.read_text())
+    assert summary["mean"] == 50.0 and summary["stderr"] is None  # strict JSON: NaN -> null
+    assert summary["steps"] == 10 and summary["global_batch"] == 8 and summary["ranks"] == 1
+    assert summary["window_rates"] == [40.0, 60.0] and summary["cpu_images_per_sec"] == 25.0
+    assert summary["model"] == "resnet18" and summary["latency"] is None
+
+
+def test_log_every_zero_prints_no_step_lines(monkeypatch, capsys):
+    seen = {}
+
+    def fake(model, **kwargs):
+        seen.update(kwargs)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(run_module, "benchmark_cvbench", fake)
+    assert cli.main(["benchmark", *TINY, "--log-every", "0"]) == 2
+    assert seen["report"] is None and seen["window_steps"] == 10
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "cvbench: error: stop here\n"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--latency-batch-sizes", "1,0"], "positive integer"),
+        (["--latency-calls", "0"], "positive integer"),
+    ],
+)
+def test_bad_latency_flags_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["benchmark", *TINY, *argv])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_unknown_model_is_one_line(capsys):
+    argv = ["benchmark", "--model", "resnet9", "--synthetic", "--steps", "1"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("cvbench: error: unknown model 'resnet9'; known:") and err.count("\n") == 1
+    )
+
+
+@pytest.mark.slow  # a ResNet-18 train step and forward passes compiled
+def test_a_tiny_training_and_inference_benchmark(tmp_path, capsys):
+    argv = ["benchmark", *TINY, "--steps", "2", "--burn-in", "1", "--log-every", "1"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    # Steps 2 and 3 end the two windows (after one burn-in step).
+    assert [line.split()[0] for line in out[1:3]] == ["2", "3"]
+    assert out[4].startswith("Images/sec: ")
+
+    path = tmp_path / "inference.json"
+    argv = ["benchmark", *TINY, "--mode", "inference", "--steps", "2", "--burn-in", "1"]
+    argv += ["--latency-batch-sizes", "1,2", "--latency-calls", "3", "--json", str(path)]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| resnet18 | float32 | 32 | 2 |" in out  # the latency table's batch-2 row
+    summary = json.loads(path.read_text())
+    assert summary["mode"] == "inference" and summary["steps"] == 2 and summary["mean"] > 0
+    latencies = summary["latency"]["latencies"]
+    assert [x["batch_size"] for x in latencies] == [1, 2]
+    assert all(
+        x["calls"] == 3 and set(x["percentiles_ms"]) == {"p50", "p90", "p95", "p99"}
+        for x in latencies
+    )
