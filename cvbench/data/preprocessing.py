@@ -6,7 +6,8 @@ The NVIDIA ResNet-50 v1.5 recipe:
   aspect_ratio_range=(0.75, 1.33), area_range=(0.05, 1.0), max_attempts=100,
   use_image_if_no_bounding_boxes=True)`, *fused with JPEG decoding*
   (`decode_and_crop_jpeg` decodes only the crop's rows and columns); bilinear resize to
-  `image_size`; random left-right flip;
+  `image_size`; random left-right flip (applied to the crop, before resizing, as NVIDIA's
+  scripts do; the two orders agree up to float rounding);
 * eval: shorter side to `image_size / 0.875` (256 for 224) keeping aspect ratio, central
   `image_size` crop;
 * both: `(pixel - mean) / std` per RGB channel with mean (123.68, 116.28, 103.53) and std
@@ -116,8 +117,13 @@ def decode_then_random_crop(image_bytes: tf.Tensor, boxes: tf.Tensor, seed: tf.T
 
 
 def _train_from_crop(crop: tf.Tensor, seed: tf.Tensor, image_size: int, dtype: Any) -> tf.Tensor:
-    image = tf.image.resize(crop, [image_size, image_size], method="bilinear")
-    image = tf.image.stateless_random_flip_left_right(image, seed)
+    # Flip the uint8 crop, then resize (the order of NVIDIA's scripts): bilinear resizing with
+    # half-pixel centres commutes with mirroring, and reversing uint8 rows costs less than
+    # reversing the float32 output. Casting to float32 first is not a change of result (the
+    # resize computes in float32 either way) but TensorFlow's CPU kernel resizes float32
+    # input faster than uint8.
+    crop = tf.image.stateless_random_flip_left_right(crop, seed)
+    image = tf.image.resize(tf.cast(crop, tf.float32), [image_size, image_size], method="bilinear")
     return normalize(image, dtype)
 
 
