@@ -25,9 +25,10 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import keras
+if TYPE_CHECKING:
+    import keras
 
 # build_imagenet numbers the class folders in sorted order: record label i + 1 is CLASSES[i].
 SHAPE_CLASSES = ("circle", "cross", "diamond", "square", "star", "triangle")
@@ -111,6 +112,8 @@ def train_and_evaluate(
         (the Trainer, the fit history, `{"loss": ..., "top1": ...}` over all validation
         images).
     """
+    import keras
+
     from cvbench import get_model
     from cvbench.data import imagenet_dataset, num_examples
     from cvbench.training import ScheduleConfig, TrainConfig, Trainer, build_schedule
