@@ -236,7 +236,7 @@ def _rate(rounds: list[tuple[float, float]]) -> PipelineRate:
     )
 
 
-def _decode_step_ms(data_dir: str | os.PathLike, images: int = 64, repeats: int = 6) -> tuple:
+def _decode_step_ms(data_dir: str | os.PathLike, images: int = 64, repeats: int = 12) -> tuple:
     """CPU ms per image of decode-and-random-crop, fused and whole-image, one image at a time.
 
     Each timed call decodes all `images` inside one `tf.function` (a sequential `map_fn`), so
