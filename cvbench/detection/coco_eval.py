@@ -423,7 +423,7 @@ def groundtruth_from_records(files: Sequence[str]) -> dict[str, Any]:
         return {k: tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v
                 for k, v in f.items()}  # fmt: skip
 
-    from cvbench.data.coco import COCO_2017_CATEGORIES
+    from cvbench.detection.labels import COCO_2017_CATEGORIES
 
     by_name = {name: i for i, name in COCO_2017_CATEGORIES}
     images, annotations, names = [], [], {}

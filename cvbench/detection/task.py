@@ -98,8 +98,8 @@ class DetectionTask:
         backbone_weights: str | os.PathLike | None = None,
         backbone: str = "resnet50_v1",
     ) -> None:
-        from cvbench.data.coco import CocoLabelMap
         from cvbench.detection.coco_eval import BACKENDS
+        from cvbench.detection.labels import CocoLabelMap
 
         if options.model not in self.models():
             raise ValueError(f"unknown detection model {options.model!r}; known: ssd320")
