@@ -39,6 +39,11 @@ ASPECT_RATIO_RANGE = (0.75, 1.33)
 AREA_RANGE = (0.05, 1.0)
 MAX_ATTEMPTS = 100
 
+# The JPEG decoder options of NVIDIA's TensorFlow scripts (faster integer IDCT, no
+# interpolation of the chroma planes). The pipelines here keep TensorFlow's defaults; the
+# input benchmark measures both.
+NVIDIA_JPEG_OPTIONS = {"dct_method": "INTEGER_FAST", "fancy_upscaling": False}
+
 
 def normalize(image: tf.Tensor, dtype: Any = tf.float32) -> tf.Tensor:
     """`(image - MEAN_RGB) / STD_RGB`, computed in float32, returned as `dtype`.
@@ -92,13 +97,30 @@ def _crop(image: tf.Tensor, window: tf.Tensor) -> tf.Tensor:
     return tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
 
 
-def decode_and_random_crop(image_bytes: tf.Tensor, boxes: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    """Decodes only a random crop of the image (fused for JPEG). Returns uint8 [h, w, 3]."""
+def decode_and_random_crop(
+    image_bytes: tf.Tensor,
+    boxes: tf.Tensor,
+    seed: tf.Tensor,
+    *,
+    dct_method: str = "",
+    fancy_upscaling: bool = True,
+) -> tf.Tensor:
+    """Decodes only a random crop of the image (fused for JPEG). Returns uint8 [h, w, 3].
+
+    `dct_method` and `fancy_upscaling` are passed to the JPEG decoder (TensorFlow's defaults;
+    NVIDIA's scripts use `NVIDIA_JPEG_OPTIONS`).
+    """
 
     def fused() -> tf.Tensor:
         shape = tf.image.extract_jpeg_shape(image_bytes)
         window = random_crop_window(shape, boxes, seed)
-        return tf.image.decode_and_crop_jpeg(image_bytes, window, channels=3)
+        return tf.image.decode_and_crop_jpeg(
+            image_bytes,
+            window,
+            channels=3,
+            dct_method=dct_method,
+            fancy_upscaling=fancy_upscaling,
+        )
 
     def whole() -> tf.Tensor:
         image = _decode_any(image_bytes)
@@ -109,10 +131,24 @@ def decode_and_random_crop(image_bytes: tf.Tensor, boxes: tf.Tensor, seed: tf.Te
     return image
 
 
-def decode_then_random_crop(image_bytes: tf.Tensor, boxes: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+def decode_then_random_crop(
+    image_bytes: tf.Tensor,
+    boxes: tf.Tensor,
+    seed: tf.Tensor,
+    *,
+    dct_method: str = "",
+    fancy_upscaling: bool = True,
+) -> tf.Tensor:
     """The unfused reference: decodes the whole image, then crops (same window as the fused
-    path for the same seed). Returns uint8 [h, w, 3]."""
-    image = _decode_any(image_bytes)
+    path for the same seed, same JPEG decoder options). Returns uint8 [h, w, 3]."""
+
+    def jpeg() -> tf.Tensor:
+        return tf.io.decode_jpeg(
+            image_bytes, channels=3, dct_method=dct_method, fancy_upscaling=fancy_upscaling
+        )
+
+    image = tf.cond(tf.io.is_jpeg(image_bytes), jpeg, lambda: _decode_any(image_bytes))
+    image.set_shape([None, None, 3])
     return _crop(image, random_crop_window(tf.shape(image), boxes, seed))
 
 

@@ -29,13 +29,15 @@ def test_result_lines_and_ratios():
         baseline=PipelineRate(150.0, 125.0, ((150.0, 125.0),)),
         decode_ms=(2.0, 3.0),
         cores=2,
+        nvidia_decode_ms=(2.0, 2.8),
     )
     assert result.ratio == 1.6  # 200 / 125 images per CPU-second
     assert result.wall_ratio == 2.0  # 300 / 150 images per second
     text = result.format()
     assert "ratio fused / baseline: 1.60x per core, 2.00x img/s" in text
     assert "300.0 img/s" in text and "125.0 img/s per core" in text
-    assert "fused 2.00 ms/img, whole image 3.00 ms/img (1.50x)" in text
+    assert "one image at a time: fused 2.00 ms/img, whole image 3.00 ms/img (1.50x)" in text
+    assert "no fancy upscaling): fused 2.00 ms/img, whole image 2.80 ms/img (1.40x)" in text
 
 
 def test_generated_records(tmp_path):
@@ -98,7 +100,15 @@ def test_cli_and_script_print_both_pipelines(capsys):
         module.main(["--help"])  # the same options as `cvbench bench-input`
     assert exit_info.value.code == 0
     assert "--data-dir" in capsys.readouterr().out
+
+
+def test_script_benchmarks_photo_records(capsys):
+    script = Path(__file__).parents[2] / "benchmarks" / "input_pipeline.py"
+    spec = importlib.util.spec_from_file_location("input_pipeline_benchmark", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     assert module.main([*ARGS, "--source", "photos"]) == 0
     out = capsys.readouterr().out
     assert "records: 8 JPEGs 80x60 cut from photographs (grace_hopper" in out
     assert "ratio fused / baseline:" in out and "decode-and-crop step alone" in out
+    assert "NVIDIA's decoder options" in out

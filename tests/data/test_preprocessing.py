@@ -83,6 +83,18 @@ def test_fused_and_unfused_decoding_give_the_same_crop(tf, pp):
         # libjpeg upsamples chroma differently at the crop border, so pixels differ slightly.
         diff = np.abs(fused.numpy().astype(int) - whole.numpy().astype(int))
         assert diff.mean() < 2.0
+        # NVIDIA's decoder options reach both paths: the same crop, decoded slightly
+        # differently from the default (integer IDCT, chroma not interpolated).
+        opts = pp.NVIDIA_JPEG_OPTIONS
+        fused_nv = pp.decode_and_random_crop(
+            tf.constant(image), tf.zeros([0, 4]), _seed(tf, s), **opts
+        )
+        whole_nv = pp.decode_then_random_crop(
+            tf.constant(image), tf.zeros([0, 4]), _seed(tf, s), **opts
+        )
+        assert fused_nv.shape == fused.shape == whole_nv.shape
+        assert np.abs(fused_nv.numpy().astype(int) - whole_nv.numpy().astype(int)).mean() < 2.0
+        assert not np.array_equal(whole_nv.numpy(), whole.numpy())
 
 
 def test_train_output_shape_range_and_determinism(tf, pp):
