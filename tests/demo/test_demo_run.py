@@ -192,3 +192,25 @@ def test_per_rank_batch_keeps_the_global_batch():
     assert per_rank_batch(2, 4) == 1
     with pytest.raises(ValueError, match="0, 2"):
         per_rank_batch(0, 2)
+
+
+@pytest.mark.slow
+def test_quick_demo_under_horovod_two_processes(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "cvbench", "demo", "--quick", "--horovod", "2",
+         "--precision", "fp32", "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["ranks"] == 2
+    # The quick classifier's global batch of 16 is split 8 + 8: 144 images -> 9 steps.
+    log = (tmp_path / "logs" / "classifier" / "train_log.jsonl").read_text().splitlines()
+    epochs = [json.loads(line) for line in log if '"epoch"' in line]
+    assert [e["step"] for e in epochs if e["event"] == "epoch"] == [9]
+    assert set(run.COCO_KEYS) <= set(metrics["detector"])
+    # Only rank 0 printed the summary.
+    assert out.stdout.count("cvbench demo: shapes") == 1
