@@ -407,3 +407,27 @@ def check_synopsis(text: str) -> None:
                 and set(value.split("|")) != set(choices)
             ):
                 raise CommandError(f"cvbench {name} {flag}: {value} but the choices are {choices}")
+
+
+def check_inline_commands(markdown: str) -> int:
+    """Inline code spans of prose that show a cvbench or make command: `cvbench CMD[/CMD2]
+    [--flag ...]` must name real commands and options, `make TARGET` a real target. Returns
+    how many spans were checked."""
+    from cvbench.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    checked = 0
+    for span in re.findall(r"`((?:cvbench|make) [^`]*)`", markdown):
+        words = span.split()
+        if words[0] == "make":
+            parse_make(["make", "-n", *[w for w in words[1:] if "=" not in w][:1]])
+        else:
+            names = words[1].split("/")
+            unknown = [n for n in names if n not in commands]
+            if unknown:
+                raise CommandError(f"`{span}`: no cvbench command {unknown}")
+            for flag in re.findall(r"(?<!\S)(--[\w-]+)", span):
+                if not any(flag in a.option_strings for n in names for a in commands[n]._actions):
+                    raise CommandError(f"`{span}`: cvbench {words[1]} has no option {flag}")
+        checked += 1
+    return checked

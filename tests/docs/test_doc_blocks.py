@@ -12,7 +12,7 @@ import contextlib
 
 import pytest
 from docs_blocks import Block, DirectiveError, doc_files, parse_markdown
-from docs_commands import ROOT, split_commands
+from docs_commands import ROOT, check_inline_commands, split_commands
 from docs_exercise import Workspace, exercise
 
 FILES = doc_files(ROOT)
@@ -59,6 +59,11 @@ def _workspace(block: Block, tmp_path_factory, doc_data) -> Workspace:
 def test_doc_file_directives(path):
     blocks = parse_markdown(path)  # raises DirectiveError naming the block
     assert all(b.directive.mode for b in blocks)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_inline_commands(path):
+    check_inline_commands(path.read_text())
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from docs_blocks import Directive, DirectiveError, parse_markdown
 from docs_commands import (
     Command,
     CommandError,
+    check_inline_commands,
     check_synopsis,
     parse_command,
     run_command,
@@ -208,3 +209,14 @@ def test_synopsis_check():
         check_synopsis("cvbench benchmark --model m [--mode train|infer]\n")
     with pytest.raises(CommandError, match="no such command"):
         check_synopsis("cvbench fly --model m\n")
+
+
+def test_inline_commands_check():
+    text = "Run `cvbench train/eval --model m`, `make test PYTEST_ARGS='-m x'` or `ls -l`."
+    assert check_inline_commands(text) == 2
+    with pytest.raises(CommandError, match="no cvbench command"):
+        check_inline_commands("`cvbench trian --model m`")
+    with pytest.raises(CommandError, match="no option --modle"):
+        check_inline_commands("`cvbench train/eval --modle m`")
+    with pytest.raises(CommandError, match="make -n"):
+        check_inline_commands("`make deploy`")
