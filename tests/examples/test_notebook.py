@@ -26,7 +26,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # The tiny sizes of the notebook's parameters cell (CVBENCH_NOTEBOOK_TINY=1):
 # 6 classes x 16 training images = 96 = 6 batches of 16, one epoch -> 6 steps, and
-# log_every = max(1, 6 // 5) = 1, so the log has one step record per step;
+# log_every = max(1, 6 // 15) = 1, so the log has one step record per step;
 # 6 classes x 4 validation images = 24.
 TINY_STEPS = 6
 TINY_VAL_IMAGES = 24
