@@ -28,7 +28,8 @@ Modes:
 Options: `sub="OLD=>NEW"` (repeatable; replaces OLD with NEW before anything else, as a whole
 word where OLD starts or ends with a word character), `out=/data/x` (a path the block writes:
 it starts empty instead of holding the test data set of that name), `continue` (Python: run
-in the namespace and folder of the previous block of the same file), `slow`, `why="..."`.
+in the namespace and folder of the previous block of the same file), `slow`, `why="..."`,
+`coco-mirror` (COCO downloads come from a local server holding tiny COCO 2017 zips).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MODES = ("run", "parse", "output", "layout", "synopsis")
-_FLAGS = ("continue", "slow")
+_FLAGS = ("continue", "slow", "coco-mirror")
 _KEYS = ("sub", "out", "why", "cmd", "root")
 _DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:(?P<body>.*?)-->\s*$")
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+|~~~+)(?P<lang>[\w+-]*)\s*$")

@@ -8,8 +8,10 @@ validation tar, a devkit with `meta.mat` and the ground-truth ids).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -109,3 +111,24 @@ def resnet50_notop_h5(path: Path, write_legacy_h5) -> Path:
 
     model = keras.applications.ResNet50(weights=None, include_top=False)
     return write_legacy_h5(model, path, 0)
+
+
+def coco_archives(root: Path, raw: Path) -> dict[str, tuple[str, int, str]]:
+    """COCO 2017's three zips, made from the tiny `raw` set, at their official paths under
+    `root`; returns part -> (path, size, MD5), the shape of `download.COCO_2017_FILES`."""
+    parts = {
+        "annotations": ("annotations/annotations_trainval2017.zip", ["annotations"]),
+        "val": ("zips/val2017.zip", ["val2017"]),
+        "train": ("zips/train2017.zip", ["train2017"]),
+    }
+    table = {}
+    for part, (path, folders) in parts.items():
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(target, "w") as zf:
+            for folder in folders:
+                for file in sorted((raw / folder).rglob("*")):
+                    zf.write(file, file.relative_to(raw).as_posix())
+        data = target.read_bytes()
+        table[part] = (path, len(data), hashlib.md5(data).hexdigest())
+    return table
