@@ -16,18 +16,9 @@ import argparse
 from pathlib import Path
 
 from cvbench.cli import CLIError
+from cvbench.cli.args import positive_int
 
 _COCO_SPLITS = ("train", "val")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,20 +53,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=list(_COCO_SPLITS),
         help="with --coco-dir: which splits (default: train val)",
     )
-    p.add_argument("--train-shards", type=_positive_int, default=None, help="train shards (100)")
-    p.add_argument("--val-shards", type=_positive_int, default=None, help="val shards (10)")
+    p.add_argument("--train-shards", type=positive_int, default=None, help="train shards (100)")
+    p.add_argument("--val-shards", type=positive_int, default=None, help="val shards (10)")
     p.add_argument(
         "--num-shards",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="shards for --annotations (100 for train, else 10; never more than images)",
     )
     p.add_argument(
-        "--workers", type=_positive_int, default=None, help="encoding processes (all cores)"
+        "--workers", type=positive_int, default=None, help="encoding processes (all cores)"
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the training shuffle (0)")
     p.add_argument(
-        "--quality", type=_positive_int, default=95, help="JPEG quality of re-encoded images"
+        "--quality", type=positive_int, default=95, help="JPEG quality of re-encoded images"
     )
     p.add_argument("--overwrite", action="store_true", help="replace a different data set in OUT")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -15,18 +15,9 @@ import sys
 from pathlib import Path
 
 from cvbench.cli import CLIError
+from cvbench.cli.args import positive_int
 
 _PRECISIONS = ("fp32", "bf16", "fp16", "float32", "mixed_bfloat16", "mixed_float16")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="tiny sizes (about a minute; low accuracy)")
     p.add_argument(
         "--horovod",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         default=None,
         help="run under horovodrun with N local processes (Gloo)",

@@ -5,17 +5,8 @@ from __future__ import annotations
 import argparse
 import tempfile
 
+from cvbench.cli.args import positive_int
 from cvbench.data.image_io import parse_resize
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _resize(text: str) -> int | tuple[int, int]:
@@ -33,8 +24,8 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
         help="raw images: train/<class>/*, optional validation/ or val/ (flat or class folders)",
     )
     parser.add_argument("--output-dir", required=True, help="where the TFRecord shards go")
-    parser.add_argument("--train-shards", type=_positive_int, default=1024)
-    parser.add_argument("--val-shards", type=_positive_int, default=128)
+    parser.add_argument("--train-shards", type=positive_int, default=1024)
+    parser.add_argument("--val-shards", type=positive_int, default=128)
     parser.add_argument(
         "--resize",
         type=_resize,
@@ -96,16 +87,23 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir",
         default=None,
-        help="ImageNet-format TFRecords (train-* files); default: generate photo-like JPEGs",
+        help="ImageNet-format TFRecords (train-* files); default: generate JPEGs (--source)",
     )
-    parser.add_argument("--num-images", type=_positive_int, default=256)
-    parser.add_argument("--image-height", type=_positive_int, default=375)
-    parser.add_argument("--image-width", type=_positive_int, default=500)
-    parser.add_argument("--batch-size", type=_positive_int, default=64)
-    parser.add_argument("--image-size", type=_positive_int, default=224)
+    parser.add_argument(
+        "--source",
+        choices=("generated", "photos"),
+        default="generated",
+        help="images to generate without --data-dir: colour fields with pixel noise "
+        "(generated, the default) or random views of real photographs (photos)",
+    )
+    parser.add_argument("--num-images", type=positive_int, default=256)
+    parser.add_argument("--image-height", type=positive_int, default=375)
+    parser.add_argument("--image-width", type=positive_int, default=500)
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+    parser.add_argument("--image-size", type=positive_int, default=224)
     parser.add_argument("--warmup-batches", type=int, default=4)
-    parser.add_argument("--batches", type=_positive_int, default=20, help="timed batches per round")
-    parser.add_argument("--rounds", type=_positive_int, default=3)
+    parser.add_argument("--batches", type=positive_int, default=20, help="timed batches per round")
+    parser.add_argument("--rounds", type=positive_int, default=3)
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -132,13 +130,9 @@ def run_bench(args: argparse.Namespace) -> int:
         measure(args.data_dir)
         return 0
     with tempfile.TemporaryDirectory(prefix="cvbench-bench-input-") as tmp:
-        total = write_benchmark_records(
-            tmp, num_images=args.num_images, height=args.image_height, width=args.image_width
-        )
-        print(
-            "records: "
-            + describe_records(args.num_images, total, args.image_height, args.image_width)
-        )
+        size = {"height": args.image_height, "width": args.image_width}
+        total = write_benchmark_records(tmp, num_images=args.num_images, source=args.source, **size)
+        print("records: " + describe_records(args.num_images, total, **size, source=args.source))
         measure(tmp)
     return 0
 

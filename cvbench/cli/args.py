@@ -1,0 +1,77 @@
+"""Value parsers for `argparse` options, shared by the `cvbench` commands and the scripts in
+`benchmarks/` and `examples/`: each raises `argparse.ArgumentTypeError` naming the bad value,
+which argparse turns into a usage error (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def positive_int(text: str) -> int:
+    """`"8"` -> 8; zero, negatives and non-integers are errors.
+
+    Example:
+        >>> positive_int("8")
+        8
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """`"0"` -> 0; negatives and non-integers are errors."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """`"0.5"` -> 0.5; negatives, NaN, infinity and non-numbers are errors."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
+def positive_int_list(text: str) -> tuple[int, ...]:
+    """`"1,8,64"` -> (1, 8, 64); `""` or `"none"` -> () (an empty list).
+
+    Example:
+        >>> positive_int_list("1, 8,64"), positive_int_list("none")
+        ((1, 8, 64), ())
+    """
+    if text.strip().lower() in ("", "none"):
+        return ()
+    return tuple(positive_int(part.strip()) for part in text.split(","))
+
+
+def name_list(text: str) -> tuple[str, ...]:
+    """`"resnet50,inception_v3"` -> ("resnet50", "inception_v3"); at least one name."""
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return names
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    """`"30,60,80"` -> (30.0, 60.0, 80.0)."""
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers like 30,60,80, got {text!r}"
+        ) from None
