@@ -45,9 +45,51 @@ def _signature(obj: object) -> str:
     return _QUOTED_ANNOTATION.sub(r"\1\2", _ADDRESS.sub("", text))
 
 
+_SECTION = re.compile(
+    r"^(Args|Arguments|Attributes|Returns|Yields|Raises|Example|Examples|Note|Notes|Usage):$"
+)
+_ENTRY = re.compile(r"^(\*{0,2}[\w.]+(?: \([^)]*\))?):\s*(.*)$")
+
+
 def _doc(obj: object) -> str:
-    doc = inspect.getdoc(obj) or "(no docstring)"
-    return doc.strip()
+    """The docstring as Markdown: Google-style sections become bold headings, their entries
+    list items, and doctest examples Python code."""
+    return _markdown(inspect.getdoc(obj) or "(no docstring)")
+
+
+def _markdown(doc: str) -> str:
+    out: list[str] = []
+    section = None
+    in_code = False
+    for line in doc.strip().splitlines():
+        stripped = line.strip()
+        if in_code and not (stripped.startswith((">>>", "...")) or (stripped and section)):
+            out.append("```")
+            in_code = False
+        match = _SECTION.match(line)
+        if match:
+            section = match[1]
+            out += ["", f"**{section}:**", ""]
+            continue
+        if section and line and not line.startswith(" "):
+            section = None  # back to prose
+            out.append("")
+        if stripped.startswith(">>>") and not in_code:
+            out.append("```python")
+            in_code = True
+        if in_code:
+            out.append(line[4:] if line.startswith("    ") else line)
+            continue
+        entry = _ENTRY.match(line[4:]) if section and line.startswith("    ") else None
+        if entry and not line.startswith("     "):
+            out.append(f"- `{entry[1]}`: {entry[2]}")
+        elif section and line.startswith("    "):
+            out.append(("- " if not out or not out[-1] else "  ") + line.strip())
+        else:
+            out.append(line)
+    if in_code:
+        out.append("```")
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip()
 
 
 def _anchor(package: str, name: str) -> str:

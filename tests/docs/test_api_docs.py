@@ -73,7 +73,7 @@ def test_render_object_shows_signatures_docstrings_and_public_members():
     text = api_docs.render_object("pkg", "documented", _documented)
     assert "### `pkg.documented`" in text
     assert "documented(x: int, *, scale: float = 2.0) -> float" in text  # annotations unquoted
-    assert "Scales x.\n\nArgs:\n    x: the value." in text
+    assert "Scales x.\n\n**Args:**\n\n- `x`: the value." in text  # Google sections as Markdown
     text = api_docs.render_object("pkg", "Thing", _Thing)
     assert "class Thing(size: int) -> None" in text and "A thing." in text
     assert "grow(self, by: int = 1) -> int" in text and "Grows the thing." in text
@@ -85,3 +85,16 @@ def test_render_object_shows_signatures_docstrings_and_public_members():
 def test_every_documented_package_has_all():
     for name in api_docs.PACKAGES:
         assert importlib.import_module(name).__all__
+
+
+def test_google_docstrings_become_markdown():
+    doc = (
+        "Summary.\n\nArgs:\n    boxes: `(N, 4)` boxes,\n        normalized.\n"
+        "    num_classes (int): classes.\n\nReturns:\n    The codes.\n\n"
+        "Example:\n    >>> f(1)\n    2\n\nMore prose."
+    )
+    assert api_docs._markdown(doc) == (
+        "Summary.\n\n**Args:**\n\n- `boxes`: `(N, 4)` boxes,\n  normalized.\n"
+        "- `num_classes (int)`: classes.\n\n**Returns:**\n\n- The codes.\n\n"
+        "**Example:**\n\n```python\n>>> f(1)\n2\n```\n\nMore prose."
+    )
