@@ -9,8 +9,10 @@ that is several memory-bound passes over every activation, forward and backward.
 float16 inputs with float32 statistics) when it can: TensorFlow backend, 4-D channels-last
 input, no mask, no renorm, not synchronized. Otherwise it is Keras' layer.
 
-It belongs with the model builders (`cvbench.models.common`); it lives here until they take
-it. `with_fused_batchnorm` swaps it into a built model for an A/B measurement.
+Measured on a 2-core AVX2 CPU it gains nothing worth taking (docs/benchmarks.md, "What each
+speed change gained"), so the model builders keep Keras' layer; it stays here as a prototype
+that `benchmarks/train_throughput.py --variants fused_batchnorm` measures beside cvbench
+(`with_fused_batchnorm` swaps it into a built model).
 """
 
 from __future__ import annotations

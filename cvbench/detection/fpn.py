@@ -26,7 +26,6 @@ import keras
 from keras import layers, ops
 
 from cvbench.detection.batchnorm import FreezableBatchNormalization
-from cvbench.models.layers import FastConv2D
 
 #: Batch-norm hyperparameters of SSD320 v1.2 (decay 0.997, epsilon 0.001).
 BN_MOMENTUM = 0.997
@@ -110,7 +109,7 @@ class FeaturePyramid(keras.layers.Layer):
             "dtype": self.dtype_policy,
         }
         self.laterals = [
-            FastConv2D(depth, 1, use_bias=True, name=f"lateral_{i}", **conv_kw)
+            layers.Conv2D(depth, 1, use_bias=True, name=f"lateral_{i}", **conv_kw)
             for i in range(num_inputs)
         ]
         self.smoothing = [
@@ -121,7 +120,7 @@ class FeaturePyramid(keras.layers.Layer):
     def _conv_bn(
         self, size: int, stride: int, name: str, conv_kw: dict[str, Any]
     ) -> tuple[layers.Conv2D, FreezableBatchNormalization]:
-        conv = FastConv2D(
+        conv = layers.Conv2D(
             self.depth, size, strides=stride, padding="same", use_bias=False, name=name, **conv_kw
         )
         bn = FreezableBatchNormalization(

@@ -17,11 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 import keras
-from keras import ops
+from keras import layers, ops
 
 from cvbench.detection.batchnorm import FreezableBatchNormalization
 from cvbench.detection.fpn import BN_EPSILON, BN_MOMENTUM, l2_regularizer
-from cvbench.models.layers import FastConv2D
 
 #: Class-logit bias of SSD320 v1.2 (`class_prediction_bias_init`).
 CLASS_BIAS_INIT = -4.6
@@ -91,10 +90,10 @@ class WeightSharedHead(keras.layers.Layer):
         }
         self.box_tower = self._tower("box", conv_kw)
         self.class_tower = self._tower("class", conv_kw)
-        self.box_predictor = FastConv2D(
+        self.box_predictor = layers.Conv2D(
             anchors_per_location * 4, kernel_size, name="box_predictor", **conv_kw
         )
-        self.class_predictor = FastConv2D(
+        self.class_predictor = layers.Conv2D(
             anchors_per_location * num_classes,
             kernel_size,
             bias_initializer=keras.initializers.Constant(self.class_bias_init),
@@ -105,7 +104,7 @@ class WeightSharedHead(keras.layers.Layer):
     def _tower(self, kind: str, conv_kw: dict[str, Any]) -> list[tuple[Any, list[Any]]]:
         tower = []
         for i in range(self.num_layers):
-            conv = FastConv2D(
+            conv = layers.Conv2D(
                 self.depth, self.kernel_size, use_bias=False, name=f"{kind}_tower_{i}", **conv_kw
             )
             norms = [

@@ -144,19 +144,22 @@ def test_builders_use_fast_conv2d(name, count):
     assert len(convs) == count and all(type(c) is FastConv2D for c in convs)
 
 
-def test_the_switch_reaches_the_nested_layers_of_the_ssd():
-    # Inside the SSD the convolutions sit in a nested backbone, FPN and head.
+def test_the_switch_reaches_the_nested_backbone_of_the_ssd():
+    # The SSD's ResNet backbone is a nested model built by the ResNet builder; its FPN and
+    # head keep Keras' Conv2D (FastConv2D measured no gain there, docs/benchmarks.md).
     ssd = get_model("ssd320", num_classes=2, image_size=64, backbone="resnet18")
-    nested = [
+    convs = [
         layer
         for layer in ssd._flatten_layers(include_self=False, recursive=True)
         if isinstance(layer, keras.layers.Conv2D)
     ]
-    assert nested and all(type(c) is FastConv2D for c in nested)
+    fast = [c for c in convs if type(c) is FastConv2D]
+    assert len(fast) == 20  # ResNet-18's convolutions (test_builders_use_fast_conv2d)
+    assert all(type(c) is keras.layers.Conv2D for c in convs if c not in fast)
     assert set_fast_gradients(ssd, False) is ssd
-    assert not any(c.fast_gradients or c.uses_fast_gradients() for c in nested)
+    assert not any(c.fast_gradients or c.uses_fast_gradients() for c in fast)
     set_fast_gradients(ssd, True)
-    assert all(c.fast_gradients for c in nested)
+    assert all(c.fast_gradients for c in fast)
 
 
 @pytest.mark.backend_agnostic
@@ -192,7 +195,7 @@ def test_saved_model_loads_in_a_process_that_imported_only_cvbench_models(tmp_pa
         "print('loaded')\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("loaded")
