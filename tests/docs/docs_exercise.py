@@ -20,14 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from docs_blocks import Block
-from docs_commands import (
-    ROOT,
-    CommandError,
-    check_synopsis,
-    parse_command,
-    run_command,
-    split_commands,
-)
+from docs_commands import ROOT, CommandError, run_command, split_commands
+from docs_parsers import check_synopsis, parse_command
 
 # Doc path -> name of the tiny data set that stands in for it (see docs_tiny_data.py).
 DATA_SETS = {

@@ -12,8 +12,9 @@ import contextlib
 
 import pytest
 from docs_blocks import Block, DirectiveError, doc_files, parse_markdown
-from docs_commands import ROOT, check_inline_commands, split_commands
+from docs_commands import ROOT, split_commands
 from docs_exercise import Workspace, exercise
+from docs_parsers import check_inline_commands
 
 FILES = doc_files(ROOT)
 

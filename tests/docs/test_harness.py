@@ -6,16 +6,9 @@ from pathlib import Path
 
 import pytest
 from docs_blocks import Directive, DirectiveError, parse_markdown
-from docs_commands import (
-    Command,
-    CommandError,
-    check_inline_commands,
-    check_synopsis,
-    parse_command,
-    run_command,
-    split_commands,
-)
+from docs_commands import Command, CommandError, run_command, split_commands
 from docs_exercise import Workspace, check_layout, check_output, exercise, mask
+from docs_parsers import check_inline_commands, check_synopsis, parse_command
 
 FENCE = "```"
 
