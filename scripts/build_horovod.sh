@@ -27,7 +27,10 @@ tf_version=$("$PYTHON" -c 'import tensorflow as tf; print(tf.__version__)' 2>/de
 py_tag=$("$PYTHON" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
 wheel_dir="$CACHE/wheels/horovod-$HOROVOD_VERSION-tf$tf_version-$py_tag-$ops"
 
-if "$PYTHON" -c 'import horovod.tensorflow as h; h.init(); assert h.gloo_built() or h.nccl_built()' \
+# An installed Horovod is kept only if it has what was asked for: NCCL for GPU operations,
+# Gloo otherwise (a Gloo-only build must not satisfy HOROVOD_GPU_OPERATIONS=NCCL).
+if [ "$ops" = cpu ]; then wanted=gloo_built; else wanted=nccl_built; fi
+if "$PYTHON" -c "import horovod.tensorflow as h; h.init(); assert h.$wanted()" \
     >/dev/null 2>&1; then
     echo "build_horovod.sh: Horovod already installed and working"
     exit 0

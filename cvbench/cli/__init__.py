@@ -27,9 +27,18 @@ class CLIError(Exception):
     """A user error detected by a command handler; printed as one line, exit code 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """No abbreviated options: `--epoch 3` is an error, not `--epochs 3`, so that a new
+    option can never change what an existing command line means. Subcommands inherit it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Returns the top-level parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="cvbench",
         description="Train, evaluate and benchmark convolutional networks with Keras 3.",
     )

@@ -30,3 +30,14 @@ def test_console_script_version():
     )
     assert out.returncode == 0
     assert out.stdout.startswith("cvbench ")
+
+
+def test_abbreviated_options_are_errors(capsys):
+    # argparse would take `--epoch` for `--epochs`; a later `--epoch-...` option would then
+    # silently change what the line means.
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--model", "resnet50", "--synthetic", "--epoch", "3"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --epoch 3" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["build-imagenet", "--raw", "r", "--output-dir", "o"])  # not --raw-dir
