@@ -81,7 +81,8 @@ def _add_model_and_data(p: argparse.ArgumentParser, *, synthetic_help: str) -> N
         choices=_PRECISIONS,
         default="auto",
         help="fp16 (mixed float16, dynamic loss scaling), bf16 (mixed bfloat16), fp32, or "
-        "auto: fp16 on a GPU, bf16 on CPU (default auto)",
+        "auto: fp16 on a GPU, bf16 on a CPU with native bfloat16 (AVX512-BF16 or AMX), fp32 "
+        "on other CPUs (default auto)",
     )
     p.add_argument("--seed", type=int, default=None, help="random seed (default: none)")
 
