@@ -111,3 +111,18 @@ def test_a_tiny_training_and_inference_benchmark(tmp_path, capsys):
         x["calls"] == 3 and set(x["percentiles_ms"]) == {"p50", "p90", "p95", "p99"}
         for x in latencies
     )
+
+
+@pytest.mark.slow  # a ResNet-18 train step compiled, TFRecords decoded
+def test_training_on_tfrecords_runs_epoch_after_epoch(tmp_path):
+    from test_train_cli import write_tiny_imagenet  # the tiny ImageNet of the CLI tests
+
+    records = write_tiny_imagenet(tmp_path / "imagenet", train=8)
+    argv = ["benchmark", *[a for a in TINY if a != "--synthetic"], "--data-dir", str(records)]
+    path = tmp_path / "records.json"
+    # 8 images in batches of 2: 4 steps an epoch, so 1 burn-in + 5 measured steps need a
+    # second epoch.
+    argv += ["--steps", "5", "--burn-in", "1", "--log-every", "5", "--json", str(path)]
+    assert cli.main(argv) == 0
+    summary = json.loads(path.read_text())
+    assert summary["steps"] == 5 and summary["window_steps"] == 5 and summary["mean"] > 0
