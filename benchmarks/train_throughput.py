@@ -23,31 +23,10 @@ import os
 import sys
 from collections.abc import Sequence
 
+from cvbench.cli.args import name_list, positive_int, positive_int_list
+
 # JAX preallocates 75% of GPU memory by default; leave room for PyTorch in the same process.
 _JAX_MEMORY_WITH_TORCH = "0.55"
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _names(text: str) -> tuple[str, ...]:
-    names = tuple(part.strip() for part in text.split(",") if part.strip())
-    if not names:
-        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
-    return names
-
-
-def _sizes(text: str) -> tuple[int, ...]:
-    if text.strip() in ("", "none"):
-        return ()
-    return tuple(_positive(part) for part in text.split(","))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,28 +34,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
         "--models",
-        type=_names,
+        type=name_list,
         default=("resnet50", "inception_v3", "ssd320"),
         help="comma-separated cvbench model names (resnet50,inception_v3,ssd320)",
     )
     p.add_argument(
         "--precisions",
-        type=_names,
+        type=name_list,
         default=("auto",),
         help="comma-separated fp32, bf16, fp16 or auto (fp16 on a GPU, bf16 on a CPU with native "
         "bfloat16, else fp32); default auto",
     )
-    p.add_argument("--batch-size", type=_positive, default=256, help="classifier batch (256)")
-    p.add_argument("--ssd-batch-size", type=_positive, default=32, help="SSD320 batch (32)")
+    p.add_argument("--batch-size", type=positive_int, default=256, help="classifier batch (256)")
+    p.add_argument("--ssd-batch-size", type=positive_int, default=32, help="SSD320 batch (32)")
     p.add_argument(
         "--image-size",
-        type=_positive,
+        type=positive_int,
         default=None,
         help="input size of every model (default: each model's own, 224 / 299 / 320)",
     )
-    p.add_argument("--warmup", type=_positive, default=5, help="unmeasured steps (5)")
-    p.add_argument("--windows", type=_positive, default=3, help="timed windows (3)")
-    p.add_argument("--window-steps", type=_positive, default=10, help="steps per window (10)")
+    p.add_argument("--warmup", type=positive_int, default=5, help="unmeasured steps (5)")
+    p.add_argument("--windows", type=positive_int, default=3, help="timed windows (3)")
+    p.add_argument("--window-steps", type=positive_int, default=10, help="steps per window (10)")
     p.add_argument("--no-train", action="store_true", help="skip training")
     p.add_argument("--no-inference", action="store_true", help="skip inference and latency")
     p.add_argument("--no-keras-reference", action="store_true", help="skip keras.applications")
@@ -85,11 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--latency-batch-sizes",
-        type=_sizes,
+        type=positive_int_list,
         default=(1, 8, 64, 256),
         help="inference latency batch sizes (1,8,64,256; 'none' to skip)",
     )
-    p.add_argument("--latency-calls", type=_positive, default=20, help="timed calls (20)")
+    p.add_argument("--latency-calls", type=positive_int, default=20, help="timed calls (20)")
     p.add_argument(
         "--jit",
         choices=("auto", "on", "off"),
@@ -106,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--variants",
-        type=_names,
+        type=name_list,
         default=(),
         help="variants of cvbench to measure beside it, as cvbench+<name> columns: plain_conv "
         "(Keras' own convolution gradients, training only), fused_batchnorm (TensorFlow's "

@@ -11,53 +11,17 @@ import argparse
 from pathlib import Path
 
 from cvbench.cli import CLIError
+from cvbench.cli.args import (
+    float_list,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+    positive_int_list,
+)
 
 _PRECISIONS = ("auto", "fp16", "bf16", "fp32")
 #: `cvbench benchmark`'s steps per timed window (one progress line each).
 DEFAULT_WINDOW_STEPS = 10
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
-    return value
-
-
-def _batch_sizes(text: str) -> tuple[int, ...]:
-    return tuple(_positive_int(part) for part in text.split(",") if part.strip())
-
-
-def _epoch_list(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated epochs like 30,60,80, got {text!r}"
-        ) from None
 
 
 def _add_model_and_data(p: argparse.ArgumentParser, *, synthetic_help: str) -> None:
@@ -68,13 +32,13 @@ def _add_model_and_data(p: argparse.ArgumentParser, *, synthetic_help: str) -> N
     )
     source.add_argument("--synthetic", action="store_true", help=synthetic_help)
     p.add_argument(
-        "--batch-size", type=_positive_int, default=256, help="images per rank and step (256)"
+        "--batch-size", type=positive_int, default=256, help="images per rank and step (256)"
     )
     p.add_argument(
-        "--image-size", type=_positive_int, default=None, help="input size (model default)"
+        "--image-size", type=positive_int, default=None, help="input size (model default)"
     )
     p.add_argument(
-        "--num-classes", type=_positive_int, default=None, help="classes (1000 for ImageNet)"
+        "--num-classes", type=positive_int, default=None, help="classes (1000 for ImageNet)"
     )
     p.add_argument(
         "--precision",
@@ -100,28 +64,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     _add_model_and_data(p, synthetic_help="random data (throughput runs, smoke tests)")
-    p.add_argument("--epochs", type=_positive_int, default=90, help="epochs to train (90)")
+    p.add_argument("--epochs", type=positive_int, default=90, help="epochs to train (90)")
     p.add_argument(
         "--steps-per-epoch",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="steps per epoch (default: the training set over the global batch; 100 for "
         "synthetic data)",
     )
     p.add_argument(
-        "--lr", type=_non_negative_float, default=None, help="base learning rate per 256 images"
+        "--lr", type=non_negative_float, default=None, help="base learning rate per 256 images"
     )
     p.add_argument("--optimizer", choices=("sgd", "lars"), default=None, help="update rule")
-    p.add_argument("--momentum", type=_non_negative_float, default=None, help="momentum")
+    p.add_argument("--momentum", type=non_negative_float, default=None, help="momentum")
     p.add_argument(
         "--nesterov", action=argparse.BooleanOptionalAction, default=None, help="Nesterov momentum"
     )
-    p.add_argument("--weight-decay", type=_non_negative_float, default=None, help="L2 weight decay")
+    p.add_argument("--weight-decay", type=non_negative_float, default=None, help="L2 weight decay")
     p.add_argument(
-        "--label-smoothing", type=_non_negative_float, default=None, help="label smoothing"
+        "--label-smoothing", type=non_negative_float, default=None, help="label smoothing"
     )
     p.add_argument(
-        "--warmup-epochs", type=_non_negative_float, default=None, help="linear warmup epochs"
+        "--warmup-epochs", type=non_negative_float, default=None, help="linear warmup epochs"
     )
     p.add_argument(
         "--schedule",
@@ -129,28 +93,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="decay after the warmup",
     )
-    p.add_argument("--power", type=_non_negative_float, default=None, help="polynomial power")
+    p.add_argument("--power", type=non_negative_float, default=None, help="polynomial power")
     p.add_argument(
-        "--boundaries", type=_epoch_list, default=None, help="step-decay epochs, e.g. 30,60,80"
+        "--boundaries", type=float_list, default=None, help="step-decay epochs, e.g. 30,60,80"
     )
     p.add_argument(
         "--log-dir", default=None, help="checkpoints, logs, TensorBoard and export go here"
     )
     p.add_argument(
         "--checkpoint-every",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=0,
         help="also checkpoint every N steps (0: only at epoch ends)",
     )
-    p.add_argument("--keep-checkpoints", type=_positive_int, default=3, help="checkpoints kept (3)")
+    p.add_argument("--keep-checkpoints", type=positive_int, default=3, help="checkpoints kept (3)")
     p.add_argument(
         "--resume", action="store_true", help="continue from the newest checkpoint in --log-dir"
     )
     p.add_argument(
-        "--log-every", type=_non_negative_int, default=100, help="print a line every N steps"
+        "--log-every", type=non_negative_int, default=100, help="print a line every N steps"
     )
     p.add_argument(
-        "--burn-in", type=_non_negative_int, default=20, help="steps left out of Images/sec"
+        "--burn-in", type=non_negative_int, default=20, help="steps left out of Images/sec"
     )
     p.add_argument(
         "--deterministic", action="store_true", help="deterministic ops (bit-exact resumes)"
@@ -197,27 +161,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     _add_model_and_data(p, synthetic_help="one random batch on the device: times the model")
-    p.add_argument("--steps", type=_positive_int, default=100, help="measured steps (100)")
+    p.add_argument("--steps", type=positive_int, default=100, help="measured steps (100)")
     p.add_argument(
-        "--burn-in", type=_non_negative_int, default=20, help="unmeasured steps, at least 1 (20)"
+        "--burn-in", type=non_negative_int, default=20, help="unmeasured steps, at least 1 (20)"
     )
     p.add_argument("--mode", choices=("train", "inference"), default="train", help="what to time")
     p.add_argument(
         "--log-every",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=DEFAULT_WINDOW_STEPS,
         help=f"steps per timed window, one line each (0: windows of {DEFAULT_WINDOW_STEPS}, "
         f"no lines; default {DEFAULT_WINDOW_STEPS})",
     )
     p.add_argument(
         "--latency-batch-sizes",
-        type=_batch_sizes,
+        type=positive_int_list,
         default=(),
         help="with --mode inference: also time single calls at these batch sizes, e.g. "
         "1,8,64,256, and print p50/p90/p95/p99 (SSD320 with post-processing)",
     )
     p.add_argument(
-        "--latency-calls", type=_positive_int, default=20, help="timed calls per size (20)"
+        "--latency-calls", type=positive_int, default=20, help="timed calls per size (20)"
     )
     p.add_argument("--json", default=None, help="also write the result to this JSON file")
     p.set_defaults(func=benchmark_command)
