@@ -32,6 +32,8 @@ PACKAGES = (
 )
 COMMAND = "python scripts/api_docs.py"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # reprs of default objects differ per run
+# A module as a default value reprs with its file path, which differs per installation.
+_MODULE = re.compile(r"<module '([\w.]+)'(?: from '[^']*')?>")
 # Annotations are strings under `from __future__ import annotations`: show them unquoted.
 _QUOTED_ANNOTATION = re.compile(r"(: |-> )'([^']*)'")
 _MAX_VALUE = 300
@@ -42,7 +44,8 @@ def _signature(obj: object) -> str:
         text = str(inspect.signature(obj))
     except (TypeError, ValueError):
         return "(...)"
-    return _QUOTED_ANNOTATION.sub(r"\1\2", _ADDRESS.sub("", text))
+    text = _MODULE.sub(r"\1", _ADDRESS.sub("", text))
+    return _QUOTED_ANNOTATION.sub(r"\1\2", text)
 
 
 _SECTION = re.compile(

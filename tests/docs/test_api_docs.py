@@ -18,6 +18,7 @@ def _api_docs() -> ModuleType:
 
 
 api_docs = _api_docs()
+_SENTINEL = object()
 
 
 def test_api_reference_is_up_to_date():
@@ -98,3 +99,16 @@ def test_google_docstrings_become_markdown():
         "- `num_classes (int)`: classes.\n\n**Returns:**\n\n- The codes.\n\n"
         "**Example:**\n\n```python\n>>> f(1)\n2\n```\n\nMore prose."
     )
+
+
+def test_signatures_do_not_depend_on_where_things_are_installed():
+    # Regression: a module default (`xp=keras.ops`) was shown with its file path, so the
+    # reference generated in a fresh clone's venv differed from the committed one.
+    import keras
+
+    def f(x, *, xp=keras.ops, fn=len, obj=_SENTINEL):
+        return x
+
+    text = api_docs._signature(f)
+    assert "xp=keras.ops" in text
+    assert "site-packages" not in text and " at 0x" not in text
