@@ -36,13 +36,13 @@ class DemoConfig:
     """
 
     cls_image_size: int = 48
-    cls_train_per_class: int = 300
+    cls_train_per_class: int = 400
     cls_val_per_class: int = 100
     cls_epochs: int = 2
     cls_batch_size: int = 32
     cls_lr: float = 0.002
     det_image_size: int = 96
-    det_num_train: int = 1200
+    det_num_train: int = 1600
     det_num_val: int = 200
     det_epochs: int = 2
     det_batch_size: int = 16
