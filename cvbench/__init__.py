@@ -18,6 +18,7 @@ _LAZY = {
     "ScheduleConfig": "cvbench.training",
     "get_model": "cvbench.models",
     "list_models": "cvbench.models",
+    "list_classifiers": "cvbench.models",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]

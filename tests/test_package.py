@@ -1,0 +1,31 @@
+"""The top-level `cvbench` names: lazy, TensorFlow-free, the same objects as their homes."""
+
+import subprocess
+import sys
+
+import pytest
+
+import cvbench
+import cvbench.models
+import cvbench.training
+
+pytestmark = pytest.mark.backend_agnostic
+
+
+def test_top_level_names_are_the_subpackages_objects():
+    assert cvbench.get_model is cvbench.models.get_model
+    assert cvbench.list_classifiers is cvbench.models.list_classifiers
+    assert cvbench.Trainer is cvbench.training.Trainer
+    assert "ssd320" in cvbench.list_models() and "ssd320" not in cvbench.list_classifiers()
+    for name in cvbench.__all__:
+        assert getattr(cvbench, name) is not None
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = cvbench.no_such_name
+
+
+def test_import_cvbench_imports_neither_tensorflow_nor_keras():
+    code = (
+        "import sys, cvbench; print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
