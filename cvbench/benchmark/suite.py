@@ -162,18 +162,9 @@ def _training_workloads(config: SuiteConfig, model: CvbenchModel, policy: str) -
     batch = _batch_size(config, model)
     planned = config.warmup_steps + config.windows * config.window_steps
     workloads: dict[str, Any] = {}
-    workloads[CVBENCH], _ = cvbench_training(
-        model,
-        batch_size=batch,
-        precision=policy,
-        planned_steps=planned,
-        jit_compile=config.jit_compile,
-        distribution="single",
-        seed=config.seed,
-    )
-    for name in config.variants:
-        workloads[f"{CVBENCH}+{name}"], _ = cvbench_training(
-            _variant(model, name),
+    for label, variant in _cvbench_variants(config, model, training=True).items():
+        workloads[label], _ = cvbench_training(
+            variant,
             batch_size=batch,
             precision=policy,
             planned_steps=planned,
@@ -201,26 +192,26 @@ def _variant(model: CvbenchModel, name: str) -> CvbenchModel:
     return dataclasses.replace(model, build=lambda: change(model.build()))
 
 
+def _cvbench_variants(
+    config: SuiteConfig, model: CvbenchModel, *, training: bool
+) -> dict[str, CvbenchModel]:
+    """cvbench's model and each requested variant of it, by column label."""
+    variants = {CVBENCH: model}
+    for name in config.variants:
+        if training or name not in TRAINING_ONLY_VARIANTS:
+            variants[f"{CVBENCH}+{name}"] = _variant(model, name)
+    return variants
+
+
 def _inference_workloads(
     config: SuiteConfig, model: CvbenchModel, policy: str, network: keras.Model
 ) -> dict:
     batch = _batch_size(config, model)
-    workloads: dict[str, Any] = {
-        CVBENCH: cvbench_inference(
-            model,
-            network,
-            batch_size=batch,
-            jit_compile=config.jit_compile,
-            seed=config.seed,
-        )
-    }
-    for name in config.variants:
-        if name in TRAINING_ONLY_VARIANTS:
-            continue
-        variant = _variant(model, name)
-        workloads[f"{CVBENCH}+{name}"] = cvbench_inference(
+    workloads: dict[str, Any] = {}
+    for label, variant in _cvbench_variants(config, model, training=False).items():
+        workloads[label] = cvbench_inference(
             variant,
-            inference_model(variant, policy),
+            network if label == CVBENCH else inference_model(variant, policy),
             batch_size=batch,
             jit_compile=config.jit_compile,
             seed=config.seed,
