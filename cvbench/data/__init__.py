@@ -1,23 +1,48 @@
 """Input data: TFRecord builders and readers, tf.data pipelines, synthetic batches.
 
 Importing this package does not import TensorFlow: each name below is loaded from its module
-on first use, and the NumPy-only parts (`synthetic_arrays`, `synthetic_batches`, the image
-sniffing of the builders) work without TensorFlow (for example under KERAS_BACKEND=jax).
+on first use, and the NumPy-only parts (`synthetic_arrays`, `synthetic_batches`, the label
+map, the image sniffing of the builders) work without TensorFlow (for example under
+KERAS_BACKEND=jax).
 
-Pipelines:
+Public names (the ends of the flows):
     imagenet_dataset: ImageNet-format TFRecords -> (images, labels) for training, or
-        (images, labels, weights) for evaluation.
+        (images, labels, weights) for evaluation. `num_examples`: records in a split.
     tfds_dataset: the same from TensorFlow Datasets ('imagenet2012').
+    coco_dataset: COCO TFRecords -> SSD320 training or evaluation batches.
+        `coco_num_examples`: records in a COCO split. `CocoLabelMap`: COCO ids <-> classes.
     synthetic_dataset, synthetic_arrays, synthetic_batches: one fixed random batch.
-    num_examples: records in a split.
+    build_imagenet: a folder-per-class image set -> ImageNet-format TFRecords.
+    build_coco, build_coco_splits: COCO annotations and images -> COCO TFRecords.
     CorruptRecordCounter: counts records skipped with skip_corrupt=True.
 
-Builders:
-    write_sharded, SplitSpec, Skip: the generic parallel, resumable shard writer.
-    `cvbench.data.build_imagenet.build_imagenet`: a folder-per-class image set ->
-    ImageNet-format TFRecords. (Not re-exported here: the function shares its module's name,
-    so `cvbench.data.build_imagenet` would be the module or the function depending on what
-    was imported first.)
+Where each concept lives:
+    reader.py           the record-reading skeleton every TFRecord reader uses: list files,
+                        scan, rank split (files or records; contiguous ranges for
+                        evaluation), read, lost-record markers, parse; `rank_seed`.
+    pipeline.py         examples -> batches: the decode guard, shuffle and per-example seeds,
+                        padding to a fixed step count, tf.data options; the classification
+                        instances `train_pipeline` / `eval_pipeline`.
+    corrupt.py          raise or skip-and-count corrupt input (`guarded_map`, `apply_policy`).
+    imagenet.py, tfds.py, coco.py
+                        one reader each: its parse, its augmentation, a call into the above.
+    preprocessing.py    the ImageNet (NVIDIA ResNet-50 v1.5) augmentation and normalization.
+    channel_means.py    the per-channel RGB means and stds, defined once.
+    tfrecord.py         the TFRecord / tf.train.Example format and the ImageNet record keys.
+    coco_schema.py      the COCO record layout: keys, writer, parser, records -> ground truth.
+    coco_labels.py      `CocoLabelMap` and the COCO 2017 categories (no TensorFlow).
+    imagenet_builder.py, coco_builder.py
+                        the builders (named so that `build_imagenet` / `build_coco` here are
+                        always the functions, never the modules).
+    sharded_writer.py   the generic parallel, resumable shard writer (`write_sharded`,
+                        `SplitSpec`, `Skip`, `WriteSummary`) the builders share;
+                        worker_pool.py its in-order `map` on worker processes.
+    imagenet_layout.py, image_io.py, extract_imagenet.py, download.py
+                        raw folders, image files, archives and downloads.
+    synthetic.py        random batches; input_bench.py the input-pipeline benchmark.
+
+Nothing here imports `cvbench.detection`, `cvbench.training`, `cvbench.tasks` or
+`cvbench.models`: data flows one way, out of this package.
 """
 
 from __future__ import annotations
@@ -25,28 +50,31 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {
-    "imagenet_dataset": "cvbench.data.imagenet",
-    "num_examples": "cvbench.data.imagenet",
-    "tfds_dataset": "cvbench.data.tfds",
-    "synthetic_arrays": "cvbench.data.synthetic",
-    "synthetic_batches": "cvbench.data.synthetic",
-    "synthetic_dataset": "cvbench.data.synthetic",
-    "CorruptRecordCounter": "cvbench.data.corrupt",
-    "write_sharded": "cvbench.data.sharded_writer",
-    "SplitSpec": "cvbench.data.sharded_writer",
-    "Skip": "cvbench.data.sharded_writer",
-    "WriteSummary": "cvbench.data.sharded_writer",
+# Public name -> (module, attribute in it).
+_LAZY: dict[str, tuple[str, str]] = {
+    "imagenet_dataset": ("cvbench.data.imagenet", "imagenet_dataset"),
+    "num_examples": ("cvbench.data.imagenet", "num_examples"),
+    "tfds_dataset": ("cvbench.data.tfds", "tfds_dataset"),
+    "coco_dataset": ("cvbench.data.coco", "coco_dataset"),
+    "coco_num_examples": ("cvbench.data.coco", "num_examples"),
+    "CocoLabelMap": ("cvbench.data.coco_labels", "CocoLabelMap"),
+    "synthetic_arrays": ("cvbench.data.synthetic", "synthetic_arrays"),
+    "synthetic_batches": ("cvbench.data.synthetic", "synthetic_batches"),
+    "synthetic_dataset": ("cvbench.data.synthetic", "synthetic_dataset"),
+    "build_imagenet": ("cvbench.data.imagenet_builder", "build_imagenet"),
+    "build_coco": ("cvbench.data.coco_builder", "build_coco"),
+    "build_coco_splits": ("cvbench.data.coco_builder", "build_coco_splits"),
+    "CorruptRecordCounter": ("cvbench.data.corrupt", "CorruptRecordCounter"),
 }
 
 __all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if name not in _LAZY:
         raise AttributeError(f"module 'cvbench.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module, attribute = _LAZY[name]
+    value = getattr(importlib.import_module(module), attribute)
     globals()[name] = value
     return value
 

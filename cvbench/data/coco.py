@@ -1,7 +1,10 @@
 """COCO TFRecords (TF Object Detection API format) -> `tf.data` batches for SSD320.
 
 Reads `coco_<split>.record-NNNNN-of-NNNNN` files, as `cvbench.data.build_coco` (and the TF OD
-API's `create_coco_tf_record.py`) write them; the feature keys are in `build_coco`.
+API's `create_coco_tf_record.py`) write them; the record layout and its parser are in
+`cvbench.data.coco_schema`. This module holds only what is COCO's: the SSD320 augmentation and
+the element structure; reading (files, scan, rank split, corrupt records) is
+`cvbench.data.reader`, batching (decode guard, padding, options) `cvbench.data.pipeline`.
 
 Class ids: records carry COCO category ids (1..90 with gaps: 80 are used). The model wants
 contiguous indices `[0, num_classes)`; a `CocoLabelMap` holds the COCO id of each index.
@@ -14,8 +17,8 @@ wrote only the names) get their ids from the COCO 2017 names.
 Boxes are `[ymin, xmin, ymax, xmax]` normalized to [0, 1] (`cvbench.detection.box_ops`).
 
 Images come out as RGB values in [0, 255], resized: the SSD320 model subtracts its channel
-means (123.68, 116.779, 103.939) itself (`subtract_mean=True` does it here instead, for
-models that do not).
+means (`MEAN_RGB`, i.e. `cvbench.data.channel_means.CAFFE_MEAN_RGB`) itself
+(`subtract_mean=True` does it here instead, for models that do not).
 
 Element structure:
 
@@ -48,32 +51,40 @@ from typing import Any
 
 import tensorflow as tf
 
-from cvbench.data import build_coco as fmt
 from cvbench.data._distributed import resolve_shards
-from cvbench.data.corrupt import CorruptRecordCounter, apply_policy, guarded_map
-from cvbench.data.imagenet import rank_seed
-from cvbench.data.pipeline import check_args, eval_steps
-from cvbench.data.records import (
-    Segment,
-    drop_lost_markers,
+from cvbench.data.channel_means import CAFFE_MEAN_RGB
+from cvbench.data.coco_labels import COCO_2017_CATEGORIES, CocoLabelMap
+from cvbench.data.coco_schema import category_name_table, parse_example, record_prefix
+from cvbench.data.corrupt import CorruptRecordCounter
+from cvbench.data.pipeline import check_args, eval_batches, train_batches
+from cvbench.data.reader import (
+    eval_examples,
     list_split_files,
-    rank_segments,
-    read_records,
+    rank_seed,
     scan_files,
+    train_examples,
 )
-from cvbench.detection.labels import COCO_2017_CATEGORIES, CocoLabelMap
+
+__all__ = [
+    "COCO_2017_CATEGORIES",
+    "CROP_AREA_RANGE",
+    "CROP_ASPECT_RATIO_RANGE",
+    "MAX_BOXES",
+    "MEAN_RGB",
+    "CocoLabelMap",
+    "coco_dataset",
+    "crop_boxes",
+    "flip_boxes_left_right",
+    "list_record_files",
+    "num_examples",
+    "pad_boxes",
+    "sample_crop_window",
+]
 
 MAX_BOXES = 100
-MEAN_RGB: tuple[float, float, float] = (123.68, 116.779, 103.939)
+MEAN_RGB = CAFFE_MEAN_RGB  # subtracted with subtract_mean=True
 CROP_ASPECT_RATIO_RANGE: tuple[float, float] = (0.75, 3.0)
 CROP_AREA_RANGE: tuple[float, float] = (0.75, 1.0)
-
-
-def record_prefix(split: str) -> str:
-    """The shard-name prefix of a split: `coco_<split>.record`."""
-    if not split or "/" in split or os.sep in split:
-        raise ValueError(f"split must be a plain name such as 'train' or 'val', got {split!r}")
-    return f"coco_{split}.record"
 
 
 def list_record_files(data_dir: str | os.PathLike, split: str) -> list[str]:
@@ -90,86 +101,9 @@ def list_record_files(data_dir: str | os.PathLike, split: str) -> list[str]:
 
 
 def num_examples(data_dir: str | os.PathLike, split: str) -> int:
-    """The number of complete records of a split (reads only the record headers)."""
+    """The number of complete records of a COCO split (reads only the record headers)."""
     files = list_record_files(data_dir, split)
     return sum(scan_files(files, skip_corrupt=True, counter=None))
-
-
-def feature_spec() -> dict[str, Any]:
-    """The parsing spec of the features the readers use (object lists variable-length)."""
-    return {
-        fmt.ENCODED: tf.io.FixedLenFeature([], tf.string),
-        fmt.HEIGHT: tf.io.FixedLenFeature([], tf.int64),
-        fmt.WIDTH: tf.io.FixedLenFeature([], tf.int64),
-        fmt.SOURCE_ID: tf.io.FixedLenFeature([], tf.string),
-        fmt.FILENAME: tf.io.FixedLenFeature([], tf.string, default_value=""),
-        fmt.BBOX_YMIN: tf.io.VarLenFeature(tf.float32),
-        fmt.BBOX_XMIN: tf.io.VarLenFeature(tf.float32),
-        fmt.BBOX_YMAX: tf.io.VarLenFeature(tf.float32),
-        fmt.BBOX_XMAX: tf.io.VarLenFeature(tf.float32),
-        fmt.CLASS_LABEL: tf.io.VarLenFeature(tf.int64),
-        fmt.CLASS_TEXT: tf.io.VarLenFeature(tf.string),
-        fmt.IS_CROWD: tf.io.VarLenFeature(tf.int64),
-        fmt.AREA: tf.io.VarLenFeature(tf.float32),
-    }
-
-
-def parse_example(
-    serialized: tf.Tensor, name_to_id: tf.lookup.StaticHashTable | None = None
-) -> dict[str, tf.Tensor]:
-    """Parses one serialized record.
-
-    Args:
-        serialized: a string scalar.
-        name_to_id: category name -> COCO id, used when a record lacks
-            `image/object/class/label` (NVIDIA's COCO records wrote only the names); see
-            `category_name_table`. Without it such boxes get id -1 (dropped later).
-
-    Returns:
-        A dict: `encoded` (string scalar, JPEG bytes), `image_id` (int64 scalar, from
-        `image/source_id`), `height`/`width` (int64 scalars, as recorded), `filename`
-        (string), `boxes` (float32 [N, 4], normalized `[ymin, xmin, ymax, xmax]`), `coco_ids`
-        (int64 [N]), `is_crowd` (bool [N]), `area` (float32 [N], pixels).
-    """
-    f = tf.io.parse_single_example(serialized, feature_spec())
-    dense = {k: tf.sparse.to_dense(v) for k, v in f.items() if isinstance(v, tf.SparseTensor)}
-    boxes = tf.stack(
-        [dense[fmt.BBOX_YMIN], dense[fmt.BBOX_XMIN], dense[fmt.BBOX_YMAX], dense[fmt.BBOX_XMAX]], 1
-    )
-    n = tf.shape(boxes)[0]
-    coco_ids = dense[fmt.CLASS_LABEL]
-    if name_to_id is not None:
-        by_name = name_to_id.lookup(dense[fmt.CLASS_TEXT])
-        coco_ids = tf.cond(tf.shape(coco_ids)[0] == n, lambda: coco_ids, lambda: by_name)
-    return {
-        "encoded": f[fmt.ENCODED],
-        "image_id": tf.strings.to_number(f[fmt.SOURCE_ID], tf.int64),
-        "height": f[fmt.HEIGHT],
-        "width": f[fmt.WIDTH],
-        "filename": f[fmt.FILENAME],
-        "boxes": tf.reshape(boxes, [-1, 4]),
-        "coco_ids": _pad_like(coco_ids, n, -1),
-        # Old records without is_crowd/area: treat every box as not crowd.
-        "is_crowd": _pad_like(dense[fmt.IS_CROWD], n, 0) > 0,
-        "area": _pad_like(dense[fmt.AREA], n, 0.0),
-    }
-
-
-def _pad_like(values: tf.Tensor, n: tf.Tensor, fill: Any) -> tf.Tensor:
-    return tf.cond(
-        tf.shape(values)[0] == n,
-        lambda: values,
-        lambda: tf.fill([n], tf.constant(fill, values.dtype)),
-    )
-
-
-def category_name_table() -> tf.lookup.StaticHashTable:
-    """A table from COCO 2017 category names (bytes) to their ids (int64), default -1."""
-    names, ids = zip(*((n, i) for i, n in COCO_2017_CATEGORIES), strict=True)
-    init = tf.lookup.KeyValueTensorInitializer(
-        tf.constant(names), tf.constant(ids, tf.int64), tf.string, tf.int64
-    )
-    return tf.lookup.StaticHashTable(init, default_value=-1)
 
 
 def sample_crop_window(
@@ -323,33 +257,6 @@ def _to_indices(coco_ids: tf.Tensor, class_table: tf.Tensor) -> tf.Tensor:
     return tf.where(inside, tf.gather(class_table, tf.clip_by_value(coco_ids, 0, n - 1)), -1)
 
 
-def _guarded(
-    ds: tf.data.Dataset,
-    fn: Callable[[dict], dict],
-    *,
-    skip_corrupt: bool,
-    counter: CorruptRecordCounter | None,
-    deterministic: bool,
-) -> tf.data.Dataset:
-    """`fn` over examples; an undecodable image raises (naming it) or is skipped and counted."""
-
-    def message(out: Any, ok: tf.Tensor, e: dict) -> tf.Tensor:
-        del out, ok
-        index = tf.strings.as_string(e["index"])
-        return tf.strings.join(
-            ["undecodable image ", e["filename"], " (record ", index, " of ", e["source"], ")"]
-        )
-
-    checked = apply_policy(
-        guarded_map(ds, fn, deterministic=deterministic),
-        lambda t: t[1],
-        lambda t: message(*t),
-        skip_corrupt=skip_corrupt,
-        counter=counter,
-    )
-    return checked.map(lambda out, ok, e: out)
-
-
 def coco_dataset(
     data_dir: str | os.PathLike,
     split: str,
@@ -414,65 +321,48 @@ def coco_dataset(
     files = list_record_files(data_dir, split)
     counter = corrupt_counter if skip_corrupt else None
     name_to_id = category_name_table()
+    reading = {
+        "num_shards": num_shards,
+        "shard_index": shard_index,
+        "cycle_length": cycle_length,
+        "skip_corrupt": skip_corrupt,
+        "counter": counter,
+    }
 
-    def to_example(element: dict) -> dict:
-        ex = parse_example(element["record"], name_to_id)
-        return {**ex, "source": element["source"], "index": element["index"]}
+    def parse(record: tf.Tensor) -> dict:
+        return parse_example(record, name_to_id)
 
     if not training:
-        counts = scan_files(files, skip_corrupt=skip_corrupt, counter=counter)
-        steps = eval_steps(-(-sum(counts) // num_shards), batch_size)  # the largest rank's
-        segments = rank_segments(files, counts, num_shards, shard_index)
-        records = read_records(segments, cycle_length=cycle_length, deterministic=True)
-        records = drop_lost_markers(records, skip_corrupt=skip_corrupt, counter=counter)
-        examples = records.map(to_example, num_parallel_calls=tf.data.AUTOTUNE)
-        ds = _guarded(
-            examples,
-            lambda e: _eval_transform(
-                e, image_size=image_size, dtype=tf_dtype, subtract_mean=subtract_mean
-            ),
-            skip_corrupt=skip_corrupt,
-            counter=counter,
-            deterministic=True,
-        )
+        examples, steps = eval_examples(files, parse, batch_size=batch_size, **reading)
         pad = {
-            "image": tf.zeros([image_size, image_size, 3], tf_dtype),
             "image_id": tf.constant(-1, tf.int64),
             "image_size": tf.constant([0, 0], tf.int32),
             "valid": tf.constant(False),
         }
-        ds = ds.concatenate(tf.data.Dataset.from_tensors(pad).repeat())
-        ds = ds.take(steps * batch_size).batch(batch_size, drop_remainder=True)
-        ds = ds.map(lambda b: (b.pop("image"), b))
-        ds = ds.apply(tf.data.experimental.assert_cardinality(steps))
-        return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(True))
+        return eval_batches(
+            examples,
+            lambda e: _eval_transform(
+                e, image_size=image_size, dtype=tf_dtype, subtract_mean=subtract_mean
+            ),
+            to_element=_split_image,
+            pad=(tf.zeros([image_size, image_size, 3], tf_dtype), pad),
+            batch_size=batch_size,
+            steps=steps,
+            skip_corrupt=skip_corrupt,
+            counter=counter,
+        )
 
     class_table = tf.constant((label_map or CocoLabelMap.ssd320()).index_table())
-    by_file = len(files) >= num_shards
-    mine = files[shard_index::num_shards] if by_file else files
-    counts = scan_files(mine, skip_corrupt=skip_corrupt, counter=counter)
-    if sum(counts) == 0:
-        raise ValueError(f"no records in the {split!r} files {mine[:3]}... of {data_dir}")
     seed_r = rank_seed(seed, shard_index)
-    records = read_records(
-        [Segment(p, 0, n) for p, n in zip(mine, counts, strict=True)],
-        cycle_length=cycle_length,
-        shuffle_files=by_file,
-        seed=seed_r,
-        deterministic=seed is not None or not by_file,
-    )
-    records = drop_lost_markers(records, skip_corrupt=skip_corrupt, counter=counter)
-    if not by_file:  # fewer files than ranks: split the records instead
-        records = records.shard(num_shards, shard_index)
-    if repeat:
-        records = records.repeat()
-    if shuffle_buffer > 1:
-        records = records.shuffle(shuffle_buffer, seed=seed_r, reshuffle_each_iteration=True)
-    seeds = tf.data.Dataset.random(seed=seed_r).batch(2)
-    examples = tf.data.Dataset.zip((records, seeds)).map(
-        lambda r, s: {**to_example(r), "seed": s}, num_parallel_calls=tf.data.AUTOTUNE
-    )
-    ds = _guarded(
+    examples = train_examples(files, parse, seed=seed_r, repeat=repeat, **reading)
+
+    def to_element(out: dict, example: dict) -> tuple[tf.Tensor, Any]:
+        image, padded = _split_image(out, example)
+        if target_encoder is None:
+            return image, padded
+        return image, target_encoder(padded["boxes"], padded["classes"])
+
+    return train_batches(
         examples,
         lambda e: _train_transform(
             e,
@@ -481,24 +371,17 @@ def coco_dataset(
             drop_crowd=drop_crowd,
             dtype=tf_dtype,
             subtract_mean=subtract_mean,
-        ),  # fmt: skip
+        ),
+        to_element=to_element,
+        batch_size=batch_size,
+        seed=seed_r,
+        shuffle_buffer=shuffle_buffer,
         skip_corrupt=skip_corrupt,
         counter=counter,
-        deterministic=seed is not None,
     )
 
-    def split_targets(ex: dict) -> tuple[tf.Tensor, Any]:
-        image = ex.pop("image")
-        if target_encoder is None:
-            return image, ex
-        return image, target_encoder(ex["boxes"], ex["classes"])
 
-    ds = ds.map(split_targets, num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-    return ds.with_options(_options(seed is not None))
-
-
-def _options(deterministic: bool) -> tf.data.Options:
-    options = tf.data.Options()
-    options.deterministic = deterministic
-    return options
+def _split_image(out: dict, example: dict) -> tuple[tf.Tensor, dict]:
+    """`(image, the rest)` of a transform's output dict."""
+    del example
+    return out["image"], {k: v for k, v in out.items() if k != "image"}

@@ -3,7 +3,7 @@
 Two kinds of damage reach a reader:
 
 * a record whose bytes are damaged (a CRC mismatch inside a TFRecord file) or cut off (a
-  truncated file): the TensorFlow reader stops reading that file. `cvbench.data.records`
+  truncated file): the TensorFlow reader stops reading that file. `cvbench.data.reader`
   turns the loss into a *lost-records marker* element naming the file;
 * a record whose image does not decode (a truncated or garbage JPEG). `guarded_map` runs the
   decoding function per element inside its own small dataset, so a failure becomes an element
@@ -27,8 +27,9 @@ import tensorflow as tf
 SKIP_HINT = "; pass skip_corrupt=True to skip corrupt records"
 
 # The dataset functions here and in the other pipeline modules use explicit tf.cond/tf.where,
-# so AutoGraph has nothing to convert; skipping it makes building a pipeline much faster.
-plain = tf.autograph.experimental.do_not_convert
+# so AutoGraph has nothing to convert; wrapping them in `no_autograph` skips the conversion,
+# which makes building a pipeline much faster.
+no_autograph = tf.autograph.experimental.do_not_convert
 
 
 class CorruptRecordCounter:
@@ -91,7 +92,7 @@ def apply_policy(
     """
     if not skip_corrupt:
         return ds.map(
-            plain(
+            no_autograph(
                 lambda *e: _fail_unless(
                     ok_fn(_one(e)), tf.strings.join([message_fn(_one(e)), SKIP_HINT]), _one(e)
                 )
@@ -115,7 +116,7 @@ def apply_policy(
         with tf.control_dependencies([done]):
             return tf.nest.map_structure(tf.identity, element)
 
-    return ds.map(plain(count_and_report)).filter(plain(lambda *e: ok_fn(_one(e))))
+    return ds.map(no_autograph(count_and_report)).filter(no_autograph(lambda *e: ok_fn(_one(e))))
 
 
 def _one(args: tuple) -> Any:
@@ -157,18 +158,18 @@ def guarded_map(
         A dataset of `(fn(e), ok, e)` triples.
     """
     if output_spec is None:
-        output_spec = ds.take(1).map(plain(fn)).element_spec
+        output_spec = ds.take(1).map(no_autograph(fn)).element_spec
     zeros = _zeros_like_spec(output_spec)
 
     def guarded(element: Any) -> tf.data.Dataset:
         one = tf.data.Dataset.from_tensors(element)
-        good = one.map(plain(lambda e: (fn(e), tf.constant(True), e))).ignore_errors()
+        good = one.map(no_autograph(lambda e: (fn(e), tf.constant(True), e))).ignore_errors()
         bad = tf.data.Dataset.from_tensors((zeros, tf.constant(False), element))
         return good.concatenate(bad).take(1)
 
     parallel = num_parallel_calls if num_parallel_calls is not None else tf.data.AUTOTUNE
     return ds.interleave(
-        plain(guarded),
+        no_autograph(guarded),
         cycle_length=tf.data.AUTOTUNE if parallel == tf.data.AUTOTUNE else parallel,
         block_length=1,
         num_parallel_calls=parallel,

@@ -17,6 +17,11 @@ Element structure:
 Sharding across processes: `num_shards` / `shard_index`, by default Horovod's size and rank
 when Horovod is initialised. Training shards files (records when there are fewer files than
 ranks); evaluation gives each rank a contiguous range of records.
+
+This module holds only what is ImageNet's: the record parser
+(`cvbench.data.tfrecord.parse_imagenet_example`) and the recipe
+(`cvbench.data.preprocessing`). Reading (files, scan, rank split, corrupt records) is
+`cvbench.data.reader`; batching (decode guard, padding, options) `cvbench.data.pipeline`.
 """
 
 from __future__ import annotations
@@ -24,40 +29,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 from cvbench.data._distributed import resolve_shards
-from cvbench.data.corrupt import CorruptRecordCounter, plain
+from cvbench.data.corrupt import CorruptRecordCounter
 from cvbench.data.pipeline import (
     EvalPreprocess,
     TrainPreprocess,
     check_args,
     eval_pipeline,
-    eval_steps,
     train_pipeline,
 )
-from cvbench.data.records import (
-    Segment,
-    drop_lost_markers,
-    list_split_files,
-    rank_segments,
-    read_records,
-    scan_files,
-)
+from cvbench.data.reader import eval_examples, list_split_files, rank_seed, train_examples
 from cvbench.data.tfrecord import parse_imagenet_example, scan_tfrecord
-
-
-def _to_example(element: dict) -> dict:
-    parsed = parse_imagenet_example(element["record"])
-    return {
-        "encoded": parsed["encoded"],
-        "label": parsed["label"],
-        "boxes": parsed["boxes"],
-        "filename": parsed["filename"],
-        "source": element["source"],
-        "index": element["index"],
-    }
 
 
 def num_examples(
@@ -67,13 +51,6 @@ def num_examples(
     return sum(
         scan_tfrecord(p).num_records for p in list_split_files(data_dir, split, file_pattern)
     )
-
-
-def rank_seed(seed: int | None, shard_index: int) -> int | None:
-    """A per-rank seed derived from `seed`, so ranks do not draw identical augmentations."""
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence([seed, shard_index]).generate_state(1)[0])
 
 
 def imagenet_dataset(
@@ -136,27 +113,18 @@ def imagenet_dataset(
         raise ValueError(f"cycle_length must be >= 1, got {cycle_length}")
     files = list_split_files(data_dir, split, file_pattern)
     counter = corrupt_counter if skip_corrupt else None
-
+    reading = {
+        "num_shards": num_shards,
+        "shard_index": shard_index,
+        "cycle_length": cycle_length,
+        "skip_corrupt": skip_corrupt,
+        "counter": counter,
+    }
     if training:
-        by_file = len(files) >= num_shards
-        mine = files[shard_index::num_shards] if by_file else files
-        counts = scan_files(mine, skip_corrupt=skip_corrupt, counter=counter)
-        if sum(counts) == 0:
-            raise ValueError(f"no records in {split!r} files {mine[:3]}... of {data_dir}")
         seed_r = rank_seed(seed, shard_index)
-        records = read_records(
-            [Segment(p, 0, n) for p, n in zip(mine, counts, strict=True)],
-            cycle_length=cycle_length,
-            shuffle_files=by_file,
-            seed=seed_r,
-            deterministic=seed is not None or not by_file,
+        examples = train_examples(
+            files, parse_imagenet_example, seed=seed_r, repeat=repeat, **reading
         )
-        records = drop_lost_markers(records, skip_corrupt=skip_corrupt, counter=counter)
-        if not by_file:  # fewer files than ranks: split the records instead
-            records = records.shard(num_shards, shard_index)
-        if repeat:
-            records = records.repeat()
-        examples = records.map(plain(_to_example), num_parallel_calls=tf.data.AUTOTUNE)
         return train_pipeline(
             examples,
             batch_size=batch_size,
@@ -168,19 +136,13 @@ def imagenet_dataset(
             counter=counter,
             preprocess=train_preprocess,
         )
-
-    counts = scan_files(files, skip_corrupt=skip_corrupt, counter=counter)
-    total = sum(counts)
-    segments = rank_segments(files, counts, num_shards, shard_index)
-    records = read_records(segments, cycle_length=cycle_length, deterministic=True)
-    records = drop_lost_markers(records, skip_corrupt=skip_corrupt, counter=counter)
-    examples = records.map(plain(_to_example), num_parallel_calls=tf.data.AUTOTUNE)
+    examples, steps = eval_examples(files, parse_imagenet_example, batch_size=batch_size, **reading)
     return eval_pipeline(
         examples,
         batch_size=batch_size,
         image_size=image_size,
         dtype=tf_dtype,
-        steps=eval_steps(-(-total // num_shards), batch_size),  # the largest rank's count
+        steps=steps,
         skip_corrupt=skip_corrupt,
         counter=counter,
         preprocess=eval_preprocess,

@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from cvbench.data.sharded_writer import default_num_workers, format_bytes
+from cvbench.data.sharded_writer import format_bytes
 from cvbench.data.tfrecord import imagenet_example
+from cvbench.data.worker_pool import default_num_workers
 
 
 def photo_like_jpeg(rng: np.random.Generator, height: int, width: int, quality: int) -> bytes:
@@ -258,7 +259,7 @@ def _decode_step_ms(
     import tensorflow as tf
 
     from cvbench.data.preprocessing import decode_and_random_crop, decode_then_random_crop
-    from cvbench.data.records import list_split_files
+    from cvbench.data.reader import list_split_files
     from cvbench.data.tfrecord import iter_tfrecord
 
     encoded = []

@@ -1,6 +1,22 @@
-"""The common second half of the classification input pipelines (TFRecord and TFDS sources).
+"""The second half of every input pipeline: examples -> training or evaluation batches.
 
-Both take a dataset of *examples*, dicts with:
+A reader (`cvbench.data.imagenet`, `.coco`, `.tfds`) gives a dataset of *example* dicts (its
+parse output plus `filename`, `source` and `index`, which name a corrupt image) and a
+per-example `transform` (decode + augmentation); this module does the rest, the same way for
+every reader:
+
+* `train_batches`: shuffle -> a stateless seed per example (`seed` key, int64 [2]) ->
+  guarded `transform` -> `to_element` -> batch (dropping the remainder) -> prefetch;
+* `eval_batches`: guarded `transform` -> `to_element` -> the pad element repeated -> exactly
+  `steps` full batches (asserted as the cardinality) -> prefetch.
+
+*Guarded*: a `transform` that fails on an example (an undecodable image) raises an error
+naming the image and its file, or with `skip_corrupt=True` the example is skipped, printed and
+counted (`cvbench.data.corrupt`). Both set `tf.data.Options.deterministic`: training when a
+seed is given, evaluation always.
+
+`train_pipeline` / `eval_pipeline` are the classification instances (ImageNet records and
+TFDS), on examples with:
 
 * `encoded`: scalar string, the encoded image;
 * `label`: int32, 0-based class;
@@ -20,11 +36,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from cvbench.data.corrupt import CorruptRecordCounter, apply_policy, guarded_map, plain
+from cvbench.data.corrupt import CorruptRecordCounter, apply_policy, guarded_map, no_autograph
 from cvbench.data.preprocessing import preprocess_for_eval, preprocess_for_train
 
 TrainPreprocess = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
 EvalPreprocess = Callable[[tf.Tensor], tf.Tensor]
+Transform = Callable[[dict], Any]
+ToElement = Callable[[Any, dict], Any]
 
 
 def check_args(batch_size: int, image_size: int, dtype: Any) -> tf.DType:
@@ -56,17 +74,18 @@ def _undecodable(out: Any, ok: tf.Tensor, e: dict) -> tf.Tensor:
     )
 
 
-def _decode_checked(
+def _guarded(
     ds: tf.data.Dataset,
-    fn: Callable[[dict], tf.Tensor],
-    output_spec: tf.TensorSpec,
+    transform: Transform,
+    to_element: ToElement,
+    output_spec: Any,
     *,
     skip_corrupt: bool,
     counter: CorruptRecordCounter | None,
-    deterministic: bool | None,
+    deterministic: bool,
 ) -> tf.data.Dataset:
-    """`fn` over examples; corrupt ones raise or are skipped. Yields (image, example)."""
-    guarded = guarded_map(ds, fn, output_spec=output_spec, deterministic=deterministic)
+    """`transform` over examples; corrupt ones raise or are skipped; then `to_element`."""
+    guarded = guarded_map(ds, transform, output_spec=output_spec, deterministic=deterministic)
     checked = apply_policy(
         guarded,
         lambda t: t[1],
@@ -74,13 +93,108 @@ def _decode_checked(
         skip_corrupt=skip_corrupt,
         counter=counter,
     )
-    return checked.map(plain(lambda image, ok, e: (image, e)))
+    return checked.map(lambda out, ok, e: to_element(out, e), num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def _options(deterministic: bool) -> tf.data.Options:
     options = tf.data.Options()
     options.deterministic = deterministic
     return options
+
+
+def train_batches(
+    examples: tf.data.Dataset,
+    transform: Transform,
+    *,
+    to_element: ToElement,
+    batch_size: int,
+    seed: int | None,
+    shuffle_buffer: int,
+    skip_corrupt: bool,
+    counter: CorruptRecordCounter | None,
+    output_spec: Any = None,
+) -> tf.data.Dataset:
+    """Shuffle, seed, transform (guarded), batch dropping the remainder, prefetch.
+
+    Args:
+        examples: example dicts (repeat them before calling for an endless stream).
+        transform: example (with `seed`, int64 [2], a stateless random seed) -> a nest of
+            tensors of static shape; an error at run time marks the example corrupt.
+        to_element: `(transform output, example) -> element`, the batch element (unguarded,
+            converted by AutoGraph unless wrapped in `no_autograph`: e.g. pick the label, or
+            run a target encoder).
+        batch_size: elements per batch.
+        seed: makes shuffling and the per-example seeds deterministic; None:
+            nondeterministic.
+        shuffle_buffer: examples in the shuffle buffer (1 disables shuffling).
+        skip_corrupt: skip and count examples `transform` fails on instead of raising.
+        counter: counts them.
+        output_spec: the `tf.TensorSpec` nest `transform` returns (traced if None).
+
+    Returns:
+        Batches of `to_element`'s structure, each with a leading batch dimension.
+    """
+    if shuffle_buffer > 1:
+        examples = examples.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    seeds = tf.data.Dataset.random(seed=seed).batch(2)
+    ds = tf.data.Dataset.zip((examples, seeds)).map(no_autograph(lambda e, s: {**e, "seed": s}))
+    ds = _guarded(
+        ds,
+        transform,
+        to_element,
+        output_spec,
+        skip_corrupt=skip_corrupt,
+        counter=counter,
+        deterministic=seed is not None,
+    )
+    ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    return ds.with_options(_options(seed is not None))
+
+
+def eval_batches(
+    examples: tf.data.Dataset,
+    transform: Transform,
+    *,
+    to_element: ToElement,
+    pad: Any,
+    batch_size: int,
+    steps: int,
+    skip_corrupt: bool,
+    counter: CorruptRecordCounter | None,
+    output_spec: Any = None,
+) -> tf.data.Dataset:
+    """Transform (guarded) every example once, in order; pad to exactly `steps` full batches.
+
+    Padding elements fill the last batch and any further batches up to `steps`, so that every
+    rank runs the same number of steps (collective ops in step) with static shapes.
+
+    Args:
+        examples: example dicts, one pass, at most `steps * batch_size` of them.
+        transform: example -> a nest of tensors of static shape.
+        to_element: `(transform output, example) -> element`.
+        pad: the padding element, of `to_element`'s structure (e.g. a zero image, weight 0).
+        batch_size: elements per batch.
+        steps: batches to yield (`cvbench.data.reader.eval_steps` of the largest rank).
+        skip_corrupt: skip and count examples `transform` fails on instead of raising.
+        counter: counts them.
+        output_spec: the `tf.TensorSpec` nest `transform` returns (traced if None).
+
+    Returns:
+        Exactly `steps` batches (the dataset's cardinality) of `to_element`'s structure.
+    """
+    ds = _guarded(
+        examples,
+        transform,
+        to_element,
+        output_spec,
+        skip_corrupt=skip_corrupt,
+        counter=counter,
+        deterministic=True,
+    )
+    ds = ds.concatenate(tf.data.Dataset.from_tensors(pad).repeat()).take(steps * batch_size)
+    ds = ds.batch(batch_size, drop_remainder=True)
+    ds = ds.apply(tf.data.experimental.assert_cardinality(steps)).prefetch(tf.data.AUTOTUNE)
+    return ds.with_options(_options(True))
 
 
 def train_pipeline(
@@ -95,7 +209,7 @@ def train_pipeline(
     counter: CorruptRecordCounter | None,
     preprocess: TrainPreprocess | None = None,
 ) -> tf.data.Dataset:
-    """Shuffle, augment, batch (dropping the remainder), prefetch.
+    """Classification training: shuffle, augment, batch (dropping the remainder), prefetch.
 
     Args:
         examples: example dicts (repeat them before calling for an endless stream).
@@ -114,26 +228,17 @@ def train_pipeline(
     """
     if preprocess is None:
         preprocess = functools.partial(preprocess_for_train, image_size=image_size, dtype=dtype)
-    if shuffle_buffer > 1:
-        examples = examples.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    seeds = tf.data.Dataset.random(seed=seed).batch(2)
-    ds = tf.data.Dataset.zip((examples, seeds)).map(plain(lambda e, s: {**e, "seed": s}))
-    ds = _decode_checked(
-        ds,
+    return train_batches(
+        examples,
         lambda e: preprocess(e["encoded"], e["boxes"], e["seed"]),
-        tf.TensorSpec([image_size, image_size, 3], dtype),
+        to_element=no_autograph(lambda image, e: (image, e["label"])),
+        output_spec=tf.TensorSpec([image_size, image_size, 3], dtype),
+        batch_size=batch_size,
+        seed=seed,
+        shuffle_buffer=shuffle_buffer,
         skip_corrupt=skip_corrupt,
         counter=counter,
-        deterministic=seed is not None,
     )
-    ds = ds.map(plain(lambda image, e: (image, e["label"])))
-    ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-    return ds.with_options(_options(seed is not None))
-
-
-def eval_steps(max_records_per_rank: int, batch_size: int) -> int:
-    """Batches every rank yields: ceil(max records of any rank / batch_size)."""
-    return -(-max_records_per_rank // batch_size)
 
 
 def eval_pipeline(
@@ -147,7 +252,7 @@ def eval_pipeline(
     counter: CorruptRecordCounter | None,
     preprocess: EvalPreprocess | None = None,
 ) -> tf.data.Dataset:
-    """Decode, resize, central crop, then pad to exactly `steps` full batches.
+    """Classification evaluation: decode, resize, central crop, pad to `steps` full batches.
 
     Every example of `examples` appears once, in order, with weight 1.0; padding rows (zero
     image, label 0, weight 0.0) fill the last batch and any further batches up to `steps`, so
@@ -171,23 +276,19 @@ def eval_pipeline(
     """
     if preprocess is None:
         preprocess = functools.partial(preprocess_for_eval, image_size=image_size, dtype=dtype)
-    ds = _decode_checked(
+    pad = (
+        tf.zeros([image_size, image_size, 3], dtype),
+        tf.constant(0, tf.int32),
+        tf.constant(0.0),
+    )
+    return eval_batches(
         examples,
         lambda e: preprocess(e["encoded"]),
-        tf.TensorSpec([image_size, image_size, 3], dtype),
+        to_element=no_autograph(lambda image, e: (image, e["label"], tf.constant(1.0))),
+        pad=pad,
+        output_spec=tf.TensorSpec([image_size, image_size, 3], dtype),
+        batch_size=batch_size,
+        steps=steps,
         skip_corrupt=skip_corrupt,
         counter=counter,
-        deterministic=True,
     )
-    ds = ds.map(plain(lambda image, e: (image, e["label"], tf.constant(1.0))))
-    pad = tf.data.Dataset.from_tensors(
-        (
-            tf.zeros([image_size, image_size, 3], dtype),
-            tf.constant(0, tf.int32),
-            tf.constant(0.0),
-        )
-    ).repeat()
-    ds = ds.concatenate(pad).take(steps * batch_size)
-    ds = ds.batch(batch_size, drop_remainder=True)
-    ds = ds.apply(tf.data.experimental.assert_cardinality(steps)).prefetch(tf.data.AUTOTUNE)
-    return ds.with_options(_options(True))

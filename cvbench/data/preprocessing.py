@@ -11,7 +11,8 @@ The NVIDIA ResNet-50 v1.5 recipe:
 * eval: shorter side to `image_size / 0.875` (256 for 224) keeping aspect ratio, central
   `image_size` crop;
 * both: `(pixel - mean) / std` per RGB channel with mean (123.68, 116.28, 103.53) and std
-  (58.395, 57.12, 57.385), channels last. Pixel values 0..255 therefore map to
+  (58.395, 57.12, 57.385) (`MEAN_RGB`, `STD_RGB`, from `cvbench.data.channel_means`),
+  channels last. Pixel values 0..255 therefore map to
   [-123.68 / 58.395, (255 - 103.53) / 57.385] = [-2.1180, 2.6395].
 
 Randomness is stateless: the caller passes a seed tensor of shape [2] per image, so the same
@@ -30,8 +31,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-MEAN_RGB = (123.68, 116.28, 103.53)
-STD_RGB = (58.395, 57.12, 57.385)
+from cvbench.data.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+
+MEAN_RGB = IMAGENET_MEAN_RGB
+STD_RGB = IMAGENET_STD_RGB
 EVAL_CROP_FRACTION = 0.875  # 224 / 256
 
 MIN_OBJECT_COVERED = 0.1

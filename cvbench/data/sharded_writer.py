@@ -40,33 +40,30 @@ What it guarantees:
   whose size differs from the manifest); a rerun with another identity, or into a directory
   holding shards without a manifest, raises `FileExistsError` unless `overwrite=True`, which
   deletes those shards and starts over.
-* Worker processes (`num_workers`, default all cores; <= 1 runs in this process) encode items;
-  this process writes the shards in order with `tf.io.TFRecordWriter`. A tqdm progress bar
-  shows items/s.
+* Worker processes (`num_workers`, default all cores; <= 1 runs in this process;
+  `cvbench.data.worker_pool`) encode items; this process writes the shards in order with
+  `tf.io.TFRecordWriter`. A tqdm progress bar shows items/s.
 * `Skip` results are collected with their reasons (`WriteSummary.skipped`, also for shards
   written by an earlier run); skipped items leave their shard one record shorter.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import glob
 import hashlib
 import json
-import multiprocessing
 import os
 import pickle
 import string
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cvbench.data.worker_pool import ParallelMap, default_num_workers, parallel_map
 from cvbench.utils.io import atomic_path, write_json_atomic
 
 MANIFEST_NAME = "cvbench_manifest.json"
@@ -302,94 +299,6 @@ def _prepare_out_dir(out_dir: Path, identity: dict[str, Any], splits, overwrite:
     return {**identity, "shards": {}}
 
 
-def _encode_chunk(encode_fn: Callable[[Any], bytes | Skip], items: list[Any]) -> list:
-    return [encode_fn(item) for item in items]
-
-
-class _ParallelEncoder:
-    """`map(encode_fn, items)` in order on worker processes, a bounded window of chunks ahead.
-
-    The first window is submitted on construction, so the workers start while the caller
-    still prepares (imports TensorFlow). `close()` stops the workers.
-    """
-
-    def __init__(
-        self,
-        encode_fn: Callable[[Any], bytes | Skip],
-        items: Iterable[Any],
-        num_workers: int,
-        chunksize: int,
-    ) -> None:
-        # spawn: workers start clean (no copy of this process's TensorFlow state or threads).
-        # A ProcessPoolExecutor (unlike multiprocessing.Pool) fails instead of restarting
-        # workers that die at start-up.
-        context = multiprocessing.get_context("spawn")
-        self._executor = ProcessPoolExecutor(num_workers, mp_context=context)
-        self._encode_fn = encode_fn
-        self._chunks = _chunks(items, chunksize)
-        self._window = 4 * num_workers
-        self._pending: collections.deque = collections.deque()
-        self._ready: collections.deque = collections.deque()
-        self._fill()
-
-    def _fill(self) -> None:
-        while len(self._pending) < self._window:
-            chunk = next(self._chunks, None)
-            if chunk is None:
-                return
-            self._pending.append(self._executor.submit(_encode_chunk, self._encode_fn, chunk))
-
-    def __iter__(self) -> _ParallelEncoder:
-        return self
-
-    def __next__(self) -> bytes | Skip:
-        if not self._ready:
-            if not self._pending:
-                raise StopIteration
-            future = self._pending.popleft()
-            try:
-                self._fill()
-                self._ready.extend(future.result())
-            except BrokenProcessPool as e:
-                raise RuntimeError(
-                    "a worker process died. Worker processes are started with 'spawn' and "
-                    "import the main script again: call the builder under "
-                    '`if __name__ == "__main__":` in scripts, or use num_workers=1'
-                ) from e
-        return self._ready.popleft()
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
-
-
-def _encode_all(
-    encode_fn: Callable[[Any], bytes | Skip], items: Iterable[Any], num_workers: int, chunksize: int
-) -> Iterator[bytes | Skip]:
-    """`map(encode_fn, items)`, in this process or on `num_workers` processes."""
-    if num_workers <= 1:
-        return map(encode_fn, items)
-    return _ParallelEncoder(encode_fn, items, num_workers, chunksize)
-
-
-def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    chunk: list[Any] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def default_num_workers() -> int:
-    """The number of CPU cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def write_sharded(
     out_dir: str | os.PathLike,
     splits: Sequence[SplitSpec],
@@ -485,7 +394,7 @@ def write_sharded(
     todo_items = (spec.items[i] for spec, _, indices in todo for i in indices)
     total = sum(len(indices) for _, _, indices in todo)
     chunksize = max(1, min(32, total // (max(1, num_workers) * 8)))
-    results = _encode_all(encode_fn, todo_items, num_workers if total else 0, chunksize)
+    results = parallel_map(encode_fn, todo_items, num_workers if total else 0, chunksize)
     bar = tqdm(total=total, unit=unit, disable=not progress, file=sys.stderr, dynamic_ncols=True)
     try:
         import tensorflow as tf  # only this process writes TFRecords
@@ -513,7 +422,7 @@ def write_sharded(
             summary.bytes_written += size
             summary.skipped += [SkippedItem(spec.name, i, r) for i, r in skipped]
     finally:
-        if isinstance(results, _ParallelEncoder):
+        if isinstance(results, ParallelMap):
             results.close()  # stops the workers, also on an error or interrupt
         bar.close()
     summary.items_processed = total

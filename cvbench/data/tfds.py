@@ -6,6 +6,10 @@ decode-and-crop too. TFDS labels are already 0-based. Ranks get equal parts of t
 (`tfds.even_splits`); evaluation pads every rank to the same number of full batches, with
 weights (see `cvbench.data.pipeline.eval_pipeline`).
 
+Only the source differs from the TFRecord readers: the batching (decode guard, padding,
+options) is `cvbench.data.pipeline`'s, the per-rank seed and step count
+`cvbench.data.reader`'s.
+
 ImageNet needs a manual download before TFDS can prepare it (see the TFDS `imagenet2012`
 page); `download=True` runs the preparation.
 """
@@ -18,16 +22,15 @@ from typing import Any
 import tensorflow as tf
 
 from cvbench.data._distributed import resolve_shards
-from cvbench.data.corrupt import CorruptRecordCounter, plain
-from cvbench.data.imagenet import rank_seed
+from cvbench.data.corrupt import CorruptRecordCounter, no_autograph
 from cvbench.data.pipeline import (
     EvalPreprocess,
     TrainPreprocess,
     check_args,
     eval_pipeline,
-    eval_steps,
     train_pipeline,
 )
+from cvbench.data.reader import eval_steps, rank_seed
 
 
 def _import_tfds() -> Any:
@@ -62,7 +65,7 @@ def _examples(ds: tf.data.Dataset, source: str) -> tf.data.Dataset:
             "index": index,
         }
 
-    return ds.enumerate().map(plain(to_example), num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.enumerate().map(no_autograph(to_example), num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def _num_examples(tfds: Any, name: str, split: Any, data_dir: Any, ds: tf.data.Dataset) -> int:

@@ -1,6 +1,8 @@
-"""TFRecord files and `tf.train.Example` records, shared by the builders and the readers.
+"""The TFRecord / `tf.train.Example` *format*: record framing, Example encoding, the ImageNet keys.
 
-Two halves:
+This module knows what the bytes of a file and of a record are; reading a split's files as a
+`tf.data` stream (listing, rank split, lost records) is `cvbench.data.reader`, and the COCO
+record layout is `cvbench.data.coco_schema`. Builders and readers share it, in two halves:
 
 * Writing side, pure Python (no TensorFlow import): `encode_example` serializes a
   `tf.train.Example` from `bytes_feature` / `int64_feature` / `float_feature` values, and

@@ -9,6 +9,10 @@ post-processed outputs (normalized `[ymin, xmin, ymax, xmax]` boxes, contiguous 
 
 `backend="faster"` uses the C++ evaluator of `faster-coco-eval` (same numbers, several times
 faster on val2017); it is imported only when asked for.
+
+The other two ends of an evaluation live elsewhere: the model loop that makes the detections
+is `cvbench.detection.predict.predict_coco`; the ground truth rebuilt from TFRecords (when the
+annotation file is missing) is `cvbench.data.coco_schema.groundtruth_from_records`.
 """
 
 from __future__ import annotations
@@ -334,127 +338,3 @@ def _per_category_ap(coco_eval: Any, gt_dict: dict[str, Any]) -> dict[str, float
         p = precision[:, :, k, 0, -1]
         out[names[int(cat_id)]] = float(np.mean(p[p > -1])) if np.any(p > -1) else -1.0
     return out
-
-
-def predict_coco(
-    model: Any,
-    dataset: Any,
-    coco_category_ids: Sequence[int],
-    *,
-    anchors: np.ndarray | None = None,
-    **postprocess_kwargs: Any,
-) -> tuple[list[dict[str, Any]], list[int]]:
-    """Runs an SSD model over an evaluation stream and returns COCO result dicts.
-
-    Args:
-        model: a model built by `cvbench.detection.ssd.ssd320` (dict outputs).
-        dataset: `(images, meta)` batches of `cvbench.data.coco.coco_dataset(training=False)`
-            (meta: `image_id` [B], `image_size` [B, 2], `valid` [B]).
-        coco_category_ids: the label map (the COCO id of each class index).
-        anchors: the model's anchors; default `multiscale_anchors` of its input size.
-        **postprocess_kwargs: thresholds for `postprocess.postprocess`.
-
-    Returns:
-        `(detections, image_ids)`: the result dicts of the real (not padding) images, in
-        original pixels and COCO ids, and the ids of every image seen.
-    """
-    import keras
-
-    from cvbench.detection.anchors import multiscale_anchors
-    from cvbench.detection.postprocess import postprocess
-
-    if anchors is None:
-        anchors = multiscale_anchors(tuple(model.input_shape[1:3]))
-    detections: list[dict[str, Any]] = []
-    image_ids: list[int] = []
-    for images, meta in dataset:
-        outputs = model.predict_on_batch(keras.ops.convert_to_numpy(images))
-        dets = postprocess(outputs["boxes"], outputs["classes"], anchors, **postprocess_kwargs)
-        valid = np.asarray(meta["valid"], bool)
-        ids = np.asarray(meta["image_id"])
-        detections += detections_to_coco(
-            ids,
-            dets["boxes"],
-            dets["scores"],
-            dets["classes"],
-            dets["num_detections"],
-            np.asarray(meta["image_size"]),
-            coco_category_ids,
-            valid=valid,
-        )
-        image_ids += ids[valid].tolist()
-    return detections, image_ids
-
-
-def groundtruth_from_records(files: Sequence[str]) -> dict[str, Any]:
-    """A COCO annotation dict rebuilt from COCO TFRecords (for evaluation without the JSON).
-
-    Boxes come back in pixels (normalized coordinates times the recorded size), with the
-    recorded `area` and `is_crowd`; categories are named from `image/object/class/text`.
-    Annotations the builder skipped (degenerate boxes) are absent, so numbers can differ
-    slightly from an evaluation on the original annotation file.
-
-    Args:
-        files: the TFRecord files of a split (`cvbench.data.coco.list_record_files`).
-
-    Returns:
-        `{"images", "annotations", "categories"}`.
-    """
-    import tensorflow as tf
-
-    from cvbench.data import build_coco as fmt
-
-    spec = {
-        fmt.SOURCE_ID: tf.io.FixedLenFeature([], tf.string),
-        fmt.HEIGHT: tf.io.FixedLenFeature([], tf.int64),
-        fmt.WIDTH: tf.io.FixedLenFeature([], tf.int64),
-        fmt.FILENAME: tf.io.FixedLenFeature([], tf.string, default_value=""),
-        **{
-            k: tf.io.VarLenFeature(tf.float32)
-            for k in (fmt.BBOX_YMIN, fmt.BBOX_XMIN, fmt.BBOX_YMAX, fmt.BBOX_XMAX, fmt.AREA)
-        },
-        fmt.CLASS_LABEL: tf.io.VarLenFeature(tf.int64),
-        fmt.CLASS_TEXT: tf.io.VarLenFeature(tf.string),
-        fmt.IS_CROWD: tf.io.VarLenFeature(tf.int64),
-    }
-
-    def parse(record: Any) -> dict[str, Any]:
-        f = tf.io.parse_single_example(record, spec)
-        return {k: tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v
-                for k, v in f.items()}  # fmt: skip
-
-    from cvbench.detection.labels import COCO_2017_CATEGORIES
-
-    by_name = {name: i for i, name in COCO_2017_CATEGORIES}
-    images, annotations, names = [], [], {}
-    for ex in tf.data.TFRecordDataset(list(files)).map(parse).as_numpy_iterator():
-        image_id, height, width = int(ex[fmt.SOURCE_ID]), int(ex[fmt.HEIGHT]), int(ex[fmt.WIDTH])
-        name = ex[fmt.FILENAME].decode("utf-8")
-        images.append({"id": image_id, "height": height, "width": width, "file_name": name})
-        boxes = np.stack([ex[k] for k in (fmt.BBOX_YMIN, fmt.BBOX_XMIN, fmt.BBOX_YMAX,
-                                          fmt.BBOX_XMAX)], axis=-1)  # fmt: skip
-        xywh = box_ops.boxes_to_coco(boxes.astype(np.float64), height, width, xp=np)
-        n = len(boxes)
-        crowd = ex[fmt.IS_CROWD] if len(ex[fmt.IS_CROWD]) == n else np.zeros(n, np.int64)
-        area = ex[fmt.AREA] if len(ex[fmt.AREA]) == n else xywh[:, 2] * xywh[:, 3]
-        texts = ex[fmt.CLASS_TEXT] if len(ex[fmt.CLASS_TEXT]) == n else [b""] * n
-        labels = ex[fmt.CLASS_LABEL]
-        if len(labels) != n:  # NVIDIA's records: names only
-            labels = [by_name.get(t.decode("utf-8"), -1) for t in texts]
-        for j in range(n):
-            cat = int(labels[j])
-            if cat < 0:
-                continue
-            names.setdefault(cat, texts[j].decode("utf-8") or str(cat))
-            annotations.append(
-                {
-                    "id": len(annotations) + 1,
-                    "image_id": image_id,
-                    "category_id": cat,
-                    "bbox": [float(v) for v in xywh[j]],
-                    "area": float(area[j]),
-                    "iscrowd": int(crowd[j]),
-                }
-            )
-    categories = [{"id": i, "name": n} for i, n in sorted(names.items())]
-    return {"images": images, "annotations": annotations, "categories": categories}

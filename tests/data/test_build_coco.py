@@ -12,8 +12,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from cvbench.data import build_coco as bc
 from cvbench.data import coco
+from cvbench.data import coco_builder as bc
+from cvbench.data import coco_schema as keys
 from cvbench.data.sharded_writer import MANIFEST_NAME
 
 H, W = 48, 64
@@ -140,7 +141,7 @@ def test_build_writes_od_api_records_and_skips_bad_images(tmp_path):
     assert "4 boxes kept" in summary.format()
 
     examples = _records(out / names[0]) + _records(out / names[1])
-    by_id = {int(_feature(ex, bc.SOURCE_ID)[0]): ex for ex in examples}
+    by_id = {int(_feature(ex, keys.SOURCE_ID)[0]): ex for ex in examples}
     assert sorted(by_id) == [1, 2, 3, 4]  # the annotation file's order, 7 images in 2 shards
     expected_keys = {
         "image/height", "image/width", "image/filename", "image/source_id", "image/key/sha256",
@@ -150,20 +151,20 @@ def test_build_writes_od_api_records_and_skips_bad_images(tmp_path):
     }  # fmt: skip
     assert all(set(ex.features.feature) == expected_keys for ex in examples)
     one = by_id[1]
-    assert _feature(one, bc.CLASS_LABEL) == [1, 3]  # COCO ids, not indices
-    assert _feature(one, bc.CLASS_TEXT) == [b"person", b"car"]
-    assert _feature(one, bc.IS_CROWD) == [0, 1]
-    np.testing.assert_allclose(_feature(one, bc.AREA), [700.5, 3072])
-    np.testing.assert_allclose(_feature(one, bc.BBOX_YMIN), [0.25, 0.0])
-    np.testing.assert_allclose(_feature(one, bc.BBOX_XMAX), [0.625, 1.0])
-    assert _feature(one, bc.HEIGHT) == [H] and _feature(one, bc.WIDTH) == [W]
-    assert _feature(one, bc.FILENAME) == [b"a.jpg"] and _feature(one, bc.FORMAT) == [b"jpeg"]
-    encoded = _feature(one, bc.ENCODED)[0]
+    assert _feature(one, keys.CLASS_LABEL) == [1, 3]  # COCO ids, not indices
+    assert _feature(one, keys.CLASS_TEXT) == [b"person", b"car"]
+    assert _feature(one, keys.IS_CROWD) == [0, 1]
+    np.testing.assert_allclose(_feature(one, keys.AREA), [700.5, 3072])
+    np.testing.assert_allclose(_feature(one, keys.BBOX_YMIN), [0.25, 0.0])
+    np.testing.assert_allclose(_feature(one, keys.BBOX_XMAX), [0.625, 1.0])
+    assert _feature(one, keys.HEIGHT) == [H] and _feature(one, keys.WIDTH) == [W]
+    assert _feature(one, keys.FILENAME) == [b"a.jpg"] and _feature(one, keys.FORMAT) == [b"jpeg"]
+    encoded = _feature(one, keys.ENCODED)[0]
     assert encoded == raw[1]  # the original JPEG bytes
-    assert _feature(one, bc.KEY_SHA256) == [hashlib.sha256(encoded).hexdigest().encode()]
-    assert _feature(by_id[2], bc.CLASS_LABEL) == []  # an image without boxes is kept
-    assert _feature(by_id[3], bc.ENCODED)[0] == raw[3]  # grayscale JPEG kept as is
-    png = _feature(by_id[4], bc.ENCODED)[0]
+    assert _feature(one, keys.KEY_SHA256) == [hashlib.sha256(encoded).hexdigest().encode()]
+    assert _feature(by_id[2], keys.CLASS_LABEL) == []  # an image without boxes is kept
+    assert _feature(by_id[3], keys.ENCODED)[0] == raw[3]  # grayscale JPEG kept as is
+    png = _feature(by_id[4], keys.ENCODED)[0]
     assert png[:2] == b"\xff\xd8" and png != raw[4]  # the PNG was re-encoded as JPEG
 
     # The reader sees the same: every image once, original sizes, COCO ids -> indices.

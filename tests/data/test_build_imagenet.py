@@ -18,7 +18,7 @@ from imagenet_testdata import (
 )
 
 from cvbench.data import imagenet_layout
-from cvbench.data.build_imagenet import build_imagenet
+from cvbench.data.imagenet_builder import build_imagenet
 from cvbench.data.sharded_writer import MANIFEST_NAME
 from cvbench.data.tfrecord import iter_tfrecord
 

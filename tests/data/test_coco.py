@@ -11,7 +11,7 @@ import tensorflow as tf
 from PIL import Image
 
 from cvbench.data import coco
-from cvbench.data.build_coco import CLASS_LABEL, CocoImage, CocoObject, coco_example
+from cvbench.data.coco_schema import CLASS_LABEL, CocoImage, CocoObject, coco_example
 
 # ---------------------------------------------------------------- tiny records written here
 
@@ -270,9 +270,9 @@ def test_bad_arguments(tmp_path, val_dir):
 
 
 def test_docstring_examples():
-    from cvbench.detection import labels
+    from cvbench.data import coco_labels as labels
 
-    # The label map (and its examples) moved to the TensorFlow-free cvbench.detection.labels;
+    # The label map (and its examples) lives in the TensorFlow-free cvbench.data.coco_labels;
     # cvbench.data.coco re-exports it.
     assert coco.CocoLabelMap is labels.CocoLabelMap
     for module in (coco, labels):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from imagenet_testdata import NUM_VAL_RECORDS, make_raw
 
-from cvbench.data.build_imagenet import build_imagenet
+from cvbench.data.imagenet_builder import build_imagenet
 from cvbench.data.tfrecord import imagenet_example, scan_tfrecord
 
 SIZE = 32
@@ -154,7 +154,7 @@ def test_evaluation_split_across_ranks_covers_every_record_exactly_once(
 
 
 def test_rank_segments_split_records_across_file_boundaries():
-    from cvbench.data.records import Segment, rank_segments
+    from cvbench.data.reader import Segment, rank_segments
 
     files = ["a", "b", "c"]
     # Records 0-4 in a, 5-6 in c (b is empty); rank r of 3 gets [r * 7 // 3, (r + 1) * 7 // 3):

@@ -10,6 +10,10 @@ layout and label files are described in `cvbench.data.imagenet_layout`; the writ
 Example:
     >>> summary = build_imagenet("/data/raw", "/data/tfrecords", resize=256)  # doctest: +SKIP
     >>> print(summary.format())  # doctest: +SKIP
+
+The module is named `imagenet_builder`, not after its function, so that
+`cvbench.data.build_imagenet` is always the function (a package attribute named like a
+submodule is replaced by the submodule once that is imported).
 """
 
 from __future__ import annotations

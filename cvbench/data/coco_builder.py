@@ -1,24 +1,18 @@
-"""Builds COCO TFRecords in the TF Object Detection API format.
+"""`build_coco` / `build_coco_splits`: COCO annotations + images -> TFRecords (TF OD API format).
 
 Input: a COCO annotation JSON (`instances_train2017.json`) and its image folder
 (`train2017/`). Output: `coco_train.record-00000-of-00100` … (100 shards) or
-`coco_val.record-00000-of-00010` … (10 shards), one `tf.train.Example` per image:
-
-    image/height, image/width               int64
-    image/filename, image/source_id         bytes (source_id = str(image id))
-    image/key/sha256                        bytes (hex digest of image/encoded)
-    image/encoded, image/format             the original JPEG bytes, b"jpeg"
-    image/object/bbox/{xmin,xmax,ymin,ymax} float lists, normalized to [0, 1]
-    image/object/class/text                 bytes list, category names
-    image/object/class/label                int64 list, COCO category ids (NVIDIA's copy of
-                                            the OD API script forgot to write this one)
-    image/object/is_crowd                   int64 list
-    image/object/area                       float list, pixels (the annotation's area)
+`coco_val.record-00000-of-00010` … (10 shards), one `tf.train.Example` per image, in the
+layout `cvbench.data.coco_schema` defines (and `coco_schema.coco_example` writes).
 
 Annotations are checked before anything is written. Skipped and counted (the OD API rules):
 boxes with zero width or height, boxes outside the image (x < 0, y < 0, x + w > width or
 y + h > height); also annotations naming an unknown category or image, and malformed ones.
 Images without boxes are kept (COCOeval counts them) and counted.
+
+The module is named `coco_builder`, not after its function `build_coco`, so that
+`cvbench.data.build_coco` is always the function (a package attribute named like a submodule
+is replaced by the submodule once that is imported).
 """
 
 from __future__ import annotations
@@ -26,7 +20,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import hashlib
 import json
 import math
 import os
@@ -37,31 +30,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cvbench.data.coco_schema import SHARD_PATTERN, CocoImage, CocoObject, coco_example
 from cvbench.data.image_io import ImageError, to_rgb_jpeg
 from cvbench.data.sharded_writer import Skip, SplitSpec, WriteSummary, write_sharded
-from cvbench.data.tfrecord import bytes_feature, encode_example, float_feature, int64_feature
 from cvbench.utils.io import atomic_path
-
-# Feature keys of the TF OD API COCO records (the readers in `cvbench.data.coco` use these).
-HEIGHT = "image/height"
-WIDTH = "image/width"
-FILENAME = "image/filename"
-SOURCE_ID = "image/source_id"
-KEY_SHA256 = "image/key/sha256"
-ENCODED = "image/encoded"
-FORMAT = "image/format"
-BBOX_XMIN = "image/object/bbox/xmin"
-BBOX_XMAX = "image/object/bbox/xmax"
-BBOX_YMIN = "image/object/bbox/ymin"
-BBOX_YMAX = "image/object/bbox/ymax"
-CLASS_TEXT = "image/object/class/text"
-CLASS_LABEL = "image/object/class/label"
-IS_CROWD = "image/object/is_crowd"
-AREA = "image/object/area"
 
 #: Shard counts of the reference layout; other split names default to 10.
 DEFAULT_SHARDS: dict[str, int] = {"train": 100, "val": 10}
-SHARD_PATTERN = "coco_{split}.record-{index:05d}-of-{num_shards:05d}"
 
 SKIP_REASONS: tuple[str, ...] = (
     "zero_size",
@@ -70,36 +45,6 @@ SKIP_REASONS: tuple[str, ...] = (
     "unknown_image",
     "malformed",
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class CocoObject:
-    """One kept annotation.
-
-    Attributes:
-        category_id: the COCO category id.
-        category_name: its name.
-        box: normalized `[ymin, xmin, ymax, xmax]`, inside [0, 1].
-        is_crowd: the annotation's `iscrowd`.
-        area: the annotation's `area` (segmentation area, pixels).
-    """
-
-    category_id: int
-    category_name: str
-    box: tuple[float, float, float, float]
-    is_crowd: bool
-    area: float
-
-
-@dataclasses.dataclass(frozen=True)
-class CocoImage:
-    """One image of the annotation file with its kept objects."""
-
-    image_id: int
-    file_name: str
-    height: int
-    width: int
-    objects: tuple[CocoObject, ...]
 
 
 @dataclasses.dataclass
@@ -241,36 +186,6 @@ def load_coco_annotations(path: str | os.PathLike) -> tuple[list[CocoImage], Ann
     except json.JSONDecodeError as e:
         raise ValueError(f"{os.fspath(path)} is not valid JSON: {e}") from None
     return parse_coco_annotations(data)
-
-
-def coco_example(image: CocoImage, encoded: bytes, image_format: str = "jpeg") -> bytes:
-    """The serialized OD API `tf.train.Example` of one image (no TensorFlow needed).
-
-    Args:
-        image: the image and its kept objects.
-        encoded: the image file's bytes.
-        image_format: the value of `image/format`.
-    """
-    objs = image.objects
-    return encode_example(
-        {
-            HEIGHT: int64_feature(image.height),
-            WIDTH: int64_feature(image.width),
-            FILENAME: bytes_feature(image.file_name),
-            SOURCE_ID: bytes_feature(str(image.image_id)),
-            KEY_SHA256: bytes_feature(hashlib.sha256(encoded).hexdigest()),
-            ENCODED: bytes_feature(encoded),
-            FORMAT: bytes_feature(image_format),
-            BBOX_YMIN: float_feature([o.box[0] for o in objs]),
-            BBOX_XMIN: float_feature([o.box[1] for o in objs]),
-            BBOX_YMAX: float_feature([o.box[2] for o in objs]),
-            BBOX_XMAX: float_feature([o.box[3] for o in objs]),
-            CLASS_TEXT: bytes_feature([o.category_name for o in objs]),
-            CLASS_LABEL: int64_feature([o.category_id for o in objs]),
-            IS_CROWD: int64_feature([int(o.is_crowd) for o in objs]),
-            AREA: float_feature([o.area for o in objs]),
-        }
-    )
 
 
 @dataclasses.dataclass(frozen=True)

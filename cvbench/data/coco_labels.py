@@ -1,8 +1,9 @@
 """COCO category ids and the contiguous class indices of a detector (no TensorFlow).
 
-`CocoLabelMap` maps class index `i` in `[0, num_classes)` to a COCO category id and back;
-`cvbench.data.coco` (the tf.data pipeline) and `cvbench.detection.task` share it, and it is
-re-exported as `cvbench.data.coco.CocoLabelMap`.
+`CocoLabelMap` maps class index `i` in `[0, num_classes)` to a COCO category id and back; the
+COCO reader (`cvbench.data.coco`, which re-exports it), the record schema
+(`cvbench.data.coco_schema`) and the detection task share it. `COCO_2017_CATEGORIES` lists
+the 80 categories of COCO 2017 with their names.
 """
 
 from __future__ import annotations
