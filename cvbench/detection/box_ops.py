@@ -13,7 +13,7 @@ scales to pixel corners for display.
 Array namespaces: the functions here use the numpy-like operations of an array namespace `xp`
 passed as a keyword: `keras.ops` (the default; backend-agnostic, for models and losses),
 `numpy` (for the conversions, at the data and evaluation edges) or
-`cvbench.detection.targets.tf_namespace()` (plain TensorFlow, inside tf.data whatever the
+`cvbench.detection.targets.tf_array_namespace()` (plain TensorFlow, inside tf.data whatever the
 Keras backend). Arrays combined in one call must share a dtype. A namespace needs `maximum`,
 `minimum`, `clip`, `where`, `stack` and `logical_and`.
 """

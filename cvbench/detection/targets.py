@@ -65,7 +65,7 @@ def encode_targets(
         matched_threshold: IoU of a match (`matcher.argmax_match`).
         unmatched_threshold: IoU below which an anchor is background.
         scales: box-coder scales `(sy, sx, sh, sw)`.
-        xp: array namespace: `keras.ops` (default), or `tf_namespace()` inside tf.data.
+        xp: array namespace: `keras.ops` (default), or `tf_array_namespace()` inside tf.data.
 
     Returns:
         `{"boxes": (N, 5) float32, "classes": (N, num_classes + 1) float32}`.
@@ -107,7 +107,7 @@ def encode_targets(
     }
 
 
-def tf_namespace() -> SimpleNamespace:
+def tf_array_namespace() -> SimpleNamespace:
     """The array namespace of this package on plain TensorFlow (for tf.data pipelines).
 
     Returns:
@@ -197,7 +197,7 @@ class TargetEncoder:
             matched_threshold=self.matched_threshold,
             unmatched_threshold=self.unmatched_threshold,
             scales=self.scales,
-            xp=tf_namespace(),
+            xp=tf_array_namespace(),
         )
 
     def __call__(self, boxes: Array, labels: Array) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from cvbench.detection import SSDBoxLoss, SSDClassLoss, SSDLoss, encode_targets,
 from cvbench.detection.anchors import multiscale_anchors
 from cvbench.detection.batchnorm import FreezableBatchNormalization
 from cvbench.detection.ssd import CHANNEL_MEANS
-from cvbench.models import get_model
+from cvbench.zoo import get_model
 
 
 def _np(x):

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from cvbench.models import get_model
+from cvbench.zoo import get_model
 
 agnostic = pytest.mark.backend_agnostic
 

@@ -10,9 +10,9 @@ import keras
 import numpy as np
 import pytest
 
-from cvbench.models import get_model
 from cvbench.models import layers as layers_module
 from cvbench.models.layers import FastConv2D, set_fast_gradients
+from cvbench.zoo import get_model
 
 
 def _tf_fast_path() -> bool:

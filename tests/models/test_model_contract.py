@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 
-from cvbench.models import get_model, list_models
+from cvbench.zoo import get_model, list_models
 
 agnostic = pytest.mark.backend_agnostic
 

@@ -11,8 +11,8 @@ import keras
 import numpy as np
 import pytest
 
-from cvbench.models import get_model
 from cvbench.models.weights import is_legacy_h5, read_legacy_h5
+from cvbench.zoo import get_model
 
 # The loader is numpy + h5py + Variable.assign: the ResNet-18 tests also run under JAX; the
 # keras.applications comparisons, which build several full-size models (each an XLA compile

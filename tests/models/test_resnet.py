@@ -6,8 +6,8 @@ import keras
 import numpy as np
 import pytest
 
-from cvbench.models import get_model
 from cvbench.models.resnet import feature_layer_names
+from cvbench.zoo import get_model
 
 # Parameter counts and stride placement are structure only (the same on every backend) and
 # need full ResNet-50 builds: TensorFlow only, like two of the three forward sizes.
