@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import argparse
 
-from cvbench.training import TrainConfig, Trainer
-from cvbench.training.tasks import ClassificationTask, TaskOptions
+from cvbench.tasks import ClassificationTask, TaskOptions, prepare_run
+from cvbench.training import TrainConfig
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -45,29 +45,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             num_classes=args.num_classes,
         )
     )
-    optimizer, schedule = task.recipe()
-    trainer = Trainer(
-        task.build_model,  # built by the Trainer, under the precision policy
-        task.loss(),
-        optimizer,
-        schedule=schedule,
+    run = prepare_run(  # the Trainer, with the task's model, loss, metrics and recipe
+        task,
+        batch_size=args.batch_size,
         precision=args.precision,
-        metrics=task.metrics(),
         config=TrainConfig(
             log_dir=args.log_dir or f"runs/{args.model}",
             checkpoint_every=1000,
             resume=args.resume,
             seed=1234,
         ),
+        seed=1234,
     )
-    data = task.train_data(
-        batch_size=args.batch_size, num_shards=trainer.size, shard_index=trainer.rank, seed=1234
-    )
-    trainer.fit(data.data, epochs=args.epochs, steps_per_epoch=data.steps_per_epoch)
-    results = task.evaluate(
-        trainer, batch_size=args.batch_size, num_shards=trainer.size, shard_index=trainer.rank
-    )
-    if trainer.is_chief:
+    results = run.fit(epochs=args.epochs, evaluate="end")
+    if run.trainer.is_chief:
         print(f"top-1 {results['top1']:.4f}  top-5 {results['top5']:.4f}")
     return results
 

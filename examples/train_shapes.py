@@ -10,14 +10,17 @@ The steps are the ones a real ImageNet run takes, on a data set small enough for
    stars on noisy backgrounds);
 2. convert it to ImageNet-format TFRecords with `build_imagenet` (what `cvbench
    build-imagenet` runs);
-3. read the records with `cvbench.data.imagenet_dataset` (with a flip-only augmentation:
-   NVIDIA's ImageNet crop, down to 5% of the image, would cut most shapes in pieces);
+3. read the records with `cvbench.data.imagenet_dataset` (with the demo's flip-only
+   augmentation, `cvbench.demo.classify.shapes_preprocessing`: NVIDIA's ImageNet crop, down
+   to 5% of the image, would cut most shapes in pieces);
 4. train a registry ResNet with `cvbench.training.Trainer` (Adam on the library's
    warmup + cosine schedule, label smoothing, JSON-lines and TensorBoard logs);
 5. evaluate top-1 over every validation image and write `metrics.json`.
 
-The notebook `examples/walkthrough.ipynb` does the same with plots; `docs/walkthrough.md`
-explains each call.
+Each part is called by hand here, as in your own code; `cvbench.tasks.prepare_run` does steps
+3-5 in one call (what `cvbench train` and the demo use). The notebook
+`examples/walkthrough.ipynb` does the same with plots; `docs/walkthrough.md` explains each
+call.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def make_records(
     Returns:
         The records folder (`train-*`, `validation-*`).
     """
-    from cvbench.data.build_imagenet import build_imagenet
+    from cvbench.data.imagenet_builder import build_imagenet
     from cvbench.demo.shapes_data import write_classification_set
 
     raw = write_classification_set(
@@ -69,32 +72,6 @@ def make_records(
     return records
 
 
-def shapes_preprocessing(image_size: int) -> tuple[Any, Any]:
-    """The (train, eval) preprocessing functions that `imagenet_dataset` accepts.
-
-    Train: `(image_bytes, boxes, seed[2]) -> float32 [S, S, 3]`: decode, resize, random
-    left-right flip, ImageNet mean/std normalization. Eval: `image_bytes -> [S, S, 3]`, the
-    same without the flip.
-    """
-    import tensorflow as tf
-
-    from cvbench.data.preprocessing import normalize
-
-    def decode(image_bytes: Any) -> Any:
-        image = tf.io.decode_jpeg(image_bytes, channels=3)
-        image = tf.image.resize(image, [image_size, image_size], method="bilinear")
-        return tf.ensure_shape(image, [image_size, image_size, 3])
-
-    def train(image_bytes: Any, boxes: Any, seed: Any) -> Any:
-        del boxes  # the shapes records carry no boxes
-        return normalize(tf.image.stateless_random_flip_left_right(decode(image_bytes), seed))
-
-    def evaluate(image_bytes: Any) -> Any:
-        return normalize(decode(image_bytes))
-
-    return train, evaluate
-
-
 def train_and_evaluate(
     records: Path,
     log_dir: Path | None,
@@ -116,6 +93,7 @@ def train_and_evaluate(
 
     from cvbench import get_model
     from cvbench.data import imagenet_dataset, num_examples
+    from cvbench.demo.classify import shapes_preprocessing
     from cvbench.training import ScheduleConfig, TrainConfig, Trainer, build_schedule
     from cvbench.training.losses import SparseCrossEntropy
 
@@ -151,6 +129,7 @@ def train_and_evaluate(
             progress_bar=False,
         ),
     )
+    # Decode, resize, flip (training) and normalize: the demo's flip-only augmentation.
     train_fn, eval_fn = shapes_preprocessing(image_size)
 
     def epoch_data(epoch: int) -> Any:  # a fresh, differently shuffled pass per epoch

@@ -6,21 +6,24 @@ import sys
 import pytest
 
 import cvbench
-import cvbench.models
+import cvbench.tasks
 import cvbench.training
+import cvbench.zoo
 
 pytestmark = pytest.mark.backend_agnostic
 
 
 def test_top_level_names_are_the_subpackages_objects():
-    assert cvbench.get_model is cvbench.models.get_model
-    assert cvbench.list_classifiers is cvbench.models.list_classifiers
+    assert cvbench.get_model is cvbench.zoo.get_model
+    assert cvbench.list_classifiers is cvbench.zoo.list_classifiers
+    assert cvbench.DetectionTask is cvbench.tasks.DetectionTask
     assert cvbench.Trainer is cvbench.training.Trainer
     assert "ssd320" in cvbench.list_models() and "ssd320" not in cvbench.list_classifiers()
     for name in cvbench.__all__:
         assert getattr(cvbench, name) is not None
     with pytest.raises(AttributeError, match="no_such_name"):
         _ = cvbench.no_such_name
+    assert {"imagenet_dataset", "coco_dataset", "evaluate_coco", "prepare_run"} <= set(dir(cvbench))
 
 
 def test_import_cvbench_imports_neither_tensorflow_nor_keras():

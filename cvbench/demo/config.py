@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
+from cvbench.training.config import TrainConfig
 from cvbench.training.precision import BF16_CPU_FLAGS, cpu_flags, resolve_precision
 
 # Re-exported: the CPU checks live with the precision policies.
@@ -87,6 +89,18 @@ class DemoConfig:
             ssd_depth=16,
             ssd_head_layers=1,
             log_every=2,
+        )
+
+    def train_config(self, log_dir: str | os.PathLike | None) -> TrainConfig:
+        """The Trainer settings both stages share (logs every `log_every` steps, one
+        checkpoint kept, no export: the demo writes its own model files)."""
+        return TrainConfig(
+            log_dir=None if log_dir is None else str(log_dir),
+            log_every=self.log_every,
+            burn_in_steps=5,
+            keep_checkpoints=1,
+            seed=self.seed,
+            export=False,
         )
 
     def replace(self, **changes: object) -> DemoConfig:

@@ -1,14 +1,15 @@
 """Stage 2 of the demo: a small SSD on the shapes COCO TFRecords, COCO AP on validation.
 
-The real pieces: `DetectionTask` (SSD320 v1.2's training data: `coco_dataset` with the OD
-API crop and flip and the SSD target encoder; its focal + smooth-L1 loss; its evaluation:
-every validation image once across ranks, post-processing, pycocotools COCOeval against the
-`instances_val.json` the builder copied next to the records) and the `Trainer` (Adam with
-warmup + cosine, see `stage`). The model is `model.build_demo_ssd`, whose backbone starts
-from the classifier of stage 1, with batch norms that normalize with batch statistics in
-training (SSD320 freezes them, which fine-tuning from ImageNet allows; the demo's pyramid and
-head start from scratch, and frozen they reached AP 0.08 where trained ones reached 0.29
-after the same 300 steps of momentum SGD).
+The real pieces, through the one task path (`cvbench.tasks.prepare_run`): `DetectionTask`
+(SSD320 v1.2's training data: `coco_dataset` with the OD API crop and flip and the SSD target
+encoder; its focal + smooth-L1 loss; its evaluation: every validation image once across
+ranks, post-processing, pycocotools COCOeval against the `instances_val.json` the builder
+copied next to the records) and the `Trainer` (Adam with warmup + cosine, see `stage`). The
+model is `cvbench.detection.ssd.build_ssd` with the demo's plain arguments (`demo_ssd`), whose
+backbone starts from the classifier of stage 1, with batch norms that normalize with batch
+statistics in training (SSD320 freezes them, which fine-tuning from ImageNet allows; the
+demo's pyramid and head start from scratch, and frozen they reached AP 0.08 where trained
+ones reached 0.29 after the same 300 steps of momentum SGD).
 """
 
 from __future__ import annotations
@@ -23,15 +24,50 @@ import numpy as np
 
 from cvbench.demo.config import DemoConfig
 from cvbench.demo.data import DemoData
-from cvbench.demo.model import build_demo_ssd, copy_backbone_weights
 from cvbench.demo.shapes import SHAPE_NAMES
-from cvbench.demo.stage import StageResult, adam_optimizer, epoch_logs, per_rank_batch
+from cvbench.demo.stage import StageResult, prepare_stage
+
+#: The classifier's input normalization (ImageNet mean and standard deviation, RGB), so that
+#: the SSD's backbone can start from the classifier trained a minute earlier.
+IMAGENET_MEAN = (123.68, 116.28, 103.53)
+IMAGENET_STD = (58.395, 57.12, 57.385)
 
 
-def detection_task(data: DemoData, config: DemoConfig) -> Any:
-    """The `DetectionTask` over the demo's COCO records (6 classes, ids 1..6)."""
-    from cvbench.detection.task import DetectionTask
-    from cvbench.training.tasks import TaskOptions
+def demo_ssd(
+    config: DemoConfig, *, num_classes: int, classifier: keras.Model | None = None
+) -> keras.Model:
+    """SSD320 v1.2's architecture at the demo's size: `build_ssd` with `config.backbone`,
+    `config.ssd_depth` channels (SSD320: 256), `config.ssd_head_layers` tower convolutions
+    (SSD320: 4), batch norms trained with batch statistics and momentum 0.9 everywhere
+    (SSD320's 0.997 would leave the moving statistics at 40% of their initial values after
+    the demo's few hundred steps), and the classifier's input normalization. Its backbone
+    starts from `classifier`'s weights when given."""
+    from cvbench.detection.backbone import copy_backbone_weights
+    from cvbench.detection.ssd import build_ssd
+
+    model = build_ssd(
+        num_classes=num_classes,
+        backbone=config.backbone,
+        image_size=config.det_image_size,
+        depth=config.ssd_depth,
+        head_layers=config.ssd_head_layers,
+        freeze_batchnorm=False,
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+        bn_momentum=0.9,
+        name="demo_ssd",
+    )
+    if classifier is not None:
+        copy_backbone_weights(classifier, model)
+    return model
+
+
+def detection_task(
+    data: DemoData, config: DemoConfig, *, classifier: keras.Model | None = None
+) -> Any:
+    """The `DetectionTask` over the demo's COCO records (6 classes, ids 1..6), building the
+    demo's SSD."""
+    from cvbench.tasks import DetectionTask, TaskOptions
 
     options = TaskOptions(
         model="ssd320",
@@ -39,7 +75,13 @@ def detection_task(data: DemoData, config: DemoConfig) -> Any:
         image_size=config.det_image_size,
         num_classes=len(SHAPE_NAMES),
     )
-    return DetectionTask(options, per_category=True)
+    return DetectionTask(
+        options,
+        per_category=True,
+        build=lambda num_classes, image_size: demo_ssd(
+            config, num_classes=num_classes, classifier=classifier
+        ),
+    )
 
 
 def train_detector(
@@ -65,73 +107,21 @@ def train_detector(
         A `StageResult` whose metrics are COCOeval's 12 numbers (`AP`, `AP50`, ...) and
         `AP/<class>` per class.
     """
-    from cvbench.training import TrainConfig, Trainer, get_distribution
-
-    task = detection_task(data, config)
-    distribution = get_distribution(distribution)
-    batch = per_rank_batch(config.det_batch_size, distribution.size)
-    train = task.train_data(
-        batch_size=batch,
-        num_shards=distribution.size,
-        shard_index=distribution.rank,
-        seed=config.seed,
-    )
-
-    def build() -> keras.Model:
-        model = build_demo_ssd(
-            num_classes=task.num_classes,
-            image_size=config.det_image_size,
-            backbone=config.backbone,
-            depth=config.ssd_depth,
-            head_layers=config.ssd_head_layers,
-            freeze_batchnorm=False,
-        )
-        if classifier is not None:
-            copy_backbone_weights(classifier, model)
-        return model
-
-    trainer = Trainer(
-        build,
-        task.loss(),
-        adam_optimizer(
-            config.det_lr,
-            global_batch=batch * distribution.size,
-            steps_per_epoch=train.steps_per_epoch,
-            epochs=config.det_epochs,
-            warmup_epochs=0.3,
-        ),
+    run = prepare_stage(
+        detection_task(data, config, classifier=classifier),
+        config,
+        "det",
+        log_dir=log_dir,
         precision=precision,
         distribution=distribution,
-        config=TrainConfig(
-            log_dir=None if log_dir is None else str(log_dir),
-            log_every=config.log_every,
-            burn_in_steps=5,
-            keep_checkpoints=1,
-            seed=config.seed,
-            export=False,
-        ),
     )
     start = time.perf_counter()
-    history = trainer.fit(
-        train.data, epochs=config.det_epochs, steps_per_epoch=train.steps_per_epoch
-    )
+    run.fit(epochs=config.det_epochs, evaluate="none")
     train_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    metrics = task.evaluate(
-        trainer,
-        batch_size=batch,
-        num_shards=trainer.size,
-        shard_index=trainer.rank,
-    )
-    throughput = getattr(trainer, "throughput", None)
-    return StageResult(
-        model=trainer.model,
-        metrics={k: float(v) for k, v in metrics.items()},
-        epochs=epoch_logs(history),
-        train_seconds=train_seconds,
-        eval_seconds=time.perf_counter() - start,
-        images_per_second=None if throughput is None else float(throughput.mean),
-        trainer=trainer,
+    metrics = run.evaluate()
+    return StageResult.of(
+        run, metrics, train_seconds=train_seconds, eval_seconds=time.perf_counter() - start
     )
 
 

@@ -9,6 +9,7 @@ SSD320's batch-norm momentum of 0.997).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,27 @@ class StageResult:
     eval_seconds: float
     images_per_second: float | None
     trainer: Any = field(repr=False, default=None)
+
+    @classmethod
+    def of(
+        cls,
+        run: Any,
+        metrics: dict[str, float],
+        *,
+        train_seconds: float,
+        eval_seconds: float = 0.0,
+    ) -> StageResult:
+        """The result of a fitted `cvbench.tasks.TaskRun` and its final evaluation."""
+        throughput = getattr(run.trainer, "throughput", None)
+        return cls(
+            model=run.trainer.model,
+            metrics={k: float(v) for k, v in metrics.items()},
+            epochs=epoch_logs(run.history),
+            train_seconds=train_seconds,
+            eval_seconds=eval_seconds,
+            images_per_second=None if throughput is None else float(throughput.mean),
+            trainer=run.trainer,
+        )
 
 
 def epoch_logs(history: keras.callbacks.History) -> list[dict[str, float]]:
@@ -77,3 +99,46 @@ def adam_optimizer(
         epochs=epochs,
     )
     return keras.optimizers.Adam(learning_rate=schedule)
+
+
+def adam_factory(
+    peak_lr: float, *, epochs: int, warmup_epochs: float = 0.3
+) -> Callable[[int, int], keras.optimizers.Optimizer]:
+    """`adam_optimizer` as the `(steps_per_epoch, global_batch) -> optimizer` function that
+    `cvbench.tasks.prepare_run` calls once the data's size is known."""
+    return lambda steps_per_epoch, global_batch: adam_optimizer(
+        peak_lr,
+        global_batch=global_batch,
+        steps_per_epoch=steps_per_epoch,
+        epochs=epochs,
+        warmup_epochs=warmup_epochs,
+    )
+
+
+def prepare_stage(
+    task: Any,
+    config: Any,
+    stage: str,
+    *,
+    log_dir: Any,
+    precision: str,
+    distribution: Any,
+) -> Any:
+    """`cvbench.tasks.prepare_run` as both stages call it: the stage's global batch
+    (`config.<stage>_batch_size`) split over the ranks, Adam with warmup + cosine to
+    `config.<stage>_lr` over `config.<stage>_epochs` (`adam_factory`), the demo's Trainer
+    settings (`DemoConfig.train_config`) and seed. `stage` is "cls" or "det"."""
+    from cvbench.tasks import prepare_run
+    from cvbench.training import get_distribution
+
+    distribution = get_distribution(distribution)
+    batch, lr, epochs = (getattr(config, f"{stage}_{k}") for k in ("batch_size", "lr", "epochs"))
+    return prepare_run(
+        task,
+        batch_size=per_rank_batch(batch, distribution.size),
+        optimizer=adam_factory(lr, epochs=epochs),
+        precision=precision,
+        distribution=distribution,
+        config=config.train_config(log_dir),
+        seed=config.seed,
+    )

@@ -77,6 +77,45 @@ class Distribution:
         """Returns `values` as float64."""
         return np.asarray(values, dtype=np.float64)
 
+    def sum_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Each array summed over ranks, in one collective (float64, shapes kept).
+
+        The arrays are flattened into one vector for a single `allreduce_sum`, then split
+        back; what every cross-rank total (metric states, counts) goes through.
+        """
+        arrays = [np.asarray(a, np.float64) for a in arrays]
+        if self.size == 1 or not arrays:
+            return arrays
+        flat = self.allreduce_sum(np.concatenate([a.ravel() for a in arrays]))
+        out, offset = [], 0
+        for a in arrays:
+            out.append(flat[offset : offset + a.size].reshape(a.shape))
+            offset += a.size
+        return out
+
+    def allgather_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Every rank's rows, concatenated in rank order, on every rank.
+
+        Args:
+            rows: float64 [n_r, C] on rank r (n_r may differ between ranks, C may not).
+
+        Returns:
+            float64 [sum of n_r, C]: each rank writes its rows into its own slot of a zero
+            array padded to the longest rank; one sum over ranks fills every slot.
+        """
+        rows = np.asarray(rows, np.float64)
+        if self.size == 1:
+            return rows
+        size, rank = self.size, self.rank
+        longest = int(self.allreduce_max(np.array([len(rows)]))[0])
+        counts = np.zeros(size)
+        counts[rank] = len(rows)
+        slots = np.zeros((size, longest, rows.shape[1]))
+        slots[rank, : len(rows)] = rows
+        counts, slots = self.sum_arrays([counts, slots])
+        counts = counts.astype(np.int64)
+        return np.concatenate([slots[r, : counts[r]] for r in range(size)], axis=0)
+
     def rank_failure(self, error: BaseException) -> RankFailedError | None:
         """A `RankFailedError` when `error` means another rank died, else None."""
         del error

@@ -2,13 +2,31 @@ import keras
 import numpy as np
 import pytest
 
-from cvbench.demo.model import build_classifier, build_demo_ssd, copy_backbone_weights
+from cvbench.demo.config import DemoConfig
+from cvbench.demo.detect import demo_ssd
 from cvbench.detection.anchors import multiscale_anchors
+from cvbench.detection.backbone import copy_backbone_weights
 from cvbench.models import resnet
+from cvbench.zoo import get_model
+
+TINY = DemoConfig(det_image_size=64, ssd_depth=8, ssd_head_layers=1)
+
+
+def build_demo_ssd(num_classes: int) -> keras.Model:
+    return demo_ssd(TINY, num_classes=num_classes)
+
+
+def build_classifier(name: str, *, num_classes: int, image_size: int) -> keras.Model:
+    return get_model(
+        name,
+        num_classes=num_classes,
+        input_shape=(image_size, image_size, 3),
+        classifier_activation=None,
+    )
 
 
 def test_demo_ssd_outputs_one_row_per_anchor():
-    model = build_demo_ssd(num_classes=6, image_size=64, depth=8, head_layers=1)
+    model = build_demo_ssd(6)
     # At 64 px the P3..P7 maps are 8, 4, 2, 1, 1 (ceil(64 / 2^level)), 6 anchors each:
     # (64 + 16 + 4 + 1 + 1) * 6 = 516.
     assert multiscale_anchors(64).shape == (516, 4)
@@ -17,6 +35,14 @@ def test_demo_ssd_outputs_one_row_per_anchor():
     out = model(np.full((1, 64, 64, 3), 127.0, np.float32))
     # The class bias starts at -4.6 (prior 0.01); the towers are near zero at initialization.
     assert float(np.max(np.abs(np.asarray(out["classes"]) + 4.6))) < 0.5
+    assert model.name == "demo_ssd" and model.get_layer("normalize") is not None
+    # The demo's batch-norm momentum everywhere (the pyramid and head default to 0.997).
+    momenta = {
+        layer.momentum
+        for layer in model._flatten_layers(include_self=False, recursive=True)
+        if isinstance(layer, keras.layers.BatchNormalization)
+    }
+    assert momenta == {0.9}
 
 
 def test_backbone_starts_from_the_classifier():
@@ -27,7 +53,7 @@ def test_backbone_starts_from_the_classifier():
             layer.set_weights(
                 [w + rng.uniform(0, 0.01, w.shape).astype(w.dtype) for w in layer.get_weights()]
             )
-    detector = build_demo_ssd(num_classes=6, image_size=64, depth=8, head_layers=1)
+    detector = build_demo_ssd(6)
     assert copy_backbone_weights(classifier, detector) > 20  # 20 convs and 20 BNs in ResNet-18
     x = rng.uniform(-1, 1, (2, 64, 64, 3)).astype(np.float32)
     names = resnet.feature_layer_names(classifier)
@@ -41,7 +67,7 @@ def test_backbone_starts_from_the_classifier():
 def test_copy_refuses_a_different_backbone():
     # ResNet-50 has the same layer names as ResNet-18 but bottleneck (1x1) first convolutions.
     classifier = build_classifier("resnet50", num_classes=6, image_size=32)
-    detector = build_demo_ssd(num_classes=6, image_size=64, depth=8, head_layers=1)
+    detector = build_demo_ssd(6)
     with pytest.raises(ValueError, match="no same-shaped layer"):
         copy_backbone_weights(classifier, detector)
     with pytest.raises(ValueError, match="backbone"):

@@ -14,9 +14,8 @@ import keras
 import numpy as np
 import pytest
 
-from cvbench.detection.task import DetectionTask
-from cvbench.training import TrainConfig, Trainer
-from cvbench.training.tasks import TaskOptions
+from cvbench.tasks import DetectionTask, TaskOptions, build_trainer
+from cvbench.training import SingleProcess, TrainConfig
 
 pytestmark = [pytest.mark.backend_agnostic, pytest.mark.slow]
 
@@ -40,17 +39,13 @@ def test_synthetic_training_step_without_tensorflow(without_tensorflow):
     options = TaskOptions(model="ssd320", image_size=32, num_classes=3, synthetic_steps=2)
     task = DetectionTask(options, backbone="resnet18")
     assert task.label_map.category_ids == (1, 2, 3)
-    opt, sched = task.recipe()
-    trainer = Trainer(
-        task.build_model,
-        task.loss(),
-        opt,
-        schedule=sched,
+    trainer = build_trainer(  # the task's model, loss and recipe
+        task,
         precision="float32",
         distribution="single",
         config=TrainConfig(log_every=0, progress_bar=False, seed=0, export=False),
     )
-    data = task.train_data(batch_size=2, num_shards=1, shard_index=0, seed=0)
+    data = task.train_data(batch_size=2, distribution=SingleProcess(), seed=0)
     images, targets = next(iter(data.data(0)))
     # 32 px: P3-P7 grids of 4, 2, 1, 1, 1 cells a side = 23 locations, 6 anchors each (SSD320
     # v1.2: 3 scales x 2 aspect ratios) = 138.

@@ -37,7 +37,7 @@ def worker(data_root: Path, out: Path) -> None:
     for _, meta in coco_dataset(records, "val", batch_size=1, image_size=128, training=False):
         seen += meta["image_id"].numpy()[meta["valid"].numpy()].tolist()
     trainer = SimpleNamespace(model=oracle, distribution=dist)
-    metrics = task.evaluate(trainer, batch_size=1, num_shards=dist.size, shard_index=dist.rank)
+    metrics = task.evaluate(trainer, batch_size=1)
     result = {"rank": dist.rank, "size": dist.size, "seen": seen, "metrics": metrics}
     (out / f"rank{dist.rank}.json").write_text(json.dumps(result))
 

@@ -1,15 +1,16 @@
-"""`DetectionTask`: SSD320 v1.2 on COCO for the Trainer and `cvbench train/eval/benchmark`.
+"""`DetectionTask`: SSD on COCO TFRecords (or synthetic data) for the Trainer and
+`cvbench train/eval/benchmark`.
 
-It implements the Task protocol of `cvbench.training.tasks` (build the model, loss, recipe,
-training data, evaluation) by wiring the pieces that do the work:
+It wires the pieces that do the work:
 
-- model: `cvbench.detection.ssd.ssd320` (90 classes at 320 by default);
-- data: `cvbench.data.coco.coco_dataset` with the SSD target encoder
+- model: `cvbench.detection.ssd.ssd320` (90 classes at 320 by default), or any builder;
+- data: `cvbench.data.coco_dataset` with the SSD target encoder
   (`cvbench.detection.targets.TargetEncoder` over `anchors.multiscale_anchors`);
 - loss: `cvbench.detection.losses.SSDLoss` (focal + smooth L1); the L2 weight decay (4e-4) is
   a kernel regularizer of the model, so the optimizer adds none;
-- evaluation: every validation image once across all ranks, detections gathered to rank 0,
-  COCOeval there (`cvbench.detection.coco_eval`), the 12 numbers sent back to every rank.
+- evaluation: every validation image once across all ranks, detections gathered to every rank
+  (`Distribution.allgather_rows`), COCOeval on rank 0 (`cvbench.detection.coco_eval`), the
+  12 numbers sent back to every rank.
 
 Recipe (SSD320 v1.2): momentum SGD 0.9, base rate 0.000625 x global batch (0.16 per 256
 images), cosine decay after a linear warmup that starts at 0.43332 x the peak and lasts 8% of
@@ -21,13 +22,13 @@ Class ids: index = COCO id - 1 for `num_classes` classes (90 by default, SSD320'
 
 Ground truth for evaluation: `annotations_file` when given, else `instances_val2017.json` or
 `instances_val.json` found in `data_dir` or `data_dir/annotations`, else rebuilt from the
-validation records (`coco_eval.groundtruth_from_records`; the official numbers need the
-official file).
+validation records (`groundtruth_from_records`; the official numbers need the official file).
+Boxes are `[ymin, xmin, ymax, xmax]` normalized inside, COCO `[x, y, w, h]` pixels in the
+detections handed to COCOeval.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,15 @@ from typing import Any
 import keras
 import numpy as np
 
+from cvbench.data.coco_labels import CocoLabelMap
+from cvbench.detection.coco_eval import BACKENDS
+from cvbench.tasks.base import (
+    SYNTHETIC_EVAL_BATCHES,
+    RecordTask,
+    TaskOptions,
+)
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
+from cvbench.zoo import DETECTION, get_model, list_models
 
 BASE_LR_PER_IMAGE = 0.000625
 WARMUP_START_FACTOR = 0.43332
@@ -53,18 +62,18 @@ RECIPE = (
     ),
 )
 DEFAULT_IMAGE_SIZE = 320
-SYNTHETIC_EVAL_BATCHES = 2
+DEFAULT_NUM_CLASSES = 90
 _ANNOTATION_NAMES = ("instances_val2017.json", "instances_val.json")
 _DETECTION_COLUMNS = 7  # image_id, category_id, x, y, w, h, score
 
 
-class DetectionTask:
-    """SSD320 on COCO TFRecords (or synthetic data); see the module docstring.
+class DetectionTask(RecordTask):
+    """SSD on COCO TFRecords (or synthetic data); see the module docstring.
 
     Args:
-        options: a `cvbench.training.tasks.TaskOptions`: `model` ("ssd320"), `data_dir` (COCO
-            TFRecords from `cvbench build-coco`, or None for synthetic data), `image_size`
-            (default 320), `num_classes` (default 90), `synthetic_steps`.
+        options: the task options: `model` ("ssd320"), `data_dir` (COCO TFRecords from
+            `cvbench build-coco`, or None for synthetic data), `image_size` (default 320),
+            `num_classes` (default 90), `synthetic_steps`.
         annotations_file: the validation annotation JSON for COCOeval (default: looked for in
             `data_dir`, else rebuilt from the records).
         backend: "pycocotools" or "faster" (faster-coco-eval, same numbers).
@@ -73,23 +82,24 @@ class DetectionTask:
         backbone_weights: ResNet-50 weight file for the backbone (keras.applications
             `_notop` HDF5); None: random initialization.
         backbone: the backbone name ("resnet50_v1").
+        build: a function `(num_classes, image_size) -> keras.Model` with SSD320's outputs
+            and anchors, instead of `ssd320` (e.g. the demo's small `ssd`).
 
     Example:
-        >>> from cvbench.training.tasks import TaskOptions
         >>> task = DetectionTask(TaskOptions(model="ssd320", data_dir=None, image_size=128))
         >>> task.num_classes, task.anchors.shape
         (90, (2046, 4))
     """
 
-    name = "detection"
+    name = DETECTION
 
     @classmethod
     def models(cls) -> list[str]:
-        return ["ssd320"]
+        return list_models(task=DETECTION)
 
     def __init__(
         self,
-        options: Any,
+        options: TaskOptions,
         *,
         annotations_file: str | os.PathLike | None = None,
         backend: str = "pycocotools",
@@ -97,17 +107,16 @@ class DetectionTask:
         detections_path: str | os.PathLike | None = None,
         backbone_weights: str | os.PathLike | None = None,
         backbone: str = "resnet50_v1",
+        build: Callable[[int, int], keras.Model] | None = None,
     ) -> None:
-        from cvbench.detection.coco_eval import BACKENDS
-        from cvbench.detection.labels import CocoLabelMap
-
         if options.model not in self.models():
-            raise ValueError(f"unknown detection model {options.model!r}; known: ssd320")
+            known = ", ".join(self.models())
+            raise ValueError(f"unknown detection model {options.model!r}; known: {known}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.options = options
         self.image_size = options.image_size or DEFAULT_IMAGE_SIZE
-        num_classes = options.num_classes or 90
+        num_classes = options.num_classes or DEFAULT_NUM_CLASSES
         if num_classes == 80:
             self.label_map = CocoLabelMap.coco80()
         else:
@@ -119,6 +128,7 @@ class DetectionTask:
         self.detections_path = detections_path
         self.backbone_weights = backbone_weights
         self.backbone = backbone
+        self._build = build
         self._anchors: np.ndarray | None = None
 
     @property
@@ -131,9 +141,10 @@ class DetectionTask:
         return self._anchors
 
     def build_model(self) -> keras.Model:
-        from cvbench.detection.ssd import ssd320
-
-        return ssd320(
+        if self._build is not None:
+            return self._build(self.num_classes, self.image_size)
+        return get_model(
+            self.options.model,
             num_classes=self.num_classes,
             backbone=self.backbone,
             image_size=self.image_size,
@@ -157,68 +168,59 @@ class DetectionTask:
 
         return TargetEncoder(self.anchors, num_classes=self.num_classes)
 
-    def _synthetic_batch(self, batch_size: int, seed: int) -> tuple[np.ndarray, dict]:
-        """Random images with two random boxes each, encoded as real targets."""
+    def synthetic_batch(self, batch_size: int, seed: int) -> tuple[np.ndarray, dict]:
+        """Pixels uniform in [0, 255] and two random boxes per image with random classes,
+        encoded as real targets: NumPy `(images [B, S, S, 3], {"boxes": [B, N, 5],
+        "classes": [B, N, C + 1]})`."""
         rng = np.random.default_rng(seed)
         images = rng.uniform(0, 255, (batch_size, self.image_size, self.image_size, 3))
         corners = np.sort(rng.uniform(0, 1, (batch_size, 2, 2, 2)), axis=2)  # y/x pairs
         boxes = corners.transpose(0, 1, 3, 2).reshape(batch_size, 2, 4)[..., [0, 2, 1, 3]]
-        labels = rng.integers(0, self.num_classes, (batch_size, 2))
-        targets = self._encoder()(boxes.astype(np.float32), labels.astype(np.int32))
-        return images.astype(np.float32), {k: np.asarray(v) for k, v in targets.items()}
+        labels = rng.integers(0, self.num_classes, (batch_size, 2)).astype(np.int32)
+        from cvbench.detection.targets import encode_targets  # keras.ops: any backend
 
-    def train_data(
-        self, *, batch_size: int, num_shards: int, shard_index: int, seed: int | None
-    ) -> Any:
-        """This rank's training batches `(images, {"boxes", "classes"})` and steps per epoch."""
-        from cvbench.training.tasks import TrainData
-
-        steps = self.options.synthetic_steps
-        if self.options.data_dir is None:
-            batch = self._synthetic_batch(batch_size, seed or 0)
-            return TrainData(lambda epoch: itertools.repeat(batch, steps), steps)
-        from cvbench.data.coco import coco_dataset, num_examples
-
-        data_dir = self.options.data_dir
-        steps = num_examples(data_dir, "train") // (batch_size * num_shards)
-        if steps < 1:
-            raise ValueError(
-                f"{data_dir} has fewer training images than one global batch of "
-                f"{batch_size * num_shards}"
+        per_image = [
+            encode_targets(
+                self.anchors, boxes[i].astype(np.float32), labels[i], num_classes=self.num_classes
             )
-        encoder = self._encoder()
+            for i in range(batch_size)
+        ]
+        targets = {
+            key: np.stack([keras.ops.convert_to_numpy(t[key]) for t in per_image])
+            for key in ("boxes", "classes")
+        }
+        return images.astype(np.float32), targets
 
-        def epoch_data(epoch: int) -> Any:
-            return coco_dataset(
-                data_dir,
-                "train",
-                batch_size=batch_size,
-                image_size=self.image_size,
-                training=True,
-                label_map=self.label_map,
-                target_encoder=encoder,
-                num_shards=num_shards,
-                shard_index=shard_index,
-                seed=None if seed is None else seed + epoch,
-            )
+    def dataset_fn(self) -> Callable[..., Any]:
+        from cvbench.data import coco_dataset
 
-        return TrainData(epoch_data, steps)
+        return coco_dataset
+
+    def count_records(self, split: str) -> int:
+        from cvbench.data.coco import num_examples
+
+        return num_examples(self.options.data_dir, split)
+
+    def dataset_options(self) -> dict[str, Any]:
+        return {"label_map": self.label_map}
+
+    def train_options(self) -> dict[str, Any]:
+        return {"target_encoder": self._encoder()}
 
     # ----------------------------------------------------------------- evaluation
-    def evaluate(
-        self, trainer: Any, *, batch_size: int, num_shards: int, shard_index: int
-    ) -> dict[str, float]:
+    def evaluate(self, trainer: Any, *, batch_size: int) -> dict[str, float]:
         """COCO box AP/AR over the whole validation split; identical on every rank.
 
-        Every rank runs the model over its share of the images; detections are gathered to
-        rank 0, which runs COCOeval (printing the 12-line table) and writes the detections
-        JSON; the numbers are then broadcast. On synthetic data (no COCO ground truth) it
-        reports `detections_per_image` over two random batches instead.
+        Every rank runs the model over its share of the images; detections are gathered,
+        rank 0 runs COCOeval (printing the 12-line table) and writes the detections JSON;
+        the numbers are then broadcast. On synthetic data (no COCO ground truth) it reports
+        `detections_per_image` over two random batches instead.
         """
-        from cvbench.detection.coco_eval import evaluate_coco, predict_coco
+        from cvbench.detection.coco_eval import evaluate_coco
+        from cvbench.detection.predict import predict_coco
 
         if self.options.data_dir is None:
-            batch = self._synthetic_batch(batch_size, 1)[0]
+            batch = self.synthetic_batch(batch_size, 1)[0]
             meta = {
                 "image_id": np.arange(batch_size),
                 "image_size": np.full((batch_size, 2), self.image_size),
@@ -233,24 +235,13 @@ class DetectionTask:
             per_image = len(dets) / (SYNTHETIC_EVAL_BATCHES * batch_size)
             return {"detections_per_image": float(per_image)}
 
-        from cvbench.data.coco import coco_dataset
-
-        data = coco_dataset(
-            self.options.data_dir,
-            "val",
-            batch_size=batch_size,
-            image_size=self.image_size,
-            training=False,
-            label_map=self.label_map,
-            num_shards=num_shards,
-            shard_index=shard_index,
-        )
+        dist = trainer.distribution
+        data = self.read("val", batch_size=batch_size, distribution=dist, training=False)
         dets, image_ids = predict_coco(
             trainer.model, data, self.label_map.category_ids, anchors=self.anchors
         )
-        dist = trainer.distribution
-        rows = allgather_rows(_detections_to_rows(dets), dist)
-        all_ids = allgather_rows(np.asarray(image_ids, np.float64).reshape(-1, 1), dist)
+        rows = dist.allgather_rows(_detections_to_rows(dets))
+        all_ids = dist.allgather_rows(np.asarray(image_ids, np.float64).reshape(-1, 1))
         metrics: dict[str, float] | None = None
         if dist.is_chief:
             ids = all_ids[:, 0].astype(np.int64)
@@ -276,7 +267,7 @@ class DetectionTask:
                 if (folder / name).is_file():
                     return folder / name
         from cvbench.data.coco import list_record_files
-        from cvbench.detection.coco_eval import groundtruth_from_records
+        from cvbench.data.coco_schema import groundtruth_from_records
 
         print(
             f"cvbench: no {_ANNOTATION_NAMES[0]} in {data_dir}: ground truth rebuilt from the "
@@ -284,32 +275,6 @@ class DetectionTask:
             flush=True,
         )
         return groundtruth_from_records(list_record_files(data_dir, "val"))
-
-
-def allgather_rows(rows: np.ndarray, distribution: Any) -> np.ndarray:
-    """Concatenates every rank's rows (rank order) on every rank, with the sum collective.
-
-    Args:
-        rows: float64 [n_r, C] on rank r (n_r may differ between ranks, C may not).
-        distribution: a `cvbench.training.distributed.Distribution` (rank, size,
-            `allreduce_max`, `allreduce_sum`).
-
-    Returns:
-        float64 [sum of n_r, C]: each rank's rows written into its own slot of a zero array
-        padded to the longest rank, summed over ranks, and unpadded.
-    """
-    rows = np.asarray(rows, np.float64)
-    if distribution.size == 1:
-        return rows
-    size, rank = distribution.size, distribution.rank
-    longest = int(distribution.allreduce_max(np.array([len(rows)]))[0])
-    counts = np.zeros(size)
-    counts[rank] = len(rows)
-    counts = distribution.allreduce_sum(counts).astype(np.int64)
-    slots = np.zeros((size, longest, rows.shape[1]))
-    slots[rank, : len(rows)] = rows
-    slots = distribution.allreduce_sum(slots)
-    return np.concatenate([slots[r, : counts[r]] for r in range(size)], axis=0)
 
 
 def _detections_to_rows(dets: list[dict[str, Any]]) -> np.ndarray:

@@ -1,0 +1,218 @@
+"""The Task protocol and what every task shares: its options, its training data, and the
+synthetic-or-records switch.
+
+A task bundles everything one job needs besides the Trainer: the model builder, the loss,
+the metrics, the reference recipe, the training data and the evaluation. The Trainer knows no
+task; `cvbench.tasks.runner.prepare_run` puts the two together for the CLI, the examples
+and the demo. Ranks come from the Trainer's `Distribution`: a task never takes a rank or a
+size of its own.
+
+The protocol (what a task class provides):
+
+    class MyTask:
+        name: str                                   # "classification", "detection"
+        image_size: int; num_classes: int
+
+        @classmethod
+        def models(cls) -> list[str]: ...           # model names this task covers
+
+        def __init__(self, options: TaskOptions, **task_specific): ...
+        def build_model(self) -> keras.Model        # called under the precision policy
+        def loss(self) -> Callable                  # loss(y_true, y_pred) -> scalar
+        def metrics(self) -> list                   # Keras metrics for training/evaluation
+        def recipe(self) -> tuple[OptimizerConfig, ScheduleConfig]
+        def synthetic_batch(self, batch_size, seed) -> tuple   # NumPy (x, y)
+        def train_data(self, *, batch_size, distribution, seed) -> TrainData
+        def evaluate(self, trainer, *, batch_size) -> dict[str, float]
+            # the whole validation set once across ranks; identical results on every rank
+
+`batch_size` is per rank. Construction imports no TensorFlow: tasks build and train on
+synthetic data under any Keras backend; reading TFRecords needs TensorFlow.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import keras
+
+from cvbench.training.config import OptimizerConfig, ScheduleConfig
+
+#: Batches of a synthetic evaluation (no validation set to cover).
+SYNTHETIC_EVAL_BATCHES = 2
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """What the user chose about the task (from CLI flags or code).
+
+    Attributes:
+        model: model name (one of the task's `models()`).
+        data_dir: directory of TFRecords; None means synthetic data.
+        image_size: input height and width; None: the model's default.
+        num_classes: classifier width; None: the task's default (1000 ImageNet classes,
+            90 COCO ids).
+        label_smoothing: classification label smoothing; None: the recipe's (0.1).
+        synthetic_steps: steps per epoch on synthetic data.
+    """
+
+    model: str
+    data_dir: str | None = None
+    image_size: int | None = None
+    num_classes: int | None = None
+    label_smoothing: float | None = None
+    synthetic_steps: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("image_size", "num_classes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(self.synthetic_steps, int) or self.synthetic_steps < 1:
+            raise ValueError(
+                f"synthetic_steps must be a positive int, got {self.synthetic_steps!r}"
+            )
+
+
+@dataclass(frozen=True)
+class TrainData:
+    """A rank's training data (arrays, a re-iterable, or `epoch -> batches`) and the number
+    of steps in an epoch."""
+
+    data: Any
+    steps_per_epoch: int
+
+
+class Task(Protocol):
+    """See the module docstring."""
+
+    name: str
+    image_size: int
+    num_classes: int
+
+    def build_model(self) -> keras.Model: ...
+
+    def loss(self) -> Callable: ...
+
+    def metrics(self) -> list: ...
+
+    def recipe(self) -> tuple[OptimizerConfig, ScheduleConfig]: ...
+
+    def synthetic_batch(self, batch_size: int, seed: int) -> tuple: ...
+
+    def train_data(self, *, batch_size: int, distribution: Any, seed: int | None) -> TrainData: ...
+
+    def evaluate(self, trainer: Any, *, batch_size: int) -> dict[str, float]: ...
+
+
+def records_train_data(
+    make_dataset: Callable[[int | None], Any],
+    *,
+    num_records: int,
+    batch_size: int,
+    num_ranks: int,
+    data_dir: Any,
+    seed: int | None,
+) -> TrainData:
+    """Training data read from records: `make_dataset(seed)` builds one epoch's pipeline,
+    called with `seed + epoch` (a new shuffle and augmentation order each epoch; None stays
+    None, nondeterministic), and the full global batches of `num_records` records per epoch.
+
+    Raises:
+        ValueError: naming `data_dir` when there is not one global batch of records.
+    """
+    global_batch = batch_size * num_ranks
+    steps = num_records // global_batch
+    if steps < 1:
+        raise ValueError(
+            f"{data_dir} has fewer training images than one global batch of {global_batch}"
+        )
+    return TrainData(lambda epoch: make_dataset(None if seed is None else seed + epoch), steps)
+
+
+def repeated(batch: Any, steps: int) -> Callable[[int], Iterable]:
+    """An epoch function yielding `batch` `steps` times: a `tf.data.Dataset` batch is taken
+    from, any other batch is repeated."""
+    if hasattr(batch, "take"):
+        return lambda epoch: batch.take(steps)
+    return lambda epoch: itertools.repeat(batch, steps)
+
+
+def synthetic_train_data(task: Task, *, batch_size: int, seed: int | None, steps: int) -> TrainData:
+    """`steps` copies per epoch of the task's synthetic batch, put on the device once (so
+    steps do not copy it from the host)."""
+    batch = task.synthetic_batch(batch_size, seed or 0)
+    batch = keras.tree.map_structure(keras.ops.convert_to_tensor, batch)
+    return TrainData(repeated(batch, steps), steps)
+
+
+class RecordTask(abc.ABC):
+    """What the tasks reading TFRecords share: `options.data_dir` of records, or synthetic
+    batches when it is None. A subclass names its reader (`dataset_fn`), its record count
+    (`count_records`) and the reader's extra arguments (`dataset_options`, training only:
+    `train_options`), and provides `synthetic_batch`."""
+
+    options: TaskOptions
+    image_size: int
+
+    @abc.abstractmethod
+    def dataset_fn(self) -> Callable[..., Any]:
+        """The pipeline function: `(data_dir, split, *, batch_size, image_size, training,
+        num_shards, shard_index, seed, ...) -> tf.data.Dataset`."""
+
+    @abc.abstractmethod
+    def count_records(self, split: str) -> int:
+        """The number of records of `split` in `options.data_dir`."""
+
+    @abc.abstractmethod
+    def synthetic_batch(self, batch_size: int, seed: int) -> tuple:
+        """One random NumPy batch `(x, y)` shaped as the records' batches."""
+
+    def dataset_options(self) -> dict[str, Any]:
+        """Extra arguments of `dataset_fn` for every split."""
+        return {}
+
+    def train_options(self) -> dict[str, Any]:
+        """Extra arguments of `dataset_fn` for training only."""
+        return {}
+
+    def read(self, split: str, *, batch_size: int, distribution: Any, **kwargs: Any) -> Any:
+        """This rank's pipeline over `split` (shards from `distribution`'s rank and size)."""
+        return self.dataset_fn()(
+            self.options.data_dir,
+            split,
+            batch_size=batch_size,
+            image_size=self.image_size,
+            num_shards=distribution.size,
+            shard_index=distribution.rank,
+            **self.dataset_options(),
+            **kwargs,
+        )
+
+    def train_data(self, *, batch_size: int, distribution: Any, seed: int | None) -> TrainData:
+        """This rank's training batches, a new order each epoch, and the steps per epoch
+        (synthetic: `options.synthetic_steps` copies of `synthetic_batch`)."""
+        if self.options.data_dir is None:
+            return synthetic_train_data(
+                self, batch_size=batch_size, seed=seed, steps=self.options.synthetic_steps
+            )
+        options = self.train_options()
+        return records_train_data(
+            lambda epoch_seed: self.read(
+                "train",
+                batch_size=batch_size,
+                distribution=distribution,
+                training=True,
+                seed=epoch_seed,
+                **options,
+            ),
+            num_records=self.count_records("train"),
+            batch_size=batch_size,
+            num_ranks=distribution.size,
+            data_dir=self.options.data_dir,
+            seed=seed,
+        )

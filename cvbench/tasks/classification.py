@@ -1,0 +1,158 @@
+"""`ClassificationTask`: ResNets and Inception V3 on ImageNet-format TFRecords (or synthetic
+data): sparse cross-entropy with label smoothing, top-1 / top-5 over the whole validation set.
+
+Recipes (NVIDIA's, base rates per 256 images; see `../shared/reference/specs.md`):
+
+- ResNet: momentum SGD 0.875, weight decay 3.0517578125e-05 (not on batch norm or biases),
+  0.256 per 256 images, 8 warmup epochs, cosine; label smoothing 0.1.
+- Inception V3 (the older Horovod script): LARC (clip, eta 0.003), Nesterov momentum 0.9,
+  weight decay 1e-4 on every variable, 0.25 per 256 images, polynomial decay (power 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import keras
+
+from cvbench.tasks.base import (
+    SYNTHETIC_EVAL_BATCHES,
+    RecordTask,
+    TaskOptions,
+    repeated,
+)
+from cvbench.training.config import OptimizerConfig, ScheduleConfig
+from cvbench.training.losses import SparseCrossEntropy
+from cvbench.zoo import CLASSIFICATION, get_model, list_models
+
+RESNET_RECIPE = (
+    OptimizerConfig(name="sgd", momentum=0.875, weight_decay=3.0517578125e-05),
+    ScheduleConfig(base_lr=0.256, warmup_epochs=8, decay="cosine"),
+)
+# The older Horovod script: LR 2.0 at 8 x 256 (RN50) and 1.0 at 8 x 128 (IncV3) = 0.25 / 256;
+# it decays every variable.
+INCEPTION_RECIPE = (
+    OptimizerConfig(
+        name="lars",
+        momentum=0.9,
+        nesterov=True,
+        weight_decay=1e-4,
+        decay_batchnorm=True,
+        decay_bias=True,
+        larc_eta=0.003,
+        larc_mode="clip",
+    ),
+    ScheduleConfig(base_lr=0.25, decay="polynomial", power=2.0),
+)
+DEFAULT_LABEL_SMOOTHING = 0.1
+IMAGENET_CLASSES = 1000
+_DEFAULT_SIZES = {"inception_v3": 299}
+
+
+class ClassificationTask(RecordTask):
+    """Image classification: cross-entropy, top-1/top-5 (see the module docstring).
+
+    Args:
+        options: the task options; `data_dir` holds ImageNet-format TFRecords
+            (`train-*`, `validation-*`), or None for synthetic data.
+        train_preprocess: `(image_bytes, boxes, seed[2]) -> image` replacing the NVIDIA
+            training augmentation of `imagenet_dataset` (e.g. the demo's flip-only one).
+        eval_preprocess: `image_bytes -> image` replacing the evaluation resize and crop.
+        metrics: Keras metrics instead of top-1 and top-5.
+
+    Example:
+        >>> task = ClassificationTask(TaskOptions(model="resnet18", num_classes=10))
+        >>> task.image_size, task.num_classes, task.recipe()[1].decay
+        (224, 10, 'cosine')
+    """
+
+    name = CLASSIFICATION
+
+    @classmethod
+    def models(cls) -> list[str]:
+        return list_models(task=CLASSIFICATION)
+
+    def __init__(
+        self,
+        options: TaskOptions,
+        *,
+        train_preprocess: Callable | None = None,
+        eval_preprocess: Callable | None = None,
+        metrics: Callable[[], list] | None = None,
+    ) -> None:
+        if options.model not in self.models():
+            raise ValueError(
+                f"unknown classification model {options.model!r}; known: {', '.join(self.models())}"
+            )
+        self.options = options
+        self.image_size = options.image_size or _DEFAULT_SIZES.get(options.model, 224)
+        self.num_classes = options.num_classes or IMAGENET_CLASSES
+        self._train_preprocess = train_preprocess
+        self._eval_preprocess = eval_preprocess
+        self._metrics = metrics
+
+    def build_model(self) -> keras.Model:
+        return get_model(
+            self.options.model,
+            num_classes=self.num_classes,
+            input_shape=(self.image_size, self.image_size, 3),
+            classifier_activation=None,
+        )
+
+    def loss(self) -> Callable:
+        smoothing = self.options.label_smoothing
+        return SparseCrossEntropy(
+            label_smoothing=DEFAULT_LABEL_SMOOTHING if smoothing is None else smoothing
+        )
+
+    def metrics(self) -> list:
+        if self._metrics is not None:
+            return self._metrics()
+        return [
+            keras.metrics.SparseCategoricalAccuracy(name="top1"),
+            keras.metrics.SparseTopKCategoricalAccuracy(k=5, name="top5"),
+        ]
+
+    def recipe(self) -> tuple[OptimizerConfig, ScheduleConfig]:
+        return INCEPTION_RECIPE if self.options.model.startswith("inception") else RESNET_RECIPE
+
+    def synthetic_batch(self, batch_size: int, seed: int) -> tuple[Any, Any]:
+        """NumPy `(images float32 [B, S, S, 3] ~ N(0, 1), labels int32 [B])`."""
+        from cvbench.data.synthetic import synthetic_arrays
+
+        return synthetic_arrays(batch_size, self.image_size, self.num_classes, seed=seed)
+
+    def dataset_fn(self) -> Callable[..., Any]:
+        from cvbench.data import imagenet_dataset
+
+        return imagenet_dataset
+
+    def count_records(self, split: str) -> int:
+        from cvbench.data import num_examples
+
+        return num_examples(self.options.data_dir, split)
+
+    def train_options(self) -> dict[str, Any]:
+        return {"train_preprocess": self._train_preprocess}
+
+    def evaluation_data(self, *, batch_size: int, distribution: Any) -> Any:
+        """This rank's `(images, labels, weights)` validation batches (padding weighs 0),
+        or two synthetic batches without data."""
+        if self.options.data_dir is None:
+            batch = keras.tree.map_structure(
+                keras.ops.convert_to_tensor, self.synthetic_batch(batch_size, 1)
+            )
+            return list(repeated(batch, SYNTHETIC_EVAL_BATCHES)(0))
+        return self.read(
+            "validation",
+            batch_size=batch_size,
+            distribution=distribution,
+            training=False,
+            eval_preprocess=self._eval_preprocess,
+        )
+
+    def evaluate(self, trainer: Any, *, batch_size: int) -> dict[str, float]:
+        """Loss, top-1 and top-5 over the whole validation split, identical on every rank."""
+        data = self.evaluation_data(batch_size=batch_size, distribution=trainer.distribution)
+        return trainer.evaluate(data)
