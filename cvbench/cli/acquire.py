@@ -127,7 +127,7 @@ def download_coco_command(args: argparse.Namespace) -> int:
 
 
 def _build_coco_tfrecords(layout, args: argparse.Namespace, progress: bool) -> None:
-    from cvbench.data.build_coco import build_coco_splits  # TensorFlow: imported only if asked
+    from cvbench.data.coco_builder import build_coco_splits  # TensorFlow: imported only if asked
 
     sources = {
         split: (annotations, images)

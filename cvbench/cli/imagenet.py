@@ -59,7 +59,7 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     """Handler of `build-imagenet`."""
-    from cvbench.data.build_imagenet import build_imagenet
+    from cvbench.data.imagenet_builder import build_imagenet
 
     summary = build_imagenet(
         args.raw_dir,
