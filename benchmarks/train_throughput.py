@@ -22,8 +22,14 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from cvbench.cli.args import name_list, positive_int, positive_int_list
+
+# The suite is the package `throughput_suite` beside this script, outside cvbench.
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
 
 # JAX preallocates 75% of GPU memory by default; leave room for PyTorch in the same process.
 _JAX_MEMORY_WITH_TORCH = "0.55"
@@ -102,10 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.torch_reference:
         os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", _JAX_MEMORY_WITH_TORCH)
-    from cvbench.benchmark import SuiteConfig, latency_table, run_suite, throughput_table
-    from cvbench.benchmark.environment import describe_environment
+    from cvbench.benchmark import latency_table
     from cvbench.benchmark.results import jsonable
     from cvbench.utils.io import atomic_open, write_json_atomic
+    from throughput_suite import SuiteConfig, describe_environment, run_suite, throughput_table
 
     config = SuiteConfig(
         models=args.models,

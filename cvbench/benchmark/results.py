@@ -6,12 +6,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from cvbench.benchmark.timing import Latency, Throughput
+from cvbench.benchmark.latency import Latency
+from cvbench.training.throughput import Throughput
 
-#: Implementation names used in results and tables.
+#: The implementation name of cvbench's own results (the benchmark suite adds its
+#: references' names beside it).
 CVBENCH = "cvbench"
-KERAS_APPLICATIONS = "keras.applications"
-TORCHVISION = "torchvision"
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,8 @@ class ThroughputResult:
     Attributes:
         model: cvbench model name.
         mode: "train" or "inference".
-        implementation: `CVBENCH`, `KERAS_APPLICATIONS` or `TORCHVISION`.
+        implementation: who ran it: `CVBENCH`, a variant `"cvbench+<change>"` or a
+            reference of the benchmark suite ("keras.applications", "torchvision").
         precision: Keras policy name ("float32", "mixed_bfloat16", "mixed_float16").
         batch_size: images per step and rank.
         image_size: input height and width.
@@ -99,8 +100,3 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [jsonable(v) for v in obj]
     return obj
-
-
-def ratio(numerator: float, denominator: float) -> float:
-    """`numerator / denominator`, NaN when the denominator is not positive."""
-    return numerator / denominator if denominator > 0 else float("nan")

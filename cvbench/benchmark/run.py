@@ -1,22 +1,23 @@
 """Building and timing cvbench's own workloads: the code path of `cvbench benchmark`.
 
 `cvbench_training` and `cvbench_inference` build the workloads; `benchmark_cvbench` times
-one of them (what `cvbench benchmark` runs); `measure_latencies` times single inference
-calls per batch size. `benchmarks/train_throughput.py` (`cvbench.benchmark.suite`) uses the
-same functions and adds the references side by side.
+one of them with `measure_throughput` (the timing `Trainer.benchmark` uses too, there with
+windows of one step); `measure_latencies` times single inference calls per batch size.
+`benchmarks/train_throughput.py` (its `throughput_suite`) uses the same functions and adds
+the references side by side.
 """
 
 from __future__ import annotations
 
 import gc
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import keras
 
+from cvbench.benchmark.latency import measure_latency
 from cvbench.benchmark.results import CVBENCH, LatencyResult, ThroughputResult
-from cvbench.benchmark.timing import measure_latency, measure_throughput
 from cvbench.benchmark.workloads import (
     CvbenchModel,
     Forward,
@@ -29,6 +30,7 @@ from cvbench.benchmark.workloads import (
 from cvbench.training.distributed import get_distribution
 from cvbench.training.inputs import split_batch
 from cvbench.training.precision import build_model_with_policy, resolve_precision
+from cvbench.training.throughput import measure_throughput
 
 MODES = ("train", "inference")
 
@@ -77,11 +79,11 @@ def inference_model(model: CvbenchModel, precision: str) -> keras.Model:
 
 
 def ssd_postprocess(model: CvbenchModel) -> Callable[[Any], Any]:
-    """SSD320's post-processing (decode, per-class NMS) as `outputs -> detections`."""
-    from cvbench.detection.anchors import multiscale_anchors
+    """SSD320's post-processing (decode over its task's anchors, per-class NMS) as
+    `outputs -> detections`."""
     from cvbench.detection.postprocess import postprocess
 
-    anchors = multiscale_anchors(model.image_size)
+    anchors = model.task.anchors
     return lambda outputs: postprocess(outputs["boxes"], outputs["classes"], anchors)
 
 
@@ -254,25 +256,6 @@ def benchmark_latency(
         jit_compile=jit_compile,
         seed=seed,
     )
-
-
-def endless_batches(data: Any) -> Iterator[Any]:
-    """The batches of `data` epoch after epoch, for as long as a benchmark needs them.
-
-    Args:
-        data: a re-iterable of batches (a `tf.data.Dataset`, a list...) or a function
-            `epoch -> iterable of batches` (a task's `TrainData.data`).
-
-    Raises:
-        ValueError: when an epoch has no batches.
-    """
-    for epoch in itertools.count():
-        empty = True
-        for batch in data(epoch) if callable(data) and not hasattr(data, "__iter__") else data:
-            empty = False
-            yield batch
-        if empty:
-            raise ValueError(f"the data has no batches in epoch {epoch}")
 
 
 def is_out_of_memory(error: BaseException) -> bool:

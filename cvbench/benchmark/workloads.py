@@ -1,108 +1,94 @@
 """Timed Keras workloads on one synthetic batch that stays on the device.
 
-- `cvbench_model`: what `cvbench train` would build for a model name (builder, loss,
-  recipe, default size), without touching any data pipeline (so without TensorFlow on JAX).
-- `synthetic_batch`: one random batch on the device: `(images, labels)` for classifiers,
-  `(images, {"boxes", "classes"})` real SSD targets (`encode_targets`) for SSD320.
+- `cvbench_model`: what `cvbench train` would build for a model name (its task's builder,
+  loss, recipe and default size, `cvbench.tasks`), without touching any data pipeline (so
+  without TensorFlow on JAX).
+- `synthetic_batch`: the task's random batch on the device: `(images, labels)` for
+  classifiers, `(images, {"boxes", "classes"})` real SSD targets for SSD320.
 - `make_trainer`: a `Trainer` for the model (precision, optimizer and loss scaling exactly
   as `cvbench train`), XLA-compiled unless Horovod runs.
-- Workloads (`cvbench.benchmark.timing.Workload`): `TrainSteps` (the Trainer's model driven
-  by `TrainStepRunner`), `FitReference` (plain `model.fit`), `Forward` (compiled forward
-  pass, optionally followed by host post-processing) and `PredictReference` (plain
-  `model.predict`).
+- Workloads (`cvbench.training.throughput.Workload`): `TrainSteps` (the Trainer's model
+  driven by `TrainStepRunner`) and `Forward` (compiled forward pass, optionally followed by
+  host post-processing).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import keras
-import numpy as np
 
 from cvbench.benchmark.steps import TrainStepRunner, make_forward, resolve_jit_compile
-from cvbench.benchmark.timing import block
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
 from cvbench.training.inputs import split_batch
-
-DETECTION_MODELS = ("ssd320",)
+from cvbench.training.throughput import block
 
 
 @dataclass(frozen=True)
 class CvbenchModel:
-    """A cvbench model as `cvbench train` sets it up.
+    """A cvbench model as `cvbench train` sets it up: its task, and how to build it.
 
     Attributes:
-        name: registry name ("resnet50", "inception_v3", "ssd320", ...).
-        kind: "classification" or "detection".
-        image_size: input height and width.
-        num_classes: classes (1000 for ImageNet, 90 for SSD320 on COCO).
-        build: builds the model (called under the precision policy).
-        loss: `loss(y_true, y_pred)` of the task.
-        optimizer: the recipe's update rule.
-        schedule: the recipe's learning-rate schedule.
+        name: model name ("resnet50", "inception_v3", "ssd320", ...).
+        task: its task (`cvbench.tasks.make_task`): size, classes, loss, recipe and
+            synthetic batch.
+        build: builds the model (called under the precision policy); the task's
+            `build_model` unless replaced (`dataclasses.replace`, e.g. a variant of it).
     """
 
     name: str
-    kind: str
-    image_size: int
-    num_classes: int
-    build: Callable[[], keras.Model]
-    loss: Callable
-    optimizer: OptimizerConfig
-    schedule: ScheduleConfig
+    task: Any
+    build: Callable[[], keras.Model] | None = None
+
+    def __post_init__(self) -> None:
+        if self.build is None:
+            object.__setattr__(self, "build", self.task.build_model)
+
+    @property
+    def kind(self) -> str:
+        """The task's name: "classification" or "detection"."""
+        return self.task.name
+
+    @property
+    def image_size(self) -> int:
+        """Input height and width."""
+        return self.task.image_size
+
+    @property
+    def num_classes(self) -> int:
+        """Classes (1000 for ImageNet, 90 for SSD320 on COCO)."""
+        return self.task.num_classes
+
+    @property
+    def loss(self) -> Callable:
+        """A new `loss(y_true, y_pred)` of the task."""
+        return self.task.loss()
+
+    @property
+    def optimizer(self) -> OptimizerConfig:
+        """The recipe's update rule."""
+        return self.task.recipe()[0]
+
+    @property
+    def schedule(self) -> ScheduleConfig:
+        """The recipe's learning-rate schedule."""
+        return self.task.recipe()[1]
 
 
 def cvbench_model(
     name: str, *, image_size: int | None = None, num_classes: int | None = None
 ) -> CvbenchModel:
-    """The model, loss and recipe `cvbench train --model name` uses.
-
-    Classifiers come from `ClassificationTask`; SSD320 from `detection.ssd.ssd320`,
-    `SSDLoss` and the SSD320 recipe (as `DetectionTask`, whose constructor needs the COCO
-    reader and so TensorFlow).
+    """The model, loss and recipe `cvbench train --model name` uses (its task's).
 
     Raises:
         ValueError: for an unknown model name (listing the known ones) or a bad size.
     """
-    if name in DETECTION_MODELS:
-        from cvbench.detection import task as detection_task
-        from cvbench.detection.losses import SSDLoss
-        from cvbench.detection.ssd import ssd320
+    from cvbench.tasks import TaskOptions, make_task
 
-        size = image_size or detection_task.DEFAULT_IMAGE_SIZE
-        classes = num_classes or 90
-        optimizer, schedule = detection_task.RECIPE
-        return CvbenchModel(
-            name=name,
-            kind="detection",
-            image_size=size,
-            num_classes=classes,
-            build=lambda: ssd320(num_classes=classes, image_size=size),
-            loss=SSDLoss(),
-            optimizer=optimizer,
-            schedule=schedule,
-        )
-    from cvbench.training.tasks import ClassificationTask, TaskOptions
-
-    if name not in ClassificationTask.models():
-        known = sorted([*ClassificationTask.models(), *DETECTION_MODELS])
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(known)}")
-    task = ClassificationTask(
-        TaskOptions(model=name, image_size=image_size, num_classes=num_classes)
-    )
-    optimizer, schedule = task.recipe()
-    return CvbenchModel(
-        name=name,
-        kind="classification",
-        image_size=task.image_size,
-        num_classes=task.num_classes,
-        build=task.build_model,
-        loss=task.loss(),
-        optimizer=optimizer,
-        schedule=schedule,
-    )
+    options = TaskOptions(model=name, image_size=image_size, num_classes=num_classes)
+    return CvbenchModel(name=name, task=make_task(options))
 
 
 def to_device(tree: Any) -> Any:
@@ -119,7 +105,7 @@ def to_device(tree: Any) -> Any:
 def synthetic_batch(
     model: CvbenchModel, batch_size: int, *, seed: int = 0, on_device: bool = True
 ) -> tuple[Any, Any]:
-    """One random training batch for `model`.
+    """One random training batch for `model`: its task's `synthetic_batch`.
 
     Classification: images drawn from N(0, 1) (normalized pixels) and uniform labels, as
     `cvbench.data.synthetic_arrays`. Detection: pixels uniform in [0, 255] and two random
@@ -135,35 +121,8 @@ def synthetic_batch(
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    size = model.image_size
-    if model.kind == "classification":
-        from cvbench.data.synthetic import synthetic_arrays
-
-        batch: tuple[Any, Any] = synthetic_arrays(batch_size, size, model.num_classes, seed=seed)
-    else:
-        batch = _detection_batch(batch_size, size, model.num_classes, seed)
+    batch = model.task.synthetic_batch(batch_size, seed)
     return to_device(batch) if on_device else batch
-
-
-def _detection_batch(batch_size: int, size: int, num_classes: int, seed: int) -> tuple:
-    from cvbench.detection.anchors import multiscale_anchors
-    from cvbench.detection.targets import encode_targets
-
-    rng = np.random.default_rng(seed)
-    images = rng.uniform(0, 255, (batch_size, size, size, 3)).astype(np.float32)
-    corners = np.sort(rng.uniform(0, 1, (batch_size, 2, 2, 2)), axis=2)  # (y, x) sorted pairs
-    boxes = corners.transpose(0, 1, 3, 2).reshape(batch_size, 2, 4)[..., [0, 2, 1, 3]]
-    labels = rng.integers(0, num_classes, (batch_size, 2)).astype(np.int32)
-    anchors = multiscale_anchors(size)
-    per_image = [
-        encode_targets(anchors, boxes[i].astype(np.float32), labels[i], num_classes=num_classes)
-        for i in range(batch_size)
-    ]
-    targets = {
-        key: np.stack([keras.ops.convert_to_numpy(t[key]) for t in per_image])
-        for key in ("boxes", "classes")
-    }
-    return images, targets
 
 
 def make_trainer(
@@ -247,41 +206,6 @@ class TrainSteps:
             self._runner.sync()
 
 
-def _repeat(batch: Any) -> Iterator[Any]:
-    while True:
-        yield batch
-
-
-class FitReference:
-    """Plain `model.fit` on a fixed batch: one `fit` call of `steps` steps per `run`.
-
-    The data is what a user of the backend would pass: a repeating `tf.data.Dataset` on
-    TensorFlow, a generator of the device-resident batch elsewhere.
-    """
-
-    def __init__(self, model: keras.Model, batch: tuple[Any, Any], images_per_step: int):
-        self.model = model
-        self.batch = batch
-        self.images_per_step = images_per_step
-        self._dataset = None
-        if keras.config.backend() == "tensorflow":
-            import tensorflow as tf
-
-            self._dataset = tf.data.Dataset.from_tensors(batch).repeat()
-
-    def _data(self) -> Any:
-        return self._dataset if self._dataset is not None else _repeat(self.batch)
-
-    def first_step(self) -> None:
-        self.run(1)
-
-    def run(self, steps: int) -> None:
-        self.model.fit(self._data(), steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
-
-    def close(self) -> None:
-        pass
-
-
 class Forward:
     """Compiled inference forward passes on a fixed batch, optionally post-processed.
 
@@ -332,30 +256,6 @@ class Forward:
             following = self.forward(self.images) if i + 1 < steps else None
             self.postprocess(pending)
             pending = following
-
-    def close(self) -> None:
-        pass
-
-
-class PredictReference:
-    """Plain `model.predict` over `steps` copies of a fixed batch per `run`."""
-
-    def __init__(self, model: keras.Model, images: Any) -> None:
-        self.model = model
-        self.images = images
-        self.images_per_step = int(images.shape[0])
-        self._dataset = None
-        if keras.config.backend() == "tensorflow":
-            import tensorflow as tf
-
-            self._dataset = tf.data.Dataset.from_tensors(images).repeat()
-
-    def first_step(self) -> None:
-        self.run(1)
-
-    def run(self, steps: int) -> None:
-        data = self._dataset if self._dataset is not None else _repeat((self.images,))
-        self.model.predict(data, steps=steps, verbose=0)
 
     def close(self) -> None:
         pass

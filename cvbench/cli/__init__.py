@@ -19,6 +19,7 @@ _COMMAND_MODULES = (
     "cvbench.cli.imagenet",
     "cvbench.cli.coco",
     "cvbench.cli.train",
+    "cvbench.cli.benchmark",
     "cvbench.cli.demo",
 )
 

@@ -1,7 +1,19 @@
-"""Throughput measurement in the format of NVIDIA's Horovod benchmark script.
+"""Throughput measurement: windows of steps, timed side by side, summarized as NVIDIA does.
 
-Every logged step prints `step epoch img/s loss lr` (`%6i %5i %7.1f %7.3f %7.5f`, step and
-epoch counted from 1, img/s over all ranks). At the end, over the steps after the burn-in:
+Accelerators run asynchronously: a step returns as soon as its work is queued. Timing every
+step therefore needs a host sync per step, which itself costs throughput (the queue drains
+and the device idles while the host dispatches the next step). `measure_throughput` times
+*windows* of steps instead, with one sync at the end of each window: the window's images
+over its wall time. A window of one step is a step timed on its own (`Trainer.benchmark`);
+`cvbench benchmark` and the benchmark suite use windows of several steps.
+
+Everything is backend-agnostic: a workload is anything with `images_per_step`,
+`first_step()` and `run(steps)` (see `Workload`); `block` waits for Keras tensors of any
+backend, and other frameworks pass their own sync.
+
+The statistics and lines are those of NVIDIA's Horovod benchmark script. Every logged step
+prints `step epoch img/s loss lr` (`%6i %5i %7.1f %7.3f %7.5f`, step and epoch counted from
+1, img/s over all ranks). At the end, over the measured steps (or windows):
 
     Images/sec: <mean> +/- <standard error> (jitter = <1.4826 x MAD>)
 
@@ -12,8 +24,12 @@ jitter the median absolute deviation scaled by 1.4826 (a standard deviation for 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
+import keras
 import numpy as np
 
 STEP_HEADER = "  Step Epoch Img/sec   Loss   LR"
@@ -22,6 +38,16 @@ STEP_HEADER = "  Step Epoch Img/sec   Loss   LR"
 def format_step_line(step: int, epoch: int, images_per_sec: float, loss: float, lr: float) -> str:
     """One progress line; `step` and `epoch` are 1-based."""
     return f"{step:6d} {epoch:5d} {images_per_sec:7.1f} {loss:7.3f} {lr:7.5f}"
+
+
+def format_summary(mean: float, stderr: float, jitter: float) -> str:
+    """NVIDIA's summary line: `Images/sec: mean +/- stderr (jitter = ...)`.
+
+    Example:
+        >>> format_summary(1234.56, float("nan"), 7.0)
+        'Images/sec: 1234.6 +/- nan (jitter = 7.0)'
+    """
+    return f"Images/sec: {mean:.1f} +/- {stderr:.1f} (jitter = {jitter:.1f})"
 
 
 @dataclass(frozen=True)
@@ -44,7 +70,7 @@ class ThroughputSummary:
 
     def format(self) -> str:
         """`Images/sec: mean +/- stderr (jitter = ...)`."""
-        return f"Images/sec: {self.mean:.1f} +/- {self.stderr:.1f} (jitter = {self.jitter:.1f})"
+        return format_summary(self.mean, self.stderr, self.jitter)
 
     def to_dict(self) -> dict:
         """The fields as a dict (NaN kept as float('nan'))."""
@@ -80,7 +106,7 @@ def summarize(rates: list[float] | np.ndarray, global_batch: int) -> ThroughputS
 
 
 class ThroughputMeter:
-    """Collects per-step rates after a burn-in.
+    """Collects per-step rates after a burn-in (`Trainer.fit`'s running throughput).
 
     Args:
         global_batch: images per step over all ranks.
@@ -112,3 +138,184 @@ class ThroughputMeter:
         if not self.rates:
             return None
         return summarize(self.rates, self.global_batch)
+
+
+def block(tree: Any) -> None:
+    """Waits until every tensor in `tree` (a nested structure) has been computed.
+
+    JAX arrays are waited for in place; other tensors by copying one element of each to
+    the host (which waits for the computation that produces it, without copying it all).
+    """
+    for leaf in keras.tree.flatten(tree):
+        if hasattr(leaf, "block_until_ready"):
+            leaf.block_until_ready()
+        elif hasattr(leaf, "shape") and len(leaf.shape) > 0:
+            keras.ops.convert_to_numpy(keras.ops.reshape(leaf, (-1,))[:1])
+        elif leaf is not None:
+            keras.ops.convert_to_numpy(leaf)
+
+
+class Workload(Protocol):
+    """Something whose steps can be timed (a training loop, a forward pass...).
+
+    `first_step` runs one step (compiling it first) and `run(steps)` runs `steps` more; both
+    return only when the device has finished them.
+    """
+
+    images_per_step: int
+
+    def first_step(self) -> None: ...
+
+    def run(self, steps: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Images per second of one workload, measured over windows of steps.
+
+    Attributes:
+        images_per_sec: mean of the window rates.
+        stderr: standard error of that mean (NaN with two windows or fewer).
+        jitter: 1.4826 x median absolute deviation of the window rates.
+        window_rates: images/s of each window.
+        window_steps: steps per window.
+        images_per_step: images in one step (all ranks).
+        compile_seconds: wall time of the first step (tracing, compilation and one step);
+            NaN without warm-up steps (the first window includes it).
+        warmup_seconds: wall time of the other warm-up steps.
+        warmup_steps: warm-up steps, the first one included.
+        cpu_images_per_sec: images per second of this process' CPU time over the windows
+            (all threads); on a shared machine it varies less with the load than the wall
+            rate.
+    """
+
+    images_per_sec: float
+    stderr: float
+    jitter: float
+    window_rates: tuple[float, ...]
+    window_steps: int
+    images_per_step: int
+    compile_seconds: float
+    warmup_seconds: float
+    warmup_steps: int
+    cpu_images_per_sec: float
+
+    def format(self) -> str:
+        """`Images/sec: mean +/- stderr (jitter = ...)`, the NVIDIA summary line."""
+        return format_summary(self.images_per_sec, self.stderr, self.jitter)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict."""
+        out = asdict(self)
+        out["window_rates"] = list(self.window_rates)
+        return out
+
+
+def _check_count(name: str, value: Any, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        kind = "a positive int" if least == 1 else f"an int >= {least}"
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+
+
+def _run_steps(workload: Workload, steps: int, *, started: bool) -> None:
+    """`steps` steps of `workload`, the first of them `first_step()` if none ran yet."""
+    if not started:
+        workload.first_step()
+        steps -= 1
+    if steps:
+        workload.run(steps)
+
+
+def measure_throughput(
+    workloads: Mapping[str, Workload],
+    *,
+    warmup_steps: int,
+    windows: int,
+    window_steps: int,
+    clock: Callable[[], float] = time.perf_counter,
+    cpu_clock: Callable[[], float] = time.process_time,
+    on_window: Callable[[str, int, float], None] | None = None,
+) -> dict[str, Throughput]:
+    """Times several workloads side by side, alternating their windows.
+
+    Each workload first runs `warmup_steps` steps (the first of them timed on its own as the
+    compile time). Then window `w` of every workload runs in turn, the order rotating by one
+    each window, so that a change in the machine's load affects all of them alike and their
+    ratios stay meaningful on a shared machine. A window's rate is its steps x the
+    workload's `images_per_step` (read after the window) over its wall time.
+
+    Example:
+        >>> class Fake:
+        ...     images_per_step = 8
+        ...     def first_step(self): pass
+        ...     def run(self, steps): pass
+        >>> ticks = iter(range(100))
+        >>> result = measure_throughput({"a": Fake()}, warmup_steps=2, windows=2,
+        ...                             window_steps=4, clock=lambda: next(ticks),
+        ...                             cpu_clock=lambda: 0.0)
+        >>> result["a"].window_rates  # each window: 4 steps x 8 images / 1 tick
+        (32.0, 32.0)
+
+    Args:
+        workloads: name -> workload.
+        warmup_steps: unmeasured steps per workload, the first of which compiles; 0: none,
+            the first window then starts with the compiling `first_step()` (and
+            `compile_seconds` is NaN).
+        windows: measured windows per workload.
+        window_steps: steps per window.
+        clock: wall clock (seconds).
+        cpu_clock: this process' CPU time (seconds).
+        on_window: called after each window with the workload's name, the 0-based window
+            index and its images/s (progress lines); not timed.
+
+    Returns:
+        name -> `Throughput`, in the order of `workloads`.
+
+    Raises:
+        ValueError: for a negative warm-up, a non-positive count or no workloads.
+    """
+    _check_count("warmup_steps", warmup_steps, 0)
+    _check_count("windows", windows, 1)
+    _check_count("window_steps", window_steps, 1)
+    if not workloads:
+        raise ValueError("no workloads to measure")
+    names = list(workloads)
+    compile_s: dict[str, float] = dict.fromkeys(names, math.nan)
+    warmup_s: dict[str, float] = dict.fromkeys(names, 0.0)
+    for name in names if warmup_steps else ():
+        workload = workloads[name]
+        start = clock()
+        workload.first_step()
+        middle = clock()
+        if warmup_steps > 1:
+            workload.run(warmup_steps - 1)
+        compile_s[name], warmup_s[name] = middle - start, clock() - middle
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, float] = dict.fromkeys(names, 0.0)
+    images: dict[str, int] = dict.fromkeys(names, 0)
+    for w in range(windows):
+        for name in names[w % len(names) :] + names[: w % len(names)]:
+            workload = workloads[name]
+            start, cpu_start = clock(), cpu_clock()
+            _run_steps(workload, window_steps, started=warmup_steps > 0 or w > 0)
+            seconds, cpu[name] = clock() - start, cpu[name] + cpu_clock() - cpu_start
+            images[name] += window_steps * workload.images_per_step
+            rates[name].append(window_steps * workload.images_per_step / max(seconds, 1e-12))
+            if on_window is not None:
+                on_window(name, w, rates[name][-1])
+    results = {}
+    for name in names:
+        summary = summarize(rates[name], global_batch=workloads[name].images_per_step)
+        results[name] = Throughput(
+            images_per_sec=summary.mean,
+            stderr=summary.stderr,
+            jitter=summary.jitter,
+            window_rates=tuple(rates[name]),
+            window_steps=window_steps,
+            images_per_step=summary.global_batch,
+            compile_seconds=compile_s[name],
+            warmup_seconds=warmup_s[name],
+            warmup_steps=warmup_steps,
+            cpu_images_per_sec=images[name] / cpu[name] if cpu[name] > 0 else math.nan,
+        )
+    return results

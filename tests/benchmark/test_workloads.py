@@ -1,57 +1,25 @@
-"""Workloads on tiny models: references step as often as asked, SSD data and post-processing,
+"""Workloads on tiny models: the task's models and batches, SSD data and post-processing,
 latency skips sizes that run out of memory."""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import keras
 import numpy as np
 import pytest
+from tiny_keras import tiny_batch, tiny_classifier
 
 from cvbench.benchmark import run
 from cvbench.benchmark.run import benchmark_cvbench, is_out_of_memory, measure_latencies
-from cvbench.benchmark.workloads import (
-    FitReference,
-    Forward,
-    PredictReference,
-    cvbench_model,
-    synthetic_batch,
-)
+from cvbench.benchmark.workloads import Forward, cvbench_model, synthetic_batch
 
 pytestmark = pytest.mark.backend_agnostic
 
 
-def _tiny_classifier() -> keras.Model:
-    inputs = keras.Input((8, 8, 3))
-    h = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3)(inputs))
-    model = keras.Model(inputs, keras.layers.Dense(5, activation="softmax")(h))
-    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
-    return model
-
-
-def _batch(n=4):
-    rng = np.random.default_rng(0)
-    return rng.normal(size=(n, 8, 8, 3)).astype("float32"), rng.integers(0, 5, n).astype("int32")
-
-
-def test_fit_reference_runs_exactly_the_steps_asked():
-    model = _tiny_classifier()
-    workload = FitReference(model, _batch(), images_per_step=4)
-    workload.first_step()
-    workload.run(3)
-    workload.run(2)
-    assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 6  # 1 + 3 + 2
-
-
-def test_predict_reference_and_forward_run():
-    model = _tiny_classifier()
-    images = keras.ops.convert_to_tensor(_batch()[0])
-    predict = PredictReference(model, images)
-    predict.first_step()
-    predict.run(2)
-    assert predict.images_per_step == 4
+def test_forward_runs():
+    model = tiny_classifier()
+    images = keras.ops.convert_to_tensor(tiny_batch()[0])
     forward = Forward(model, images)
     forward.first_step()
     forward.run(3)
@@ -63,7 +31,7 @@ def test_forward_postprocesses_every_pass_once_and_in_order():
     inputs = keras.Input((8, 8, 3))
     pooled = keras.layers.GlobalAveragePooling2D()(inputs)
     model = keras.Model(inputs, {"boxes": keras.layers.Dense(4)(pooled)})
-    images = keras.ops.convert_to_tensor(_batch()[0])
+    images = keras.ops.convert_to_tensor(tiny_batch()[0])
     forward = Forward(
         model,
         images,
@@ -145,21 +113,12 @@ def test_out_of_memory_messages_of_each_framework():
 def test_spec_replace_keeps_the_recipe():
     spec = cvbench_model("inception_v3", image_size=80)
     assert spec.image_size == 80 and spec.num_classes == 1000
+    assert spec.kind == spec.task.name == "classification"
     assert spec.optimizer.name == "lars"  # the Inception V3 recipe
-    assert dataclasses.replace(spec, image_size=96).schedule == spec.schedule
-
-
-def test_endless_batches_restart_epochs_and_refuse_empty_data():
-    from cvbench.benchmark.run import endless_batches
-
-    got = list(itertools.islice(endless_batches([1, 2]), 5))
-    assert got == [1, 2, 1, 2, 1]
-    by_epoch = list(
-        itertools.islice(endless_batches(lambda epoch: [10 * epoch, 10 * epoch + 1]), 5)
-    )
-    assert by_epoch == [0, 1, 10, 11, 20]
-    with pytest.raises(ValueError, match="no batches in epoch 0"):
-        next(endless_batches([]))
+    # A variant replaces the builder (as the suite's do) and keeps the task's recipe.
+    variant = dataclasses.replace(spec, build=tiny_classifier)
+    assert variant.schedule == spec.schedule and variant.build is tiny_classifier
+    assert spec.build == spec.task.build_model
 
 
 @pytest.mark.slow  # compiles ResNet-18 (~10 s on TensorFlow, ~45 s on JAX CPU here)

@@ -15,7 +15,7 @@ TINY += ["--num-classes", "4", "--precision", "fp32"]
 
 @pytest.fixture(autouse=True)
 def with_train_commands(monkeypatch):
-    monkeypatch.setattr(cli, "_COMMAND_MODULES", ("cvbench.cli.train",))
+    monkeypatch.setattr(cli, "_COMMAND_MODULES", ("cvbench.cli.benchmark",))
 
 
 def test_flags_reach_benchmark_cvbench(monkeypatch, tmp_path, capsys):
@@ -26,7 +26,7 @@ def test_flags_reach_benchmark_cvbench(monkeypatch, tmp_path, capsys):
         seen.update(kwargs, model=model)
         kwargs["report"]("     3       10.0 img/s")
         from cvbench.benchmark.results import ThroughputResult
-        from cvbench.benchmark.timing import Throughput
+        from cvbench.training.throughput import Throughput
 
         # Two windows of 5 steps x 8 images at 40 and 60 img/s: mean 50, 2 windows so NaN
         # standard error, jitter 1.4826 x median(|40 - 50|, |60 - 50|) = 14.826.

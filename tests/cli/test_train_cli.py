@@ -27,7 +27,7 @@ TINY = [
 
 @pytest.fixture(autouse=True)
 def with_train_commands(monkeypatch):
-    monkeypatch.setattr(cli, "_COMMAND_MODULES", ("cvbench.cli.train",))
+    monkeypatch.setattr(cli, "_COMMAND_MODULES", ("cvbench.cli.train", "cvbench.cli.benchmark"))
 
 
 def subparser(name):
@@ -165,6 +165,10 @@ def test_train_eval_and_benchmark_a_tiny_run(tmp_path, capsys):
 def test_register_adds_the_three_commands():
     import argparse
 
+    from cvbench.cli import benchmark as benchmark_cli
+
     parser = argparse.ArgumentParser(prog="cvbench")
-    train_cli.register(parser.add_subparsers(dest="command"))
+    subparsers = parser.add_subparsers(dest="command")
+    train_cli.register(subparsers)
+    benchmark_cli.register(subparsers)
     assert set(parser._subparsers._group_actions[0].choices) == set(COMMANDS)

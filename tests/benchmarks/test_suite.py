@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cvbench.benchmark import suite
-from cvbench.benchmark.suite import SuiteConfig, run_suite
+from throughput_suite import suite
+from throughput_suite.suite import SuiteConfig, run_suite
 
 
 @pytest.fixture

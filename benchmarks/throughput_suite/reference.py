@@ -1,9 +1,10 @@
-"""The references cvbench is measured against, built the way their users build them.
+"""The references cvbench is measured against, built and run the way their users do.
 
 - keras.applications `ResNet50` / `InceptionV3` (random weights), compiled with Keras' own
   defaults (`jit_compile="auto"`, softmax outputs with `SparseCategoricalCrossentropy`, SGD
-  with the recipe's momentum) and trained with plain `model.fit`; the same backend,
-  precision policy and batch as the cvbench run.
+  with the recipe's momentum) and trained with plain `model.fit` (`FitReference`) or run
+  with plain `model.predict` (`PredictReference`); the same backend, precision policy and
+  batch as the cvbench run.
 - torchvision `resnet50` / `inception_v3` (no auxiliary head) in PyTorch eager mode with
   automatic mixed precision (`torch.autocast`, `GradScaler` for float16) and channels_last
   memory, as NVIDIA's PyTorch scripts run them. PyTorch is imported only here and only when
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
 from typing import Any
 
 import keras
@@ -20,6 +22,9 @@ import keras
 from cvbench.training.config import OptimizerConfig, canonical_precision
 from cvbench.training.precision import dtype_policy_scope
 
+#: The references' implementation names in results and tables.
+KERAS = "keras.applications"
+TORCH = "torchvision"
 #: cvbench model name -> keras.applications class name.
 KERAS_APPLICATIONS = {"resnet50": "ResNet50", "inception_v3": "InceptionV3"}
 #: cvbench model name -> torchvision builder name.
@@ -64,6 +69,65 @@ def compile_plain(model: keras.Model, optimizer: OptimizerConfig, learning_rate:
         ),
         loss=keras.losses.SparseCategoricalCrossentropy(),
     )
+
+
+def _repeat(batch: Any) -> Iterator[Any]:
+    while True:
+        yield batch
+
+
+class FitReference:
+    """Plain `model.fit` on a fixed batch: one `fit` call of `steps` steps per `run`.
+
+    The data is what a user of the backend would pass: a repeating `tf.data.Dataset` on
+    TensorFlow, a generator of the device-resident batch elsewhere.
+    """
+
+    def __init__(self, model: keras.Model, batch: tuple[Any, Any], images_per_step: int):
+        self.model = model
+        self.batch = batch
+        self.images_per_step = images_per_step
+        self._dataset = None
+        if keras.config.backend() == "tensorflow":
+            import tensorflow as tf
+
+            self._dataset = tf.data.Dataset.from_tensors(batch).repeat()
+
+    def _data(self) -> Any:
+        return self._dataset if self._dataset is not None else _repeat(self.batch)
+
+    def first_step(self) -> None:
+        self.run(1)
+
+    def run(self, steps: int) -> None:
+        self.model.fit(self._data(), steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
+
+    def close(self) -> None:
+        pass
+
+
+class PredictReference:
+    """Plain `model.predict` over `steps` copies of a fixed batch per `run`."""
+
+    def __init__(self, model: keras.Model, images: Any) -> None:
+        self.model = model
+        self.images = images
+        self.images_per_step = int(images.shape[0])
+        self._dataset = None
+        if keras.config.backend() == "tensorflow":
+            import tensorflow as tf
+
+            self._dataset = tf.data.Dataset.from_tensors(images).repeat()
+
+    def first_step(self) -> None:
+        self.run(1)
+
+    def run(self, steps: int) -> None:
+        data = self._dataset if self._dataset is not None else _repeat((self.images,))
+        self.model.predict(data, steps=steps, verbose=0)
+
+    def close(self) -> None:
+        pass
 
 
 def import_torch() -> tuple[Any, Any]:

@@ -1,12 +1,15 @@
-"""Reference builders: keras.applications under a precision, PyTorch imported only on demand."""
+"""Reference builders: keras.applications under a precision, PyTorch imported only on demand;
+the plain `fit` / `predict` workloads step as often as asked."""
 
 from __future__ import annotations
 
 import importlib
 
+import keras
 import pytest
+from tiny_keras import tiny_batch, tiny_classifier
 
-from cvbench.benchmark import reference
+from throughput_suite import reference
 
 
 @pytest.mark.backend_agnostic
@@ -55,3 +58,23 @@ def test_torch_is_imported_only_when_asked_and_its_absence_is_explained(monkeypa
             "ssd320", batch_size=2, image_size=32, num_classes=10, precision="fp16",
             training=True,
         )  # fmt: skip
+
+
+@pytest.mark.backend_agnostic
+def test_fit_reference_runs_exactly_the_steps_asked():
+    model = tiny_classifier()
+    workload = reference.FitReference(model, tiny_batch(), images_per_step=4)
+    workload.first_step()
+    workload.run(3)
+    workload.run(2)
+    assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 6  # 1 + 3 + 2
+
+
+@pytest.mark.backend_agnostic
+def test_predict_reference_runs():
+    model = tiny_classifier()
+    images = keras.ops.convert_to_tensor(tiny_batch()[0])
+    predict = reference.PredictReference(model, images)
+    predict.first_step()
+    predict.run(2)
+    assert predict.images_per_step == 4

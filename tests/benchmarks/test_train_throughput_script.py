@@ -14,7 +14,7 @@ from pathlib import Path
 import keras
 import pytest
 
-from cvbench.benchmark import reference
+from throughput_suite import reference
 
 pytestmark = pytest.mark.backend_agnostic
 

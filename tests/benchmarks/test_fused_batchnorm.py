@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from cvbench.benchmark.fused_batchnorm import FusedBatchNormalization, with_fused_batchnorm
+from throughput_suite.fused_batchnorm import FusedBatchNormalization, with_fused_batchnorm
 
 
 def _pair(policy: str, **kwargs):

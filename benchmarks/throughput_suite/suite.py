@@ -19,37 +19,27 @@ from typing import Any
 
 import keras
 
-from cvbench.benchmark import reference
-from cvbench.benchmark.fused_batchnorm import with_fused_batchnorm
-from cvbench.benchmark.results import (
-    CVBENCH,
-    KERAS_APPLICATIONS,
-    TORCHVISION,
-    LatencyResult,
-    ThroughputResult,
-)
+from cvbench.benchmark.results import CVBENCH, LatencyResult, ThroughputResult
 from cvbench.benchmark.run import (
     cvbench_inference,
     cvbench_training,
     inference_model,
     measure_latencies,
 )
-from cvbench.benchmark.timing import measure_throughput
-from cvbench.benchmark.workloads import (
-    CvbenchModel,
-    FitReference,
-    PredictReference,
-    cvbench_model,
-    synthetic_batch,
-)
+from cvbench.benchmark.workloads import CvbenchModel, cvbench_model, synthetic_batch
 from cvbench.models.layers import set_fast_gradients
 from cvbench.training.precision import resolve_precision
+from cvbench.training.throughput import measure_throughput
+
+from . import reference
+from .fused_batchnorm import with_fused_batchnorm
+from .reference import KERAS, TORCH, FitReference, PredictReference
 
 DEFAULT_MODELS = ("resnet50", "inception_v3", "ssd320")
 #: Variants of cvbench measured beside it, name -> function changing a built model, to show
 #: what one speed change gains in the same run: "plain_conv" turns off `FastConv2D`'s fast
 #: gradients (Keras' own convolution gradients), "fused_batchnorm" tries TensorFlow's fused
-#: batch norm (a prototype, `cvbench.benchmark.fused_batchnorm`).
+#: batch norm (a prototype, `fused_batchnorm` beside this module).
 VARIANTS: dict[str, Callable[[keras.Model], keras.Model]] = {
     "plain_conv": lambda model: set_fast_gradients(model, False),
     "fused_batchnorm": with_fused_batchnorm,
@@ -181,9 +171,9 @@ def _training_workloads(config: SuiteConfig, model: CvbenchModel, policy: str) -
         )
         reference.compile_plain(network, model.optimizer, learning_rate=0.01)
         data = synthetic_batch(model, batch, seed=config.seed)
-        workloads[KERAS_APPLICATIONS] = FitReference(network, data, batch)
+        workloads[KERAS] = FitReference(network, data, batch)
     if config.torch_reference and reference.has_reference(model.name, "torch"):
-        workloads[TORCHVISION] = _torch(config, model, policy, training=True)
+        workloads[TORCH] = _torch(config, model, policy, training=True)
     return workloads
 
 
@@ -224,9 +214,9 @@ def _inference_workloads(
             precision=policy,
         )
         images = synthetic_batch(model, batch, seed=config.seed)[0]
-        workloads[KERAS_APPLICATIONS] = PredictReference(ref, images)
+        workloads[KERAS] = PredictReference(ref, images)
     if config.torch_reference and reference.has_reference(model.name, "torch"):
-        workloads[TORCHVISION] = _torch(config, model, policy, training=False)
+        workloads[TORCH] = _torch(config, model, policy, training=False)
     return workloads
 
 

@@ -1,0 +1,20 @@
+"""The benchmark suite of `benchmarks/train_throughput.py`, kept out of the cvbench package.
+
+cvbench beside keras.applications (plain `model.fit` / `model.predict`) and torchvision
+(PyTorch AMP), training and inference, plus latency percentiles, through the same functions
+as `cvbench benchmark` (`cvbench.benchmark`):
+
+- `suite`: `SuiteConfig`, `run_suite`, `SuiteResults` (the order, time budget, variants);
+- `reference`: the references, built and run as their users do;
+- `table`: the throughput table with the ratios;
+- `fused_batchnorm`: a speed-change prototype measured as a variant (not in the builders);
+- `environment`: where a run ran (versions, devices, load).
+
+`benchmarks/train_throughput.py` imports it by putting its own folder on `sys.path`.
+"""
+
+from .environment import describe_environment
+from .suite import SuiteConfig, SuiteResults, run_suite
+from .table import throughput_table
+
+__all__ = ["SuiteConfig", "SuiteResults", "describe_environment", "run_suite", "throughput_table"]

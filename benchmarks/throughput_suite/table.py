@@ -1,0 +1,107 @@
+"""The suite's throughput table: cvbench beside its variants and references, with ratios.
+
+(The latency table is `cvbench benchmark`'s own, `cvbench.benchmark.latency_table`.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from cvbench.benchmark.results import CVBENCH, ThroughputResult
+from cvbench.benchmark.table import markdown_row, markdown_rule
+from cvbench.zoo import DETECTION, task_of
+
+from .reference import KERAS, TORCH
+
+#: The model whose training rate a detector's is compared with (issue goal: SSD320 >= 0.15x).
+DETECTION_BASELINE = "resnet50"
+_REFERENCES = (KERAS, TORCH)
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    """`numerator / denominator`, NaN when the denominator is not positive.
+
+    Example:
+        >>> ratio(3.0, 2.0), ratio(1.0, 0.0)
+        (1.5, nan)
+    """
+    return numerator / denominator if denominator > 0 else float("nan")
+
+
+def _rate(result: ThroughputResult | None) -> str:
+    if result is None:
+        return "-"
+    t = result.throughput
+    if math.isnan(t.stderr):
+        return f"{t.images_per_sec:.1f}"
+    return f"{t.images_per_sec:.1f} ± {t.stderr:.1f}"
+
+
+def _ratio(top: ThroughputResult | None, bottom: ThroughputResult | None) -> str:
+    if top is None or bottom is None:
+        return "-"
+    value = ratio(top.throughput.images_per_sec, bottom.throughput.images_per_sec)
+    return f"{value:.2f}x"
+
+
+def _is_variant(result: ThroughputResult) -> bool:
+    return result.implementation.startswith(f"{CVBENCH}+")
+
+
+def throughput_table(results: Sequence[ThroughputResult]) -> str:
+    """One row per model, mode and precision: cvbench's images/s, each variant's
+    ("cvbench+<change>", with the ratio variant / cvbench), each reference's with the ratio
+    cvbench / reference, and the compile (first step) seconds of each.
+
+    A detector's (SSD320's) training row also gives its rate as a fraction of cvbench
+    ResNet-50's training rate at the same precision, when that ran.
+
+    Example:
+        >>> from cvbench.training.throughput import Throughput
+        >>> def result(impl, rate):
+        ...     t = Throughput(rate, float("nan"), 0.0, (rate,), 1, 8, 2.0, 0.0, 1, rate)
+        ...     return ThroughputResult("resnet50", "train", impl, "float32", 8, 64, t)
+        >>> table = throughput_table([result("cvbench", 33.0), result("keras.applications", 30.0)])
+        >>> print(table.splitlines()[0][:66])
+        | model | mode | precision | batch | image | cvbench img/s | keras
+        >>> print(table.splitlines()[2])  # 33 / 30 = 1.10
+        | resnet50 | train | float32 | 8 | 64 | 33.0 | 30.0 | 1.10x | 2 / 2 |  |
+    """
+    references = [r for r in _REFERENCES if any(x.implementation == r for x in results)]
+    variants = list(dict.fromkeys(x.implementation for x in results if _is_variant(x)))
+    header = ["model", "mode", "precision", "batch", "image", f"{CVBENCH} img/s"]
+    for variant in variants:
+        header += [f"{variant} img/s", f"{variant} / {CVBENCH}"]
+    for ref in references:
+        header += [f"{ref} img/s", f"{CVBENCH} / {ref}"]
+    header += ["compile s", "note"]
+    lines = [markdown_row(header), markdown_rule(len(header))]
+    groups: dict[tuple[str, str, str], dict[str, ThroughputResult]] = {}
+    for r in results:
+        groups.setdefault((r.model, r.mode, r.precision), {})[r.implementation] = r
+    for (model, mode, precision), by_impl in groups.items():
+        cv = by_impl.get(CVBENCH)
+        if cv is None:
+            continue
+        cells = [model, mode, precision, str(cv.batch_size), str(cv.image_size), _rate(cv)]
+        for variant in variants:
+            cells += [_rate(by_impl.get(variant)), _ratio(by_impl.get(variant), cv)]
+        for ref in references:
+            cells += [_rate(by_impl.get(ref)), _ratio(cv, by_impl.get(ref))]
+        others = [*variants, *references]
+        compile_s = [cv] + [by_impl[name] for name in others if name in by_impl]
+        cells.append(" / ".join(f"{r.throughput.compile_seconds:.0f}" for r in compile_s))
+        cells.append(_note(cv, groups))
+        lines.append(markdown_row(cells))
+    return "\n".join(lines)
+
+
+def _note(cv: ThroughputResult, groups: dict) -> str:
+    if cv.model == DETECTION_BASELINE or cv.mode != "train":
+        return ""
+    baseline = groups.get((DETECTION_BASELINE, "train", cv.precision), {}).get(CVBENCH)
+    if baseline is None or task_of(cv.model) != DETECTION:
+        return ""
+    value = ratio(cv.throughput.images_per_sec, baseline.throughput.images_per_sec)
+    return f"{value:.2f}x {DETECTION_BASELINE} train"

@@ -1,0 +1,124 @@
+"""`cvbench benchmark`: a thin command over `cvbench.benchmark.benchmark_cvbench`.
+
+The same code as `benchmarks/train_throughput.py` times the model (the Trainer's compiled
+step, or a compiled forward pass) in windows of steps; `Trainer.benchmark` uses the same
+timing (`cvbench.training.throughput.measure_throughput`). Under `horovodrun` every rank
+runs the command; only rank 0 prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from cvbench.cli.args import non_negative_int, positive_int, positive_int_list
+from cvbench.cli.task_args import add_model_and_data, task_from_args
+
+#: `cvbench benchmark`'s steps per timed window (one progress line each).
+DEFAULT_WINDOW_STEPS = 10
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Adds `benchmark` to the `cvbench` command."""
+    p = subparsers.add_parser(
+        "benchmark",
+        help="measure training or inference images/s (mean +/- stderr)",
+        description=(
+            "Run --burn-in unmeasured steps (at least one, which compiles), then --steps "
+            "measured steps in windows of --log-every steps with one host sync per window, "
+            "and print `Images/sec: mean +/- stderr (jitter = 1.4826 x MAD)` over the "
+            "windows, counting all ranks. The same code as benchmarks/train_throughput.py "
+            "(cvbench.benchmark.benchmark_cvbench). --synthetic trains on one random batch "
+            "kept on the device; --data-dir reads this rank's TFRecords epoch after epoch."
+        ),
+    )
+    add_model_and_data(p, synthetic_help="one random batch on the device: times the model")
+    p.add_argument("--steps", type=positive_int, default=100, help="measured steps (100)")
+    p.add_argument(
+        "--burn-in", type=non_negative_int, default=20, help="unmeasured steps, at least 1 (20)"
+    )
+    p.add_argument("--mode", choices=("train", "inference"), default="train", help="what to time")
+    p.add_argument(
+        "--log-every",
+        type=non_negative_int,
+        default=DEFAULT_WINDOW_STEPS,
+        help=f"steps per timed window, one line each (0: windows of {DEFAULT_WINDOW_STEPS}, "
+        f"no lines; default {DEFAULT_WINDOW_STEPS})",
+    )
+    p.add_argument(
+        "--latency-batch-sizes",
+        type=positive_int_list,
+        default=(),
+        help="with --mode inference: also time single calls at these batch sizes, e.g. "
+        "1,8,64,256, and print p50/p90/p95/p99 (SSD320 with post-processing)",
+    )
+    p.add_argument(
+        "--latency-calls", type=positive_int, default=20, help="timed calls per size (20)"
+    )
+    p.add_argument("--json", default=None, help="also write the result to this JSON file")
+    p.set_defaults(func=benchmark_command)
+
+
+def benchmark_command(args: argparse.Namespace) -> int:
+    """Runs `cvbench benchmark` through `cvbench.benchmark.benchmark_cvbench`, the code path
+    of `benchmarks/train_throughput.py`."""
+    from cvbench.benchmark.results import jsonable
+    from cvbench.benchmark.run import benchmark_cvbench, benchmark_latency
+    from cvbench.training.distributed import get_distribution
+    from cvbench.training.step_timing import endless_batches
+
+    dist = get_distribution("auto")
+    seed = 0 if args.seed is None else args.seed
+    batches = None
+    if args.data_dir is not None:
+        task = task_from_args(args, synthetic_steps=args.burn_in + args.steps)
+        data = task.train_data(batch_size=args.batch_size, distribution=dist, seed=seed)
+        batches = endless_batches(data.data)
+    say = print if dist.is_chief else (lambda line: None)
+    if args.log_every:
+        say(f"{'step':>6} {'img/s':>10}")
+    model = {  # what both measurements build
+        "image_size": args.image_size,
+        "num_classes": args.num_classes,
+        "precision": args.precision,
+        "seed": seed,
+    }
+    result = benchmark_cvbench(
+        args.model,
+        mode=args.mode,
+        batch_size=args.batch_size,
+        warmup_steps=max(1, args.burn_in),
+        steps=args.steps,
+        window_steps=args.log_every or DEFAULT_WINDOW_STEPS,
+        batches=batches,
+        distribution=dist,
+        report=(lambda line: say(line)) if args.log_every else None,
+        **model,
+    )
+    measured = result.throughput
+    say("-" * 64)
+    say(measured.format())
+    say("-" * 64)
+    latency = None
+    if args.mode == "inference" and args.latency_batch_sizes:
+        latency = benchmark_latency(
+            args.model, batch_sizes=args.latency_batch_sizes, calls=args.latency_calls, **model
+        )
+        from cvbench.benchmark.table import latency_table
+
+        say(latency_table([latency]))
+    if dist.is_chief and args.json:
+        from cvbench.utils.io import write_json_atomic
+
+        summary = {
+            **result.to_dict(),
+            # NVIDIA's summary fields, as `Images/sec: mean +/- stderr (jitter = ...)`.
+            "mean": measured.images_per_sec,
+            "stderr": measured.stderr,
+            "jitter": measured.jitter,
+            "steps": len(measured.window_rates) * measured.window_steps,
+            "global_batch": measured.images_per_step,
+            "ranks": dist.size,
+            "latency": None if latency is None else latency.to_dict(),
+        }
+        write_json_atomic(args.json, jsonable(summary))
+    return 0

@@ -1,0 +1,22 @@
+"""The examples in the suite's docstrings run and print what they claim."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+from throughput_suite import fused_batchnorm, table
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        pytest.param(table, marks=pytest.mark.backend_agnostic),
+        fused_batchnorm,  # its example compares against TensorFlow's fused kernel
+    ],
+)
+def test_docstring_examples(module):
+    outcome = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert outcome.attempted > 0
+    assert outcome.failed == 0
