@@ -18,10 +18,13 @@ by `min(local / lr, 1)`, mode "scale" by `local`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 from keras import ops
 
-from cvbench.training.config import OptimizerConfig
+from cvbench.training.config import OptimizerConfig, ScheduleConfig
+from cvbench.training.schedules import build_schedule
 
 _NORMALIZATION_LAYERS = (
     keras.layers.BatchNormalization,
@@ -255,3 +258,79 @@ def build_optimizer(
             decay_bias=config.decay_bias,
         )
     return optimizer
+
+
+def assemble_optimizer(
+    spec: OptimizerConfig | keras.optimizers.Optimizer,
+    schedule: Any,
+    *,
+    model: keras.Model,
+    precision: str,
+    config: Any,
+    distribution: Any,
+    global_batch: int,
+    steps_per_epoch: int | None,
+    epochs: int,
+) -> keras.optimizers.Optimizer:
+    """The Trainer's optimizer: `spec` (a config built with its schedule, or a ready one),
+    wrapped in `LossScaleOptimizer` under mixed_float16 (`config.loss_scale` and growth
+    steps), then given the distribution's gradient averaging (outermost).
+
+    Raises:
+        ValueError: a schedule in epochs without `steps_per_epoch`.
+    """
+    if isinstance(spec, keras.optimizers.Optimizer):
+        optimizer = spec
+    else:
+        rate = schedule
+        if isinstance(rate, ScheduleConfig):
+            if steps_per_epoch is None:
+                raise ValueError(
+                    "the learning-rate schedule is given in epochs: pass steps_per_epoch "
+                    "(the data's length is unknown)"
+                )
+            rate = build_schedule(
+                rate, global_batch=global_batch, steps_per_epoch=steps_per_epoch, epochs=epochs
+            )
+        optimizer = build_optimizer(spec, rate, model)
+    if precision == "mixed_float16" and not isinstance(
+        optimizer, keras.optimizers.LossScaleOptimizer
+    ):
+        optimizer = keras.optimizers.LossScaleOptimizer(
+            optimizer,
+            initial_scale=config.loss_scale,
+            dynamic_growth_steps=config.loss_scale_growth_steps,
+        )
+    return distribution.wrap_optimizer(optimizer, config.compression)
+
+
+def check_optimizer_args(optimizer: Any, schedule: Any) -> tuple[Any, Any]:
+    """The Trainer's `(optimizer, schedule)` arguments, checked, with their defaults.
+
+    Raises:
+        ValueError: naming the argument that is neither of the accepted kinds, or a schedule
+            given with a ready optimizer.
+    """
+    if optimizer is None:
+        optimizer = OptimizerConfig()
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        if schedule is not None:
+            raise ValueError(
+                "schedule must be None when a ready optimizer is given (its learning_rate "
+                f"is used), got schedule={schedule!r}"
+            )
+        return optimizer, None
+    if not isinstance(optimizer, OptimizerConfig):
+        raise ValueError(
+            f"optimizer must be an OptimizerConfig or a keras optimizer, got {optimizer!r}"
+        )
+    if schedule is None:
+        schedule = ScheduleConfig()
+    if isinstance(schedule, bool) or not isinstance(
+        schedule, (ScheduleConfig, int, float, keras.optimizers.schedules.LearningRateSchedule)
+    ):
+        raise ValueError(
+            "schedule must be a ScheduleConfig, a float or a LearningRateSchedule, "
+            f"got {schedule!r}"
+        )
+    return optimizer, schedule

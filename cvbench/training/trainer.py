@@ -17,8 +17,6 @@ around it:
 
 from __future__ import annotations
 
-import math
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,12 +26,10 @@ import keras
 import numpy as np
 
 from cvbench.training import checkpoint as ckpt
-from cvbench.training.benchmark import time_steps
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import Distribution, get_distribution
+from cvbench.training.epoch_loop import run_epochs
 from cvbench.training.inputs import (
-    BatchSource,
-    batch_length,
     evaluation_batches,
     is_array_data,
     known_length,
@@ -41,19 +37,16 @@ from cvbench.training.inputs import (
     peek_batch_size,
     rank_rows,
 )
-from cvbench.training.optimizers import build_optimizer
+from cvbench.training.optimizers import assemble_optimizer, check_optimizer_args
 from cvbench.training.precision import (
     build_model_with_policy,
     check_model_policy,
     resolve_precision,
 )
 from cvbench.training.run_log import RunLog
-from cvbench.training.schedules import build_schedule
+from cvbench.training.step_timing import benchmark_trainer
 from cvbench.training.throughput import (
-    STEP_HEADER,
-    ThroughputMeter,
     ThroughputSummary,
-    format_step_line,
 )
 from cvbench.training.training_model import TrainingModel
 
@@ -121,7 +114,7 @@ class Trainer:
                 "compression='fp16' needs precision mixed_float16 (dynamic loss scaling "
                 f"catches the overflows it can cause), got precision {self.precision!r}"
             )
-        self._optimizer_spec, self._schedule_spec = _check_optimizer_args(optimizer, schedule)
+        self._optimizer_spec, self._schedule_spec = check_optimizer_args(optimizer, schedule)
         self._seed_everything()
         if isinstance(model, keras.Model):
             check_model_policy(model, self.precision)
@@ -209,30 +202,17 @@ class Trainer:
         self._compiled = True
 
     def _make_optimizer(self, *, global_batch: int, steps_per_epoch: int | None, epochs: int):
-        spec = self._optimizer_spec
-        if isinstance(spec, keras.optimizers.Optimizer):
-            optimizer = spec
-        else:
-            rate = self._schedule_spec
-            if isinstance(rate, ScheduleConfig):
-                if steps_per_epoch is None:
-                    raise ValueError(
-                        "the learning-rate schedule is given in epochs: pass steps_per_epoch "
-                        "(the data's length is unknown)"
-                    )
-                rate = build_schedule(
-                    rate, global_batch=global_batch, steps_per_epoch=steps_per_epoch, epochs=epochs
-                )
-            optimizer = build_optimizer(spec, rate, self.training_model)
-        if self.precision == "mixed_float16" and not isinstance(
-            optimizer, keras.optimizers.LossScaleOptimizer
-        ):
-            optimizer = keras.optimizers.LossScaleOptimizer(
-                optimizer,
-                initial_scale=self.config.loss_scale,
-                dynamic_growth_steps=self.config.loss_scale_growth_steps,
-            )
-        return self.distribution.wrap_optimizer(optimizer, self.config.compression)
+        return assemble_optimizer(
+            self._optimizer_spec,
+            self._schedule_spec,
+            model=self.training_model,
+            precision=self.precision,
+            config=self.config,
+            distribution=self.distribution,
+            global_batch=global_batch,
+            steps_per_epoch=steps_per_epoch,
+            epochs=epochs,
+        )
 
     def _prepare(self, *, global_batch: int, steps_per_epoch: int | None, epochs: int) -> None:
         """Builds the optimizer (first call), restores a checkpoint or syncs the ranks."""
@@ -359,7 +339,9 @@ class Trainer:
                 arrays or has a known length).
             batch_size: rows per rank and step for array data (for other data, only needed
                 when it cannot be read from the dataset).
-            validation_data: evaluated at each epoch end (see `evaluate`).
+            validation_data: evaluated at each epoch end (see `evaluate`), or a function
+                `() -> dict[str, float]` called there instead (every rank calls it; e.g. a
+                task's evaluation). Its results enter the epoch logs as `val_<name>`.
             validation_steps: batches of validation data per evaluation (None: all).
             validation_batch_size: batch size for array validation data.
             callbacks: Keras callbacks run on every rank (they see `trainer.training_model`).
@@ -406,7 +388,8 @@ class Trainer:
         callback_list.set_params({"epochs": epochs, "steps": source.steps_per_epoch, "verbose": 0})
         log = RunLog(self.log_dir, enabled=self.is_chief, progress_bar=self.config.progress_bar)
         try:
-            self._run(
+            run_epochs(
+                self,
                 source,
                 epochs,
                 callback_list,
@@ -423,137 +406,6 @@ class Trainer:
         if self.config.export and self.log_dir is not None:
             self.export(self.log_dir / "export")
         return history
-
-    def _run(self, source: BatchSource, epochs: int, callbacks, log: RunLog, validation) -> None:
-        model = self.training_model
-        model.stop_training = False
-        meter = ThroughputMeter(self.global_batch, self.config.burn_in_steps)
-        log.record(
-            "start",
-            precision=self.precision,
-            ranks=self.size,
-            global_batch=self.global_batch,
-            resumed_step=self.state["step"],
-        )
-        if self.config.log_every:
-            log.print(STEP_HEADER)
-        callbacks.on_train_begin()
-        saved_step = -1
-        last_logs: dict[str, float] = {}
-        for epoch in range(self.state["epoch"], epochs):
-            callbacks.on_epoch_begin(epoch)
-            log.start_bar(
-                source.steps_per_epoch or 0, self.state["batch_in_epoch"], f"epoch {epoch + 1}"
-            )
-            sums: dict[str, float] = {}
-            count = 0
-            stop = False
-            batches = source.epoch(epoch, self.state["batch_in_epoch"], self.state["consumed"])
-            last = time.perf_counter()
-            index = self.state["batch_in_epoch"]
-            while source.steps_per_epoch is None or index < source.steps_per_epoch:
-                try:
-                    x, y, sample_weight = next(batches)
-                except StopIteration:
-                    if source.steps_per_epoch is None:
-                        break
-                    raise RuntimeError(
-                        f"the training data ran out in epoch {epoch + 1} after {index} of "
-                        f"{source.steps_per_epoch} batches: make the dataset repeat "
-                        "(dataset.repeat()) or lower steps_per_epoch"
-                    ) from None
-                callbacks.on_train_batch_begin(index)
-                logs = model.train_on_batch(x, y, sample_weight=sample_weight, return_dict=True)
-                now = time.perf_counter()
-                rate = meter.record(now - last, batch_length(x) * self.size)
-                last = now
-                index += 1
-                self.state.update(
-                    step=self.state["step"] + 1,
-                    batch_in_epoch=index,
-                    consumed=self.state["consumed"] + 1,
-                )
-                for k, v in logs.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
-                count += 1
-                step = self.state["step"]
-                if self.config.log_every and step % self.config.log_every == 0:
-                    stop = self._log_step(log, epoch, rate, logs)
-                if self.config.checkpoint_every and step % self.config.checkpoint_every == 0:
-                    self.save_checkpoint()
-                    saved_step = step
-                callbacks.on_train_batch_end(index - 1, logs)
-                log.advance_bar({"loss": float(logs.get("loss", math.nan))})
-                # One process stops at once; ranks agree on stopping at log steps / epoch ends.
-                stop = stop or (self.size == 1 and model.stop_training)
-                if stop:
-                    break
-                last = time.perf_counter()  # time data + step only, not logging/checkpoints
-            log.close_bar()
-            if not stop:
-                self.state.update(epoch=epoch + 1, batch_in_epoch=0)
-            epoch_logs = self._mean_over_ranks({k: v / max(count, 1) for k, v in sums.items()})
-            if validation[0] is not None:
-                val = self.evaluate(validation[0], steps=validation[1], batch_size=validation[2])
-                epoch_logs.update({f"val_{k}": v for k, v in val.items()})
-            if self.state["step"] != saved_step:
-                self.save_checkpoint()
-                saved_step = self.state["step"]
-            self._log_epoch(log, epoch, epoch_logs)
-            callbacks.on_epoch_end(epoch, epoch_logs)
-            last_logs = epoch_logs
-            if stop or self._any_rank_stopped():
-                break
-        callbacks.on_train_end(last_logs)
-        summary = meter.summary()
-        if summary is not None:
-            log.print("-" * 64)
-            log.print(summary.format())
-            log.print("-" * 64)
-            log.record("throughput", **summary.to_dict())
-        self.throughput = summary
-
-    def _any_rank_stopped(self) -> bool:
-        flag = np.array([1.0 if self.training_model.stop_training else 0.0])
-        stopped = bool(self.distribution.allreduce_max(flag)[0] > 0)
-        self.training_model.stop_training = stopped
-        return stopped
-
-    def _mean_over_ranks(self, values: dict[str, float]) -> dict[str, float]:
-        if not values:
-            return {}
-        keys = sorted(values)
-        mean = self.distribution.allreduce_mean(np.array([values[k] for k in keys]))
-        return {k: float(v) for k, v in zip(keys, mean, strict=True)}
-
-    def _log_step(self, log: RunLog, epoch: int, rate: float, logs: dict) -> bool:
-        """Prints/records one step on rank 0; returns whether any rank asked to stop."""
-        means = self._mean_over_ranks({k: float(v) for k, v in logs.items()})
-        stopped = self._any_rank_stopped()
-        step = self.state["step"]
-        lr, scale = self.learning_rate, self.loss_scale
-        loss = means.get("loss", math.nan)
-        log.print(format_step_line(step, epoch + 1, rate, loss, lr if lr is not None else math.nan))
-        log.record(
-            "step",
-            step=step,
-            epoch=epoch + 1,
-            images_per_sec=rate,
-            lr=lr,
-            loss_scale=scale,
-            **means,
-        )
-        scalars = dict(means, images_per_sec=rate, learning_rate=lr)
-        if scale is not None:
-            scalars["loss_scale"] = scale
-        log.scalars(step, scalars, prefix="train/")
-        return stopped
-
-    def _log_epoch(self, log: RunLog, epoch: int, logs: dict[str, float]) -> None:
-        text = "  ".join(f"{k} {v:.4f}" for k, v in sorted(logs.items()))
-        log.print(f"epoch {epoch + 1}: {text}")
-        log.record("epoch", epoch=epoch + 1, step=self.state["step"], **logs)
-        log.scalars(self.state["step"], logs, prefix="epoch/")
 
     # ----------------------------------------------------------------- evaluate
     def evaluate(
@@ -595,14 +447,9 @@ class Trainer:
         if self.size > 1:
             variables = model.metrics_variables
             values = [keras.ops.convert_to_numpy(v.value) for v in variables]
-            flat = self.distribution.allreduce_sum(
-                np.concatenate([np.ravel(v).astype(np.float64) for v in values])
-            )
-            offset = 0
-            for variable, value in zip(variables, values, strict=True):
-                n = value.size
-                variable.assign(flat[offset : offset + n].reshape(value.shape).astype(value.dtype))
-                offset += n
+            totals = self.distribution.sum_arrays(values)
+            for variable, value, total in zip(variables, values, totals, strict=True):
+                variable.assign(total.astype(value.dtype))
         results = model.get_metrics_result()
         return {k: float(keras.ops.convert_to_numpy(v)) for k, v in results.items()}
 
@@ -618,10 +465,12 @@ class Trainer:
     ) -> ThroughputSummary:
         """Measures images/s (all ranks) over `steps` steps after `burn_in` steps.
 
-        Training mode really trains (the weights change); nothing is checkpointed and
-        `state` is left as it is. Before any `fit`, it sets up the optimizer with a schedule
-        over the benchmark's steps, which a later `fit` would keep: benchmark a fresh
-        Trainer, or one that has already been fitted.
+        Each step is timed on its own (a window of one step of `measure_throughput`, the
+        timing `cvbench benchmark` runs with longer windows), so that every logged step gets
+        NVIDIA's line. Training mode really trains (the weights change); nothing is
+        checkpointed and `state` is left as it is. Before any `fit`, it sets up the optimizer
+        with a schedule over the benchmark's steps, which a later `fit` would keep: benchmark
+        a fresh Trainer, or one that has already been fitted.
 
         Args:
             data: as for `fit` (it must yield at least `burn_in + steps` batches).
@@ -633,44 +482,8 @@ class Trainer:
         Returns:
             The `ThroughputSummary`; rank 0 also prints it.
         """
-        if mode not in ("train", "inference"):
-            raise ValueError(f"mode must be 'train' or 'inference', got {mode!r}")
-        if not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"steps must be a positive int, got {steps!r}")
-        burn_in = self.config.burn_in_steps if burn_in is None else burn_in
-        total = burn_in + steps
-        source = make_source(
-            data,
-            batch_size=batch_size,
-            steps_per_epoch=None if is_array_data(data) else total,
-            rank=self.rank,
-            size=self.size,
-            shuffle=False,
-            seed=0,
-        )
-        per_rank = source.batch_size or peek_batch_size(data)
-        if mode == "train":
-            self._prepare(global_batch=per_rank * self.size, steps_per_epoch=total, epochs=1)
-        elif not self._compiled:
-            self._compile("sgd")
-        model = self.training_model
-
-        def step(x, y, sample_weight) -> float:
-            if mode == "inference":
-                keras.tree.map_structure(keras.ops.convert_to_numpy, model.predict_on_batch(x))
-                return math.nan
-            logs = model.train_on_batch(x, y, sample_weight=sample_weight, return_dict=True)
-            return float(logs.get("loss", math.nan))
-
-        return time_steps(
-            step,
-            source,
-            total=total,
-            burn_in=burn_in,
-            ranks=self.size,
-            log=RunLog(None, enabled=self.is_chief, progress_bar=False),
-            log_every=self.config.log_every,
-            learning_rate=(lambda: self.learning_rate) if mode == "train" else (lambda: None),
+        return benchmark_trainer(
+            self, data, steps=steps, burn_in=burn_in, batch_size=batch_size, mode=mode
         )
 
     # ----------------------------------------------------------------- export
@@ -687,29 +500,3 @@ class Trainer:
         from cvbench.training.export import export_model
 
         return export_model(self.model, Path(directory))
-
-
-def _check_optimizer_args(optimizer, schedule):
-    if optimizer is None:
-        optimizer = OptimizerConfig()
-    if isinstance(optimizer, keras.optimizers.Optimizer):
-        if schedule is not None:
-            raise ValueError(
-                "schedule must be None when a ready optimizer is given (its learning_rate "
-                f"is used), got schedule={schedule!r}"
-            )
-        return optimizer, None
-    if not isinstance(optimizer, OptimizerConfig):
-        raise ValueError(
-            f"optimizer must be an OptimizerConfig or a keras optimizer, got {optimizer!r}"
-        )
-    if schedule is None:
-        schedule = ScheduleConfig()
-    if isinstance(schedule, bool) or not isinstance(
-        schedule, (ScheduleConfig, int, float, keras.optimizers.schedules.LearningRateSchedule)
-    ):
-        raise ValueError(
-            "schedule must be a ScheduleConfig, a float or a LearningRateSchedule, "
-            f"got {schedule!r}"
-        )
-    return optimizer, schedule

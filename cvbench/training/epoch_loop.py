@@ -1,0 +1,168 @@
+"""The Trainer's epoch loop: steps, logs, checkpoints and the end-of-epoch evaluation.
+
+`Trainer.fit` sets the run up (data source, optimizer, rank sync, resume) and calls
+`run_epochs`; everything that happens per step and per epoch is here. Ranks agree on stopping
+at log steps and epoch ends (`any_rank_stopped`), and metrics printed or logged are averaged
+over ranks (`mean_over_ranks`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from cvbench.training.inputs import BatchSource, batch_length
+from cvbench.training.run_log import RunLog
+from cvbench.training.throughput import STEP_HEADER, ThroughputMeter, format_step_line
+
+
+def run_epochs(
+    trainer: Any, source: BatchSource, epochs: int, callbacks, log: RunLog, validation
+) -> None:
+    """Trains `trainer` from `trainer.state` until `epochs` epochs are done (`Trainer.fit`'s
+    loop): steps, step and epoch logs, checkpoints, the epoch-end evaluation (`validation` is
+    `(data or function, steps, batch size)`), early stop agreed by all ranks, and the
+    throughput summary (`trainer.throughput`)."""
+    model = trainer.training_model
+    model.stop_training = False
+    meter = ThroughputMeter(trainer.global_batch, trainer.config.burn_in_steps)
+    log.record(
+        "start",
+        precision=trainer.precision,
+        ranks=trainer.size,
+        global_batch=trainer.global_batch,
+        resumed_step=trainer.state["step"],
+    )
+    if trainer.config.log_every:
+        log.print(STEP_HEADER)
+    callbacks.on_train_begin()
+    saved_step = -1
+    last_logs: dict[str, float] = {}
+    for epoch in range(trainer.state["epoch"], epochs):
+        callbacks.on_epoch_begin(epoch)
+        log.start_bar(
+            source.steps_per_epoch or 0, trainer.state["batch_in_epoch"], f"epoch {epoch + 1}"
+        )
+        sums: dict[str, float] = {}
+        count = 0
+        stop = False
+        batches = source.epoch(epoch, trainer.state["batch_in_epoch"], trainer.state["consumed"])
+        last = time.perf_counter()
+        index = trainer.state["batch_in_epoch"]
+        while source.steps_per_epoch is None or index < source.steps_per_epoch:
+            try:
+                x, y, sample_weight = next(batches)
+            except StopIteration:
+                if source.steps_per_epoch is None:
+                    break
+                raise RuntimeError(
+                    f"the training data ran out in epoch {epoch + 1} after {index} of "
+                    f"{source.steps_per_epoch} batches: make the dataset repeat "
+                    "(dataset.repeat()) or lower steps_per_epoch"
+                ) from None
+            callbacks.on_train_batch_begin(index)
+            logs = model.train_on_batch(x, y, sample_weight=sample_weight, return_dict=True)
+            now = time.perf_counter()
+            rate = meter.record(now - last, batch_length(x) * trainer.size)
+            last = now
+            index += 1
+            trainer.state.update(
+                step=trainer.state["step"] + 1,
+                batch_in_epoch=index,
+                consumed=trainer.state["consumed"] + 1,
+            )
+            for k, v in logs.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+            count += 1
+            step = trainer.state["step"]
+            if trainer.config.log_every and step % trainer.config.log_every == 0:
+                stop = log_step(trainer, log, epoch, rate, logs)
+            if trainer.config.checkpoint_every and step % trainer.config.checkpoint_every == 0:
+                trainer.save_checkpoint()
+                saved_step = step
+            callbacks.on_train_batch_end(index - 1, logs)
+            log.advance_bar({"loss": float(logs.get("loss", math.nan))})
+            # One process stops at once; ranks agree on stopping at log steps / epoch ends.
+            stop = stop or (trainer.size == 1 and model.stop_training)
+            if stop:
+                break
+            last = time.perf_counter()  # time data + step only, not logging/checkpoints
+        log.close_bar()
+        if not stop:
+            trainer.state.update(epoch=epoch + 1, batch_in_epoch=0)
+        epoch_logs = mean_over_ranks(trainer, {k: v / max(count, 1) for k, v in sums.items()})
+        if validation[0] is not None:
+            val = (
+                validation[0]()  # e.g. a task's evaluation
+                if callable(validation[0])
+                else trainer.evaluate(validation[0], steps=validation[1], batch_size=validation[2])
+            )
+            epoch_logs.update({f"val_{k}": v for k, v in val.items()})
+        if trainer.state["step"] != saved_step:
+            trainer.save_checkpoint()
+            saved_step = trainer.state["step"]
+        log_epoch(trainer, log, epoch, epoch_logs)
+        callbacks.on_epoch_end(epoch, epoch_logs)
+        last_logs = epoch_logs
+        if stop or any_rank_stopped(trainer):
+            break
+    callbacks.on_train_end(last_logs)
+    summary = meter.summary()
+    if summary is not None:
+        log.print("-" * 64)
+        log.print(summary.format())
+        log.print("-" * 64)
+        log.record("throughput", **summary.to_dict())
+    trainer.throughput = summary
+
+
+def any_rank_stopped(trainer: Any) -> bool:
+    """Whether any rank's model asked to stop (then every rank's does)."""
+    flag = np.array([1.0 if trainer.training_model.stop_training else 0.0])
+    stopped = bool(trainer.distribution.allreduce_max(flag)[0] > 0)
+    trainer.training_model.stop_training = stopped
+    return stopped
+
+
+def mean_over_ranks(trainer: Any, values: dict[str, float]) -> dict[str, float]:
+    """`values` averaged over ranks (the same keys on every rank)."""
+    if not values:
+        return {}
+    keys = sorted(values)
+    mean = trainer.distribution.allreduce_mean(np.array([values[k] for k in keys]))
+    return {k: float(v) for k, v in zip(keys, mean, strict=True)}
+
+
+def log_step(trainer: Any, log: RunLog, epoch: int, rate: float, logs: dict) -> bool:
+    """Prints/records one step on rank 0; returns whether any rank asked to stop."""
+    means = mean_over_ranks(trainer, {k: float(v) for k, v in logs.items()})
+    stopped = any_rank_stopped(trainer)
+    step = trainer.state["step"]
+    lr, scale = trainer.learning_rate, trainer.loss_scale
+    loss = means.get("loss", math.nan)
+    log.print(format_step_line(step, epoch + 1, rate, loss, lr if lr is not None else math.nan))
+    log.record(
+        "step",
+        step=step,
+        epoch=epoch + 1,
+        images_per_sec=rate,
+        lr=lr,
+        loss_scale=scale,
+        **means,
+    )
+    scalars = dict(means, images_per_sec=rate, learning_rate=lr)
+    if scale is not None:
+        scalars["loss_scale"] = scale
+    log.scalars(step, scalars, prefix="train/")
+    return stopped
+
+
+def log_epoch(trainer: Any, log: RunLog, epoch: int, logs: dict[str, float]) -> None:
+    """Prints, records and plots one epoch's logs (rank 0)."""
+    text = "  ".join(f"{k} {v:.4f}" for k, v in sorted(logs.items()))
+    log.print(f"epoch {epoch + 1}: {text}")
+    log.record("epoch", epoch=epoch + 1, step=trainer.state["step"], **logs)
+    log.scalars(trainer.state["step"], logs, prefix="epoch/")
