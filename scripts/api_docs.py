@@ -24,9 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "docs" / "api.md"
 PACKAGES = (
     "cvbench",
+    "cvbench.zoo",
     "cvbench.models",
     "cvbench.data",
     "cvbench.detection",
+    "cvbench.tasks",
     "cvbench.training",
     "cvbench.benchmark",
 )

@@ -23,7 +23,9 @@ Modes:
     layout  the block shows a folder tree: `cmd="..."` is run and every path of the tree
             (`<name>` matches anything) must exist under `root=`;
     synopsis  a usage summary of cvbench commands: every `--flag` must be an option of its
-            command and every `a|b|c` list the option's choices.
+            command and every `a|b|c` list the option's choices;
+    figure  a text diagram of the package: every module path it names (`data/reader`,
+            `tasks/`, `zoo.py`, `detection/targets`) must exist under `cvbench/`.
 
 Options: `sub="OLD=>NEW"` (repeatable; replaces OLD with NEW before anything else, as a whole
 word where OLD starts or ends with a word character), `out=/data/x` (a path the block writes:
@@ -39,7 +41,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MODES = ("run", "parse", "output", "layout", "synopsis")
+MODES = ("run", "parse", "output", "layout", "synopsis", "figure")
 _FLAGS = ("continue", "slow", "coco-mirror")
 _KEYS = ("sub", "out", "why", "cmd", "root")
 _DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:(?P<body>.*?)-->\s*$")

@@ -143,6 +143,23 @@ def check_layout(tree: str, root: Path) -> None:
             stack.append((indent, word.rstrip("/")))
 
 
+# A module path in a figure: `data/reader`, `tasks/`, `zoo.py`, `training/Trainer` (a name
+# after the slash that is a class or function, not a module, is cut at the slash).
+_FIGURE_PATH = re.compile(r"(?<![\w./-])([a-z_]+/(?:[a-z_]+(?:\.py)?)?|[a-z_]+\.py)(?![a-z_/-])")
+
+
+def check_figure(text: str, package: Path) -> None:
+    """Every module path named in a text figure must exist in `package` (as a folder, a
+    `.py` file, or a folder holding the named module)."""
+    named = _FIGURE_PATH.findall(text)
+    if not named:
+        raise AssertionError("the figure names no module path (`data/reader`, `zoo.py`)")
+    for path in named:
+        stem = path.rstrip("/").removesuffix(".py")
+        if not ((package / stem).is_dir() or (package / f"{stem}.py").is_file()):
+            raise AssertionError(f"the figure names {path!r}, which is not in {package}")
+
+
 def exercise(
     block: Block, workspace: Workspace, data: Callable[[str], Path], built_tags: set[str]
 ) -> None:
@@ -187,5 +204,7 @@ def exercise(
         check_layout(block.substituted(strict=False), root)
     elif directive.mode == "synopsis":
         check_synopsis(block.text)
+    elif directive.mode == "figure":
+        check_figure(block.text, ROOT / "cvbench")
     else:  # pragma: no cover - Directive.parse refuses other modes
         raise AssertionError(f"{filename}: mode {directive.mode!r}")

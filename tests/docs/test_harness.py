@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from docs_blocks import Directive, DirectiveError, parse_markdown
 from docs_commands import Command, CommandError, run_command, split_commands
-from docs_exercise import Workspace, check_layout, check_output, exercise, mask
+from docs_exercise import Workspace, check_figure, check_layout, check_output, exercise, mask
 from docs_parsers import check_inline_commands, check_synopsis, parse_command
 
 FENCE = "```"
@@ -192,6 +192,18 @@ def test_layout_check(tmp_path):
         check_layout(tree, tmp_path)
     (tmp_path / "meta.txt").write_text("")
     check_layout(tree, tmp_path)
+
+
+def test_figure_check(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "reader.py").write_text("")
+    (tmp_path / "zoo.py").write_text("")
+    # `data/reader`, `data/`, `zoo.py` and `data/` (from `data/Reader`) are all there.
+    check_figure("data/reader -> zoo.py\n  data/ and data/Reader.read", tmp_path)
+    with pytest.raises(AssertionError, match="'tasks/runner'"):
+        check_figure("data/reader -> tasks/runner", tmp_path)
+    with pytest.raises(AssertionError, match="names no module path"):
+        check_figure("boxes -> anchors", tmp_path)
 
 
 def test_synopsis_check():

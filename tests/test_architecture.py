@@ -1,0 +1,162 @@
+"""The package's layers: no import circle, imports only downward, every module importable
+alone (docs/architecture.md draws the same picture)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "cvbench"
+
+# Each part of the package and the parts it may import (directly or through a function-level
+# import). Anything not listed is a layering error; `cvbench` itself (the lazy top level)
+# imports nothing statically.
+ALLOWED = {
+    "utils": set(),
+    "registry": set(),
+    "data": {"utils"},
+    "models": {"utils"},
+    "training": {"utils"},
+    "detection": {"data", "models", "utils"},
+    "zoo": {"detection", "models", "registry"},
+    "tasks": {"data", "detection", "registry", "training", "utils", "zoo"},
+    "benchmark": {"data", "detection", "models", "tasks", "training", "utils", "zoo"},
+    "demo": {"data", "detection", "models", "tasks", "training", "utils", "zoo"},
+    "cli": {"benchmark", "data", "demo", "tasks", "training", "utils", "zoo", "cvbench"},
+    "__main__": {"cli"},
+    "cvbench": set(),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(path: Path, modules: dict[str, Path], *, top_level_only: bool) -> set[str]:
+    """The cvbench modules `path` imports (`from pkg import submodule` counts as the
+    submodule); with `top_level_only`, only statements run at import time."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cvbench"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("cvbench"))
+    return found
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "cvbench"
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of `graph` as a list of nodes, or None (iterative depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for start in sorted(graph):
+        if state.get(start):
+            continue
+        path, stack = [start], [iter(sorted(graph[start]))]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            elif not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(graph.get(nxt, ()))))
+    return None
+
+
+def test_cycle_finder_finds_a_cycle_and_accepts_a_dag():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_circle_between_modules():
+    modules = _modules()
+    graph = {m: _imports(p, modules, top_level_only=True) - {m} for m, p in modules.items()}
+    # A package's __init__ importing its own submodules is how packages work; a submodule
+    # importing its package's __init__ back would close a circle, and counts.
+    assert _cycle(graph) is None
+
+
+def test_parts_import_only_downward():
+    modules = _modules()
+    parts: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        for target in _imports(path, modules, top_level_only=False):
+            if _part(target) != _part(module):
+                parts.setdefault(_part(module), set()).add(_part(target))
+    wrong = {p: sorted(t - ALLOWED[p]) for p, t in parts.items() if t - ALLOWED[p]}
+    assert wrong == {}
+    assert _cycle({p: ALLOWED[p] for p in ALLOWED}) is None
+
+
+def test_data_never_imports_detection_training_or_tasks():
+    # The rule of docs/architecture.md, stated on its own: data is the bottom layer.
+    modules = _modules()
+    for module, path in modules.items():
+        if _part(module) == "data":
+            targets = {_part(t) for t in _imports(path, modules, top_level_only=False)}
+            assert not targets & {"detection", "training", "tasks", "models", "zoo"}, module
+
+
+def _import_alone(name: str) -> str | None:
+    try:
+        __import__(name)
+    except Exception as e:  # noqa: BLE001 - reported to the parent
+        return f"{name}: {type(e).__name__}: {e}"
+    return None
+
+
+def _child(name: str, conn) -> None:
+    conn.send(_import_alone(name))
+    conn.close()
+
+
+@pytest.mark.slow
+def test_every_module_imports_alone_in_a_fresh_process():
+    # One fresh interpreter holding TensorFlow and Keras (slow to import) but no cvbench
+    # module; each module is then imported in its own forked copy of it, so no module can
+    # rely on another having been imported first. (`__main__` runs the CLI: not imported.)
+    script = (
+        "import multiprocessing as mp, sys\n"
+        "import tensorflow, keras\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_architecture import _child, _modules\n"
+        "assert not [m for m in sys.modules if m.startswith('cvbench')]\n"
+        "ctx = mp.get_context('fork')\n"
+        "failures = []\n"
+        "for name in (m for m in _modules() if not m.endswith('__main__')):\n"
+        "    parent, child = ctx.Pipe()\n"
+        "    p = ctx.Process(target=_child, args=(name, child)); p.start()\n"
+        "    result = parent.recv() if parent.poll(120) else f'{name}: no answer'\n"
+        "    p.join(30)\n"
+        "    if result: failures.append(result)\n"
+        "print('FAILURES', failures)\n"
+    )
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=900
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "FAILURES []"
+    assert len(_modules()) > 80  # the loop above really covered the package
