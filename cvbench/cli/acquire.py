@@ -128,6 +128,7 @@ def download_coco_command(args: argparse.Namespace) -> int:
 
 def _build_coco_tfrecords(layout, args: argparse.Namespace, progress: bool) -> None:
     from cvbench.data.coco_builder import build_coco_splits  # TensorFlow: imported only if asked
+    from cvbench.data.sharded_writer import DiskFullError
 
     sources = {
         split: (annotations, images)
@@ -137,9 +138,12 @@ def _build_coco_tfrecords(layout, args: argparse.Namespace, progress: bool) -> N
         )
         if split in args.parts
     }
-    summary = build_coco_splits(
-        args.build_tfrecords, sources, num_workers=args.workers, progress=progress
-    )
+    try:
+        summary = build_coco_splits(
+            args.build_tfrecords, sources, num_workers=args.workers, progress=progress
+        )
+    except DiskFullError as e:  # one line, like the other errors
+        raise CLIError(str(e)) from e
     print(summary.format())
     print(f"COCO TFRecords ({', '.join(sources)}) written to {args.build_tfrecords}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 
+from cvbench.cli import CLIError
 from cvbench.cli.args import positive_int
 from cvbench.data.image_io import parse_resize
 
@@ -54,30 +55,41 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--val-dir", default=None, help="validation folder (default RAW/validation or RAW/val)"
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (before writing anything) on a class folder without images, instead of "
+        "keeping it as a class with 0 images and a warning",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run_build(args: argparse.Namespace) -> int:
     """Handler of `build-imagenet`."""
     from cvbench.data.imagenet_builder import build_imagenet
+    from cvbench.data.sharded_writer import DiskFullError
 
-    summary = build_imagenet(
-        args.raw_dir,
-        args.output_dir,
-        train_shards=args.train_shards,
-        val_shards=args.val_shards,
-        resize=args.resize,
-        quality=args.quality,
-        num_workers=args.workers,
-        seed=args.seed,
-        overwrite=args.overwrite,
-        validation_labels=args.val_labels,
-        class_texts=args.class_texts,
-        boxes=args.boxes,
-        train_dir=args.train_dir,
-        validation_dir=args.val_dir,
-        progress=not args.no_progress,
-    )
+    try:
+        summary = build_imagenet(
+            args.raw_dir,
+            args.output_dir,
+            train_shards=args.train_shards,
+            val_shards=args.val_shards,
+            resize=args.resize,
+            quality=args.quality,
+            num_workers=args.workers,
+            seed=args.seed,
+            overwrite=args.overwrite,
+            validation_labels=args.val_labels,
+            class_texts=args.class_texts,
+            boxes=args.boxes,
+            train_dir=args.train_dir,
+            validation_dir=args.val_dir,
+            strict=args.strict,
+            progress=not args.no_progress,
+        )
+    except DiskFullError as e:  # one line, like the other errors
+        raise CLIError(str(e)) from e
     print(summary.format())
     return 0
 

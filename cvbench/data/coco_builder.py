@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import functools
 import json
 import math
@@ -32,7 +33,13 @@ from typing import Any
 
 from cvbench.data.coco_schema import SHARD_PATTERN, CocoImage, CocoObject, coco_example
 from cvbench.data.image_io import ImageError, to_rgb_jpeg
-from cvbench.data.sharded_writer import Skip, SplitSpec, WriteSummary, write_sharded
+from cvbench.data.sharded_writer import (
+    DiskFullError,
+    Skip,
+    SplitSpec,
+    WriteSummary,
+    write_sharded,
+)
 from cvbench.utils.io import atomic_path
 
 #: Shard counts of the reference layout; other split names default to 10.
@@ -333,8 +340,15 @@ def build_coco_splits(
     if copy_annotations:
         for split, (annotations_file, _) in sources.items():
             if split != "train":
-                with atomic_path(Path(output_dir) / f"instances_{split}.json") as tmp:
-                    shutil.copyfile(annotations_file, tmp)
+                target = Path(output_dir) / f"instances_{split}.json"
+                try:
+                    with atomic_path(target) as tmp:
+                        shutil.copyfile(annotations_file, tmp)
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    shards = sum(r.num_shards for r in summary.splits.values())
+                    raise DiskFullError(target, shards) from e
     return BuildSummary(summary, reports)
 
 

@@ -22,7 +22,7 @@ import functools
 import os
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cvbench.data import imagenet_layout as layout
@@ -96,6 +96,9 @@ class BuildSummary:
         validation_layout: 'class folders', 'flat' or 'none'.
         validation_source: what was found for validation, in words.
         ignored_files: files left out because their extension is not an image's.
+        train_counts: class -> training images found, in label order (0 for an empty class
+            folder).
+        warnings: what the build kept but should be looked at (empty class folders).
     """
 
     write: WriteSummary
@@ -103,17 +106,28 @@ class BuildSummary:
     validation_layout: str
     validation_source: str
     ignored_files: int
+    train_counts: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def format(self) -> str:
         """A multi-line human-readable summary."""
         return "\n".join(
             [
                 f"classes: {self.num_classes} (labels 1..{self.num_classes}, 0 = background)",
+                *(f"warning: {w}" for w in self.warnings),
                 f"validation: {self.validation_source}",
                 f"non-image files ignored: {self.ignored_files}",
                 self.write.format(unit="images"),
             ]
         )
+
+
+def empty_class_warning(folder: str, label: int) -> str:
+    """The warning for a training class folder without images."""
+    return (
+        f"class folder {folder} holds no images; kept as class {Path(folder).name} "
+        f"(label {label}) with 0 training images"
+    )
 
 
 def _items(
@@ -155,6 +169,7 @@ def build_imagenet(
     boxes: str | os.PathLike | None = None,
     train_dir: str | os.PathLike | None = None,
     validation_dir: str | os.PathLike | None = None,
+    strict: bool = False,
     progress: bool = True,
 ) -> BuildSummary:
     """Builds ImageNet-format TFRecords from a folder-per-class image set.
@@ -178,6 +193,8 @@ def build_imagenet(
         boxes: bounding-box CSV (`name,xmin,ymin,xmax,ymax`, normalized).
         train_dir: training folder if not `raw_dir/train`.
         validation_dir: validation folder if not `raw_dir/validation` or `raw_dir/val`.
+        strict: refuse (before writing anything) a training class folder with no images,
+            instead of keeping it as a class with 0 images and a warning.
         progress: print what was found and a progress bar to stderr.
 
     Returns:
@@ -186,7 +203,8 @@ def build_imagenet(
     Raises:
         FileNotFoundError: missing folders or files (the message says what was looked for).
         FileExistsError: `out_dir` holds a different data set and `overwrite` is False.
-        ValueError: bad arguments or inconsistent label files.
+        ValueError: bad arguments, inconsistent label files, or (with `strict`) a class
+            folder without images.
     """
     resize = check_resize(resize)
     if not 1 <= quality <= 100:
@@ -212,6 +230,13 @@ def build_imagenet(
                 f"value in 1..{len(images)}"
             )
     label_of = {cls: i + 1 for i, cls in enumerate(found.classes)}
+    if strict and found.empty_class_dirs:
+        raise ValueError(
+            f"{len(found.empty_class_dirs)} class folder(s) hold no images: "
+            f"{', '.join(found.empty_class_dirs[:10])}; remove them or add images (without "
+            "strict / --strict they are kept as classes with 0 images)"
+        )
+    warnings = [empty_class_warning(d, label_of[Path(d).name]) for d in found.empty_class_dirs]
     if progress:
         print(
             f"found {len(found.classes)} classes, {len(found.train):,} training images; "
@@ -219,6 +244,8 @@ def build_imagenet(
             + (f" ({len(found.validation):,} images)" if found.validation else ""),
             file=sys.stderr,
         )
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
 
     rng = random.Random(seed)
     splits = [
@@ -230,12 +257,21 @@ def build_imagenet(
         val_items = _items(found.validation, raw, label_of, texts, box_table, rng)
         splits.append(SplitSpec(VALIDATION_SPLIT, val_items, val_shards))
     options = {"resize": list(resize) if isinstance(resize, tuple) else resize, "quality": quality}
+    train_counts = found.train_counts()
+    metadata = {
+        "num_classes": len(found.classes),
+        "train_images_per_class": train_counts,
+        "validation_images_per_class": found.validation_counts(),
+        "empty_classes": [Path(d).name for d in found.empty_class_dirs],
+        "warnings": warnings,
+    }
     summary = write_sharded(
         out_dir,
         splits,
         functools.partial(encode_image_item, resize=resize, quality=quality),
         dataset="imagenet",
         options=options,
+        metadata=metadata,
         item_key=ImageItem.key,
         describe=lambda item: item.relpath,
         num_workers=num_workers,
@@ -249,4 +285,6 @@ def build_imagenet(
         found.validation_layout,
         found.validation_source,
         len(found.ignored),
+        train_counts,
+        warnings,
     )

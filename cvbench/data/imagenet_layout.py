@@ -9,7 +9,9 @@ Layout::
             <image>                    flat, with a ground-truth label file
 
 Classes are the training folder names, sorted; class i (0-based) gets record label i + 1.
-Any folder-per-class image set works, with any class names.
+Any folder-per-class image set works, with any class names. A class folder without images is
+still a class (it keeps its label, so the others keep theirs); `discover` lists such folders in
+`RawImages.empty_class_dirs` for the builder to warn about (or refuse, `strict=True`).
 
 A flat validation folder needs a label file (given, or found under one of its usual names in
 `raw_dir` or the validation folder). Three formats are recognised by content:
@@ -65,6 +67,8 @@ class RawImages:
         validation_layout: `LAYOUT_FOLDERS`, `LAYOUT_FLAT` or `LAYOUT_NONE`.
         validation_source: a sentence saying what was found (and which label file was used).
         ignored: files that are not images by extension (hidden files are not listed).
+        empty_class_dirs: training class folders holding no image (their classes get no
+            training record), in class order.
     """
 
     classes: list[str]
@@ -73,6 +77,22 @@ class RawImages:
     validation_layout: str
     validation_source: str
     ignored: list[str] = field(default_factory=list)
+    empty_class_dirs: list[str] = field(default_factory=list)
+
+    def train_counts(self) -> dict[str, int]:
+        """Class -> training images found (0 for an empty class folder), in class order."""
+        return _counts(self.classes, self.train)
+
+    def validation_counts(self) -> dict[str, int]:
+        """Class -> validation images found, in class order."""
+        return _counts(self.classes, self.validation)
+
+
+def _counts(classes: list[str], pairs: list[tuple[str, str]]) -> dict[str, int]:
+    counts = dict.fromkeys(classes, 0)
+    for _, cls in pairs:
+        counts[cls] += 1
+    return counts
 
 
 def _is_image(name: str) -> bool:
@@ -145,9 +165,12 @@ def discover(
         raise ValueError(f"{train} has no class folders; expected {train}/<class>/<images>")
     ignored = [str(p) for p in stray]
     classes = [d.name for d in class_dirs]
-    train_items = []
+    train_items, empty = [], []
     for d in class_dirs:
-        train_items += [(p, d.name) for p in _class_images(d, ignored)]
+        images = _class_images(d, ignored)
+        train_items += [(p, d.name) for p in images]
+        if not images:
+            empty.append(str(d))
     if not train_items:
         raise ValueError(
             f"no image files under {train}/<class>/ (extensions {sorted(IMAGE_EXTENSIONS)})"
@@ -155,9 +178,8 @@ def discover(
 
     val = Path(validation_dir) if validation_dir is not None else find_validation_dir(raw)
     if val is None:
-        return RawImages(
-            classes, train_items, [], LAYOUT_NONE, "no validation folder (train only)", ignored
-        )
+        source = "no validation folder (train only)"
+        return RawImages(classes, train_items, [], LAYOUT_NONE, source, ignored, empty)
     if not val.is_dir():
         raise FileNotFoundError(f"validation folder {val} does not exist")
     sub_dirs, files = _list_dir(val)
@@ -178,7 +200,7 @@ def discover(
         for d in sub_dirs:
             val_items += [(p, d.name) for p in _class_images(d, ignored)]
         source = f"validation split into class folders in {val}"
-        return RawImages(classes, train_items, val_items, LAYOUT_FOLDERS, source, ignored)
+        return RawImages(classes, train_items, val_items, LAYOUT_FOLDERS, source, ignored, empty)
     if not flat_images:
         raise ValueError(f"validation folder {val} holds no images and no class folders")
     ignored += [str(p) for p in files if not _is_image(p.name)]
@@ -191,7 +213,7 @@ def discover(
         )
     val_items = [(str(p), c) for p, c in zip(flat_images, labels, strict=True)]
     source = f"flat validation folder {val}, labels from {label_file}"
-    return RawImages(classes, train_items, val_items, LAYOUT_FLAT, source, ignored)
+    return RawImages(classes, train_items, val_items, LAYOUT_FLAT, source, ignored, empty)
 
 
 def _find_label_file(raw: Path, val: Path, given: str | os.PathLike | None) -> Path:

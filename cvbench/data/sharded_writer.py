@@ -45,11 +45,17 @@ What it guarantees:
   `tf.io.TFRecordWriter`. A tqdm progress bar shows items/s.
 * `Skip` results are collected with their reasons (`WriteSummary.skipped`, also for shards
   written by an earlier run); skipped items leave their shard one record shorter.
+* `metadata` (facts about the data set that do not identify it, e.g. images per class) is
+  stored in the manifest under "metadata", replaced by every run.
+* A full disk (ENOSPC) while writing a shard or the manifest raises `DiskFullError`: the
+  partial temporary file is removed, every shard the manifest lists is whole, and rerunning
+  once space is free resumes (the result equals a build that never stopped).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import hashlib
 import json
@@ -69,6 +75,36 @@ from cvbench.utils.io import atomic_path, write_json_atomic
 MANIFEST_NAME = "cvbench_manifest.json"
 DEFAULT_PATTERN = "{split}-{index:05d}-of-{num_shards:05d}"
 _MANIFEST_FORMAT = 1
+
+
+class DiskFullError(OSError):
+    """The disk filled up (ENOSPC) during `write_sharded`; the finished shards are intact.
+
+    Attributes:
+        path: the file being written.
+        finished_shards: whole shards in the output directory (listed in its manifest).
+    """
+
+    def __init__(self, path: Path, finished_shards: int) -> None:
+        self.path = path
+        self.finished_shards = finished_shards
+        super().__init__(
+            errno.ENOSPC,
+            f"no space left on device writing {path}; {finished_shards} finished shards are "
+            "intact; free space and rerun to resume",
+            str(path),
+        )
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _is_disk_full(error: BaseException) -> bool:
+    """ENOSPC from Python (OSError) or from TensorFlow's writer (an OpError whose message
+    ends in the system's text for ENOSPC)."""
+    if isinstance(error, OSError):
+        return error.errno == errno.ENOSPC
+    return os.strerror(errno.ENOSPC) in str(error)
 
 
 @dataclass(frozen=True)
@@ -299,6 +335,15 @@ def _prepare_out_dir(out_dir: Path, identity: dict[str, Any], splits, overwrite:
     return {**identity, "shards": {}}
 
 
+def _whole_shards(out_dir: Path, manifest: Mapping[str, Any]) -> int:
+    """Shards the manifest lists whose file is there with the recorded size."""
+    return sum(
+        1
+        for name, entry in manifest["shards"].items()
+        if (out_dir / name).is_file() and (out_dir / name).stat().st_size == entry["bytes"]
+    )
+
+
 def write_sharded(
     out_dir: str | os.PathLike,
     splits: Sequence[SplitSpec],
@@ -306,6 +351,7 @@ def write_sharded(
     *,
     dataset: str,
     options: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any] | None = None,
     item_key: Callable[[Any], str] = repr,
     describe: Callable[[Any], str] = str,
     num_workers: int | None = None,
@@ -324,6 +370,8 @@ def write_sharded(
         dataset: a name identifying the kind of data set in the manifest, e.g. 'imagenet'.
         options: JSON-serializable settings that change the records (resize, quality, ...);
             part of the data set's identity.
+        metadata: JSON-serializable facts about the data set that do not identify it (class
+            counts, warnings); stored in the manifest under "metadata" by every run.
         item_key: item -> a string identifying it (e.g. a path relative to the raw data);
             part of the identity. Defaults to `repr`.
         describe: item -> how a skipped item is named in the summary.
@@ -340,6 +388,8 @@ def write_sharded(
         ValueError: bad splits (duplicate names, a shard count < 1 or above the item count) or
             an `encode_fn` that cannot be pickled.
         FileExistsError: `out_dir` holds another data set and `overwrite` is False.
+        DiskFullError: no space left on the device; the finished shards stay and a rerun
+            resumes.
     """
     from tqdm import tqdm
 
@@ -369,9 +419,11 @@ def write_sharded(
     identity = _identity(dataset, options or {}, splits, item_key)
     manifest = _prepare_out_dir(out, identity, splits, overwrite)
     manifest.setdefault("shards", {})
+    manifest.pop("metadata", None)
+    if metadata is not None:
+        manifest["metadata"] = json.loads(json.dumps(dict(metadata)))
     _remove_stale_temporaries(out, splits)
     manifest_path = out / MANIFEST_NAME
-    write_json_atomic(manifest_path, manifest)
 
     summary = WriteSummary(out, {s.name: SplitResult(s.name, len(s.items)) for s in splits})
     todo: list[tuple[SplitSpec, int, range]] = []  # (split, shard index, item indices)
@@ -390,6 +442,12 @@ def write_sharded(
             else:
                 manifest["shards"].pop(name, None)
                 todo.append((spec, index, range(lo, hi)))
+    try:
+        write_json_atomic(manifest_path, manifest)
+    except OSError as e:
+        if not _is_disk_full(e):
+            raise
+        raise DiskFullError(manifest_path, _whole_shards(out, manifest)) from e
 
     todo_items = (spec.items[i] for spec, _, indices in todo for i in indices)
     total = sum(len(indices) for _, _, indices in todo)
@@ -403,18 +461,27 @@ def write_sharded(
             bar.set_description(spec.name)
             name = spec.shard_name(index)
             records, skipped = 0, []
-            with atomic_path(out / name) as tmp, tf.io.TFRecordWriter(str(tmp)) as writer:
-                for i in indices:
-                    encoded = next(results)
-                    if isinstance(encoded, Skip):
-                        skipped.append([describe(spec.items[i]), encoded.reason])
-                    else:
-                        writer.write(encoded)
-                        records += 1
-                    bar.update(1)
-            size = (out / name).stat().st_size
-            manifest["shards"][name] = {"records": records, "bytes": size, "skipped": skipped}
-            write_json_atomic(manifest_path, manifest)
+            writing = out / name
+            try:
+                with atomic_path(writing) as tmp, tf.io.TFRecordWriter(str(tmp)) as writer:
+                    for i in indices:
+                        encoded = next(results)
+                        if isinstance(encoded, Skip):
+                            skipped.append([describe(spec.items[i]), encoded.reason])
+                        else:
+                            writer.write(encoded)
+                            records += 1
+                        bar.update(1)
+                size = writing.stat().st_size
+                manifest["shards"][name] = {"records": records, "bytes": size, "skipped": skipped}
+                writing = manifest_path
+                write_json_atomic(manifest_path, manifest)
+            except Exception as e:  # OSError, or TensorFlow's ResourceExhaustedError
+                if not _is_disk_full(e):
+                    raise
+                # A shard the manifest could not record is rewritten by the next run.
+                manifest["shards"].pop(name, None)
+                raise DiskFullError(writing, _whole_shards(out, manifest)) from e
             result = summary.splits[spec.name]
             result.shards_written += 1
             result.num_records += records

@@ -4,6 +4,14 @@
 on `num_workers` processes started with `spawn` (they import `fn`'s module afresh, so it must
 import without side effects and should not import TensorFlow). Results come back in item
 order, a bounded window of chunks ahead of the consumer. Used by `cvbench.data.sharded_writer`.
+
+Workers never outlive this process, even when it is killed with SIGKILL: on Linux each worker
+asks for SIGKILL when its parent dies (`prctl(PR_SET_PDEATHSIG)`) and then checks that the
+parent is still there (it may have died before the request); elsewhere, or if `prctl` fails,
+a thread in each worker polls `os.getppid()` and exits the worker once the parent is gone.
+multiprocessing's resource tracker (started by `spawn`) then sees its pipe close and exits
+too. Linux ties the parent-death signal to the *thread* that started the worker: create and
+use a `ParallelMap` from one thread that outlives it (as `write_sharded` does).
 """
 
 from __future__ import annotations
@@ -11,10 +19,52 @@ from __future__ import annotations
 import collections
 import multiprocessing
 import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
+
+#: Whether workers ask Linux for a parent-death signal (else: the polling thread alone).
+_USE_PDEATHSIG = sys.platform.startswith("linux")
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+#: Seconds between the fallback thread's looks at the parent.
+_PARENT_POLL_SECONDS = 0.5
+
+
+def _set_parent_death_signal() -> bool:
+    """Asks Linux to SIGKILL this process when its parent dies; False if that failed."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent_pid: int, interval: float) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(interval)
+    os._exit(1)  # the parent is gone: nobody reads our results
+
+
+def _init_worker(parent_pid: int, use_pdeathsig: bool) -> None:
+    """Worker initializer: end this worker when the process that started it ends."""
+    if not (use_pdeathsig and _set_parent_death_signal()):
+        thread = threading.Thread(
+            target=_watch_parent,
+            args=(parent_pid, _PARENT_POLL_SECONDS),
+            name="cvbench-parent-watch",
+            daemon=True,
+        )
+        thread.start()
+    # The parent may have died before the signal was asked for (it is then not sent).
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 def _map_chunk(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
@@ -25,7 +75,8 @@ class ParallelMap:
     """`map(fn, items)` in order on worker processes, a bounded window of chunks ahead.
 
     The first window is submitted on construction, so the workers start while the caller
-    still prepares (imports TensorFlow). `close()` stops the workers.
+    still prepares (imports TensorFlow). `close()` stops the workers; they also end by
+    themselves when this process dies (see the module docstring).
     """
 
     def __init__(
@@ -39,7 +90,12 @@ class ParallelMap:
         # A ProcessPoolExecutor (unlike multiprocessing.Pool) fails instead of restarting
         # workers that die at start-up.
         context = multiprocessing.get_context("spawn")
-        self._executor = ProcessPoolExecutor(num_workers, mp_context=context)
+        self._executor = ProcessPoolExecutor(
+            num_workers,
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=(os.getpid(), _USE_PDEATHSIG),
+        )
         self._fn = fn
         self._chunks = _chunks(items, chunksize)
         self._window = 4 * num_workers

@@ -2,6 +2,10 @@
 
 Write to a temporary file in the destination's directory, flush and fsync it, then
 `os.replace` it over the destination (atomic on POSIX within one file system).
+
+The result gets the permissions a plain `open()` (or `os.mkdir`) would give a new file under
+the process's umask: `0o666 & ~umask` for a file, `0o777 & ~umask` for a directory (the
+temporary from `tempfile.mkstemp` is private, 0o600, until it is complete).
 """
 
 from __future__ import annotations
@@ -9,10 +13,41 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+_PROC_STATUS = "/proc/self/status"
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process's umask, e.g. 0o022, read without changing it where the system allows.
+
+    Linux reports it in `/proc/self/status` (`Umask:`); elsewhere it is read by setting and
+    restoring it (`os.umask`), under a lock, which leaves a short window in which files other
+    threads create get the temporary mask.
+    """
+    try:
+        with open(_PROC_STATUS, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
+
+
+def _publish_mode(path: Path) -> None:
+    """Gives `path` the mode a new file or directory gets under the current umask."""
+    base = 0o777 if path.is_dir() else 0o666
+    os.chmod(path, base & ~current_umask())
 
 
 @contextlib.contextmanager
@@ -20,7 +55,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yields a temporary path next to `path`; renames it onto `path` on success.
 
     On an exception the temporary file is removed and `path` is left untouched.
-    Use this for writers that want a file name (tf.io.TFRecordWriter, model.save).
+    Use this for writers that want a file name (tf.io.TFRecordWriter, model.save). The
+    writer may also replace the temporary file with a directory.
+
+    Before the rename the result gets the mode of a new file (`0o666 & ~umask`) or directory
+    (`0o777 & ~umask`); missing parent directories are created with `0o777 & ~umask`.
 
     Args:
         path: the final destination.
@@ -40,8 +79,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         if tmp_path.is_file():
             with open(tmp_path, "rb") as f:
                 os.fsync(f.fileno())
+        _publish_mode(tmp_path)
         os.replace(tmp_path, path)
     except BaseException:
+        if tmp_path.is_dir() and not tmp_path.is_symlink():
+            shutil.rmtree(tmp_path, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise

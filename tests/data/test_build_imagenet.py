@@ -312,3 +312,76 @@ def test_cli_build_imagenet(tmp_path, capsys):
         parser.parse_args(
             ["build-imagenet", "--raw-dir", "r", "--output-dir", "o", "--resize", "x"]
         )
+
+
+def test_manifest_metadata_counts_the_images_of_each_class(built):
+    _, out, summary = built
+    metadata = json.loads((out / MANIFEST_NAME).read_text())["metadata"]
+    # n00000001: 4 regular + odd_png + broken (found, then skipped as unreadable) = 6;
+    # n00000002: 4 + odd_cmyk = 5 (notes.txt is no image); n00000003: 4 + odd_gray = 5.
+    assert metadata == {
+        "num_classes": 3,
+        "train_images_per_class": {"n00000001": 6, "n00000002": 5, "n00000003": 5},
+        "validation_images_per_class": {"n00000001": 2, "n00000002": 2, "n00000003": 2},
+        "empty_classes": [],
+        "warnings": [],
+    }
+    assert summary.train_counts == {"n00000001": 6, "n00000002": 5, "n00000003": 5}
+    assert summary.warnings == [] and "warning" not in summary.format()
+
+
+def _raw_with_empty_class(tmp_path):
+    """make_raw's three classes plus an empty class folder n00000004 (only a text file)."""
+    make_raw(tmp_path / "raw", val_layout="folders")
+    empty = tmp_path / "raw" / "train" / "n00000004"
+    empty.mkdir()
+    (empty / "README.txt").write_text("no images yet\n")
+    return tmp_path / "raw", empty
+
+
+def test_an_empty_class_folder_is_kept_with_a_warning(tmp_path, capsys):
+    raw, empty = _raw_with_empty_class(tmp_path)
+    summary = _build(raw, tmp_path / "out", train_shards=2, val_shards=1, progress=True)
+    warning = (
+        f"class folder {empty} holds no images; kept as class n00000004 (label 4) with 0 "
+        "training images"
+    )
+    assert summary.warnings == [warning]
+    assert summary.num_classes == 4
+    assert summary.train_counts == {"n00000001": 6, "n00000002": 5, "n00000003": 5, "n00000004": 0}
+    assert f"classes: 4 (labels 1..4, 0 = background)\nwarning: {warning}\n" in summary.format()
+    assert f"warning: {warning}\n" in capsys.readouterr().err  # said before the build starts
+    metadata = json.loads((tmp_path / "out" / MANIFEST_NAME).read_text())["metadata"]
+    assert metadata["num_classes"] == 4
+    assert metadata["train_images_per_class"]["n00000004"] == 0
+    assert metadata["validation_images_per_class"]["n00000004"] == 0
+    assert (metadata["empty_classes"], metadata["warnings"]) == (["n00000004"], [warning])
+    assert summary.write.splits["train"].num_records == NUM_TRAIN_RECORDS  # 15, as without it
+
+
+def test_strict_refuses_an_empty_class_folder_before_writing(tmp_path):
+    raw, empty = _raw_with_empty_class(tmp_path)
+    expected = (
+        f"1 class folder(s) hold no images: {empty}; remove them or add images (without "
+        "strict / --strict they are kept as classes with 0 images)"
+    )
+    with pytest.raises(ValueError) as caught:
+        _build(raw, tmp_path / "out", train_shards=2, val_shards=1, strict=True)
+    assert str(caught.value) == expected
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_strict_flag(tmp_path, capsys):
+    from cvbench.cli import main
+
+    raw, empty = _raw_with_empty_class(tmp_path)
+    argv = ["build-imagenet", "--raw-dir", str(raw), "--output-dir", str(tmp_path / "out")]
+    argv += ["--train-shards", "2", "--val-shards", "1", "--workers", "1", "--no-progress"]
+    assert main([*argv, "--strict"]) == 2
+    assert capsys.readouterr().err == (
+        f"cvbench: error: 1 class folder(s) hold no images: {empty}; remove them or add images "
+        "(without strict / --strict they are kept as classes with 0 images)\n"
+    )
+    assert not (tmp_path / "out").exists()
+    assert main(argv) == 0
+    assert f"warning: class folder {empty} holds no images" in capsys.readouterr().out

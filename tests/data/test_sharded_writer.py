@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -269,3 +270,30 @@ def test_script_without_main_guard_fails_with_advice_instead_of_hanging(tmp_path
     )
     assert proc.returncode != 0
     assert 'if __name__ == "__main__":' in proc.stderr and "num_workers=1" in proc.stderr
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_shards_and_manifest_get_the_mode_open_would_give(tmp_path, umask, mode):
+    # Before the fix every output was 0o600 (tempfile.mkstemp's mode), whatever the umask.
+    old = os.umask(umask)
+    try:
+        _write(tmp_path / "out")
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "out").iterdir()}
+    assert modes == {
+        MANIFEST_NAME: mode,
+        "train-00000-of-00003": mode,
+        "train-00001-of-00003": mode,
+        "train-00002-of-00003": mode,
+    }
+
+
+def test_metadata_is_stored_and_replaced_but_is_not_identity(tmp_path):
+    _write(tmp_path, metadata={"classes": 3})
+    assert json.loads((tmp_path / MANIFEST_NAME).read_text())["metadata"] == {"classes": 3}
+    summary = _write(tmp_path, metadata={"classes": 4})  # same data set: nothing rewritten
+    assert summary.splits["train"].shards_reused == 3
+    assert json.loads((tmp_path / MANIFEST_NAME).read_text())["metadata"] == {"classes": 4}
+    _write(tmp_path)
+    assert "metadata" not in json.loads((tmp_path / MANIFEST_NAME).read_text())

@@ -1,7 +1,10 @@
 import json
+import os
+import stat
 
 import pytest
 
+from cvbench.utils import io as io_module
 from cvbench.utils.io import atomic_open, atomic_path, write_json_atomic
 
 
@@ -40,3 +43,82 @@ def test_atomic_open_rejects_read_mode(tmp_path):
 def test_write_json_atomic(tmp_path):
     write_json_atomic(tmp_path / "a.json", {"b": 1, "a": [1, 2]})
     assert json.loads((tmp_path / "a.json").read_text()) == {"a": [1, 2], "b": 1}
+
+
+@pytest.fixture(params=[0o022, 0o077, 0o002], ids=["umask022", "umask077", "umask002"])
+def umask(request):
+    """Runs the test under each umask, restoring the old one afterwards."""
+    old = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(old)
+
+
+# What open() / mkdir() give a new file / directory: 0o666 / 0o777 without the umask's bits.
+FILE_MODES = {0o022: 0o644, 0o077: 0o600, 0o002: 0o664}
+DIR_MODES = {0o022: 0o755, 0o077: 0o700, 0o002: 0o775}
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_current_umask_reads_without_changing_it(umask, monkeypatch):
+    assert io_module.current_umask() == umask
+    assert os.umask(umask) == umask  # unchanged
+    # The fallback (no /proc): set-and-restore gives the same value and restores it.
+    monkeypatch.setattr(io_module, "_PROC_STATUS", "/nonexistent/status")
+    assert io_module.current_umask() == umask
+    assert os.umask(umask) == umask
+
+
+def test_atomic_writes_get_the_mode_open_would_give(umask, tmp_path):
+    # A plain open() under the same umask, for comparison.
+    with open(tmp_path / "plain.txt", "w") as f:
+        f.write("x")
+    assert _mode(tmp_path / "plain.txt") == FILE_MODES[umask]
+
+    with atomic_open(tmp_path / "new" / "deeper" / "f.txt") as f:
+        f.write("hello")
+    assert _mode(tmp_path / "new" / "deeper" / "f.txt") == FILE_MODES[umask]
+    # Parent folders the write created: what mkdir gives.
+    assert _mode(tmp_path / "new") == DIR_MODES[umask]
+    assert _mode(tmp_path / "new" / "deeper") == DIR_MODES[umask]
+
+    write_json_atomic(tmp_path / "m.json", {"a": 1})
+    assert _mode(tmp_path / "m.json") == FILE_MODES[umask]
+    with atomic_path(tmp_path / "shard-00000-of-00001") as tmp:
+        tmp.write_bytes(b"records")
+    assert _mode(tmp_path / "shard-00000-of-00001") == FILE_MODES[umask]
+
+
+def test_replacing_a_file_gives_the_new_file_mode(umask, tmp_path):
+    # The mkstemp temporary was 0o600 before the fix, whatever the destination had.
+    dst = tmp_path / "ckpt.bin"
+    dst.write_bytes(b"old")
+    os.chmod(dst, 0o600)
+    with atomic_open(dst, "wb") as f:
+        f.write(b"new")
+    assert dst.read_bytes() == b"new"
+    assert _mode(dst) == FILE_MODES[umask]
+
+
+def test_atomic_path_directory_gets_the_mkdir_mode(umask, tmp_path):
+    # A writer that replaces the temporary file with a folder (a SavedModel-like export),
+    # creating it private as TensorFlow or mkdtemp might.
+    with atomic_path(tmp_path / "saved_model") as tmp:
+        tmp.unlink()
+        tmp.mkdir(mode=0o700)
+        (tmp / "saved_model.pb").write_bytes(b"pb")
+    assert _mode(tmp_path / "saved_model") == DIR_MODES[umask]
+    assert (tmp_path / "saved_model" / "saved_model.pb").read_bytes() == b"pb"
+
+
+def test_atomic_path_failure_removes_a_directory_temporary(tmp_path):
+    with pytest.raises(RuntimeError, match="export failed"), atomic_path(tmp_path / "d") as tmp:
+        tmp.unlink()
+        tmp.mkdir()
+        (tmp / "part").write_bytes(b"x")
+        raise RuntimeError("export failed")
+    assert list(tmp_path.iterdir()) == []
