@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from cvbench.cli.args import non_negative_int, positive_int, positive_int_list
-from cvbench.cli.task_args import add_model_and_data, task_from_args
+from cvbench.cli.task_args import add_model_and_data, report_corrupt, task_from_args
 
 #: `cvbench benchmark`'s steps per timed window (one progress line each).
 DEFAULT_WINDOW_STEPS = 10
@@ -68,7 +68,7 @@ def benchmark_command(args: argparse.Namespace) -> int:
 
     dist = get_distribution("auto")
     seed = 0 if args.seed is None else args.seed
-    batches = None
+    batches, task = None, None
     if args.data_dir is not None:
         task = task_from_args(args, synthetic_steps=args.burn_in + args.steps)
         data = task.train_data(batch_size=args.batch_size, distribution=dist, seed=seed)
@@ -106,6 +106,7 @@ def benchmark_command(args: argparse.Namespace) -> int:
         from cvbench.benchmark.table import latency_table
 
         say(latency_table([latency]))
+    skipped = report_corrupt(args, task, dist)
     if dist.is_chief and args.json:
         from cvbench.utils.io import write_json_atomic
 
@@ -120,5 +121,7 @@ def benchmark_command(args: argparse.Namespace) -> int:
             "ranks": dist.size,
             "latency": None if latency is None else latency.to_dict(),
         }
+        if skipped is not None:
+            summary["corrupt_records"] = skipped
         write_json_atomic(args.json, jsonable(summary))
     return 0

@@ -1,10 +1,14 @@
-"""The flags `cvbench train`, `eval` and `benchmark` share (model, data, batch, precision)
-and the task they select (`cvbench.tasks.make_task`)."""
+"""The flags `cvbench train`, `eval` and `benchmark` share (model, data, batch, precision,
+corrupt data), the task they select (`cvbench.tasks.make_task`), and the report of the
+corrupt records `--skip-corrupt` skipped."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import time
 from pathlib import Path
+from typing import Any
 
 from cvbench.cli import CLIError
 from cvbench.cli.args import positive_int
@@ -14,7 +18,7 @@ _PRECISIONS = ("auto", "fp16", "bf16", "fp32")
 
 def add_model_and_data(p: argparse.ArgumentParser, *, synthetic_help: str) -> None:
     """Adds --model, --data-dir | --synthetic, --batch-size, --image-size, --num-classes,
-    --precision and --seed to `p`."""
+    --precision, --seed and --skip-corrupt to `p`."""
     p.add_argument("--model", required=True, help="model name, e.g. resnet50, inception_v3")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(
@@ -39,6 +43,13 @@ def add_model_and_data(p: argparse.ArgumentParser, *, synthetic_help: str) -> No
         "on other CPUs (default auto)",
     )
     p.add_argument("--seed", type=int, default=None, help="random seed (default: none)")
+    p.add_argument(
+        "--skip-corrupt",
+        action="store_true",
+        help="skip corrupt records and undecodable images of --data-dir (each named on "
+        "stderr, the total printed at the end) instead of stopping with an error naming the "
+        "file and record",
+    )
 
 
 def task_from_args(args: argparse.Namespace, *, synthetic_steps: int = 100, label_smoothing=None):
@@ -54,5 +65,32 @@ def task_from_args(args: argparse.Namespace, *, synthetic_steps: int = 100, labe
         num_classes=args.num_classes,
         label_smoothing=label_smoothing,
         synthetic_steps=synthetic_steps,
+        skip_corrupt=args.skip_corrupt,
     )
     return make_task(options)
+
+
+def report_corrupt(
+    args: argparse.Namespace, task: Any, distribution: Any, *, log_dir: str | None = None
+) -> int | None:
+    """With `--skip-corrupt`: the corrupt records every rank's pipelines skipped (a
+    collective: every rank calls it), printed by rank 0 as `cvbench: skipped N corrupt
+    records` and appended to `log_dir/train_log.jsonl` as a `corrupt_records` event.
+
+    Returns:
+        The total over ranks, or None without `--skip-corrupt` (nothing is printed).
+    """
+    if not args.skip_corrupt:
+        return None
+    import numpy as np
+
+    mine = task.corrupt_records() if task is not None else 0
+    total = int(distribution.sum_arrays([np.array([mine], np.float64)])[0][0])
+    if distribution.is_chief:
+        noun = "record" if total == 1 else "records"
+        print(f"cvbench: skipped {total} corrupt {noun} (--skip-corrupt)", flush=True)
+        if log_dir is not None and Path(log_dir).is_dir():
+            entry = {"count": total, "event": "corrupt_records", "time": round(time.time(), 3)}
+            with open(Path(log_dir) / "train_log.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry, sort_keys=True) + "\n")
+    return total

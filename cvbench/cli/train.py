@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cvbench.cli import CLIError
 from cvbench.cli.args import float_list, non_negative_float, non_negative_int, positive_int
-from cvbench.cli.task_args import add_model_and_data, task_from_args
+from cvbench.cli.task_args import add_model_and_data, report_corrupt, task_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,7 +72,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--keep-checkpoints", type=positive_int, default=3, help="checkpoints kept (3)")
     p.add_argument(
-        "--resume", action="store_true", help="continue from the newest checkpoint in --log-dir"
+        "--resume",
+        action="store_true",
+        help="continue from the newest valid checkpoint in --log-dir; one written for another "
+        "plan (epochs, steps per epoch, batch, precision, model) is refused, saying what differs",
+    )
+    p.add_argument(
+        "--force-resume",
+        action="store_true",
+        help="with --resume: resume from such a checkpoint anyway (a warning names the "
+        "differences)",
     )
     p.add_argument(
         "--log-every", type=non_negative_int, default=100, help="print a line every N steps"
@@ -123,6 +132,8 @@ def train_command(args: argparse.Namespace) -> int:
     from cvbench.tasks import prepare_run
     from cvbench.training import TrainConfig
 
+    if args.force_resume and not args.resume:
+        raise CLIError("--force-resume needs --resume")
     task = task_from_args(
         args,
         synthetic_steps=args.steps_per_epoch or 100,
@@ -157,6 +168,7 @@ def train_command(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints,
         resume=args.resume,
+        force_resume=args.force_resume,
         log_every=args.log_every,
         burn_in_steps=args.burn_in,
         progress_bar=False if args.no_progress else "auto",
@@ -176,7 +188,8 @@ def train_command(args: argparse.Namespace) -> int:
     )
     results = run.fit(epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, evaluate=args.eval)
     if results is not None:
-        _report(run.trainer, results, json_path=None)
+        _report(run.trainer, results)
+    report_corrupt(args, task, run.trainer.distribution, log_dir=args.log_dir)
     return 0
 
 
@@ -200,7 +213,14 @@ def eval_command(args: argparse.Namespace) -> int:
     trainer = build_trainer(task, precision=precision, config=config, model=model)
     if model is None:
         trainer.load_weights(find_checkpoint(checkpoint))
-    _report(trainer, task.evaluate(trainer, batch_size=args.batch_size), json_path=args.json)
+    results = task.evaluate(trainer, batch_size=args.batch_size)
+    _report(trainer, results)
+    skipped = report_corrupt(args, task, trainer.distribution)
+    if trainer.is_chief and args.json:
+        from cvbench.utils.io import write_json_atomic
+
+        extra = {} if skipped is None else {"corrupt_records": skipped}
+        write_json_atomic(args.json, {**results, **extra})
     return 0
 
 
@@ -209,12 +229,7 @@ def _policy_of(model) -> str:
     return name if name in ("mixed_float16", "mixed_bfloat16") else "float32"
 
 
-def _report(trainer, results: dict[str, float], *, json_path: str | None) -> None:
-    if not trainer.is_chief:
-        return
-    for name, value in results.items():
-        print(f"{name}: {value:.6g}", flush=True)
-    if json_path:
-        from cvbench.utils.io import write_json_atomic
-
-        write_json_atomic(json_path, results)
+def _report(trainer, results: dict[str, float]) -> None:
+    if trainer.is_chief:
+        for name, value in results.items():
+            print(f"{name}: {value:.6g}", flush=True)

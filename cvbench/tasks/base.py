@@ -26,6 +26,9 @@ The protocol (what a task class provides):
         def evaluate(self, trainer, *, batch_size) -> dict[str, float]
             # the whole validation set once across ranks; identical results on every rank
 
+Tasks reading records (`RecordTask`) also count what `options.skip_corrupt` skipped
+(`corrupt_records()`, this rank's count).
+
 `batch_size` is per rank. Construction imports no TensorFlow: tasks build and train on
 synthetic data under any Keras backend; reading TFRecords needs TensorFlow.
 """
@@ -58,6 +61,8 @@ class TaskOptions:
             90 COCO ids).
         label_smoothing: classification label smoothing; None: the recipe's (0.1).
         synthetic_steps: steps per epoch on synthetic data.
+        skip_corrupt: skip and count corrupt records and undecodable images instead of
+            stopping with an error naming the file and record (`RecordTask.corrupt_records`).
     """
 
     model: str
@@ -66,6 +71,7 @@ class TaskOptions:
     num_classes: int | None = None
     label_smoothing: float | None = None
     synthetic_steps: int = 100
+    skip_corrupt: bool = False
 
     def __post_init__(self) -> None:
         for name in ("image_size", "num_classes"):
@@ -154,10 +160,12 @@ class RecordTask(abc.ABC):
     """What the tasks reading TFRecords share: `options.data_dir` of records, or synthetic
     batches when it is None. A subclass names its reader (`dataset_fn`), its record count
     (`count_records`) and the reader's extra arguments (`dataset_options`, training only:
-    `train_options`), and provides `synthetic_batch`."""
+    `train_options`), and provides `synthetic_batch`. With `options.skip_corrupt` every
+    pipeline it reads skips corrupt records into one counter (`corrupt_records`)."""
 
     options: TaskOptions
     image_size: int
+    _corrupt_counter: Any = None
 
     @abc.abstractmethod
     def dataset_fn(self) -> Callable[..., Any]:
@@ -181,7 +189,8 @@ class RecordTask(abc.ABC):
         return {}
 
     def read(self, split: str, *, batch_size: int, distribution: Any, **kwargs: Any) -> Any:
-        """This rank's pipeline over `split` (shards from `distribution`'s rank and size)."""
+        """This rank's pipeline over `split` (shards from `distribution`'s rank and size),
+        skipping and counting corrupt records with `options.skip_corrupt`."""
         return self.dataset_fn()(
             self.options.data_dir,
             split,
@@ -189,9 +198,26 @@ class RecordTask(abc.ABC):
             image_size=self.image_size,
             num_shards=distribution.size,
             shard_index=distribution.rank,
+            skip_corrupt=self.options.skip_corrupt,
+            corrupt_counter=self._counter(),
             **self.dataset_options(),
             **kwargs,
         )
+
+    def _counter(self) -> Any:
+        """The `CorruptRecordCounter` of this task's pipelines (made on the first read with
+        `skip_corrupt`), or None."""
+        if self.options.skip_corrupt and self._corrupt_counter is None:
+            from cvbench.data import CorruptRecordCounter
+
+            self._corrupt_counter = CorruptRecordCounter()
+        return self._corrupt_counter
+
+    def corrupt_records(self) -> int:
+        """Records this rank's pipelines skipped as corrupt so far (0 without
+        `skip_corrupt`); exact for pipelines read to their end, while records still in a
+        shuffle or prefetch buffer are not counted yet."""
+        return 0 if self._corrupt_counter is None else self._corrupt_counter.count
 
     def train_data(self, *, batch_size: int, distribution: Any, seed: int | None) -> TrainData:
         """This rank's training batches, a new order each epoch, and the steps per epoch

@@ -7,13 +7,17 @@ batches consumed). Variables are stored in the order `model.variables` /
 `optimizer.variables` list them, with their paths and shapes for a check on restore.
 
 Files are `ckpt-<step, 10 digits>.npz`, written to a temporary file that is renamed into place
-(`cvbench.utils.io.atomic_open`), so a process killed mid-write leaves the previous checkpoint
-intact; a file that still fails to load (a damaged disk) is skipped when looking for the
-newest valid one.
+(`cvbench.utils.io.atomic_open`), so a process killed mid-write, or a write that runs out of
+disk space, leaves the previous checkpoint intact. The metadata holds a SHA-256 checksum of
+the arrays (format 2), verified on every load on top of the archive's CRC-32s, so a flipped
+bit is detected instead of loaded; a file that fails to load (truncated, bit-flipped) is
+skipped with a warning when looking for the newest valid one.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import re
@@ -29,7 +33,19 @@ import numpy as np
 from cvbench.utils.io import atomic_open
 
 _NAME = re.compile(r"^ckpt-(\d{10})\.npz$")
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2  # 2: with the arrays' SHA-256; 1 (no checksum) still loads
+_READABLE_FORMATS = (1, 2)
+_ZIP_MAGIC = b"PK\x03\x04"
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written for lack of disk space (`errno` is ENOSPC); the
+    checkpoints written before are intact."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.errno = errno.ENOSPC
 
 
 def checkpoint_name(step: int) -> str:
@@ -56,14 +72,15 @@ def save_checkpoint(
         The path written.
     """
     path = Path(path)
+    arrays = {f"model/{i}": _value(v) for i, v in enumerate(model_variables)}
+    arrays.update({f"optimizer/{i}": _value(v) for i, v in enumerate(optimizer_variables)})
     meta = {
         "format": _FORMAT_VERSION,
         "model": [_describe(v) for v in model_variables],
         "optimizer": [_describe(v) for v in optimizer_variables],
         "state": state or {},
+        "sha256": arrays_checksum(arrays),
     }
-    arrays = {f"model/{i}": _value(v) for i, v in enumerate(model_variables)}
-    arrays.update({f"optimizer/{i}": _value(v) for i, v in enumerate(optimizer_variables)})
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
     with atomic_open(path, "wb") as f:
         np.savez(f, **arrays)
@@ -71,27 +88,68 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
-    """Reads a checkpoint file completely (every array is decompressed and CRC-checked).
+    """Reads a checkpoint file completely: every array is decompressed and CRC-checked, and
+    the arrays' SHA-256 is compared with the one stored at writing (format 2).
 
     Returns:
         `(meta, arrays)`: the JSON document and the arrays by key ("model/0", ...).
 
     Raises:
-        ValueError: when the file is not a complete checkpoint.
+        ValueError: `"<path> is not a cvbench checkpoint: ..."` for a file of another kind
+            (not an `.npz` archive, or one without cvbench's metadata); `"<path> is not a
+            valid checkpoint: ..."` for a damaged one (truncated, bit-flipped), saying why.
     """
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(len(_ZIP_MAGIC))
+    except OSError as e:
+        raise ValueError(f"{path} is not a valid checkpoint: {e}") from e
+    if _ZIP_MAGIC.startswith(magic):  # also a file cut off in its first bytes
+        if magic != _ZIP_MAGIC:
+            raise ValueError(f"{path} is not a valid checkpoint: it ends after {len(magic)} bytes")
+    else:
+        raise ValueError(
+            f"{path} is not a cvbench checkpoint: it is not an .npz archive (checkpoints are "
+            "the ckpt-<step>.npz files the Trainer writes in <log dir>/checkpoints)"
+        )
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as e:
+        raise ValueError(f"{path} is not a valid checkpoint: {e}") from e
+    if "meta" not in arrays:
+        raise ValueError(
+            f"{path} is not a cvbench checkpoint: the .npz archive has no cvbench metadata "
+            f"(it holds {', '.join(sorted(arrays)[:5]) or 'no arrays'})"
+        )
+    try:
         meta = json.loads(arrays.pop("meta").tobytes().decode("utf-8"))
-        if meta.get("format") != _FORMAT_VERSION:
+        if meta.get("format") not in _READABLE_FORMATS:
             raise ValueError(f"unknown checkpoint format {meta.get('format')!r}")
         for group in ("model", "optimizer"):
             for i in range(len(meta[group])):
                 if f"{group}/{i}" not in arrays:
                     raise ValueError(f"array {group}/{i} is missing")
-    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as e:
+        if meta["format"] >= 2:
+            actual = arrays_checksum(arrays)
+            if actual != meta["sha256"]:
+                raise ValueError(
+                    f"checksum mismatch: the arrays' SHA-256 is {actual[:16]}..., the metadata "
+                    f"says {str(meta['sha256'])[:16]}... (the file is damaged)"
+                )
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path} is not a valid checkpoint: {e}") from e
     return meta, arrays
+
+
+def arrays_checksum(arrays: dict[str, np.ndarray]) -> str:
+    """The SHA-256 (hex) of the arrays' keys, dtypes, shapes and bytes, in key order."""
+    digest = hashlib.sha256()
+    for key in sorted(arrays):
+        value = np.ascontiguousarray(arrays[key])
+        digest.update(f"{key}:{value.dtype.str}:{value.shape};".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest()
 
 
 def restore_variables(
@@ -156,13 +214,33 @@ class CheckpointManager:
         optimizer_variables: Sequence[keras.Variable] = (),
         state: dict[str, Any] | None = None,
     ) -> Path:
-        """Writes the checkpoint for `step`, then deletes all but the newest `keep`."""
-        path = save_checkpoint(
-            self.directory / checkpoint_name(step),
-            model_variables=model_variables,
-            optimizer_variables=optimizer_variables,
-            state=state,
-        )
+        """Writes the checkpoint for `step`, then deletes all but the newest `keep`.
+
+        Raises:
+            CheckpointWriteError: the disk is full (ENOSPC, or a quota: EDQUOT); nothing was
+                written or deleted, and the message names the newest intact checkpoint.
+        """
+        path = self.directory / checkpoint_name(step)
+        try:
+            save_checkpoint(
+                path,
+                model_variables=model_variables,
+                optimizer_variables=optimizer_variables,
+                state=state,
+            )
+        except OSError as e:
+            if e.errno not in _NO_SPACE:
+                raise
+            earlier = [p for p in self.checkpoints() if p.name < path.name]
+            previous = (
+                f"the previous checkpoint {earlier[-1]} is intact"
+                if earlier
+                else "no earlier checkpoint was written"
+            )
+            raise CheckpointWriteError(
+                f"{os.strerror(e.errno).lower()} writing checkpoint {path}; {previous}; "
+                "free space and rerun with resume=True"
+            ) from e
         for old in self.checkpoints()[: -self.keep]:
             old.unlink(missing_ok=True)
         return path

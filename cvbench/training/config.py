@@ -170,7 +170,11 @@ class TrainConfig:
             the exported model; None writes nothing.
         checkpoint_every: also checkpoint every this many steps (0: only at epoch ends).
         keep_checkpoints: how many of the newest checkpoints to keep.
-        resume: continue from the newest valid checkpoint in `log_dir/checkpoints`.
+        resume: continue from the newest valid checkpoint in `log_dir/checkpoints`; one
+            written for another plan (epochs, steps per epoch, global batch, precision, model)
+            is refused with a message saying what differs.
+        force_resume: resume from such a checkpoint anyway, with a warning naming the
+            differences (needs `resume`).
         log_every: print a `step epoch img/s loss lr` line every this many steps (0: never).
         burn_in_steps: steps left out of the final `Images/sec` summary.
         progress_bar: show a progress bar on rank 0 ("auto": only on a terminal).
@@ -189,6 +193,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
     resume: bool = False
+    force_resume: bool = False
     log_every: int = 100
     burn_in_steps: int = 20
     progress_bar: bool | str = "auto"
@@ -222,6 +227,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.loss_scale must be > 0, got {self.loss_scale!r}")
         if self.resume and self.log_dir is None:
             raise ValueError("TrainConfig.resume=True needs a log_dir to find checkpoints in")
+        if self.force_resume and not self.resume:
+            raise ValueError("TrainConfig.force_resume=True needs resume=True")
 
     def replace(self, **changes: object) -> TrainConfig:
         """Returns a copy with `changes` applied (validated again)."""

@@ -17,6 +17,7 @@ around it:
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -132,6 +133,7 @@ class Trainer:
         self.state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "consumed": 0, "data_seed": -1}
         self.global_batch: int | None = None
         self._planned_steps: int | None = None  # epochs x steps of the fit that set up the run
+        self._planned_epochs: int | None = None
         self._compiled = False
         self._synced = False
 
@@ -225,6 +227,7 @@ class Trainer:
             self.global_batch = global_batch
             if steps_per_epoch is not None:
                 self._planned_steps = epochs * steps_per_epoch
+                self._planned_epochs = epochs
         elif global_batch != self.global_batch:
             raise ValueError(
                 f"this Trainer was set up for a global batch of {self.global_batch}, the data "
@@ -234,19 +237,7 @@ class Trainer:
             return
         restored = self._restore_latest() if self.config.resume else None
         if restored is not None:
-            if restored.get("global_batch") not in (None, global_batch):
-                raise ValueError(
-                    f"the checkpoint was written with a global batch of "
-                    f"{restored['global_batch']}, this run has {global_batch}"
-                )
             self.state = {k: int(restored.get(k, self.state[k])) for k in self.state}
-            planned = restored.get("planned_steps")
-            if self.is_chief and planned not in (None, self._planned_steps):
-                warnings.warn(
-                    f"the checkpointed run was planned for {planned} steps, this one for "
-                    f"{self._planned_steps}: the learning-rate schedule changes",
-                    stacklevel=3,
-                )
         self.distribution.broadcast_variables(self._all_variables())
         self._synced = True
 
@@ -263,15 +254,16 @@ class Trainer:
         return ckpt.CheckpointManager(self.checkpoint_dir, keep=self.config.keep_checkpoints)
 
     def save_checkpoint(self) -> Path | None:
-        """Writes a checkpoint of the current state (rank 0; others return None)."""
+        """Writes a checkpoint of the current state and the run's plan (rank 0; others
+        return None).
+
+        Raises:
+            CheckpointWriteError: the disk is full; the message names the previous checkpoint,
+                which is left intact for a rerun with `resume=True`.
+        """
         if not self.is_chief or self.checkpoint_dir is None or self.optimizer is None:
             return None
-        state = dict(
-            self.state,
-            global_batch=self.global_batch,
-            precision=self.precision,
-            planned_steps=self._planned_steps,
-        )
+        state = dict(self.state, **self._plan())
         return self._checkpoints().save(
             self.state["step"],
             model_variables=self.model.variables,
@@ -294,24 +286,90 @@ class Trainer:
         ckpt.restore_variables(meta, arrays, model_variables=self.model.variables)
         return dict(meta["state"])
 
+    def _plan(self) -> dict[str, Any]:
+        """What a resume must agree on, as stored in each checkpoint's state."""
+        steps = None
+        if self._planned_steps is not None and self._planned_epochs:
+            steps = self._planned_steps // self._planned_epochs
+        return {
+            "global_batch": self.global_batch,
+            "precision": self.precision,
+            "planned_steps": self._planned_steps,
+            "epochs": self._planned_epochs,
+            "steps_per_epoch": steps,
+            "model": self.model.name,
+        }
+
+    def _plan_differences(self, meta: dict) -> list[str]:
+        """How this run's plan differs from the checkpointed run's (`meta`): "epochs 2 in
+        the checkpoint, 4 now", ...; keys a checkpoint lacks (older ones) are not compared."""
+        stored, now = meta.get("state", {}), self._plan()
+        keys = ["epochs", "steps_per_epoch"]
+        if stored.get("epochs") is None:
+            keys = ["planned_steps"]
+        differences = [
+            f"{key.replace('_', ' ')} {stored[key]} in the checkpoint, {now[key]} now"
+            for key in [*keys, "global_batch", "precision"]
+            if stored.get(key) is not None and now[key] is not None and stored[key] != now[key]
+        ]
+        shapes = [tuple(info["shape"]) for info in meta["model"]]
+        names = (_base_name(stored.get("model")), _base_name(now["model"]))
+        mine = [tuple(v.shape) for v in self.model.variables]
+        if shapes != mine or (None not in names and names[0] != names[1]):
+            differences.append(
+                f"model {_model_summary(names[0], shapes)} in the checkpoint, "
+                f"{_model_summary(names[1], mine)} now"
+            )
+        return differences
+
     def _restore_latest(self) -> dict | None:
-        """Rank 0 loads the newest valid checkpoint; every rank gets its trainer state."""
+        """Rank 0 loads the newest valid checkpoint, refusing one written for another plan
+        (epochs, steps per epoch, global batch, precision, model) unless
+        `config.force_resume`; every rank gets its trainer state, or the same refusal.
+
+        Raises:
+            ValueError: naming the checkpoint and what differs.
+        """
         state = None
         if self.is_chief:
             manager = self._checkpoints()
             manager.remove_temporaries()
             found = manager.latest()
             if found is not None:
-                path, meta, arrays = found
-                ckpt.restore_variables(
-                    meta,
-                    arrays,
-                    model_variables=self.model.variables,
-                    optimizer_variables=self.optimizer.variables,
-                )
-                state = dict(meta["state"], path=str(path))
-                print(f"cvbench: resumed from {path} (step {state['step']})", flush=True)
-        return self.distribution.broadcast_object(state)
+                state = self._restore_checked(*found)
+        state = self.distribution.broadcast_object(state)
+        if state is not None and "refused" in state:
+            raise ValueError(state["refused"])
+        return state
+
+    def _restore_checked(self, path: Path, meta: dict, arrays: dict) -> dict:
+        """Restores the checkpoint at `path` after the plan check; `{"refused": message}`
+        when it is refused."""
+        differences = "; ".join(self._plan_differences(meta))
+        if differences and not self.config.force_resume:
+            return {
+                "refused": f"cannot resume from {path}: this run differs from the "
+                f"checkpointed one ({differences}); pass force_resume=True to resume anyway, "
+                "or train in another log directory"
+            }
+        if differences:
+            warnings.warn(
+                f"resuming from {path} although this run differs from the checkpointed one "
+                f"({differences}), as force_resume=True asks",
+                stacklevel=5,
+            )
+        try:
+            ckpt.restore_variables(
+                meta,
+                arrays,
+                model_variables=self.model.variables,
+                optimizer_variables=self.optimizer.variables,
+            )
+        except ValueError as e:
+            return {"refused": f"cannot resume from {path}: {e}"}
+        state = dict(meta["state"], path=str(path))
+        print(f"cvbench: resumed from {path} (step {state['step']})", flush=True)
+        return state
 
     # ----------------------------------------------------------------- fit
     def fit(
@@ -500,3 +558,14 @@ class Trainer:
         from cvbench.training.export import export_model
 
         return export_model(self.model, Path(directory))
+
+
+def _base_name(name: str | None) -> str | None:
+    """A model name without the `_<n>` Keras appends to make names unique in a session."""
+    return None if name is None else re.sub(r"_\d+$", "", name)
+
+
+def _model_summary(name: str | None, shapes: list[tuple]) -> str:
+    count = sum(int(np.prod(shape)) for shape in shapes)
+    named = f"{name!r} with " if name is not None else ""
+    return f"{named}{count:,} values in {len(shapes)} variables"
