@@ -4,6 +4,13 @@
 `run_epochs`; everything that happens per step and per epoch is here. Ranks agree on stopping
 at log steps and epoch ends (`any_rank_stopped`), and metrics printed or logged are averaged
 over ranks (`mean_over_ranks`).
+
+Skipped steps (`TrainingModel`: a step whose loss or gradients are not finite changes no
+variable; its logs say `skipped`) are counted, in the epoch and in the run
+(`trainer.state["skipped_steps"]`), and left out of the epoch means: an epoch's loss and
+metrics are the means over its *applied* steps (NaN when none was applied). The step line
+of a skipped step says so; the step and epoch records and TensorBoard scalars carry the
+counts and the current loss scale.
 """
 
 from __future__ import annotations
@@ -17,6 +24,11 @@ import numpy as np
 from cvbench.training.inputs import BatchSource, batch_length
 from cvbench.training.run_log import RunLog
 from cvbench.training.throughput import STEP_HEADER, ThroughputMeter, format_step_line
+
+#: The key of `TrainingModel`'s step logs that is 1.0 for a skipped step.
+SKIPPED = "skipped"
+#: The key of `trainer.state` counting the run's skipped steps.
+SKIPPED_STEPS = "skipped_steps"
 
 
 def run_epochs(
@@ -39,6 +51,7 @@ def run_epochs(
     if trainer.config.log_every:
         log.print(STEP_HEADER)
     callbacks.on_train_begin()
+    trainer.state.setdefault(SKIPPED_STEPS, 0)
     saved_step = -1
     last_logs: dict[str, float] = {}
     for epoch in range(trainer.state["epoch"], epochs):
@@ -47,7 +60,7 @@ def run_epochs(
             source.steps_per_epoch or 0, trainer.state["batch_in_epoch"], f"epoch {epoch + 1}"
         )
         sums: dict[str, float] = {}
-        count = 0
+        count = skipped = 0  # applied and skipped steps of this epoch
         stop = False
         batches = source.epoch(epoch, trainer.state["batch_in_epoch"], trainer.state["consumed"])
         last = time.perf_counter()
@@ -74,9 +87,15 @@ def run_epochs(
                 batch_in_epoch=index,
                 consumed=trainer.state["consumed"] + 1,
             )
+            applied = not logs.get(SKIPPED, 0.0)
+            if applied:
+                count += 1
+            else:
+                skipped += 1
+                trainer.state[SKIPPED_STEPS] += 1
             for k, v in logs.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
-            count += 1
+                if k != SKIPPED:  # a skipped step's keys count, its values do not
+                    sums[k] = sums.get(k, 0.0) + (float(v) if applied else 0.0)
             step = trainer.state["step"]
             if trainer.config.log_every and step % trainer.config.log_every == 0:
                 stop = log_step(trainer, log, epoch, rate, logs)
@@ -93,7 +112,10 @@ def run_epochs(
         log.close_bar()
         if not stop:
             trainer.state.update(epoch=epoch + 1, batch_in_epoch=0)
-        epoch_logs = mean_over_ranks(trainer, {k: v / max(count, 1) for k, v in sums.items()})
+        # Means over the applied steps (the same number on every rank).
+        epoch_logs = mean_over_ranks(
+            trainer, {k: v / count if count else math.nan for k, v in sums.items()}
+        )
         if validation[0] is not None:
             val = (
                 validation[0]()  # e.g. a task's evaluation
@@ -104,7 +126,7 @@ def run_epochs(
         if trainer.state["step"] != saved_step:
             trainer.save_checkpoint()
             saved_step = trainer.state["step"]
-        log_epoch(trainer, log, epoch, epoch_logs)
+        log_epoch(trainer, log, epoch, epoch_logs, skipped=skipped, steps=count + skipped)
         callbacks.on_epoch_end(epoch, epoch_logs)
         last_logs = epoch_logs
         if stop or any_rank_stopped(trainer):
@@ -139,11 +161,17 @@ def mean_over_ranks(trainer: Any, values: dict[str, float]) -> dict[str, float]:
 def log_step(trainer: Any, log: RunLog, epoch: int, rate: float, logs: dict) -> bool:
     """Prints/records one step on rank 0; returns whether any rank asked to stop."""
     means = mean_over_ranks(trainer, {k: float(v) for k, v in logs.items()})
+    skipped = bool(means.pop(SKIPPED, 0.0))  # the same on every rank
     stopped = any_rank_stopped(trainer)
     step = trainer.state["step"]
     lr, scale = trainer.learning_rate, trainer.loss_scale
     loss = means.get("loss", math.nan)
-    log.print(format_step_line(step, epoch + 1, rate, loss, lr if lr is not None else math.nan))
+    line = format_step_line(step, epoch + 1, rate, loss, lr if lr is not None else math.nan)
+    if skipped:
+        line += "  skipped: loss or gradients not finite" + (
+            f", loss scale now {scale:g}" if scale is not None else ""
+        )
+    log.print(line)
     log.record(
         "step",
         step=step,
@@ -151,18 +179,38 @@ def log_step(trainer: Any, log: RunLog, epoch: int, rate: float, logs: dict) -> 
         images_per_sec=rate,
         lr=lr,
         loss_scale=scale,
+        skipped=skipped,
+        skipped_steps=trainer.state[SKIPPED_STEPS],
         **means,
     )
-    scalars = dict(means, images_per_sec=rate, learning_rate=lr)
+    scalars = dict(
+        means,
+        images_per_sec=rate,
+        learning_rate=lr,
+        skipped_steps=trainer.state[SKIPPED_STEPS],
+    )
     if scale is not None:
         scalars["loss_scale"] = scale
     log.scalars(step, scalars, prefix="train/")
     return stopped
 
 
-def log_epoch(trainer: Any, log: RunLog, epoch: int, logs: dict[str, float]) -> None:
-    """Prints, records and plots one epoch's logs (rank 0)."""
+def log_epoch(
+    trainer: Any, log: RunLog, epoch: int, logs: dict[str, float], *, skipped: int, steps: int
+) -> None:
+    """Prints, records and plots one epoch's logs (rank 0), with its `skipped` steps out of
+    `steps`, the run's skipped steps and the loss scale."""
+    total, scale = trainer.state[SKIPPED_STEPS], trainer.loss_scale
     text = "  ".join(f"{k} {v:.4f}" for k, v in sorted(logs.items()))
+    text += f"  skipped {skipped} of {steps} steps ({total} in the run)"
+    if scale is not None:
+        text += f"  loss scale {scale:g}"
     log.print(f"epoch {epoch + 1}: {text}")
-    log.record("epoch", epoch=epoch + 1, step=trainer.state["step"], **logs)
-    log.scalars(trainer.state["step"], logs, prefix="epoch/")
+    counts = {"skipped": skipped, "skipped_steps": total}
+    log.record(
+        "epoch", epoch=epoch + 1, step=trainer.state["step"], loss_scale=scale, **counts, **logs
+    )
+    scalars = dict(logs, **counts)
+    if scale is not None:
+        scalars["loss_scale"] = scale
+    log.scalars(trainer.state["step"], scalars, prefix="epoch/")

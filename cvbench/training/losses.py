@@ -27,6 +27,12 @@ class SparseCrossEntropy(keras.losses.Loss):
     Call arguments:
         y_true: [batch] integer labels in [0, C).
         y_pred: [batch, C] logits.
+
+    A label outside [0, C) one-hot encodes to zeros and gets a loss of 0: the loss does not
+    check (an assertion inside the train step made TensorFlow's deterministic runs differ
+    between processes, and XLA and JAX drop run-time assertions anyway). The input pipeline
+    does: `imagenet_dataset(num_classes=C)`, which the classification task always passes,
+    raises an error naming the label, the class count, the file and the record.
     """
 
     def __init__(

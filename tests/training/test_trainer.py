@@ -93,6 +93,7 @@ def test_resume_mid_epoch_matches_the_uninterrupted_run(tmp_path):
         "batch_in_epoch": 0,
         "consumed": 16,
         "data_seed": 0,
+        "skipped_steps": 0,
     }
     for a, b in zip(full.model.variables, resumed.model.variables, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-6)
