@@ -17,8 +17,6 @@ around it:
 
 from __future__ import annotations
 
-import re
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ import keras
 import numpy as np
 
 from cvbench.training import checkpoint as ckpt
+from cvbench.training import resume
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import Distribution, get_distribution
 from cvbench.training.epoch_loop import run_epochs
@@ -130,7 +129,14 @@ class Trainer:
         self.metrics = list(metrics)
         self.optimizer: keras.optimizers.Optimizer | None = None
         # Where training stands; checkpointed. `data_seed` orders array data (rank 0's seed).
-        self.state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "consumed": 0, "data_seed": -1}
+        self.state = {
+            "step": 0,
+            "epoch": 0,
+            "batch_in_epoch": 0,
+            "consumed": 0,
+            "data_seed": -1,
+            "skipped_steps": 0,  # steps not applied: loss or gradients not finite
+        }
         self.global_batch: int | None = None
         self._planned_steps: int | None = None  # epochs x steps of the fit that set up the run
         self._planned_epochs: int | None = None
@@ -288,39 +294,13 @@ class Trainer:
 
     def _plan(self) -> dict[str, Any]:
         """What a resume must agree on, as stored in each checkpoint's state."""
-        steps = None
-        if self._planned_steps is not None and self._planned_epochs:
-            steps = self._planned_steps // self._planned_epochs
-        return {
-            "global_batch": self.global_batch,
-            "precision": self.precision,
-            "planned_steps": self._planned_steps,
-            "epochs": self._planned_epochs,
-            "steps_per_epoch": steps,
-            "model": self.model.name,
-        }
-
-    def _plan_differences(self, meta: dict) -> list[str]:
-        """How this run's plan differs from the checkpointed run's (`meta`): "epochs 2 in
-        the checkpoint, 4 now", ...; keys a checkpoint lacks (older ones) are not compared."""
-        stored, now = meta.get("state", {}), self._plan()
-        keys = ["epochs", "steps_per_epoch"]
-        if stored.get("epochs") is None:
-            keys = ["planned_steps"]
-        differences = [
-            f"{key.replace('_', ' ')} {stored[key]} in the checkpoint, {now[key]} now"
-            for key in [*keys, "global_batch", "precision"]
-            if stored.get(key) is not None and now[key] is not None and stored[key] != now[key]
-        ]
-        shapes = [tuple(info["shape"]) for info in meta["model"]]
-        names = (_base_name(stored.get("model")), _base_name(now["model"]))
-        mine = [tuple(v.shape) for v in self.model.variables]
-        if shapes != mine or (None not in names and names[0] != names[1]):
-            differences.append(
-                f"model {_model_summary(names[0], shapes)} in the checkpoint, "
-                f"{_model_summary(names[1], mine)} now"
-            )
-        return differences
+        return resume.run_plan(
+            global_batch=self.global_batch,
+            precision=self.precision,
+            planned_steps=self._planned_steps,
+            epochs=self._planned_epochs,
+            model_name=self.model.name,
+        )
 
     def _restore_latest(self) -> dict | None:
         """Rank 0 loads the newest valid checkpoint, refusing one written for another plan
@@ -336,39 +316,10 @@ class Trainer:
             manager.remove_temporaries()
             found = manager.latest()
             if found is not None:
-                state = self._restore_checked(*found)
+                state = resume.restore_checked(self, *found)
         state = self.distribution.broadcast_object(state)
         if state is not None and "refused" in state:
             raise ValueError(state["refused"])
-        return state
-
-    def _restore_checked(self, path: Path, meta: dict, arrays: dict) -> dict:
-        """Restores the checkpoint at `path` after the plan check; `{"refused": message}`
-        when it is refused."""
-        differences = "; ".join(self._plan_differences(meta))
-        if differences and not self.config.force_resume:
-            return {
-                "refused": f"cannot resume from {path}: this run differs from the "
-                f"checkpointed one ({differences}); pass force_resume=True to resume anyway, "
-                "or train in another log directory"
-            }
-        if differences:
-            warnings.warn(
-                f"resuming from {path} although this run differs from the checkpointed one "
-                f"({differences}), as force_resume=True asks",
-                stacklevel=5,
-            )
-        try:
-            ckpt.restore_variables(
-                meta,
-                arrays,
-                model_variables=self.model.variables,
-                optimizer_variables=self.optimizer.variables,
-            )
-        except ValueError as e:
-            return {"refused": f"cannot resume from {path}: {e}"}
-        state = dict(meta["state"], path=str(path))
-        print(f"cvbench: resumed from {path} (step {state['step']})", flush=True)
         return state
 
     # ----------------------------------------------------------------- fit
@@ -558,14 +509,3 @@ class Trainer:
         from cvbench.training.export import export_model
 
         return export_model(self.model, Path(directory))
-
-
-def _base_name(name: str | None) -> str | None:
-    """A model name without the `_<n>` Keras appends to make names unique in a session."""
-    return None if name is None else re.sub(r"_\d+$", "", name)
-
-
-def _model_summary(name: str | None, shapes: list[tuple]) -> str:
-    count = sum(int(np.prod(shape)) for shape in shapes)
-    named = f"{name!r} with " if name is not None else ""
-    return f"{named}{count:,} values in {len(shapes)} variables"
