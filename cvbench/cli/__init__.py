@@ -40,7 +40,10 @@ _API_HINTS = (
     ("pass skip_corrupt=True", "pass --skip-corrupt"),
     ("pass force_resume=True", "pass --force-resume"),
     ("rerun with resume=True", "rerun with --resume"),
+    ("for num_classes=", "for --num-classes "),
 )
+#: The label check of the input pipeline (`cvbench.data.pipeline.check_labels`).
+_LABEL_ERROR = re.compile(r"is outside \[0, \d+\) for num_classes=\d+")
 #: Lines of a TensorFlow error message that say where in the graph it happened, not what.
 _TF_NOISE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "[[")
 
@@ -136,18 +139,19 @@ def _debug(args: argparse.Namespace) -> bool:
 
 
 def _data_error(error: BaseException) -> str | None:
-    """What TensorFlow's error for corrupt input data says about the file and record, or
-    None when `error` (or its cause) is not one: a `DataLossError`, or an
-    `InvalidArgumentError` of cvbench's corrupt-record check (its message carries the
-    skip_corrupt hint)."""
+    """What TensorFlow's error for bad input data says about the file and record, or None
+    when `error` (or its cause) is not one: a `DataLossError`, or an `InvalidArgumentError`
+    of cvbench's corrupt-record check (its message carries the skip_corrupt hint) or of its
+    label check (a label outside the classes)."""
     tf = sys.modules.get("tensorflow")  # a TensorFlow error needs TensorFlow loaded
     if tf is None:
         return None
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
+        ours = "skip_corrupt=True" in str(error) or _LABEL_ERROR.search(str(error))
         if isinstance(error, tf.errors.DataLossError) or (
-            isinstance(error, tf.errors.InvalidArgumentError) and "skip_corrupt=True" in str(error)
+            isinstance(error, tf.errors.InvalidArgumentError) and ours
         ):
             return tf_error_line(error.message)
         error = error.__cause__ or error.__context__

@@ -37,6 +37,7 @@ from cvbench.data.pipeline import (
     EvalPreprocess,
     TrainPreprocess,
     check_args,
+    check_labels,
     eval_pipeline,
     train_pipeline,
 )
@@ -72,6 +73,7 @@ def imagenet_dataset(
     file_pattern: str | None = None,
     train_preprocess: TrainPreprocess | None = None,
     eval_preprocess: EvalPreprocess | None = None,
+    num_classes: int | None = None,
 ) -> tf.data.Dataset:
     """A training or evaluation pipeline over ImageNet-format TFRecords.
 
@@ -97,6 +99,9 @@ def imagenet_dataset(
         train_preprocess: `(image_bytes, boxes, seed[2]) -> image` replacing
             `preprocessing.preprocess_for_train`.
         eval_preprocess: `image_bytes -> image` replacing `preprocessing.preprocess_for_eval`.
+        num_classes: the model's classes: a record whose label is outside [0, num_classes)
+            raises an error naming the label, the class count, the image and the record
+            (`pipeline.check_labels`; always, whatever `skip_corrupt`). None: not checked.
 
     Returns:
         A `tf.data.Dataset`; see the module docstring for the element structure.
@@ -104,8 +109,10 @@ def imagenet_dataset(
     Raises:
         FileNotFoundError: no `data_dir`, or no files of the split (says what was looked for).
         ValueError: bad arguments; a truncated file when `skip_corrupt` is False.
+        tf.errors.InvalidArgumentError: while reading: an undecodable image or a damaged
+            record (when `skip_corrupt` is False), a label outside `num_classes`.
     """
-    tf_dtype = check_args(batch_size, image_size, dtype)
+    tf_dtype = check_args(batch_size, image_size, dtype, num_classes=num_classes)
     num_shards, shard_index = resolve_shards(num_shards, shard_index)
     if shuffle_buffer < 1:
         raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
@@ -125,6 +132,8 @@ def imagenet_dataset(
         examples = train_examples(
             files, parse_imagenet_example, seed=seed_r, repeat=repeat, **reading
         )
+        if num_classes is not None:
+            examples = check_labels(examples, num_classes)
         return train_pipeline(
             examples,
             batch_size=batch_size,
@@ -137,6 +146,8 @@ def imagenet_dataset(
             preprocess=train_preprocess,
         )
     examples, steps = eval_examples(files, parse_imagenet_example, batch_size=batch_size, **reading)
+    if num_classes is not None:
+        examples = check_labels(examples, num_classes)
     return eval_pipeline(
         examples,
         batch_size=batch_size,

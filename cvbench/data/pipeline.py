@@ -24,6 +24,9 @@ TFDS), on examples with:
 * `filename`, `source`: strings naming the image and the file it came from;
 * `index`: int64, the record's position in `source`.
 
+`check_labels` makes a label outside the model's classes an error naming the record (what
+`imagenet_dataset(num_classes=...)` adds before either pipeline).
+
 `train_pipeline` yields `(images, labels)` batches; `eval_pipeline` yields
 `(images, labels, weights)` batches where padding rows have weight 0 (see its docstring).
 """
@@ -45,8 +48,13 @@ Transform = Callable[[dict], Any]
 ToElement = Callable[[Any, dict], Any]
 
 
-def check_args(batch_size: int, image_size: int, dtype: Any) -> tf.DType:
-    """Validates the shared arguments; returns `dtype` as a floating `tf.DType`."""
+def check_args(
+    batch_size: int, image_size: int, dtype: Any, *, num_classes: int | None = None
+) -> tf.DType:
+    """Validates the shared arguments (`num_classes`: None or a positive int); returns
+    `dtype` as a floating `tf.DType`."""
+    if num_classes is not None:
+        _check_num_classes(num_classes)
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     if not isinstance(image_size, int) or image_size < 1:
@@ -72,6 +80,62 @@ def _undecodable(out: Any, ok: tf.Tensor, e: dict) -> tf.Tensor:
             ")",
         ]
     )
+
+
+def _check_num_classes(num_classes: Any) -> None:
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+
+
+def check_labels(examples: tf.data.Dataset, num_classes: int) -> tf.data.Dataset:
+    """Raises on an example whose `label` is outside [0, `num_classes`).
+
+    The error takes the path an undecodable image's does (a `tf.debugging.Assert` in the
+    dataset: `tf.errors.InvalidArgumentError` when the example is read, see
+    `cvbench.data.corrupt`), with a message naming the label (0-based, and as stored,
+    1-based), the class count, the image and its record: `label 3 (stored as 4) is outside
+    [0, 3) for num_classes=3: image a.JPEG (record 2 of /data/train-00000-of-00001)`. It is
+    always an error (`skip_corrupt` does not skip it): the records and the model disagree on
+    the classes. The check costs a comparison per example; the message is only built for
+    an offending one.
+
+    Args:
+        examples: example dicts with `label` (int32, 0-based), `filename`, `source`, `index`.
+        num_classes: the model's classes.
+
+    Raises:
+        ValueError: `num_classes` is not a positive int.
+    """
+    _check_num_classes(num_classes)
+
+    def message(e: dict) -> tf.Tensor:
+        return tf.strings.join(
+            [
+                "label ",
+                tf.strings.as_string(e["label"]),
+                " (stored as ",
+                tf.strings.as_string(e["label"] + 1),
+                f") is outside [0, {num_classes}) for num_classes={num_classes}: image ",
+                e["filename"],
+                " (record ",
+                tf.strings.as_string(e["index"]),
+                " of ",
+                e["source"],
+                ")",
+            ]
+        )
+
+    def check(e: dict) -> dict:
+        def fail() -> tf.Tensor:
+            with tf.control_dependencies([tf.debugging.Assert(False, [message(e)])]):
+                return tf.constant(False)
+
+        inside = tf.logical_and(e["label"] >= 0, e["label"] < num_classes)
+        done = tf.cond(inside, lambda: tf.constant(True), fail)
+        with tf.control_dependencies([done]):
+            return tf.nest.map_structure(tf.identity, e)
+
+    return examples.map(no_autograph(check))
 
 
 def _guarded(

@@ -136,6 +136,11 @@ class ClassificationTask(RecordTask):
     def train_options(self) -> dict[str, Any]:
         return {"train_preprocess": self._train_preprocess}
 
+    def dataset_options(self) -> dict[str, Any]:
+        # A record whose label is outside [0, num_classes) is an error naming it (a wrong
+        # --num-classes would otherwise train on silently: a one-hot of zeros has loss 0).
+        return {"num_classes": self.num_classes}
+
     def evaluation_data(self, *, batch_size: int, distribution: Any) -> Any:
         """This rank's `(images, labels, weights)` validation batches (padding weighs 0),
         or two synthetic batches without data."""

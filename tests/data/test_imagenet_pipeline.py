@@ -307,3 +307,56 @@ def test_one_keras_training_step_and_weighted_evaluation(data, tf):
     # The padding rows (weight 0) do not count: accuracy over exactly the 6 records.
     assert total == NUM_VAL_RECORDS
     assert accuracy == pytest.approx(correct / total)
+
+
+def _write_labels(path, good, labels):
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i, label in enumerate(labels):
+            writer.write(
+                imagenet_example(
+                    encoded=good,
+                    height=40,
+                    width=56,
+                    label=label,
+                    synset="s",
+                    text="t",
+                    filename=f"{i}.JPEG",
+                )
+            )
+
+
+def test_a_label_outside_num_classes_raises_naming_it_and_its_record(data, tmp_path, tf):
+    # The fault: `cvbench train --num-classes 2` on 4-class records trained silently (the
+    # one-hot of an out-of-range label is all zeros, so its loss was 0).
+    raw, _ = data
+    good = (raw.root / "validation" / "val_0000.JPEG").read_bytes()
+    _write_labels(tmp_path / "validation-00000-of-00001", good, [1, 2, 3, 1])  # 0-based 0..2
+    _write_labels(tmp_path / "train-00000-of-00001", good, [1, 2, 3, 1])
+    expected = (
+        "assertion failed: [label 2 (stored as 3) is outside [0, 2) for num_classes=2: "
+        "image 2.JPEG (record 2 of {})]"
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:
+        list(_dataset(tmp_path, num_classes=2).as_numpy_iterator())
+    assert expected.format(tmp_path / "validation-00000-of-00001") in str(e.value)
+    # Training too, and skip_corrupt does not skip it (it is no damaged record).
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:
+        ds = _dataset(
+            tmp_path, "train", batch_size=2, num_classes=2, seed=0, skip_corrupt=True, repeat=False
+        )
+        list(ds.as_numpy_iterator())
+    assert expected.format(tmp_path / "train-00000-of-00001") in str(e.value)
+    # Enough classes: every record, with its 0-based label.
+    labels = sorted(label for _, label in _real_rows(_dataset(tmp_path, num_classes=3)))
+    assert labels == [0, 0, 1, 2]
+    assert len(_real_rows(_dataset(tmp_path))) == 4  # unchecked without num_classes
+
+
+@pytest.mark.parametrize("num_classes", [0, -3, 2.0, True])
+def test_num_classes_must_be_a_positive_int(data, num_classes):
+    _, out = data
+    with pytest.raises(ValueError) as e:
+        _dataset(out, num_classes=num_classes)
+    assert str(e.value) == f"num_classes must be a positive int, got {num_classes!r}"
