@@ -260,14 +260,17 @@ def check_synopsis(text: str) -> None:
 
 def check_inline_commands(markdown: str) -> int:
     """Inline code spans of prose that show a cvbench or make command: `cvbench CMD[/CMD2]
-    [--flag ...]` must name real commands and options, `make TARGET` a real target. Returns
-    how many spans were checked."""
+    [--flag ...]` must name real commands and options, `make TARGET` a real target; a span
+    whose second word ends with a colon is the command's output (`cvbench train: error:
+    ...`) and is not checked. Returns how many spans were checked."""
     from cvbench.cli import build_parser
 
     commands = build_parser()._subparsers._group_actions[0].choices
     checked = 0
     for span in re.findall(r"`((?:cvbench|make) [^`]*)`", markdown):
         words = span.split()
+        if words[1].endswith(":"):  # output such as `cvbench train: error: ...`, no command
+            continue
         if words[0] == "make":
             parse_make(["make", "-n", *[w for w in words[1:] if "=" not in w][:1]])
         else:

@@ -225,3 +225,5 @@ def test_inline_commands_check():
         check_inline_commands("`cvbench train/eval --modle m`")
     with pytest.raises(CommandError, match="make -n"):
         check_inline_commands("`make deploy`")
+    # A command's output quoted in prose is not a command line.
+    assert check_inline_commands("prints `cvbench train: error: bad --flagz`") == 0

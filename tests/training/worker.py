@@ -13,6 +13,9 @@ Modes:
                  overflowing: OUT/overflow<r>.npz;
               4. rank 1 exits abruptly at step 3 (printing the time); the others must fail
                  with a RankFailedError instead of hanging.
+    raise     every rank trains; rank 1 raises an exception in the middle of step 3 (not a
+              kill: a Python error, printing the time first); the job must end on every rank
+              with rank 1's message.
 """
 
 from __future__ import annotations
@@ -96,6 +99,26 @@ class ExitAtBatch(keras.callbacks.Callback):
             os._exit(3)
 
 
+class RaiseAtBatch(keras.callbacks.Callback):
+    """Raises a `RuntimeError` naming this rank after batch `batch` (a bug, not a kill)."""
+
+    def __init__(self, batch: int, rank: int) -> None:
+        super().__init__()
+        self.batch, self.rank = batch, rank
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.batch:
+            print(f"RAISE_TIME {time.time():.3f}", flush=True)
+            raise RuntimeError(f"injected failure on rank {self.rank} at batch {batch}")
+
+
+def run_raise(args: argparse.Namespace) -> None:
+    trainer = make_trainer(seed=6, distribution="horovod")
+    callbacks = [RaiseAtBatch(2, trainer.rank)] if trainer.rank == 1 else []
+    trainer.fit(make_data(), epochs=50, batch_size=BATCH, callbacks=callbacks)
+    print("FAILURE_NOT_NOTICED", flush=True)
+
+
 def run_train(args: argparse.Namespace) -> None:
     trainer = make_trainer(
         seed=3,
@@ -146,17 +169,14 @@ def run_horovod(args: argparse.Namespace) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["train", "horovod"])
+    parser.add_argument("mode", choices=["train", "horovod", "raise"])
     parser.add_argument("--out", required=True)
     parser.add_argument("--log-dir", default=None)
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--pause", type=float, default=0.0)
     args = parser.parse_args()
-    if args.mode == "train":
-        run_train(args)
-    else:
-        run_horovod(args)
+    {"train": run_train, "horovod": run_horovod, "raise": run_raise}[args.mode](args)
     return 0
 
 

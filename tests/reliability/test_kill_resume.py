@@ -1,0 +1,118 @@
+"""`cvbench train --deterministic` killed with a real SIGKILL, then resumed with `--resume`,
+ends with the same weights and the same per-step losses as a run that was never killed:
+mid-epoch, right after a checkpoint, and during a checkpoint write (slow: subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HOLD_CLI = Path(__file__).with_name("hold_cli.py")
+ENV = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+# 6 classes x 4 training images = 24 records, batch 4: 6 steps an epoch, 12 in 2 epochs;
+# checkpoints every 5 steps (5, 10) and at the epoch ends (6, 12).
+FLAGS = [
+    "train", "--model", "resnet18", "--image-size", "32", "--num-classes", "6",
+    "--batch-size", "4", "--epochs", "2", "--checkpoint-every", "5", "--keep-checkpoints", "10",
+    "--log-every", "1", "--burn-in", "0", "--deterministic", "--seed", "1", "--precision",
+    "fp32", "--eval", "none", "--no-export", "--no-progress",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory) -> Path:
+    from cvbench.data import build_imagenet
+    from cvbench.demo.shapes_data import write_classification_set
+
+    root = tmp_path_factory.mktemp("kill_resume")
+    raw = write_classification_set(
+        root / "raw", image_size=32, train_per_class=4, val_per_class=1, seed=0
+    )
+    out = root / "records"
+    build_imagenet(raw.path, out, train_shards=2, val_shards=1, num_workers=1, progress=False)
+    return out
+
+
+def _train(records: Path, log_dir: Path, *extra: str, hold: str | None = None):
+    env = dict(ENV, CVBENCH_TEST_HOLD=hold) if hold else ENV
+    argv = [sys.executable, str(HOLD_CLI), *FLAGS, "--data-dir", str(records)]
+    argv += ["--log-dir", str(log_dir), *extra]
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True
+    )
+
+
+def _kill_when(process: subprocess.Popen, marker: str, timeout: float = 300) -> list[str]:
+    """Reads the process's output until a line starting with `marker`, then SIGKILLs it."""
+    lines, deadline = [], time.time() + timeout
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith(marker):
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+            return lines
+        if time.time() > deadline:
+            break
+    process.kill()
+    raise AssertionError(f"never saw {marker!r}:\n" + "".join(lines[-40:]))
+
+
+def _finish(process: subprocess.Popen) -> str:
+    out, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, out[-3000:]
+    return out
+
+
+def _final_state(log_dir: Path) -> tuple[list[np.ndarray], dict[int, float]]:
+    """The last checkpoint's arrays (step 12) and each step's last logged loss."""
+    with np.load(log_dir / "checkpoints" / "ckpt-0000000012.npz") as data:
+        arrays = [data[k] for k in sorted(data.files) if k != "meta"]
+    losses = {}
+    for line in (log_dir / "train_log.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        if entry.get("event") == "step":
+            losses[entry["step"]] = entry["loss"]  # a replayed step: its resumed value
+    return arrays, losses
+
+
+@pytest.fixture(scope="module")
+def reference(records, tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("reference")
+    _finish(_train(records, log_dir))
+    return _final_state(log_dir)
+
+
+# Each kill point, the line that triggers the kill, and where the resume must start.
+KILLS = {
+    "mid_epoch": ("after_step:8", "HOLD after_step 8", "step 6"),
+    "right_after_a_checkpoint": ("after_write:5", "HOLD after_write 5", "step 5"),
+    "during_a_checkpoint_write": ("in_write:10", "HOLD in_write 10", "step 6"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill", sorted(KILLS))
+def test_sigkill_then_resume_is_bit_identical(kill, records, reference, tmp_path):
+    hold, marker, resumed_at = KILLS[kill]
+    killed = _train(records, tmp_path, hold=hold)
+    _kill_when(killed, marker)
+    assert killed.returncode == -signal.SIGKILL
+    if kill == "during_a_checkpoint_write":  # only the temporary file: no half checkpoint
+        assert not (tmp_path / "checkpoints" / "ckpt-0000000010.npz").exists()
+        assert list((tmp_path / "checkpoints").glob(".ckpt-0000000010.npz.*"))
+    out = _finish(_train(records, tmp_path, "--resume"))
+    assert f"resumed from {tmp_path / 'checkpoints'}" in out and f"({resumed_at})" in out
+    arrays, losses = _final_state(tmp_path)
+    ref_arrays, ref_losses = reference
+    assert sorted(losses) == list(range(1, 13)) and losses == ref_losses  # exact floats
+    assert len(arrays) == len(ref_arrays)
+    for got, want in zip(arrays, ref_arrays, strict=True):
+        np.testing.assert_array_equal(got, want)
