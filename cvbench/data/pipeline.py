@@ -68,18 +68,14 @@ def check_args(
     return tf_dtype
 
 
+def _image_and_record(e: dict) -> list:
+    """`<filename> (record <index> of <source>)`, as string tensors to join: where an
+    example came from, in every data error."""
+    return [e["filename"], " (record ", tf.strings.as_string(e["index"]), " of ", e["source"], ")"]
+
+
 def _undecodable(out: Any, ok: tf.Tensor, e: dict) -> tf.Tensor:
-    return tf.strings.join(
-        [
-            "undecodable image ",
-            e["filename"],
-            " (record ",
-            tf.strings.as_string(e["index"]),
-            " of ",
-            e["source"],
-            ")",
-        ]
-    )
+    return tf.strings.join(["undecodable image ", *_image_and_record(e)])
 
 
 def _check_num_classes(num_classes: Any) -> None:
@@ -116,12 +112,7 @@ def check_labels(examples: tf.data.Dataset, num_classes: int) -> tf.data.Dataset
                 " (stored as ",
                 tf.strings.as_string(e["label"] + 1),
                 f") is outside [0, {num_classes}) for num_classes={num_classes}: image ",
-                e["filename"],
-                " (record ",
-                tf.strings.as_string(e["index"]),
-                " of ",
-                e["source"],
-                ")",
+                *_image_and_record(e),
             ]
         )
 

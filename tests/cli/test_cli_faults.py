@@ -5,12 +5,11 @@ full disk; a real bug keeps its traceback."""
 from __future__ import annotations
 
 import errno
-import io
 import json
 import shutil
 
-import numpy as np
 import pytest
+from jpeg_records import write_jpeg_records
 
 import cvbench.cli as cli
 from cvbench.cli import train as train_cli
@@ -29,31 +28,8 @@ def with_train_commands(monkeypatch):
 def write_split(directory, split, count, corrupt=()):
     """`count` 40x40 JPEG records in `<split>-00000-of-00001`; the records in `corrupt` hold
     bytes that are no image."""
-    import tensorflow as tf
-    from PIL import Image
-
-    from cvbench.data.tfrecord import imagenet_example
-
-    rng = np.random.default_rng(0)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{split}-00000-of-00001"
-    with tf.io.TFRecordWriter(str(path)) as writer:
-        for i in range(count):
-            buf = io.BytesIO()
-            Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(buf, "JPEG")
-            label = i % 4 + 1
-            writer.write(
-                imagenet_example(
-                    encoded=b"no image here" if i in corrupt else buf.getvalue(),
-                    height=40,
-                    width=40,
-                    label=label,
-                    synset=f"n{label:08d}",
-                    text=f"class {label}",
-                    filename=f"{split}_{i}.JPEG",
-                )
-            )
-    return path
+    shard = directory / f"{split}-00000-of-00001"
+    return write_jpeg_records(shard, count, corrupt=corrupt, prefix=split)
 
 
 @pytest.fixture(scope="module")

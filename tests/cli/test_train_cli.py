@@ -1,10 +1,9 @@
 """`cvbench train / eval / benchmark`: flags, clean errors, a short synthetic run."""
 
-import io
 import json
 
-import numpy as np
 import pytest
+from jpeg_records import write_jpeg_records
 
 import cvbench.cli as cli
 from cvbench.cli import train as train_cli
@@ -88,30 +87,9 @@ def test_bad_values_give_one_line_and_exit_2(argv, message, capsys):
 
 def write_tiny_imagenet(directory, *, train=8, validation=6, classes=4):
     """ImageNet-format TFRecords: one train and one validation shard of 40x40 JPEGs."""
-    import tensorflow as tf
-    from PIL import Image
-
-    from cvbench.data.tfrecord import imagenet_example
-
-    rng = np.random.default_rng(0)
-    directory.mkdir(parents=True, exist_ok=True)
     for split, count in (("train", train), ("validation", validation)):
-        with tf.io.TFRecordWriter(str(directory / f"{split}-00000-of-00001")) as writer:
-            for i in range(count):
-                buf = io.BytesIO()
-                Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(buf, "JPEG")
-                label = i % classes + 1  # stored labels are 1-based
-                writer.write(
-                    imagenet_example(
-                        encoded=buf.getvalue(),
-                        height=40,
-                        width=40,
-                        label=label,
-                        synset=f"n{label:08d}",
-                        text=f"class {label}",
-                        filename=f"{split}_{i}.JPEG",
-                    )
-                )
+        shard = directory / f"{split}-00000-of-00001"
+        write_jpeg_records(shard, count, num_classes=classes, prefix=split)
     return directory
 
 

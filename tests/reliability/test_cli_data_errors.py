@@ -4,14 +4,13 @@ the traceback (slow: subprocesses)."""
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
+from jpeg_records import write_jpeg_records
 
 CVBENCH = Path(sys.executable).with_name("cvbench")
 ENV = {k: v for k, v in os.environ.items() if k not in ("CVBENCH_DEBUG", "TF_CPP_MIN_LOG_LEVEL")}
@@ -24,30 +23,8 @@ FLAGS = [
 
 
 def _write(path: Path, count: int, corrupt: set[int]) -> None:
-    """`count` records of 40x40 JPEGs in one file; the records in `corrupt` hold bytes that
-    are no image."""
-    import tensorflow as tf
-    from PIL import Image
-
-    from cvbench.data.tfrecord import imagenet_example
-
-    rng = np.random.default_rng(0)
-    with tf.io.TFRecordWriter(str(path)) as writer:
-        for i in range(count):
-            buf = io.BytesIO()
-            Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(buf, "JPEG")
-            encoded = b"no image here" if i in corrupt else buf.getvalue()
-            writer.write(
-                imagenet_example(
-                    encoded=encoded,
-                    height=40,
-                    width=40,
-                    label=i % 4 + 1,
-                    synset=f"n{i % 4:08d}",
-                    text=f"class {i % 4}",
-                    filename=f"img_{i}.JPEG",
-                )  # fmt: skip
-            )
+    """`count` records `img_<i>.JPEG` with labels 1..4 in turn; `corrupt` are no image."""
+    write_jpeg_records(path, count, corrupt=corrupt)
 
 
 @pytest.fixture(scope="module")
