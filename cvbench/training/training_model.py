@@ -25,7 +25,7 @@ beyond float16's 65,504) left them NaN for good. Here:
   `LossScaleOptimizer` updates on purpose);
 - the step's logs carry `skipped` (1.0 or 0.0) next to the step's own loss and metrics.
 
-Cost, measured with `KERAS_BACKEND=tensorflow python tests/training/bench_whole_step.py`
+Cost, measured with `KERAS_BACKEND=tensorflow python benchmarks/whole_step_overhead.py`
 (ResNet-18, 32 x 32 images, batch 8, float32, a 2-core CPU shared with other work): Keras'
 step 53.0 / 56.6 ms, this one 54.7 / 59.9 ms in two runs, i.e. +1.7 to +3.3 ms (3-6 %),
 nearly all of it the finite check of the gradients; JAX: 125.2 -> 127.5 ms (+1.8 %). Under

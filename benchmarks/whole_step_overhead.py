@@ -1,6 +1,6 @@
 """Per-step cost of `TrainingModel`'s whole-step train step against Keras' own (not collected).
 
-    KERAS_BACKEND=tensorflow python tests/training/bench_whole_step.py [--steps 4] [--rounds 40]
+    KERAS_BACKEND=tensorflow python benchmarks/whole_step_overhead.py [--steps 4] [--rounds 40]
 
 ResNet-18 (v1.5, 10 classes) on 32 x 32 images, batch 8, float32, momentum SGD, on the CPU.
 Both steps train the same model: rounds of `--steps` steps alternate between them, and the
