@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 from imagenet_testdata import NUM_TRAIN_RECORDS, NUM_VAL_RECORDS, make_raw
+from small_disk import SmallDisk
 
 from cvbench.cli import main
 from cvbench.data.imagenet_builder import build_imagenet
@@ -25,38 +24,14 @@ def _pages(path: Path) -> int:
     return math.ceil(path.stat().st_size / PAGE)
 
 
-def _mount(args: list[str]) -> None:
-    result = subprocess.run(["mount", *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(
-            f"cannot fill a disk here: `mount {' '.join(args)}` was refused "
-            f"({result.stderr.strip() or result.returncode}); needs root in a "
-            "namespace that allows mounting"
-        )
-
-
 @pytest.fixture
 def small_tmpfs(tmp_path):
-    """Returns (mount point, resize(bytes)); unmounted at the end."""
-    if os.geteuid() != 0:
-        pytest.skip("cannot fill a disk here: mounting a tmpfs needs root")
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    mounted = False
-
-    def resize(size: int) -> None:
-        nonlocal mounted
-        if not mounted:
-            _mount(["-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)])
-            mounted = True
-        else:
-            _mount(["-o", f"remount,size={size}", str(mnt)])
-
+    """Returns (mount point, resize(bytes)); the first resize mounts it; unmounted at the end."""
+    disk = SmallDisk(tmp_path / "mnt")
     try:
-        yield mnt, resize
+        yield disk.path, disk.mount
     finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(mnt)], check=False)
+        disk.unmount()
 
 
 def _files(folder: Path) -> dict[str, bytes]:

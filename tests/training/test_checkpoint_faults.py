@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import errno
 import json
-import os
-import shutil
-import subprocess
 import zipfile
 
 import keras
 import numpy as np
 import pytest
+from small_disk import SmallDisk
 from training_helpers import blobs, sparse_ce, tiny_mlp
 
 from cvbench.training import TrainConfig, Trainer
@@ -143,34 +141,16 @@ def test_a_checkpoint_archive_with_a_broken_member_is_not_valid(tmp_path):
 def small_disk(tmp_path):
     """`small_disk(kib)` mounts a tmpfs of `kib` KiB at tmp_path/disk and returns the path;
     `small_disk.resize(kib)` changes its size (space freed). Root only: skipped elsewhere."""
-    disk = tmp_path / "disk"
-    mounted = []
+    disk = SmallDisk(tmp_path / "disk")
 
     def mount(kib):
-        if shutil.which("mount") is None:
-            pytest.skip("no mount command to make a small disk (a tmpfs) with")
-        if os.geteuid() != 0:
-            pytest.skip("mounting a small tmpfs to fill needs root (CI runs these as root)")
-        disk.mkdir()
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(disk)],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
-        mounted.append(disk)
-        return disk
+        return disk.mount(kib * 1024)
 
-    def resize(kib):
-        subprocess.run(["mount", "-o", f"remount,size={kib}k", str(disk)], check=True)
-
-    mount.resize = resize
+    mount.resize = mount
     try:
         yield mount
     finally:
-        for path in mounted:
-            subprocess.run(["umount", str(path)], check=False)
+        disk.unmount()
 
 
 def test_a_full_disk_stops_the_write_and_keeps_the_previous_checkpoint(small_disk):
