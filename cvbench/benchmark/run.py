@@ -67,7 +67,7 @@ def cvbench_training(
     )
     global_batch = batch_size * trainer.size
     # The Trainer's own set-up for training (optimizer, loss scaling, rank sync), no fit.
-    trainer._prepare(global_batch=global_batch, steps_per_epoch=planned_steps, epochs=1)
+    trainer.prepare(global_batch=global_batch, steps_per_epoch=planned_steps, epochs=1)
     if batches is None:
         batches = itertools.repeat(synthetic_batch(model, batch_size, seed=seed))
     return TrainSteps(trainer.training_model, batches, global_batch), trainer

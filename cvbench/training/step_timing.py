@@ -176,9 +176,9 @@ def benchmark_trainer(
     )
     per_rank = source.batch_size or peek_batch_size(data)
     if mode == "train":
-        trainer._prepare(global_batch=per_rank * trainer.size, steps_per_epoch=total, epochs=1)
-    elif not trainer._compiled:
-        trainer._compile("sgd")
+        trainer.prepare(global_batch=per_rank * trainer.size, steps_per_epoch=total, epochs=1)
+    else:
+        trainer.compile_for_inference()
     model = trainer.training_model
 
     def step(x, y, sample_weight) -> float:

@@ -209,6 +209,12 @@ class Trainer:
         )
         self._compiled = True
 
+    def compile_for_inference(self) -> None:
+        """Compiles the model for evaluation or forward passes when nothing has yet (no
+        optimizer is built: `fit` or `prepare` builds the real one later)."""
+        if not self._compiled:
+            self._compile("sgd")
+
     def _make_optimizer(self, *, global_batch: int, steps_per_epoch: int | None, epochs: int):
         return assemble_optimizer(
             self._optimizer_spec,
@@ -222,8 +228,10 @@ class Trainer:
             epochs=epochs,
         )
 
-    def _prepare(self, *, global_batch: int, steps_per_epoch: int | None, epochs: int) -> None:
-        """Builds the optimizer (first call), restores a checkpoint or syncs the ranks."""
+    def prepare(self, *, global_batch: int, steps_per_epoch: int | None, epochs: int) -> None:
+        """Sets the Trainer up for training without `fit` (what `fit` does first, and what the
+        benchmarks call): builds the optimizer for `epochs` x `steps_per_epoch` steps of
+        `global_batch` images (first call), restores a checkpoint or syncs the ranks."""
         if self.optimizer is None:
             self.optimizer = self._make_optimizer(
                 global_batch=global_batch, steps_per_epoch=steps_per_epoch, epochs=epochs
@@ -385,7 +393,7 @@ class Trainer:
             # Shards can differ in length: every rank runs the shortest one's steps.
             fewest = -self.distribution.allreduce_max(np.array([-source.steps_per_epoch]))[0]
             source.steps_per_epoch = int(fewest)
-        self._prepare(
+        self.prepare(
             global_batch=per_rank * self.size, steps_per_epoch=source.steps_per_epoch, epochs=epochs
         )
         source.seed = self.state["data_seed"]  # a resume restores the run's data order
@@ -435,8 +443,7 @@ class Trainer:
         Returns:
             `{"loss": ..., <metric name>: ...}` as floats, identical on every rank.
         """
-        if not self._compiled:
-            self._compile("sgd")
+        self.compile_for_inference()
         model = self.training_model
         if is_array_data(data):
             part = rank_rows(data, self.rank, self.size)
