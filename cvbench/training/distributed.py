@@ -294,6 +294,17 @@ def with_gradient_reduction(
     return optimizer
 
 
+def split_gradient_reduction(optimizer) -> tuple[Callable[[list], list], Callable]:
+    """`(reduce, apply)`: the average over ranks that `optimizer.apply` starts with (Horovod,
+    `with_gradient_reduction`) and the `apply` that follows it, for a train step that decides
+    on the averaged gradients before applying them; for an optimizer that averages nothing,
+    the identity and `optimizer.apply`."""
+    mixin = _GradientReduction
+    if isinstance(optimizer, mixin):
+        return optimizer._cvbench_reduce, super(mixin, optimizer).apply
+    return (lambda grads: grads), optimizer.apply
+
+
 def get_distribution(distribution: str | Distribution = "auto") -> Distribution:
     """Resolves the Trainer's `distribution` argument.
 

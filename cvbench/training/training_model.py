@@ -133,7 +133,7 @@ class TrainingModel(keras.Model):
             optimizer.apply(grads, variables)
             applied = ops.greater(tf.identity(optimizer.iterations.value), start)
         else:
-            reduce, apply = _split_gradient_reduction(optimizer)
+            reduce, apply = distributed.split_gradient_reduction(optimizer)
             grads = reduce(grads)
             applied = _all_finite(grads)
             ops.cond(applied, lambda: apply(grads, variables), lambda: None)
@@ -227,16 +227,6 @@ def _poison_if_not_finite(grads, loss) -> list:
     nan = ops.cast(float("nan"), grads[i].dtype)
     grads[i] = ops.where(ops.isfinite(loss), grads[i], nan)
     return grads
-
-
-def _split_gradient_reduction(optimizer) -> tuple[Callable, Callable]:
-    """`(reduce, apply)`: the average over ranks that `optimizer.apply` starts with (Horovod,
-    `distributed.with_gradient_reduction`) and the `apply` that follows it; for an optimizer
-    that averages nothing, the identity and `optimizer.apply`."""
-    mixin = distributed._GradientReduction
-    if isinstance(optimizer, mixin):
-        return optimizer._cvbench_reduce, super(mixin, optimizer).apply
-    return (lambda grads: grads), optimizer.apply
 
 
 def _lists(pair) -> tuple[list, list]:
