@@ -19,6 +19,8 @@ prints `step epoch img/s loss lr` (`%6i %5i %7.1f %7.3f %7.5f`, step and epoch c
 
 with the standard error `std(ddof=1) / sqrt(n)` (NaN for n <= 2, as in that script) and the
 jitter the median absolute deviation scaled by 1.4826 (a standard deviation for normal data).
+With too few steps for a standard error the line says so instead of printing `+/- nan`:
+`Images/sec: <mean> (one window: no spread)`.
 """
 
 from __future__ import annotations
@@ -40,14 +42,33 @@ def format_step_line(step: int, epoch: int, images_per_sec: float, loss: float, 
     return f"{step:6d} {epoch:5d} {images_per_sec:7.1f} {loss:7.3f} {lr:7.5f}"
 
 
-def format_summary(mean: float, stderr: float, jitter: float) -> str:
-    """NVIDIA's summary line: `Images/sec: mean +/- stderr (jitter = ...)`.
+def format_summary(mean: float, stderr: float, jitter: float, *, count: int, unit: str) -> str:
+    """NVIDIA's summary line `Images/sec: mean +/- stderr (jitter = ...)`, or, with too few
+    rates for a standard error (NaN with two or fewer), what the mean is over instead.
+
+    Args:
+        mean: images/s.
+        stderr: standard error of the mean (NaN: too few rates).
+        jitter: 1.4826 x median absolute deviation of the rates.
+        count: number of rates the mean is over.
+        unit: what a rate is of, singular ("step" or "window").
 
     Example:
-        >>> format_summary(1234.56, float("nan"), 7.0)
-        'Images/sec: 1234.6 +/- nan (jitter = 7.0)'
+        >>> format_summary(1234.56, 3.25, 7.0, count=10, unit="window")
+        'Images/sec: 1234.6 +/- 3.2 (jitter = 7.0)'
+        >>> format_summary(1234.56, float("nan"), 0.0, count=1, unit="window")
+        'Images/sec: 1234.6 (one window: no spread)'
+        >>> format_summary(1234.56, float("nan"), 7.0, count=2, unit="step")
+        'Images/sec: 1234.6 (2 steps: too few for a standard error; jitter = 7.0)'
     """
-    return f"Images/sec: {mean:.1f} +/- {stderr:.1f} (jitter = {jitter:.1f})"
+    if not math.isnan(stderr):
+        return f"Images/sec: {mean:.1f} +/- {stderr:.1f} (jitter = {jitter:.1f})"
+    if count <= 1:
+        return f"Images/sec: {mean:.1f} (one {unit}: no spread)"
+    return (
+        f"Images/sec: {mean:.1f} ({count} {unit}s: too few for a standard error; "
+        f"jitter = {jitter:.1f})"
+    )
 
 
 @dataclass(frozen=True)
@@ -69,8 +90,8 @@ class ThroughputSummary:
     global_batch: int
 
     def format(self) -> str:
-        """`Images/sec: mean +/- stderr (jitter = ...)`."""
-        return format_summary(self.mean, self.stderr, self.jitter)
+        """`Images/sec: mean +/- stderr (jitter = ...)` (see `format_summary`)."""
+        return format_summary(self.mean, self.stderr, self.jitter, count=self.steps, unit="step")
 
     def to_dict(self) -> dict:
         """The fields as a dict (NaN kept as float('nan'))."""
@@ -201,8 +222,15 @@ class Throughput:
     cpu_images_per_sec: float
 
     def format(self) -> str:
-        """`Images/sec: mean +/- stderr (jitter = ...)`, the NVIDIA summary line."""
-        return format_summary(self.images_per_sec, self.stderr, self.jitter)
+        """`Images/sec: mean +/- stderr (jitter = ...)`, the NVIDIA summary line (see
+        `format_summary` for one or two windows)."""
+        return format_summary(
+            self.images_per_sec,
+            self.stderr,
+            self.jitter,
+            count=len(self.window_rates),
+            unit="window",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict."""

@@ -44,7 +44,7 @@ def test_flags_reach_benchmark_cvbench(monkeypatch, tmp_path, capsys):
     assert (seen["warmup_steps"], seen["steps"], seen["window_steps"]) == (1, 10, 5)
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == ["  step      img/s", "     3       10.0 img/s"]
-    assert out[3] == "Images/sec: 50.0 +/- nan (jitter = 14.8)"
+    assert out[3] == "Images/sec: 50.0 (2 windows: too few for a standard error; jitter = 14.8)"
     summary = json.loads(path.read_text())
     assert summary["mean"] == 50.0 and summary["stderr"] is None  # strict JSON: NaN -> null
     assert summary["steps"] == 10 and summary["global_batch"] == 8 and summary["ranks"] == 1

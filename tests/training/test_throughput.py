@@ -11,6 +11,7 @@ import pytest
 
 from cvbench.training.throughput import (
     STEP_HEADER,
+    Throughput,
     ThroughputMeter,
     block,
     format_step_line,
@@ -35,6 +36,22 @@ def test_stderr_is_nan_with_two_steps_as_in_nvidias_script():
     assert math.isnan(summarize([1.0, 2.0], global_batch=1).stderr)
     with pytest.raises(ValueError, match="no steps"):
         summarize([], global_batch=1)
+
+
+def test_too_few_rates_say_so_instead_of_nan():
+    # Regression: one or two rates printed `Images/sec: 100.0 +/- nan (jitter = 0.0)`.
+    assert summarize([100.0], global_batch=8).format() == "Images/sec: 100.0 (one step: no spread)"
+    # |x - median 100| = 10, 10 -> median 10 -> x 1.4826 = 14.826.
+    assert summarize([90.0, 110.0], global_batch=8).format() == (
+        "Images/sec: 100.0 (2 steps: too few for a standard error; jitter = 14.8)"
+    )
+    one = Throughput(50.0, math.nan, 0.0, (50.0,), 5, 8, 1.0, 0.5, 1, 25.0)
+    assert one.format() == "Images/sec: 50.0 (one window: no spread)"
+    # Three rates have a standard error: NVIDIA's line. mean 100, std (ddof=1) 10,
+    # / sqrt(3) = 5.774; |x - 100| = 10, 0, 10 -> median 10 -> jitter 14.826.
+    assert summarize([90.0, 100.0, 110.0], global_batch=8).format() == (
+        "Images/sec: 100.0 +/- 5.8 (jitter = 14.8)"
+    )
 
 
 def test_meter_leaves_out_the_burn_in_and_counts_images():
