@@ -30,9 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
-
 from cvbench.utils.io import write_json_atomic
+from cvbench.utils.progress import progress_bar
 
 COCO_BASE_URL = "http://images.cocodataset.org"
 COCO_BASE_URL_ENV = "CVBENCH_COCO_BASE_URL"
@@ -184,7 +183,7 @@ def _fetch_into(
         received = offset
         with (
             open(part, "ab" if offset else "wb") as f,
-            tqdm(
+            progress_bar(
                 total=total or size,
                 initial=offset,
                 unit="B",
@@ -192,7 +191,6 @@ def _fetch_into(
                 unit_divisor=1024,
                 desc=part.name.removesuffix(".part"),
                 disable=not progress,
-                leave=True,
             ) as bar,
         ):
             while chunk := response.read(chunk_size):
@@ -231,7 +229,8 @@ def download_file(
         max_attempts: connection attempts in all (resumes and re-fetches), at least 1.
         timeout: seconds without data before an attempt is abandoned.
         chunk_size: bytes per read.
-        progress: show a tqdm bar (bytes, MB/s, ETA) on stderr.
+        progress: show progress (bytes, MB/s, ETA) on stderr: a tqdm bar on a terminal or
+            in Jupyter, plain lines elsewhere.
 
     Returns:
         `dest` as a Path.
@@ -317,14 +316,13 @@ def unpack_zip(
     try:
         with zipfile.ZipFile(archive) as zf:
             members = zf.infolist()
-            with tqdm(
+            with progress_bar(
                 total=sum(m.file_size for m in members),
                 unit="B",
                 unit_scale=True,
                 unit_divisor=1024,
                 desc=f"unpack {archive.name}",
                 disable=not progress,
-                leave=True,
             ) as bar:
                 for member in members:
                     zf.extract(member, staging)  # strips absolute paths and '..'

@@ -28,11 +28,10 @@ import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
-
-from tqdm import tqdm
+from typing import IO, Any
 
 from cvbench.utils.io import atomic_open
+from cvbench.utils.progress import progress_bar
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
 VAL_TAR = "ILSVRC2012_img_val.tar"
@@ -65,9 +64,9 @@ class ExtractStats:
 
 
 class _ProgressReader:
-    """A read-only file wrapper that advances a tqdm bar by the bytes read."""
+    """A read-only file wrapper that advances a progress bar by the bytes read."""
 
-    def __init__(self, f: IO[bytes], bar: tqdm) -> None:
+    def __init__(self, f: IO[bytes], bar: Any) -> None:
         self._f = f
         self._bar = bar
 
@@ -77,8 +76,8 @@ class _ProgressReader:
         return data
 
 
-def _bytes_bar(path: Path, progress: bool, desc: str) -> tqdm:
-    return tqdm(
+def _bytes_bar(path: Path, progress: bool, desc: str) -> Any:
+    return progress_bar(
         total=path.stat().st_size,
         unit="B",
         unit_scale=True,
@@ -103,7 +102,8 @@ def extract_train(
     Args:
         train_tar: the outer tar of per-class tars.
         out_dir: the ImageNet folder (gets `train/`).
-        progress: show a tqdm bar (bytes of the outer tar, MB/s, ETA).
+        progress: show progress (bytes of the outer tar, MB/s, ETA): a tqdm bar on a
+            terminal or in Jupyter, plain lines elsewhere.
 
     Returns:
         `ExtractStats` with `written`, `classes_written` and `classes_skipped` set.
@@ -270,7 +270,7 @@ def extract_val(
         out_dir: the ImageNet folder (gets `val/`).
         labels: image name without extension -> WNID (`load_val_labels_from_devkit` or
             `load_val_labels_file`).
-        progress: show a tqdm bar.
+        progress: show progress (a bar on a terminal, plain lines elsewhere).
 
     Returns:
         `ExtractStats` with `written` and `skipped` set.

@@ -42,7 +42,8 @@ What it guarantees:
   deletes those shards and starts over.
 * Worker processes (`num_workers`, default all cores; <= 1 runs in this process;
   `cvbench.data.worker_pool`) encode items; this process writes the shards in order with
-  `tf.io.TFRecordWriter`. A tqdm progress bar shows items/s.
+  `tf.io.TFRecordWriter`. Progress shows items/s: a tqdm bar on a terminal or in Jupyter,
+  a plain line every 10% or minute when stderr is a file or a pipe (no `\r` in logs).
 * `Skip` results are collected with their reasons (`WriteSummary.skipped`, also for shards
   written by an earlier run); skipped items leave their shard one record shorter.
 * `metadata` (facts about the data set that do not identify it, e.g. images per class) is
@@ -71,6 +72,7 @@ from typing import Any
 
 from cvbench.data.worker_pool import ParallelMap, default_num_workers, parallel_map
 from cvbench.utils.io import atomic_path, write_json_atomic
+from cvbench.utils.progress import progress_bar
 
 MANIFEST_NAME = "cvbench_manifest.json"
 DEFAULT_PATTERN = "{split}-{index:05d}-of-{num_shards:05d}"
@@ -378,7 +380,8 @@ def write_sharded(
         num_workers: encoding processes; None uses every core, <= 1 encodes in this process.
         overwrite: replace a different data set (or foreign shards) in `out_dir`, and rewrite
             every shard even when the data set is the same.
-        progress: show a tqdm progress bar on stderr.
+        progress: show progress on stderr: a tqdm bar on a terminal or in Jupyter, plain
+            lines elsewhere (`cvbench.utils.progress.progress_bar`).
         unit: the progress bar's unit name ('img' shows img/s).
 
     Returns:
@@ -391,8 +394,6 @@ def write_sharded(
         DiskFullError: no space left on the device; the finished shards stay and a rerun
             resumes.
     """
-    from tqdm import tqdm
-
     start = time.monotonic()
     names = [s.name for s in splits]
     if len(set(names)) != len(names):
@@ -453,7 +454,7 @@ def write_sharded(
     total = sum(len(indices) for _, _, indices in todo)
     chunksize = max(1, min(32, total // (max(1, num_workers) * 8)))
     results = parallel_map(encode_fn, todo_items, num_workers if total else 0, chunksize)
-    bar = tqdm(total=total, unit=unit, disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    bar = progress_bar(total=total, unit=unit, disable=not progress, file=sys.stderr)
     try:
         import tensorflow as tf  # only this process writes TFRecords
 

@@ -1,5 +1,9 @@
 """What rank 0 reports: printed lines, a JSON-lines log, TensorBoard scalars, a progress bar.
 
+The bar is `tqdm.auto`'s (a notebook widget in Jupyter where ipywidgets is installed); by
+default ("auto") it runs on a terminal and in a Jupyter kernel, not when stderr is a file or
+a pipe, where the step lines are the progress (`cvbench.utils.progress.progress_style`).
+
 `RunLog` is created on every rank; on the others (`enabled=False`) every method does nothing,
 so the Trainer calls it unconditionally. TensorBoard uses `tf.summary` and is written only on
 the TensorFlow backend (other backends get a one-time note instead); it needs only
@@ -18,6 +22,8 @@ from typing import Any
 
 import keras
 
+from cvbench.utils.progress import progress_style
+
 
 class RunLog:
     """Rank 0's outputs for one run.
@@ -25,7 +31,8 @@ class RunLog:
     Args:
         log_dir: directory for `train_log.jsonl` and `tensorboard/`; None: print only.
         enabled: False on ranks other than 0.
-        progress_bar: True, False or "auto" (only when stderr is a terminal).
+        progress_bar: True, False or "auto" (when stderr is a terminal or in a Jupyter
+            kernel, see `wants_bar`).
     """
 
     def __init__(
@@ -33,9 +40,7 @@ class RunLog:
     ) -> None:
         self.enabled = enabled
         self.log_dir = Path(log_dir) if log_dir is not None else None
-        if progress_bar == "auto":
-            progress_bar = sys.stderr.isatty()
-        self._want_bar = bool(progress_bar) and enabled
+        self._want_bar = wants_bar(progress_bar) and enabled
         self._bar = None
         self._jsonl = None
         self._writer = None
@@ -84,7 +89,7 @@ class RunLog:
         self.close_bar()
         if not self._want_bar:
             return
-        from tqdm import tqdm
+        from tqdm.auto import tqdm
 
         self._bar = tqdm(total=total, initial=initial, desc=description, dynamic_ncols=True)
 
@@ -111,6 +116,20 @@ class RunLog:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def wants_bar(progress_bar: bool | str, stream: Any = None) -> bool:
+    """Whether to show the bar: `progress_bar` itself, or for "auto" whether `stream`
+    (default `sys.stderr`) is a terminal or this is a Jupyter kernel.
+
+    Raises:
+        ValueError: for a value other than True, False and "auto".
+    """
+    if progress_bar == "auto":
+        return progress_style(stream) != "lines"
+    if not isinstance(progress_bar, bool):
+        raise ValueError(f"progress_bar must be True, False or 'auto', got {progress_bar!r}")
+    return progress_bar
 
 
 _SCALAR_METADATA = None
