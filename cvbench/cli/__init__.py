@@ -22,6 +22,8 @@ import re
 import sys
 from collections.abc import Sequence
 
+from cvbench.cli.tf_startup import quiet_tensorflow_startup
+
 # Explicit list of the modules that contribute subcommands (no import side effects).
 _COMMAND_MODULES = (
     "cvbench.cli.acquire",
@@ -82,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_tensorflow_startup()  # TensorFlow's C++ start-up messages, unless TF_CPP_MIN_LOG_LEVEL
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the `cvbench` command; returns its exit code."""
     parser = build_parser()
