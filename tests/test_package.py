@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -32,3 +33,23 @@ def test_import_cvbench_imports_neither_tensorflow_nor_keras():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_issues_examples_in_a_fresh_process():
+    # Issue 14: `import cvbench; cvbench.imagenet_dataset` (or coco_dataset, ssd320,
+    # evaluate_coco) raised AttributeError and dir(cvbench) listed none of them. Each name is
+    # loaded on first use, from its home module.
+    code = textwrap.dedent(
+        """
+        import sys, cvbench
+        names = ("imagenet_dataset", "coco_dataset", "ssd320", "evaluate_coco")
+        print(all(n in dir(cvbench) for n in names), "cvbench.data" in sys.modules)
+        import cvbench.data.coco, cvbench.data.imagenet, cvbench.detection.coco_eval
+        import cvbench.detection.ssd
+        homes = (cvbench.data.imagenet, cvbench.data.coco, cvbench.detection.ssd,
+                 cvbench.detection.coco_eval)
+        print(all(getattr(cvbench, n) is getattr(m, n) for n, m in zip(names, homes)))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False", "True"]
