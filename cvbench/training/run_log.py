@@ -127,9 +127,9 @@ def wants_bar(progress_bar: bool | str, stream: Any = None) -> bool:
     """
     if progress_bar == "auto":
         return progress_style(stream) != "lines"
-    if not isinstance(progress_bar, bool):
+    if progress_bar not in (True, False):  # TrainConfig's check: 1 and 0 pass as well
         raise ValueError(f"progress_bar must be True, False or 'auto', got {progress_bar!r}")
-    return progress_bar
+    return bool(progress_bar)
 
 
 _SCALAR_METADATA = None
