@@ -177,7 +177,7 @@ class TrainConfig:
             differences (needs `resume`).
         log_every: print a `step epoch img/s loss lr` line every this many steps (0: never).
         burn_in_steps: steps left out of the final `Images/sec` summary.
-        progress_bar: show a progress bar on rank 0 ("auto": only on a terminal).
+        progress_bar: show a progress bar on rank 0 ("auto": on a terminal or in a Jupyter kernel).
         seed: seeds Python, NumPy and the backend before the model is built.
         deterministic: also make TensorFlow ops deterministic (bit-exact reruns and resumes).
         jit_compile: XLA-compile the train step: "auto" lets Keras decide (off under Horovod,
