@@ -48,6 +48,7 @@ from cvbench.data.sharded_writer import (
     Skip,
     SplitSpec,
     WriteSummary,
+    disk_full_as_error,
     write_sharded,
 )
 from cvbench.utils.io import atomic_path
@@ -365,7 +366,8 @@ def build_coco_splits(
                     raise DiskFullError(target, shards) from e
     info = _dataset_info(specs, reports, quality, summary)
     if info is not None:
-        write_dataset_info(output_dir, info)
+        with disk_full_as_error(dataset_info_path(output_dir), summary):
+            write_dataset_info(output_dir, info)
     return BuildSummary(summary, reports)
 
 

@@ -35,7 +35,13 @@ from cvbench.data.dataset_info import (
     write_dataset_info,
 )
 from cvbench.data.image_io import ImageError, Resize, check_resize, to_rgb_jpeg
-from cvbench.data.sharded_writer import Skip, SplitSpec, WriteSummary, write_sharded
+from cvbench.data.sharded_writer import (
+    Skip,
+    SplitSpec,
+    WriteSummary,
+    disk_full_as_error,
+    write_sharded,
+)
 from cvbench.data.tfrecord import imagenet_example
 
 TRAIN_SPLIT = "train"
@@ -313,7 +319,8 @@ def build_imagenet(
         progress=progress,
         unit="img",
     )
-    write_dataset_info(out_dir, _dataset_info(found, texts, options, summary))
+    with disk_full_as_error(dataset_info_path(out_dir), summary):
+        write_dataset_info(out_dir, _dataset_info(found, texts, options, summary))
     return BuildSummary(
         summary,
         len(found.classes),

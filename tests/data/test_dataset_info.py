@@ -226,3 +226,39 @@ def test_build_coco_without_categories_writes_no_file(tmp_path):
     out = tmp_path / "records"
     build_coco_splits(out, {"test": (ann_path, tmp_path / "img")}, num_workers=1, progress=False)
     assert read_dataset_info(out) is None and not (out / DATASET_INFO_NAME).exists()
+
+
+@pytest.mark.parametrize("builder", ["imagenet", "coco"])
+def test_a_full_disk_writing_the_file_is_a_disk_full_error(tmp_path, monkeypatch, builder):
+    import errno
+
+    from cvbench.data import coco_builder, imagenet_builder
+    from cvbench.data.sharded_writer import DiskFullError
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    out = tmp_path / "records"
+    if builder == "imagenet":
+        make_raw(tmp_path / "raw", val_layout="folders")
+        monkeypatch.setattr(imagenet_builder, "write_dataset_info", full)
+        build = lambda: imagenet_builder.build_imagenet(  # noqa: E731
+            tmp_path / "raw", out, train_shards=2, val_shards=1, num_workers=1, progress=False
+        )
+        shards = 3  # 2 train + 1 validation, all whole
+    else:
+        (tmp_path / "img").mkdir()
+        _jpeg(tmp_path / "img" / "1.jpg", 20, 30)
+        ann = tmp_path / "instances_val.json"
+        ann.write_text(json.dumps({
+            "images": [{"id": 1, "file_name": "1.jpg", "height": 20, "width": 30}],
+            "annotations": [], "categories": [{"id": 1, "name": "a"}],
+        }))  # fmt: skip
+        monkeypatch.setattr(coco_builder, "write_dataset_info", full)
+        build = lambda: coco_builder.build_coco(  # noqa: E731
+            ann, tmp_path / "img", out, split="val", num_workers=1, progress=False
+        )
+        shards = 1
+    with pytest.raises(DiskFullError) as caught:
+        build()
+    assert (caught.value.path, caught.value.finished_shards) == (out / DATASET_INFO_NAME, shards)
