@@ -94,6 +94,14 @@ class DetectionTask(RecordTask):
         build: a function `(num_classes, image_size) -> keras.Model` with SSD320's outputs
             and anchors, instead of `ssd320` (e.g. the demo's small `ssd`).
 
+    `num_classes`, `label_map` and `class_names` (model index -> category name; None without
+    the records' `dataset_info.json`) follow the rules of the module docstring.
+
+    Raises:
+        ValueError: an unknown model or backend; records without metadata and no
+            `num_classes`; a `num_classes` that fits neither map of the metadata (naming both
+            numbers and the file).
+
     Example:
         >>> task = DetectionTask(TaskOptions(model="ssd320", data_dir=None, image_size=128))
         >>> task.num_classes, task.anchors.shape
