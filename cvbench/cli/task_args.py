@@ -32,7 +32,13 @@ def add_model_and_data(p: argparse.ArgumentParser, *, synthetic_help: str) -> No
         "--image-size", type=positive_int, default=None, help="input size (model default)"
     )
     p.add_argument(
-        "--num-classes", type=positive_int, default=None, help="classes (1000 for ImageNet)"
+        "--num-classes",
+        type=positive_int,
+        default=None,
+        help="classes the model predicts (default: the classes in --data-dir's "
+        "dataset_info.json, which cvbench build-imagenet and build-coco write; a different "
+        "number is an error; records without that file need --num-classes; --synthetic: 1000 "
+        "for classifiers, 90 for SSD)",
     )
     p.add_argument(
         "--precision",

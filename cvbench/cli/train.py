@@ -209,10 +209,11 @@ def eval_command(args: argparse.Namespace) -> int:
         import keras
 
         model = keras.saving.load_model(checkpoint, compile=False)
+        _check_classes(_output_classes(model), task, checkpoint)
         precision = _policy_of(model)
     trainer = build_trainer(task, precision=precision, config=config, model=model)
     if model is None:
-        trainer.load_weights(find_checkpoint(checkpoint))
+        _load_weights(trainer, find_checkpoint(checkpoint), task)
     results = task.evaluate(trainer, batch_size=args.batch_size)
     _report(trainer, results)
     skipped = report_corrupt(args, task, trainer.distribution)
@@ -233,3 +234,46 @@ def _report(trainer, results: dict[str, float]) -> None:
     if trainer.is_chief:
         for name, value in results.items():
             print(f"{name}: {value:.6g}", flush=True)
+
+
+def _output_classes(model) -> int | None:
+    """The classes a classifier (logits `(B, C)`) or an SSD (`{"classes": (B, N, C)}`)
+    predicts, or None for another kind of output."""
+    output = model.output
+    if isinstance(output, dict):
+        output = output.get("classes")
+    shape = getattr(output, "shape", None)
+    return shape[-1] if shape else None
+
+
+def _check_classes(model_classes: int | None, task, source: Path) -> None:
+    """A one-line error when the model in `source` predicts another number of classes than
+    the task's data has (instead of a shape error or a silently wrong evaluation)."""
+    if model_classes is None or model_classes == task.num_classes:
+        return
+    if task.class_names is not None:
+        data = f"the data in {task.options.data_dir} has {task.num_classes} (its dataset_info.json)"
+        hint = "evaluate it on the data it was trained on"
+    else:
+        data = f"the task has {task.num_classes}"
+        hint = f"pass --num-classes {model_classes}"
+    raise CLIError(f"{source} holds a model for {model_classes} classes but {data}; {hint}")
+
+
+def _load_weights(trainer, path: Path, task) -> None:
+    """`trainer.load_weights(path)`; a checkpoint of a model for another number of classes
+    is a one-line error saying so (`_check_classes`), not a shape message."""
+    try:
+        trainer.load_weights(path)
+    except ValueError:
+        from cvbench.training.checkpoint import load_checkpoint
+
+        stored = [info["shape"] for info in load_checkpoint(path)[0]["model"]]
+        for shape, variable in zip(stored, trainer.model.variables, strict=False):
+            mine = list(variable.shape)
+            if shape != mine and len(shape) == len(mine) and shape[:-1] == mine[:-1]:
+                per_class, rest = divmod(mine[-1], task.num_classes)  # SSD: anchors x classes
+                if rest == 0 and per_class and shape[-1] % per_class == 0:
+                    _check_classes(shape[-1] // per_class, task, path)
+                break
+        raise

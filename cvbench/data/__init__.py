@@ -15,6 +15,8 @@ Public names (the ends of the flows):
     build_imagenet: a folder-per-class image set -> ImageNet-format TFRecords.
     build_coco, build_coco_splits: COCO annotations and images -> COCO TFRecords.
     CorruptRecordCounter: counts records skipped with skip_corrupt=True.
+    DatasetInfo, read_dataset_info: the builders' `dataset_info.json` beside the records
+        (classes in label order with names and counts, label offset, image policy).
 
 Where each concept lives:
     reader.py           the record-reading skeleton every TFRecord reader uses: list files,
@@ -34,6 +36,7 @@ Where each concept lives:
     imagenet_builder.py, coco_builder.py
                         the builders (named so that `build_imagenet` / `build_coco` here are
                         always the functions, never the modules).
+    dataset_info.py     the metadata file the builders write beside the records.
     sharded_writer.py   the generic parallel, resumable shard writer (`write_sharded`,
                         `SplitSpec`, `Skip`, `WriteSummary`) the builders share;
                         worker_pool.py its in-order `map` on worker processes.
@@ -65,6 +68,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "build_coco": ("cvbench.data.coco_builder", "build_coco"),
     "build_coco_splits": ("cvbench.data.coco_builder", "build_coco_splits"),
     "CorruptRecordCounter": ("cvbench.data.corrupt", "CorruptRecordCounter"),
+    "DatasetInfo": ("cvbench.data.dataset_info", "DatasetInfo"),
+    "read_dataset_info": ("cvbench.data.dataset_info", "read_dataset_info"),
 }
 
 __all__ = sorted(_LAZY)

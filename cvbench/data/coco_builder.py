@@ -10,6 +10,10 @@ boxes with zero width or height, boxes outside the image (x < 0, y < 0, x + w > 
 y + h > height); also annotations naming an unknown category or image, and malformed ones.
 Images without boxes are kept (COCOeval counts them) and counted.
 
+Beside the records goes `dataset_info.json` (`cvbench.data.dataset_info`): the categories of
+the annotation files in id order with their names (class index = rank of the id), the images
+per category and split, the JPEG quality.
+
 The module is named `coco_builder`, not after its function `build_coco`, so that
 `cvbench.data.build_coco` is always the function (a package attribute named like a submodule
 is replaced by the submodule once that is imported).
@@ -32,12 +36,19 @@ from pathlib import Path
 from typing import Any
 
 from cvbench.data.coco_schema import SHARD_PATTERN, CocoImage, CocoObject, coco_example
+from cvbench.data.dataset_info import (
+    ClassInfo,
+    DatasetInfo,
+    dataset_info_path,
+    write_dataset_info,
+)
 from cvbench.data.image_io import ImageError, to_rgb_jpeg
 from cvbench.data.sharded_writer import (
     DiskFullError,
     Skip,
     SplitSpec,
     WriteSummary,
+    disk_full_as_error,
     write_sharded,
 )
 from cvbench.utils.io import atomic_path
@@ -65,6 +76,7 @@ class AnnotationReport:
         images_without_boxes: images left with no kept box (still written).
         skipped: reason -> count, reasons from `SKIP_REASONS`.
         examples: reason -> the first few annotation ids skipped for it.
+        categories: category id -> name, from the file's `categories`, in file order.
     """
 
     num_images: int = 0
@@ -73,6 +85,7 @@ class AnnotationReport:
     images_without_boxes: int = 0
     skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     examples: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+    categories: dict[int, str] = dataclasses.field(default_factory=dict)
 
     def skip(self, reason: str, ann_id: Any) -> None:
         self.skipped[reason] += 1
@@ -119,7 +132,7 @@ def parse_coco_annotations(data: Mapping[str, Any]) -> tuple[list[CocoImage], An
             raise ValueError(f"duplicate category id {cat_id} in 'categories'")
         categories[cat_id] = str(cat.get("name", cat_id))
 
-    report = AnnotationReport(num_images=len(data["images"]))
+    report = AnnotationReport(num_images=len(data["images"]), categories=dict(categories))
     sizes: dict[int, tuple[str, int, int]] = {}
     for img in data["images"]:
         try:
@@ -324,6 +337,8 @@ def build_coco_splits(
         wanted = (num_shards or {}).get(split)
         count = wanted if wanted is not None else min(DEFAULT_SHARDS.get(split, 10), len(items))
         specs.append(SplitSpec(split, items, count, SHARD_PATTERN))
+    if overwrite:  # never leave another data set's classes beside a half-written one
+        dataset_info_path(output_dir).unlink(missing_ok=True)
     summary = write_sharded(
         output_dir,
         specs,
@@ -349,7 +364,41 @@ def build_coco_splits(
                         raise
                     shards = sum(r.num_shards for r in summary.splits.values())
                     raise DiskFullError(target, shards) from e
+    info = _dataset_info(specs, reports, quality, summary)
+    if info is not None:
+        with disk_full_as_error(dataset_info_path(output_dir), summary):
+            write_dataset_info(output_dir, info)
     return BuildSummary(summary, reports)
+
+
+def _dataset_info(
+    specs: list[SplitSpec],
+    reports: Mapping[str, AnnotationReport],
+    quality: int,
+    summary: WriteSummary,
+) -> DatasetInfo | None:
+    """The `dataset_info.json` of a build: every split's categories in id order, with the
+    images holding a kept box of each; None when no file lists a category (test images)."""
+    names: dict[int, str] = {}
+    for report in reports.values():
+        for cat_id, name in report.categories.items():
+            names.setdefault(cat_id, name)
+    if not names:
+        return None
+    images: dict[int, dict[str, int]] = {cat_id: {} for cat_id in names}
+    for spec in specs:
+        per_class = collections.Counter(
+            cat for item in spec.items for cat in {o.category_id for o in item.image.objects}
+        )
+        for cat_id in names:
+            images[cat_id][spec.name] = per_class[cat_id]
+    return DatasetInfo(
+        kind="coco",
+        classes=tuple(ClassInfo(cat_id, names[cat_id], images[cat_id]) for cat_id in sorted(names)),
+        label_offset=None,
+        image_policy={"resize": None, "quality": quality},
+        splits={name: r.num_records for name, r in summary.splits.items()},
+    )
 
 
 def build_coco(

@@ -2,7 +2,9 @@
 
 The output is what TensorFlow ImageNet loaders read: `train-00000-of-01024` ... and
 `validation-00000-of-00128` ..., one `tf.train.Example` per image with the keys of
-`cvbench.data.tfrecord.imagenet_example` (labels 1..N, 0 left for background). The input
+`cvbench.data.tfrecord.imagenet_example` (labels 1..N, 0 left for background), and beside
+them `dataset_info.json` (`cvbench.data.dataset_info`: the classes in label order with their
+texts and image counts, the label offset 1, the resize and quality used). The input
 layout and label files are described in `cvbench.data.imagenet_layout`; the writing rules
 (parallel workers, atomic shards, resume, refusing to overwrite another data set) in
 `cvbench.data.sharded_writer`.
@@ -26,8 +28,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cvbench.data import imagenet_layout as layout
+from cvbench.data.dataset_info import (
+    ClassInfo,
+    DatasetInfo,
+    dataset_info_path,
+    write_dataset_info,
+)
 from cvbench.data.image_io import ImageError, Resize, check_resize, to_rgb_jpeg
-from cvbench.data.sharded_writer import Skip, SplitSpec, WriteSummary, write_sharded
+from cvbench.data.sharded_writer import (
+    Skip,
+    SplitSpec,
+    WriteSummary,
+    disk_full_as_error,
+    write_sharded,
+)
 from cvbench.data.tfrecord import imagenet_example
 
 TRAIN_SPLIT = "train"
@@ -153,6 +167,30 @@ def _items(
     return items
 
 
+def _dataset_info(
+    found: layout.RawImages, texts: dict[str, str], options: dict, summary: WriteSummary
+) -> DatasetInfo:
+    """The `dataset_info.json` of a build: classes in label order (label = index + 1)."""
+    counts = {TRAIN_SPLIT: found.train_counts()}
+    if found.validation:
+        counts[VALIDATION_SPLIT] = found.validation_counts()
+    classes = tuple(
+        ClassInfo(
+            id=cls,
+            name=texts.get(cls),
+            images={split: per_class[cls] for split, per_class in counts.items()},
+        )
+        for cls in found.classes
+    )
+    return DatasetInfo(
+        kind="imagenet",
+        classes=classes,
+        label_offset=1,
+        image_policy=options,
+        splits={name: r.num_records for name, r in summary.splits.items()},
+    )
+
+
 def build_imagenet(
     raw_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -265,6 +303,8 @@ def build_imagenet(
         "empty_classes": [Path(d).name for d in found.empty_class_dirs],
         "warnings": warnings,
     }
+    if overwrite:  # never leave another data set's classes beside a half-written one
+        dataset_info_path(out_dir).unlink(missing_ok=True)
     summary = write_sharded(
         out_dir,
         splits,
@@ -279,6 +319,8 @@ def build_imagenet(
         progress=progress,
         unit="img",
     )
+    with disk_full_as_error(dataset_info_path(out_dir), summary):
+        write_dataset_info(out_dir, _dataset_info(found, texts, options, summary))
     return BuildSummary(
         summary,
         len(found.classes),

@@ -101,6 +101,19 @@ class DiskFullError(OSError):
         return self.strerror
 
 
+@contextlib.contextmanager
+def disk_full_as_error(path: str | os.PathLike, summary: WriteSummary):
+    """Turns ENOSPC raised inside the block (writing `path`, a file a builder adds beside
+    the shards `summary` lists) into `DiskFullError(path, the shards)`."""
+    try:
+        yield
+    except OSError as e:
+        if not _is_disk_full(e):
+            raise
+        shards = sum(r.num_shards for r in summary.splits.values())
+        raise DiskFullError(Path(path), shards) from e
+
+
 def _is_disk_full(error: BaseException) -> bool:
     """ENOSPC from Python (OSError) or from TensorFlow's writer (an OpError whose message
     ends in the system's text for ENOSPC)."""

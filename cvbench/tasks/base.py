@@ -12,6 +12,7 @@ The protocol (what a task class provides):
     class MyTask:
         name: str                                   # "classification", "detection"
         image_size: int; num_classes: int
+        class_names: tuple[str, ...] | None         # from the data's metadata, else None
 
         @classmethod
         def models(cls) -> list[str]: ...           # model names this task covers
@@ -39,11 +40,14 @@ import abc
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import keras
 
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
+
+if TYPE_CHECKING:
+    from cvbench.data.dataset_info import DatasetInfo
 
 #: Batches of a synthetic evaluation (no validation set to cover).
 SYNTHETIC_EVAL_BATCHES = 2
@@ -57,8 +61,10 @@ class TaskOptions:
         model: model name (one of the task's `models()`).
         data_dir: directory of TFRecords; None means synthetic data.
         image_size: input height and width; None: the model's default.
-        num_classes: classifier width; None: the task's default (1000 ImageNet classes,
-            90 COCO ids).
+        num_classes: classifier width; None: the data's (`dataset_info.json` beside the
+            records, written by the builders; records without it need `num_classes`), or on
+            synthetic data the task's default (1000 ImageNet classes, 90 COCO ids). A value
+            the data's metadata disagrees with is an error.
         label_smoothing: classification label smoothing; None: the recipe's (0.1).
         synthetic_steps: steps per epoch on synthetic data.
         skip_corrupt: skip and count corrupt records and undecodable images instead of
@@ -93,12 +99,64 @@ class TrainData:
     steps_per_epoch: int
 
 
+def records_info(options: TaskOptions, *, kind: str) -> DatasetInfo | None:
+    """The `DatasetInfo` of `options.data_dir` (None for synthetic data, or for records
+    without a metadata file when `options.num_classes` says how many classes there are).
+
+    Args:
+        options: the task options.
+        kind: the kind of records the task reads ("imagenet" or "coco").
+
+    Raises:
+        ValueError: records without `dataset_info.json` and no `num_classes` (naming the
+            folder and `num_classes`); a metadata file of another kind or unreadable (naming
+            the file).
+    """
+    if options.data_dir is None:
+        return None
+    from cvbench.data.dataset_info import DATASET_INFO_NAME, dataset_info_path, read_dataset_info
+
+    info = read_dataset_info(options.data_dir)
+    if info is None:
+        if options.num_classes is None:
+            raise ValueError(
+                f"{options.data_dir} has no {DATASET_INFO_NAME} (the builders write one "
+                "beside the records; these were written by another tool or an older "
+                "cvbench), so the number of classes is unknown: pass num_classes "
+                "(--num-classes)"
+            )
+        return None
+    if info.kind != kind:
+        raise ValueError(
+            f"{dataset_info_path(options.data_dir)} describes {info.kind} records, but this "
+            f"task reads {kind} records (cvbench build-{kind})"
+        )
+    return info
+
+
+def class_count_error(
+    options: TaskOptions, info: DatasetInfo, *, default: int | None = None, note: str = ""
+) -> ValueError:
+    """The error for an explicit `num_classes` that the data's metadata disagrees with: it
+    names both numbers and the file; `default` is the width used without `num_classes`
+    (default `info.num_classes`), `note` what else is accepted."""
+    from cvbench.data.dataset_info import dataset_info_path
+
+    default = info.num_classes if default is None else default
+    return ValueError(
+        f"num_classes (--num-classes) is {options.num_classes} but "
+        f"{dataset_info_path(options.data_dir)} lists {info.num_classes} classes; leave it "
+        f"unset to use the data's {default}{note}"
+    )
+
+
 class Task(Protocol):
     """See the module docstring."""
 
     name: str
     image_size: int
     num_classes: int
+    class_names: tuple[str, ...] | None
 
     def build_model(self) -> keras.Model: ...
 

@@ -20,6 +20,8 @@ from cvbench.tasks.base import (
     SYNTHETIC_EVAL_BATCHES,
     RecordTask,
     TaskOptions,
+    class_count_error,
+    records_info,
     repeated,
 )
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
@@ -61,6 +63,14 @@ class ClassificationTask(RecordTask):
         eval_preprocess: `image_bytes -> image` replacing the evaluation resize and crop.
         metrics: Keras metrics instead of top-1 and top-5.
 
+    `num_classes` and `class_names` (model index -> name) come from the records'
+    `dataset_info.json` (`cvbench.data.dataset_info`); without one, `options.num_classes`
+    is needed (`class_names` None); on synthetic data 1000 classes (`class_names` None).
+
+    Raises:
+        ValueError: an unknown model; records without metadata and no `num_classes`; a
+            `num_classes` that the metadata disagrees with (naming both numbers and the file).
+
     Example:
         >>> task = ClassificationTask(TaskOptions(model="resnet18", num_classes=10))
         >>> task.image_size, task.num_classes, task.recipe()[1].decay
@@ -87,7 +97,7 @@ class ClassificationTask(RecordTask):
             )
         self.options = options
         self.image_size = options.image_size or _DEFAULT_SIZES.get(options.model, 224)
-        self.num_classes = options.num_classes or IMAGENET_CLASSES
+        self.num_classes, self.class_names = _classes(options)
         self._train_preprocess = train_preprocess
         self._eval_preprocess = eval_preprocess
         self._metrics = metrics
@@ -161,3 +171,15 @@ class ClassificationTask(RecordTask):
         """Loss, top-1 and top-5 over the whole validation split, identical on every rank."""
         data = self.evaluation_data(batch_size=batch_size, distribution=trainer.distribution)
         return trainer.evaluate(data)
+
+
+def _classes(options: TaskOptions) -> tuple[int, tuple[str, ...] | None]:
+    """`(num_classes, class_names)`: the records' `dataset_info.json` (an explicit
+    `num_classes` must agree), else `options.num_classes` (records without metadata), else
+    `IMAGENET_CLASSES` on synthetic data."""
+    info = records_info(options, kind="imagenet")
+    if info is None:
+        return options.num_classes or IMAGENET_CLASSES, None
+    if options.num_classes is not None and options.num_classes != info.num_classes:
+        raise class_count_error(options, info)
+    return info.num_classes, info.class_names

@@ -17,8 +17,14 @@ images), cosine decay after a linear warmup that starts at 0.43332 x the peak an
 the reference run: 12,500 steps of 256 images = 27 COCO epochs, so 2.16 epochs of warmup
 (`REFERENCE_EPOCHS`; train for 27 epochs to follow the reference).
 
-Class ids: index = COCO id - 1 for `num_classes` classes (90 by default, SSD320's map);
-`num_classes=80` selects the compact COCO 2017 map (`CocoLabelMap.coco80`).
+Class ids: records built by `cvbench build-coco` carry `dataset_info.json`
+(`cvbench.data.dataset_info`), which lists their categories. By default index = COCO id - 1
+for as many classes as the largest category id (SSD320's 90-class map for COCO 2017; 6 for
+categories 1..6), named after the categories ("N/A" for an id no category has);
+`num_classes` equal to the number of categories selects index = rank of the id (80 for COCO
+2017: `CocoLabelMap.coco80`); any other `num_classes` is an error naming both numbers. Records
+without the file need `num_classes` (index = COCO id - 1, except that 80 selects
+`CocoLabelMap.coco80`). Synthetic data: 90 classes (SSD320's map) by default.
 
 Ground truth for evaluation: `annotations_file` when given, else `instances_val2017.json` or
 `instances_val.json` found in `data_dir` or `data_dir/annotations`, else rebuilt from the
@@ -43,6 +49,8 @@ from cvbench.tasks.base import (
     SYNTHETIC_EVAL_BATCHES,
     RecordTask,
     TaskOptions,
+    class_count_error,
+    records_info,
 )
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
 from cvbench.zoo import DETECTION, get_model, list_models
@@ -73,7 +81,8 @@ class DetectionTask(RecordTask):
     Args:
         options: the task options: `model` ("ssd320"), `data_dir` (COCO TFRecords from
             `cvbench build-coco`, or None for synthetic data), `image_size` (default 320),
-            `num_classes` (default 90), `synthetic_steps`.
+            `num_classes` (default: the records' categories, see the module docstring;
+            90 on synthetic data), `synthetic_steps`.
         annotations_file: the validation annotation JSON for COCOeval (default: looked for in
             `data_dir`, else rebuilt from the records).
         backend: "pycocotools" or "faster" (faster-coco-eval, same numbers).
@@ -84,6 +93,14 @@ class DetectionTask(RecordTask):
         backbone: the backbone name ("resnet50_v1").
         build: a function `(num_classes, image_size) -> keras.Model` with SSD320's outputs
             and anchors, instead of `ssd320` (e.g. the demo's small `ssd`).
+
+    `num_classes`, `label_map` and `class_names` (model index -> category name; None without
+    the records' `dataset_info.json`) follow the rules of the module docstring.
+
+    Raises:
+        ValueError: an unknown model or backend; records without metadata and no
+            `num_classes`; a `num_classes` that fits neither map of the metadata (naming both
+            numbers and the file).
 
     Example:
         >>> task = DetectionTask(TaskOptions(model="ssd320", data_dir=None, image_size=128))
@@ -116,11 +133,7 @@ class DetectionTask(RecordTask):
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.options = options
         self.image_size = options.image_size or DEFAULT_IMAGE_SIZE
-        num_classes = options.num_classes or DEFAULT_NUM_CLASSES
-        if num_classes == 80:
-            self.label_map = CocoLabelMap.coco80()
-        else:
-            self.label_map = CocoLabelMap(tuple(range(1, num_classes + 1)))
+        self.label_map, self.class_names = _label_map(options)
         self.num_classes = self.label_map.num_classes
         self.annotations_file = annotations_file
         self.backend = backend
@@ -275,6 +288,34 @@ class DetectionTask(RecordTask):
             flush=True,
         )
         return groundtruth_from_records(list_record_files(data_dir, "val"))
+
+
+def _label_map(options: TaskOptions) -> tuple[CocoLabelMap, tuple[str, ...] | None]:
+    """The class index <-> COCO id map and the class names (see the module docstring)."""
+    info = records_info(options, kind="coco")
+    if info is None:
+        num_classes = options.num_classes or DEFAULT_NUM_CLASSES
+        if num_classes == 80:
+            return CocoLabelMap.coco80(), None
+        return CocoLabelMap(tuple(range(1, num_classes + 1))), None
+    ids = info.category_ids
+    if options.num_classes in (None, max(ids)):  # index = id - 1
+        names = dict(zip(ids, info.class_names, strict=True))
+        width = max(ids)
+        return (
+            CocoLabelMap(tuple(range(1, width + 1))),
+            tuple(names.get(i, "N/A") for i in range(1, width + 1)),
+        )
+    if options.num_classes == info.num_classes:  # index = rank of the id
+        return CocoLabelMap(ids), info.class_names
+    raise class_count_error(
+        options,
+        info,
+        default=max(ids),
+        note=""
+        if max(ids) == info.num_classes
+        else f" (index = category id - 1), or pass {info.num_classes} for index = rank of the id",
+    )
 
 
 def _detections_to_rows(dets: list[dict[str, Any]]) -> np.ndarray:

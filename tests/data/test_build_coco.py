@@ -131,6 +131,7 @@ def test_build_writes_od_api_records_and_skips_bad_images(tmp_path):
     names = sorted(n for n in os.listdir(out) if not n.startswith("."))
     assert names == [
         "coco_val.record-00000-of-00002", "coco_val.record-00001-of-00002", MANIFEST_NAME,
+        "dataset_info.json",  # the categories (tests/data/test_dataset_info.py)
         "instances_val.json",  # the ground truth travels with the records
     ]  # fmt: skip
     assert (out / "instances_val.json").read_bytes() == path.read_bytes()

@@ -53,6 +53,7 @@ def test_shard_names_and_summary(built):
     raw, out, summary = built
     assert sorted(p.name for p in out.iterdir()) == [
         MANIFEST_NAME,
+        "dataset_info.json",  # the classes (tests/data/test_dataset_info.py)
         "train-00000-of-00004",
         "train-00001-of-00004",
         "train-00002-of-00004",

@@ -45,7 +45,7 @@ def test_a_full_disk_stops_cleanly_and_the_rerun_resumes(tmp_path, small_tmpfs, 
     build_imagenet(raw, reference, **options)
     shards = [f"train-{i:05d}-of-00004" for i in range(4)]
     shards += [f"validation-{i:05d}-of-00002" for i in range(2)]
-    assert sorted(_files(reference)) == sorted([MANIFEST_NAME, *shards])
+    assert sorted(_files(reference)) == sorted([MANIFEST_NAME, "dataset_info.json", *shards])
 
     # Room for train-00000 and train-00001 and, while the manifest is replaced, two manifests
     # (the old one and its successor; the last manifest is the largest). train-00002 needs

@@ -100,16 +100,16 @@ def test_second_prepare_reuses_every_file(tmp_path):
     assert paths == DemoData.under(tmp_path)
     files = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()}
     # 12 + 6 classification JPEGs, 3 + 2 detection JPEGs, 2 COCO JSON, 2 specs; 8 + 2 and
-    # 3 + 2 shards (shard counts are capped at the image count); 2 manifests;
-    # instances_val.json copied next to the records by build-coco.
-    assert len(files) == 18 + 5 + 2 + 2 + 10 + 5 + 2 + 1
+    # 3 + 2 shards (shard counts are capped at the image count); 2 manifests and 2
+    # dataset_info.json; instances_val.json copied next to the records by build-coco.
+    assert len(files) == 18 + 5 + 2 + 2 + 10 + 5 + 2 + 2 + 1
     prepare_data(tmp_path, config, num_workers=1, progress=False)
     after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()}
     assert set(after) == set(files)
     assert all(after[p][1] == files[p][1] for p in files)  # same bytes everywhere
     # Images and shards are not touched; only the small metadata files are rewritten.
     rewritten = {p.name for p in files if after[p][0] != files[p][0]}
-    assert rewritten <= {"cvbench_manifest.json", "instances_val.json"}
+    assert rewritten <= {"cvbench_manifest.json", "dataset_info.json", "instances_val.json"}
 
 
 def test_cli_defaults_and_bad_values(capsys):

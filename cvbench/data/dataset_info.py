@@ -1,0 +1,212 @@
+"""`dataset_info.json`: what a model trained on a folder of records needs to know about it.
+
+Both builders (`build_imagenet`, `build_coco_splits`) write this small file beside the
+records; `read_dataset_info(data_dir)` reads it back as a `DatasetInfo`. It holds the classes
+in model-index order (class `i` of the model is `classes[i]`), with their id, human-readable
+name and images per split, how record labels map to model indices, and the image policy the
+builder used. The tasks take `num_classes` and `class_names` from it, so that training on a
+6-class folder builds a 6-way head without `--num-classes`.
+
+The file (format 1), written with sorted keys:
+
+    {
+      "format": 1,
+      "kind": "imagenet",                 # or "coco"
+      "label_offset": 1,                  # ImageNet: record label = index + 1; COCO: null
+      "image_policy": {"resize": 256, "quality": 90},
+      "splits": {"train": 1200, "validation": 60},    # records written per split
+      "classes": [
+        {"id": "n01440764", "name": "tench, Tinca tinca",
+         "images": {"train": 200, "validation": 10}},
+        ...
+      ]
+    }
+
+Record labels: ImageNet-format records store labels 1..N (0 is left for background) and the
+reader subtracts 1 (`label_offset` 1: index = record label - 1). COCO records store category
+ids (1..90 with gaps for COCO 2017); the classes are the categories in id order, so index `i`
+is the i-th smallest id (`label_offset` None; `DatasetInfo.category_ids`, the same order as
+`CocoLabelMap.from_categories`). `images` counts the images found per class (COCO: images
+holding at least one kept box of the class); images the builder then skipped as unreadable
+are still counted there, not in `splits`.
+
+Example:
+    >>> info = DatasetInfo(kind="imagenet", label_offset=1, classes=(
+    ...     ClassInfo(id="cat", name="domestic cat", images={"train": 3}),
+    ...     ClassInfo(id="dog", images={"train": 2})))
+    >>> info.num_classes, info.class_names
+    (2, ('domestic cat', 'dog'))
+    >>> DatasetInfo.from_json(info.to_json()) == info
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cvbench.utils.io import write_json_atomic
+
+DATASET_INFO_NAME = "dataset_info.json"
+KINDS = ("imagenet", "coco")
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    """One class of a data set.
+
+    Attributes:
+        id: what the raw data calls it: the ImageNet synset / class folder name (str), or the
+            COCO category id (int).
+        name: human-readable name where the raw data gives one (ImageNet: the class text
+            file; COCO: the category name), else None.
+        images: split -> images of the class found by the builder.
+    """
+
+    id: str | int
+    name: str | None = None
+    images: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def display_name(self) -> str:
+        """`name`, or the id as a string where there is no name."""
+        return self.name if self.name is not None else str(self.id)
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What the builders know about a data set (see the module docstring).
+
+    Attributes:
+        kind: "imagenet" (ImageNet-format classification records) or "coco".
+        classes: the classes in model-index order.
+        label_offset: record label - model index (ImageNet: 1); None where labels are COCO
+            category ids, mapped to indices by their rank (`category_ids`).
+        image_policy: how the builder wrote the images (ImageNet: `resize`, `quality`; COCO:
+            `quality` of re-encoded images).
+        splits: split -> records written.
+    """
+
+    kind: str
+    classes: tuple[ClassInfo, ...]
+    label_offset: int | None = None
+    image_policy: Mapping[str, Any] = field(default_factory=dict)
+    splits: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        object.__setattr__(self, "classes", tuple(self.classes))
+        if not self.classes:
+            raise ValueError("a data set needs at least one class, got none")
+        ids = [c.id for c in self.classes]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"class ids must be unique, got {ids!r}")
+        if self.kind == "coco" and (
+            not all(isinstance(i, int) and i >= 1 for i in ids) or ids != sorted(ids)
+        ):
+            raise ValueError(
+                f"COCO classes must have positive int category ids in increasing order, got {ids!r}"
+            )
+
+    @property
+    def num_classes(self) -> int:
+        """The number of classes: the width of a classifier (or detector) for the data."""
+        return len(self.classes)
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """The name of each model index 0..num_classes-1 (the id where there is no name)."""
+        return tuple(c.display_name for c in self.classes)
+
+    @property
+    def category_ids(self) -> tuple[int, ...]:
+        """COCO: the category id of each model index. ImageNet: ValueError."""
+        if self.kind != "coco":
+            raise ValueError(f"category_ids are COCO's; this data set is {self.kind!r}")
+        return tuple(int(c.id) for c in self.classes)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document of the file (see the module docstring)."""
+        return {
+            "format": _FORMAT,
+            "kind": self.kind,
+            "label_offset": self.label_offset,
+            "image_policy": dict(self.image_policy),
+            "splits": dict(self.splits),
+            "classes": [
+                {"id": c.id, "name": c.name, "images": dict(c.images)} for c in self.classes
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> DatasetInfo:
+        """The inverse of `to_json`.
+
+        Raises:
+            ValueError: a document of another format or with missing or malformed fields.
+        """
+        if not isinstance(doc, Mapping):
+            raise ValueError(f"expected a JSON object, got {type(doc).__name__}")
+        if doc.get("format") != _FORMAT:
+            raise ValueError(f"unknown format {doc.get('format')!r} (this cvbench reads {_FORMAT})")
+        try:
+            classes = tuple(
+                ClassInfo(
+                    id=c["id"],
+                    name=c.get("name"),
+                    images={str(k): int(v) for k, v in c.get("images", {}).items()},
+                )
+                for c in doc["classes"]
+            )
+            offset = doc.get("label_offset")
+            return cls(
+                kind=doc["kind"],
+                classes=classes,
+                label_offset=None if offset is None else int(offset),
+                image_policy=dict(doc.get("image_policy", {})),
+                splits={str(k): int(v) for k, v in doc.get("splits", {}).items()},
+            )
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"malformed field: {e!r}") from None
+
+
+def write_dataset_info(data_dir: str | os.PathLike, info: DatasetInfo) -> Path:
+    """Writes `info` to `data_dir/dataset_info.json` atomically (the mode of a new file).
+
+    Returns:
+        The file's path.
+    """
+    path = Path(data_dir) / DATASET_INFO_NAME
+    write_json_atomic(path, info.to_json())
+    return path
+
+
+def dataset_info_path(data_dir: str | os.PathLike) -> Path:
+    """Where the metadata file of `data_dir` is (whether or not it exists)."""
+    return Path(data_dir) / DATASET_INFO_NAME
+
+
+def read_dataset_info(data_dir: str | os.PathLike) -> DatasetInfo | None:
+    """The `DatasetInfo` of the records in `data_dir`, or None if it has no metadata file
+    (records written by another tool or an older cvbench).
+
+    Raises:
+        ValueError: naming the file, when it cannot be read or is not a valid metadata file.
+    """
+    path = dataset_info_path(data_dir)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read the dataset metadata file {path}: {e}") from None
+    try:
+        return DatasetInfo.from_json(json.loads(text))
+    except ValueError as e:  # json.JSONDecodeError is a ValueError
+        raise ValueError(f"{path} is not a valid dataset metadata file: {e}") from None
