@@ -7,7 +7,8 @@ Trainer also run on the JAX backend):
 - models: `get_model`, `list_models`, `list_classifiers` (the model table, `cvbench.zoo`),
   `ssd320`;
 - data: `imagenet_dataset`, `coco_dataset`, `tfds_dataset`, `synthetic_dataset`,
-  `build_imagenet`, `build_coco`, `CocoLabelMap`;
+  `build_imagenet`, `build_coco`, `CocoLabelMap`, `DatasetInfo`,
+  `read_dataset_info`;
 - tasks: `ClassificationTask`, `DetectionTask`, `TaskOptions`, `make_task`, `prepare_run`;
 - training: `Trainer`, `TrainConfig`, `OptimizerConfig`, `ScheduleConfig`;
 - evaluation: `evaluate_coco`, `predict_coco`.
@@ -34,6 +35,8 @@ _LAZY = {
     "build_imagenet": "cvbench.data",
     "build_coco": "cvbench.data",
     "CocoLabelMap": "cvbench.data",
+    "DatasetInfo": "cvbench.data",
+    "read_dataset_info": "cvbench.data",
     "ClassificationTask": "cvbench.tasks",
     "DetectionTask": "cvbench.tasks",
     "TaskOptions": "cvbench.tasks",

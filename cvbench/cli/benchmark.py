@@ -78,7 +78,7 @@ def benchmark_command(args: argparse.Namespace) -> int:
         say(f"{'step':>6} {'img/s':>10}")
     model = {  # what both measurements build
         "image_size": args.image_size,
-        "num_classes": args.num_classes,
+        "num_classes": task.num_classes if task is not None else args.num_classes,
         "precision": args.precision,
         "seed": seed,
     }

@@ -116,3 +116,22 @@ def test_num_classes_help_says_where_the_classes_come_from(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "default: the classes in --data-dir's dataset_info.json" in text
     assert "1000 for ImageNet" not in text
+
+
+def test_benchmark_on_records_builds_the_datas_head(six_class_records, monkeypatch):
+    # Regression: `cvbench benchmark --data-dir` without --num-classes built a 1000-way head
+    # while the task read 6 classes from dataset_info.json.
+    from cvbench.benchmark import run as run_module
+
+    seen = {}
+
+    def fake(model, **kwargs):
+        seen.update(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli, "_COMMAND_MODULES", ("cvbench.cli.benchmark",))
+    monkeypatch.setattr(run_module, "benchmark_cvbench", fake)
+    argv = ["benchmark", *TINY, "--data-dir", str(six_class_records), "--steps", "1"]
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert seen["num_classes"] == 6
