@@ -1,0 +1,104 @@
+"""A model argument (a Keras model or a `.keras` path) and its `ModelInfo`, checked for a task.
+
+`classify` and `detect` take either a model object, with or without a `ModelInfo`, or the path
+of a `.keras` file written by `cvbench.inference.save_model`. A file must carry its info (the
+class names and the resize rule are not guessable from the weights); a model object without
+one gets the defaults of `default_info`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from cvbench.detection import box_coder, postprocess
+from cvbench.utils.model_file import ModelInfo, class_names_or_default, load_model
+
+#: Anchor and post-processing settings of SSD320 v1.2, for a detector object without info.
+DEFAULT_ANCHORS = {
+    "min_level": 3,
+    "max_level": 7,
+    "anchor_scale": 4.0,
+    "aspect_ratios": [1.0, 2.0, 0.5],
+    "scales_per_octave": 2,
+}
+
+
+def _input_size(model: Any) -> tuple[int, int]:
+    shape = tuple(model.input_shape)
+    if len(shape) != 4 or shape[1] is None or shape[2] is None:
+        raise ValueError(
+            f"a model without ModelInfo needs a fixed input shape (B, H, W, 3); got {shape}; "
+            "pass info=ModelInfo(...)"
+        )
+    return int(shape[1]), int(shape[2])
+
+
+def default_info(model: Any, *, task: str) -> ModelInfo:
+    """The `ModelInfo` assumed for a model object passed without one.
+
+    Classifiers: the input size of the model, "center_crop" at 0.875, class names "0",
+    "1", ... Detectors: the input size, "stretch", SSD320 v1.2's anchors (levels 3-7, scale 4,
+    aspect ratios 1, 2, 0.5, 2 scales per octave), box-coder scales and post-processing.
+
+    Raises:
+        ValueError: for a model whose input size is not fixed.
+    """
+    size = _input_size(model)
+    if task == "classification":
+        num_classes = int(model.output_shape[-1])
+        names = class_names_or_default(None, num_classes)
+        return ModelInfo(task=task, class_names=names, image_size=size)
+    num_classes = int(model.output_shape["classes"][-1])
+    detection = {
+        "anchors": DEFAULT_ANCHORS,
+        "scales": list(box_coder.DEFAULT_SCALES),
+        "postprocess": {
+            "iou_threshold": postprocess.IOU_THRESHOLD,
+            "score_threshold": postprocess.SCORE_THRESHOLD,
+            "max_per_class": postprocess.MAX_PER_CLASS,
+            "max_total": postprocess.MAX_TOTAL,
+        },
+    }
+    return ModelInfo(
+        task=task,
+        class_names=class_names_or_default(None, num_classes),
+        image_size=size,
+        resize="stretch",
+        detection=detection,
+    )
+
+
+def resolve_model(model: Any, *, info: ModelInfo | None, task: str) -> tuple[Any, ModelInfo]:
+    """The Keras model and the `ModelInfo` to run it with.
+
+    Args:
+        model: a `keras.Model`, or the path of a `.keras` file (loaded in safe mode).
+        info: overrides the file's info; for a model object, None means `default_info`.
+        task: "classification" or "detection", the task the caller runs.
+
+    Returns:
+        `(keras_model, info)`.
+
+    Raises:
+        FileNotFoundError: for a missing model file.
+        ValueError: for a file without `ModelInfo` (and no `info`), or an info of another task.
+    """
+    if isinstance(model, str | os.PathLike):
+        path = Path(model)
+        model, stored = load_model(path)
+        if info is None and stored is None:
+            raise ValueError(
+                f"{path} carries no ModelInfo (no cvbench.json entry): write it with "
+                "cvbench.inference.save_model(model, path, info), or pass info=ModelInfo(...)"
+            )
+        info = info or stored
+    elif info is None:
+        info = default_info(model, task=task)
+    if info.task != task:
+        raise ValueError(
+            f"the model is a {info.task} model (its ModelInfo); {task} needs a "
+            f"{'classifier' if task == 'classification' else 'detector'}"
+        )
+    return model, info
