@@ -12,7 +12,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cvbench.detection import box_coder, postprocess
+from cvbench.detection.box_coder import DEFAULT_SCALES
+from cvbench.detection.postprocess import (
+    IOU_THRESHOLD,
+    MAX_PER_CLASS,
+    MAX_TOTAL,
+    SCORE_THRESHOLD,
+)
 from cvbench.utils.model_file import ModelInfo, class_names_or_default, load_model
 
 #: Anchor and post-processing settings of SSD320 v1.2, for a detector object without info.
@@ -50,15 +56,21 @@ def default_info(model: Any, *, task: str) -> ModelInfo:
         num_classes = int(model.output_shape[-1])
         names = class_names_or_default(None, num_classes)
         return ModelInfo(task=task, class_names=names, image_size=size)
-    num_classes = int(model.output_shape["classes"][-1])
+    outputs = getattr(model, "output", None)
+    if not isinstance(outputs, dict) or "classes" not in outputs:
+        raise ValueError(
+            'a detector must output a dict {"boxes": box codes, "classes": logits}; pass '
+            "info=ModelInfo(...) for another model"
+        )
+    num_classes = int(outputs["classes"].shape[-1])
     detection = {
         "anchors": DEFAULT_ANCHORS,
-        "scales": list(box_coder.DEFAULT_SCALES),
+        "scales": list(DEFAULT_SCALES),
         "postprocess": {
-            "iou_threshold": postprocess.IOU_THRESHOLD,
-            "score_threshold": postprocess.SCORE_THRESHOLD,
-            "max_per_class": postprocess.MAX_PER_CLASS,
-            "max_total": postprocess.MAX_TOTAL,
+            "iou_threshold": IOU_THRESHOLD,
+            "score_threshold": SCORE_THRESHOLD,
+            "max_per_class": MAX_PER_CLASS,
+            "max_total": MAX_TOTAL,
         },
     }
     return ModelInfo(
