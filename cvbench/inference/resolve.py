@@ -9,6 +9,7 @@ one gets the defaults of `default_info`.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,20 +42,36 @@ def _input_size(model: Any) -> tuple[int, int]:
     return int(shape[1]), int(shape[2])
 
 
-def default_info(model: Any, *, task: str) -> ModelInfo:
-    """The `ModelInfo` assumed for a model object passed without one.
+def _names(class_names: Sequence[str] | None, num_classes: int) -> tuple[str, ...]:
+    if class_names is None:
+        return tuple(class_names_or_default(None, num_classes))
+    if len(class_names) != num_classes:
+        raise ValueError(f"the model has {num_classes} classes; got {len(class_names)} class names")
+    return tuple(class_names)
 
-    Classifiers: the input size of the model, "center_crop" at 0.875, class names "0",
-    "1", ... Detectors: the input size, "stretch", SSD320 v1.2's anchors (levels 3-7, scale 4,
-    aspect ratios 1, 2, 0.5, 2 scales per octave), box-coder scales and post-processing.
+
+def default_info(model: Any, *, task: str, class_names: Sequence[str] | None = None) -> ModelInfo:
+    """The `ModelInfo` assumed for a model object passed without one (and a quick way to
+    write one for a cvbench-built model).
+
+    Classifiers: the input size of the model, "center_crop" at 0.875. Detectors (outputs
+    `{"boxes", "classes"}`, as `cvbench.detection.ssd.build_ssd` builds them): the input
+    size, "stretch", SSD320 v1.2's anchors (levels 3-7, scale 4, aspect ratios 1, 2, 0.5,
+    2 scales per octave), box-coder scales and post-processing.
+
+    Args:
+        model: a Keras model with a fixed input size.
+        task: "classification" or "detection".
+        class_names: the class names; default "0", "1", ...
 
     Raises:
-        ValueError: for a model whose input size is not fixed.
+        ValueError: for a model whose input size is not fixed, a detector without dict
+            outputs, or class names that do not match the outputs.
     """
     size = _input_size(model)
     if task == "classification":
         num_classes = int(model.output_shape[-1])
-        names = class_names_or_default(None, num_classes)
+        names = _names(class_names, num_classes)
         return ModelInfo(task=task, class_names=names, image_size=size)
     outputs = getattr(model, "output", None)
     if not isinstance(outputs, dict) or "classes" not in outputs:
@@ -75,7 +92,7 @@ def default_info(model: Any, *, task: str) -> ModelInfo:
     }
     return ModelInfo(
         task=task,
-        class_names=class_names_or_default(None, num_classes),
+        class_names=_names(class_names, num_classes),
         image_size=size,
         resize="stretch",
         detection=detection,
