@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -112,3 +116,51 @@ def test_errors(tmp_path):
     two_names = dataclasses.replace(classifier_info(), class_names=CLASS_NAMES[:2])
     with pytest.raises(ValueError, match=r"\(batch, 2\) logits for 2 class names; got \(1, 3\)"):
         classify(model, _image(), info=two_names)
+
+
+def test_a_tf_data_dataset_input():
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.from_tensor_slices(np.stack([_image(), _image((30, 10, 20))]))
+    results = classify(channel_classifier(), dataset.batch(1), info=classifier_info(), top_k=1)
+    assert [(r.source, r.class_names) for r in results] == [(0, ("green",)), (1, ("red",))]
+
+
+def test_default_info_checks_the_class_names():
+    from cvbench.inference.resolve import default_info
+
+    info = default_info(channel_classifier(), task="classification", class_names=CLASS_NAMES)
+    assert info.class_names == CLASS_NAMES and info.image_size == (8, 8)
+    with pytest.raises(ValueError, match="the model has 3 classes; got 2 class names"):
+        default_info(channel_classifier(), task="classification", class_names=("a", "b"))
+
+
+def test_no_tensorflow_import_under_jax(tmp_path):
+    # classify and detect on files and arrays, from a model file, never load TensorFlow. (The
+    # file is written here: Keras' own `model.save` imports TensorFlow when it is installed.)
+    save_model(channel_classifier(), tmp_path / "c.keras", classifier_info())
+    code = """
+import sys, numpy as np
+from PIL import Image
+from inference_models import *
+from cvbench.inference.classification import classify
+from cvbench.inference.detection import detect
+from cvbench.inference.draw import draw_results
+Image.fromarray(np.zeros((20, 30, 3), np.uint8)).save("a.png")
+assert classify("c.keras", ["a.png"], top_k=1)[0].class_ids == (0,)
+dets = detect(constant_detector(), np.zeros((2, 64, 64, 3)), info=detector_info())
+draw_results(dets, np.zeros((2, 64, 64, 3)), "drawn")
+assert len(dets[0].scores) == 2, dets
+assert "tensorflow" not in sys.modules, "TensorFlow was imported"
+print("ok")
+"""
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")]),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
