@@ -21,6 +21,16 @@ from cvbench.cli.args import positive_int
 _BOX_FORMATS = ("xyxy", "xywh", "yxyx")
 
 
+def _score_threshold(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text!r}")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds the `predict` subcommand."""
     p = subparsers.add_parser(
@@ -33,11 +43,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", metavar="MODEL", help="the .keras model file (with its ModelInfo)")
     p.add_argument("inputs", metavar="INPUT", nargs="+", help="image files, or folders of images")
     p.add_argument(
-        "--top-k", type=positive_int, default=None, help="classifiers: classes per image (5)"
+        "--top-k",
+        type=positive_int,
+        metavar="K",
+        default=None,
+        help="classifiers: classes per image (5)",
     )
     p.add_argument(
         "--score-threshold",
-        type=float,
+        type=_score_threshold,
+        metavar="T",
         default=None,
         help="detectors: keep boxes scoring above it, in [0, 1) (0.5)",
     )
@@ -53,7 +68,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--coco-json", metavar="FILE", default=None, help="detectors: write COCO results JSON"
     )
     p.add_argument("--draw", metavar="DIR", default=None, help="write annotated PNGs into DIR")
-    p.add_argument("--batch-size", type=positive_int, default=8, help="images per model call (8)")
+    p.add_argument(
+        "--batch-size", type=positive_int, metavar="N", default=8, help="images per model call (8)"
+    )
     p.set_defaults(func=handler)
 
 

@@ -184,6 +184,8 @@ def read_image(path: str | os.PathLike) -> np.ndarray:
             else:
                 rgb = image.convert("RGB")
             return np.asarray(rgb, dtype=np.uint8)
+    except Image.DecompressionBombError as err:
+        raise ImageError(f"{path}: image too large: {err}") from None
     except (Image.UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
         reason = (
             "not an image Pillow can read"

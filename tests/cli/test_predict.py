@@ -108,10 +108,17 @@ def test_errors_are_one_line(tmp_path, images, capsys):
         ("predict", str(cls), str(tmp_path / "gone.png")): "no image file or folder",
         ("predict", str(det), str(images), "--top-k", "3"): "is a detector: --top-k",
         ("predict", str(cls), str(images), "--coco-json", "x.json"): "is a classifier: --coco",
-        ("predict", str(det), str(images), "--score-threshold", "2"): "score_threshold must",
     }
     for argv, message in cases.items():
         code, out, err = _main(list(argv), capsys)
         assert code == 2 and out == "", argv
         assert len(err.splitlines()) == 1 and err.startswith("cvbench: error: "), err
         assert message in err, err
+
+
+def test_a_bad_score_threshold_is_a_usage_error(tmp_path, images, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cvbench.cli.main(["predict", "m.keras", str(images), "--score-threshold", "2"])
+    assert exit_info.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last == "cvbench predict: error: argument --score-threshold: must be in [0, 1), got '2'"
