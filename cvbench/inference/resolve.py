@@ -20,7 +20,12 @@ from cvbench.detection.postprocess import (
     MAX_TOTAL,
     SCORE_THRESHOLD,
 )
-from cvbench.utils.model_file import ModelInfo, class_names_or_default, load_model
+from cvbench.utils.model_file import (
+    ModelInfo,
+    class_names_or_default,
+    load_model,
+    read_model_info,
+)
 
 #: Anchor and post-processing settings of SSD320 v1.2, for a detector object without info.
 DEFAULT_ANCHORS = {
@@ -116,12 +121,15 @@ def resolve_model(model: Any, *, info: ModelInfo | None, task: str) -> tuple[Any
     """
     if isinstance(model, str | os.PathLike):
         path = Path(model)
-        model, stored = load_model(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no model file {path}")
+        stored = read_model_info(path)  # before loading: a file without info is refused fast
         if info is None and stored is None:
             raise ValueError(
                 f"{path} carries no ModelInfo (no cvbench.json entry): write it with "
                 "cvbench.inference.save_model(model, path, info), or pass info=ModelInfo(...)"
             )
+        model, _ = load_model(path)
         info = info or stored
     elif info is None:
         info = default_info(model, task=task)
