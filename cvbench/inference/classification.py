@@ -1,0 +1,126 @@
+"""Classifying images with a trained classifier: top-k class names and probabilities.
+
+In the spirit of keras-hub's `ImageClassifier.predict` and torchvision's
+`weights.meta["categories"]`: the model file carries its class names (`ModelInfo`), so the
+results name the classes. Images are read and resized as `cvbench.inference.images` says;
+the model outputs logits and the probabilities are their softmax.
+
+Example:
+    >>> import keras, numpy as np
+    >>> from cvbench.inference import ModelInfo
+    >>> from cvbench.inference.classification import classify
+    >>> model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.GlobalAveragePooling2D(),
+    ...                           keras.layers.Dense(2, kernel_initializer="ones")])
+    >>> info = ModelInfo(task="classification", class_names=("a", "b"), image_size=(8, 8))
+    >>> [c.class_names for c in classify(model, np.zeros((1, 8, 8, 3)), info=info, top_k=1)]
+    [('a',)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cvbench.inference.images import Source, iter_batches
+from cvbench.inference.resolve import resolve_model
+from cvbench.utils.model_file import ModelInfo
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The top-k classes of one image.
+
+    Attributes:
+        source: the image's path, or its index in an array or dataset input.
+        class_ids: class indices, by decreasing probability (ties: lower index first).
+        class_names: their names (`ModelInfo.class_names`).
+        scores: their probabilities (softmax of the logits over all classes).
+        image_size: `(height, width)` of the original image in pixels.
+    """
+
+    source: Source
+    class_ids: tuple[int, ...]
+    class_names: tuple[str, ...]
+    scores: tuple[float, ...]
+    image_size: tuple[int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the line `cvbench predict --json` prints)."""
+        return {
+            "source": self.source,
+            "image_size": list(self.image_size),
+            "classes": [
+                {"class_id": i, "class_name": n, "score": s}
+                for i, n, s in zip(self.class_ids, self.class_names, self.scores, strict=True)
+            ],
+        }
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, in float64 (stable: the maximum is subtracted first)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def top_k_indices(probabilities: np.ndarray, k: int) -> np.ndarray:
+    """`(B, k)` indices of the `k` largest probabilities per row, largest first, ties by lower
+    index."""
+    return np.argsort(-probabilities, axis=-1, kind="stable")[:, :k]
+
+
+def classify(
+    model: Any,
+    inputs: Any,
+    *,
+    info: ModelInfo | None = None,
+    top_k: int = 5,
+    batch_size: int = 32,
+) -> list[Classification]:
+    """Classifies images with a classifier.
+
+    Args:
+        model: a `keras.Model` outputting `(B, num_classes)` logits from `(B, H, W, 3)`
+            float32 RGB in `[0, 255]`, or the path of a `.keras` file with its `ModelInfo`.
+        inputs: image paths or folders, an array `(H, W, 3)` / `(B, H, W, 3)`, a list of
+            arrays, or a `tf.data.Dataset` of images (see `cvbench.inference.images`).
+        info: the model's `ModelInfo`; default the file's, or for a model object
+            `default_info` (its input size, "center_crop", classes named "0", "1", ...).
+        top_k: classes kept per image (at most the number of classes).
+        batch_size: images per model call.
+
+    Returns:
+        One `Classification` per image, in input order.
+
+    Raises:
+        ValueError: for `top_k < 1`, a detector, a model file without `ModelInfo`, a model
+            output that is not `(B, num_classes)`, or bad inputs (naming the file).
+        FileNotFoundError: for a missing model or image file.
+    """
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be an int >= 1; got {top_k!r}")
+    model, info = resolve_model(model, info=info, task="classification")
+    k = min(top_k, info.num_classes)
+    results = []
+    for batch in iter_batches(inputs, info, batch_size=batch_size):
+        logits = np.asarray(model.predict_on_batch(batch.images))
+        if logits.shape != (len(batch.sources), info.num_classes):
+            raise ValueError(
+                f"the classifier must output (batch, {info.num_classes}) logits for "
+                f"{info.num_classes} class names; got {logits.shape}"
+            )
+        probabilities = softmax(logits)
+        for row, ids in enumerate(top_k_indices(probabilities, k)):
+            results.append(
+                Classification(
+                    source=batch.sources[row],
+                    class_ids=tuple(int(i) for i in ids),
+                    class_names=tuple(info.class_names[i] for i in ids),
+                    scores=tuple(float(probabilities[row, i]) for i in ids),
+                    image_size=batch.geometries[row].original_size,
+                )
+            )
+    return results

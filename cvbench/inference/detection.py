@@ -1,0 +1,142 @@
+"""Detecting objects with a trained SSD: boxes in original-image pixels, class names, scores.
+
+The model outputs box codes and class logits for its anchors; `detect` decodes them and runs
+per-class NMS with `cvbench.detection.postprocess.postprocess`, configured by the model's
+`ModelInfo.detection` (anchors, box-coder scales, NMS settings), keeps the detections scoring
+above `score_threshold`, and maps the boxes from the model input back to each original image
+(`cvbench.inference.images.Geometry`: per axis for "stretch", through the crop for
+"center_crop"), clipped to it, in the requested pixel format (`box_formats`: "xyxy" by
+default, "xywh" for COCO, "yxyx").
+
+Example:
+    >>> from cvbench.inference.detection import detect
+    >>> detections = detect("ssd.keras", "images/")  # doctest: +SKIP
+    >>> detections[0].boxes  # (K, 4) [xmin, ymin, xmax, ymax] pixels  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cvbench.detection.anchors import multiscale_anchors
+from cvbench.detection.postprocess import postprocess
+from cvbench.inference.box_formats import check_box_format, from_yxyx
+from cvbench.inference.images import Source, iter_batches
+from cvbench.inference.resolve import resolve_model
+from cvbench.utils.model_file import ModelInfo
+
+#: Default score threshold of `detect` (what is worth showing; use a low one, such as 0.001 or
+#: 1e-8, for COCO evaluation, which needs the low-scored detections too).
+SCORE_THRESHOLD = 0.5
+
+
+@dataclass(frozen=True, eq=False)
+class Detection:
+    """The detections of one image, by decreasing score.
+
+    Attributes:
+        source: the image's path, or its index in an array or dataset input.
+        image_size: `(height, width)` of the original image in pixels.
+        boxes: `(K, 4)` float32 boxes in pixels of the original image, in `box_format`.
+        scores: `(K,)` float32 scores (sigmoid of the logits).
+        class_ids: `(K,)` int32 class indices.
+        class_names: the `K` class names (`ModelInfo.class_names`).
+        box_format: "xyxy" (`[xmin, ymin, xmax, ymax]`), "xywh" or "yxyx".
+    """
+
+    source: Source
+    image_size: tuple[int, int]
+    boxes: np.ndarray
+    scores: np.ndarray
+    class_ids: np.ndarray
+    class_names: tuple[str, ...]
+    box_format: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the line `cvbench predict --json` prints)."""
+        return {
+            "source": self.source,
+            "image_size": list(self.image_size),
+            "box_format": self.box_format,
+            "detections": [
+                {
+                    "box": [float(v) for v in box],
+                    "class_id": int(c),
+                    "class_name": name,
+                    "score": float(s),
+                }
+                for box, c, name, s in zip(
+                    self.boxes, self.class_ids, self.class_names, self.scores, strict=True
+                )
+            ],
+        }
+
+
+def detect(
+    model: Any,
+    inputs: Any,
+    *,
+    info: ModelInfo | None = None,
+    score_threshold: float = SCORE_THRESHOLD,
+    box_format: str = "xyxy",
+    batch_size: int = 8,
+) -> list[Detection]:
+    """Detects objects in images with an SSD.
+
+    Args:
+        model: a `keras.Model` taking `(B, H, W, 3)` float32 RGB in `[0, 255]` and returning
+            `{"boxes": (B, N, 4) box codes, "classes": (B, N, C) logits}`, or the path of a
+            `.keras` file with its `ModelInfo`.
+        inputs: image paths or folders, an array `(H, W, 3)` / `(B, H, W, 3)`, a list of
+            arrays, or a `tf.data.Dataset` of images (see `cvbench.inference.images`).
+        info: the model's `ModelInfo`; default the file's, or for a model object
+            `default_info` (its input size, "stretch", SSD320 v1.2's anchors and NMS).
+        score_threshold: keep detections scoring above it, in `[0, 1)`.
+        box_format: "xyxy" (`[xmin, ymin, xmax, ymax]`), "xywh" (COCO
+            `[xmin, ymin, width, height]`) or "yxyx" (`[ymin, xmin, ymax, xmax]`), pixels.
+        batch_size: images per model call.
+
+    Returns:
+        One `Detection` per image, in input order; at most the info's `max_total` boxes each.
+
+    Raises:
+        ValueError: for a bad `score_threshold` or `box_format`, a classifier, a model file
+            without `ModelInfo`, or bad inputs (naming the file).
+        FileNotFoundError: for a missing model or image file.
+    """
+    check_box_format(box_format)
+    if isinstance(score_threshold, bool) or not 0.0 <= float(score_threshold) < 1.0:
+        raise ValueError(f"score_threshold must be in [0, 1); got {score_threshold!r}")
+    model, info = resolve_model(model, info=info, task="detection")
+    settings = info.detection
+    anchors = multiscale_anchors(info.image_size, **settings["anchors"])
+    nms = dict(settings["postprocess"])
+    # Candidates below the threshold cannot change which higher-scored boxes greedy NMS keeps.
+    nms["score_threshold"] = max(float(score_threshold), float(nms.get("score_threshold", 0.0)))
+    height, width = info.image_size
+    results = []
+    for batch in iter_batches(inputs, info, batch_size=batch_size):
+        outputs = model.predict_on_batch(batch.images)
+        dets = postprocess(
+            outputs["boxes"], outputs["classes"], anchors, scales=settings["scales"], **nms
+        )
+        for row, geometry in enumerate(batch.geometries):
+            k = int(dets["num_detections"][row])
+            model_pixels = dets["boxes"][row, :k] * np.array([height, width, height, width])
+            boxes = from_yxyx(geometry.to_original(model_pixels), box_format)
+            class_ids = dets["classes"][row, :k].astype(np.int32)
+            results.append(
+                Detection(
+                    source=batch.sources[row],
+                    image_size=geometry.original_size,
+                    boxes=boxes.astype(np.float32).reshape(-1, 4),
+                    scores=dets["scores"][row, :k].astype(np.float32),
+                    class_ids=class_ids,
+                    class_names=tuple(info.class_names[c] for c in class_ids),
+                    box_format=box_format,
+                )
+            )
+    return results

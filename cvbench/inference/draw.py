@@ -1,0 +1,145 @@
+"""Pictures of the results: PNGs with labelled boxes (detection) or a top-k caption
+(classification), drawn with Pillow on the original image at its original size.
+
+`draw_detection` / `draw_classification` draw one image; `draw_results` re-reads the inputs
+(`cvbench.inference.images.iter_images`) and writes one PNG per result into a folder, named
+after the image file (`photo.jpg` -> `photo.png`; a second `photo.*` from another folder gets
+`photo-1.png`) or after the index (`000003.png`) for array and dataset inputs. Files are
+written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from cvbench.inference.box_formats import from_yxyx, to_yxyx
+from cvbench.inference.classification import Classification
+from cvbench.inference.detection import Detection
+from cvbench.inference.images import iter_images
+from cvbench.utils.io import atomic_path
+
+#: Box colours, cycled by class index.
+PALETTE = (
+    (230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
+    (145, 30, 180), (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212),
+)  # fmt: skip
+
+
+def _font(image: Image.Image) -> ImageFont.ImageFont:
+    return ImageFont.load_default(size=max(8, min(image.size) // 20))
+
+
+def _to_pil(image: Any) -> Image.Image:
+    if isinstance(image, Image.Image):
+        return image.convert("RGB")
+    array = np.clip(np.asarray(image, dtype=np.float32), 0, 255).round().astype(np.uint8)
+    return Image.fromarray(array)
+
+
+def _label(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, fill) -> None:
+    left, top, right, bottom = draw.textbbox(xy, text, font=font)
+    draw.rectangle((left - 1, top - 1, right + 1, bottom + 1), fill=fill)
+    draw.text(xy, text, fill=(255, 255, 255), font=font)
+
+
+def draw_detection(image: Any, detection: Detection) -> Image.Image:
+    """The image with each box outlined and labelled `name score`.
+
+    Args:
+        image: the original image, `(H, W, 3)` RGB in `[0, 255]` or a PIL image.
+        detection: its `Detection` (boxes in pixels of this image, any `box_format`).
+
+    Returns:
+        A new RGB PIL image of the original size.
+    """
+    picture = _to_pil(image)
+    draw = ImageDraw.Draw(picture)
+    font = _font(picture)
+    width = max(1, min(picture.size) // 100)
+    xyxy = from_yxyx(to_yxyx(detection.boxes, detection.box_format), "xyxy")
+    for box, cls, name, score in zip(
+        xyxy, detection.class_ids, detection.class_names, detection.scores, strict=True
+    ):
+        color = PALETTE[int(cls) % len(PALETTE)]
+        x0, y0, x1, y1 = (float(v) for v in box)
+        draw.rectangle((x0, y0, max(x0, x1), max(y0, y1)), outline=color, width=width)
+        _label(draw, (x0 + 1, y0 + 1), f"{name} {score:.2f}", font, color)
+    return picture
+
+
+def draw_classification(image: Any, classification: Classification) -> Image.Image:
+    """The image with its top-k classes as a caption, one `name score` line each, top left.
+
+    Args:
+        image: the original image, `(H, W, 3)` RGB in `[0, 255]` or a PIL image.
+        classification: its `Classification`.
+
+    Returns:
+        A new RGB PIL image of the original size.
+    """
+    picture = _to_pil(image)
+    draw = ImageDraw.Draw(picture)
+    font = _font(picture)
+    y = 2.0
+    for name, score in zip(classification.class_names, classification.scores, strict=True):
+        text = f"{name} {score:.2f}"
+        _label(draw, (2.0, y), text, font, (0, 0, 0))
+        y = draw.textbbox((2.0, y), text, font=font)[3] + 3
+    return picture
+
+
+def _names(sources: Sequence[Any]) -> list[str]:
+    names, used = [], set()
+    for source in sources:
+        stem = Path(source).stem if isinstance(source, str) else f"{int(source):06d}"
+        name, n = stem, 0
+        while name in used:
+            n += 1
+            name = f"{stem}-{n}"
+        used.add(name)
+        names.append(f"{name}.png")
+    return names
+
+
+def draw_results(
+    results: Sequence[Detection | Classification], inputs: Any, directory: str | os.PathLike
+) -> list[Path]:
+    """Writes one PNG per result into `directory` (created if needed).
+
+    Args:
+        results: what `detect` or `classify` returned for `inputs`.
+        inputs: the same inputs (read again for the original pixels).
+        directory: the output folder.
+
+    Returns:
+        The paths written, in the order of `results`.
+
+    Raises:
+        ValueError: when `inputs` do not give one image per result.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    names = _names([r.source for r in results])
+    written = []
+    images = iter_images(inputs)
+    for result, name in zip(results, names, strict=True):
+        source, image = next(images, (None, None))
+        if source != result.source:
+            raise ValueError(
+                f"inputs give image {source!r} where the results have {result.source!r}"
+            )
+        if isinstance(result, Detection):
+            picture = draw_detection(image, result)
+        else:
+            picture = draw_classification(image, result)
+        path = directory / name
+        with atomic_path(path) as tmp:
+            picture.save(tmp, format="PNG")
+        written.append(path)
+    return written

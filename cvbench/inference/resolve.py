@@ -1,0 +1,141 @@
+"""A model argument (a Keras model or a `.keras` path) and its `ModelInfo`, checked for a task.
+
+`classify` and `detect` take either a model object, with or without a `ModelInfo`, or the path
+of a `.keras` file written by `cvbench.inference.save_model`. A file must carry its info (the
+class names and the resize rule are not guessable from the weights); a model object without
+one gets the defaults of `default_info`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cvbench.detection.box_coder import DEFAULT_SCALES
+from cvbench.detection.postprocess import (
+    IOU_THRESHOLD,
+    MAX_PER_CLASS,
+    MAX_TOTAL,
+    SCORE_THRESHOLD,
+)
+from cvbench.utils.model_file import (
+    ModelInfo,
+    class_names_or_default,
+    load_model,
+    read_model_info,
+)
+
+#: Anchor and post-processing settings of SSD320 v1.2, for a detector object without info.
+DEFAULT_ANCHORS = {
+    "min_level": 3,
+    "max_level": 7,
+    "anchor_scale": 4.0,
+    "aspect_ratios": [1.0, 2.0, 0.5],
+    "scales_per_octave": 2,
+}
+
+
+def _input_size(model: Any) -> tuple[int, int]:
+    shape = tuple(model.input_shape)
+    if len(shape) != 4 or shape[1] is None or shape[2] is None:
+        raise ValueError(
+            f"a model without ModelInfo needs a fixed input shape (B, H, W, 3); got {shape}; "
+            "pass info=ModelInfo(...)"
+        )
+    return int(shape[1]), int(shape[2])
+
+
+def _names(class_names: Sequence[str] | None, num_classes: int) -> tuple[str, ...]:
+    if class_names is None:
+        return tuple(class_names_or_default(None, num_classes))
+    if len(class_names) != num_classes:
+        raise ValueError(f"the model has {num_classes} classes; got {len(class_names)} class names")
+    return tuple(class_names)
+
+
+def default_info(model: Any, *, task: str, class_names: Sequence[str] | None = None) -> ModelInfo:
+    """The `ModelInfo` assumed for a model object passed without one (and a quick way to
+    write one for a cvbench-built model).
+
+    Classifiers: the input size of the model, "center_crop" at 0.875. Detectors (outputs
+    `{"boxes", "classes"}`, as `cvbench.detection.ssd.build_ssd` builds them): the input
+    size, "stretch", SSD320 v1.2's anchors (levels 3-7, scale 4, aspect ratios 1, 2, 0.5,
+    2 scales per octave), box-coder scales and post-processing.
+
+    Args:
+        model: a Keras model with a fixed input size.
+        task: "classification" or "detection".
+        class_names: the class names; default "0", "1", ...
+
+    Raises:
+        ValueError: for a model whose input size is not fixed, a detector without dict
+            outputs, or class names that do not match the outputs.
+    """
+    size = _input_size(model)
+    if task == "classification":
+        num_classes = int(model.output_shape[-1])
+        names = _names(class_names, num_classes)
+        return ModelInfo(task=task, class_names=names, image_size=size)
+    outputs = getattr(model, "output", None)
+    if not isinstance(outputs, dict) or "classes" not in outputs:
+        raise ValueError(
+            'a detector must output a dict {"boxes": box codes, "classes": logits}; pass '
+            "info=ModelInfo(...) for another model"
+        )
+    num_classes = int(outputs["classes"].shape[-1])
+    detection = {
+        "anchors": DEFAULT_ANCHORS,
+        "scales": list(DEFAULT_SCALES),
+        "postprocess": {
+            "iou_threshold": IOU_THRESHOLD,
+            "score_threshold": SCORE_THRESHOLD,
+            "max_per_class": MAX_PER_CLASS,
+            "max_total": MAX_TOTAL,
+        },
+    }
+    return ModelInfo(
+        task=task,
+        class_names=_names(class_names, num_classes),
+        image_size=size,
+        resize="stretch",
+        detection=detection,
+    )
+
+
+def resolve_model(model: Any, *, info: ModelInfo | None, task: str) -> tuple[Any, ModelInfo]:
+    """The Keras model and the `ModelInfo` to run it with.
+
+    Args:
+        model: a `keras.Model`, or the path of a `.keras` file (loaded in safe mode).
+        info: overrides the file's info; for a model object, None means `default_info`.
+        task: "classification" or "detection", the task the caller runs.
+
+    Returns:
+        `(keras_model, info)`.
+
+    Raises:
+        FileNotFoundError: for a missing model file.
+        ValueError: for a file without `ModelInfo` (and no `info`), or an info of another task.
+    """
+    if isinstance(model, str | os.PathLike):
+        path = Path(model)
+        if not path.is_file():
+            raise FileNotFoundError(f"no model file {path}")
+        stored = read_model_info(path)  # before loading: a file without info is refused fast
+        if info is None and stored is None:
+            raise ValueError(
+                f"{path} carries no ModelInfo (no cvbench.json entry): write it with "
+                "cvbench.inference.save_model(model, path, info), or pass info=ModelInfo(...)"
+            )
+        model, _ = load_model(path)
+        info = info or stored
+    elif info is None:
+        info = default_info(model, task=task)
+    if info.task != task:
+        raise ValueError(
+            f"the model is a {info.task} model (its ModelInfo); {task} needs a "
+            f"{'classifier' if task == 'classification' else 'detector'}"
+        )
+    return model, info
