@@ -11,7 +11,8 @@ Trainer also run on the JAX backend):
   `read_dataset_info`;
 - tasks: `ClassificationTask`, `DetectionTask`, `TaskOptions`, `make_task`, `prepare_run`;
 - training: `Trainer`, `TrainConfig`, `OptimizerConfig`, `ScheduleConfig`;
-- evaluation: `evaluate_coco`, `predict_coco`.
+- evaluation: `evaluate_coco`, `predict_coco`;
+- inference: `classify`, `detect`, `ModelInfo`, `load_model`, `save_model`.
 
 See docs/architecture.md for the layers and where each concept lives.
 """
@@ -48,6 +49,11 @@ _LAZY = {
     "ScheduleConfig": "cvbench.training",
     "evaluate_coco": "cvbench.detection.coco_eval",
     "predict_coco": "cvbench.detection.predict",
+    "classify": "cvbench.inference",
+    "detect": "cvbench.inference",
+    "ModelInfo": "cvbench.inference",
+    "load_model": "cvbench.inference",
+    "save_model": "cvbench.inference",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]

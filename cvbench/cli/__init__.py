@@ -32,6 +32,7 @@ _COMMAND_MODULES = (
     "cvbench.cli.train",
     "cvbench.cli.benchmark",
     "cvbench.cli.demo",
+    "cvbench.cli.predict",
 )
 
 
