@@ -124,7 +124,7 @@ def _convert_layer(layer: Any, entry: dict[str, Any]) -> tuple[dict[str, Any], A
 def _convert_model(model: keras.Model) -> tuple[dict[str, Any], dict[str, Any]]:
     """`(serialized plain copy, {layer name: weight source})` of a Functional/Sequential."""
     serialized = keras.saving.serialize_keras_object(model)
-    config = dict(serialized["config"])
+    config = _clean(serialized["config"])
     by_name = {op.name: op for op in getattr(model, "operations", model.layers)}
     entries, sources = [], {}
     for entry in config["layers"]:
