@@ -206,9 +206,7 @@ def eval_command(args: argparse.Namespace) -> int:
     config = TrainConfig(progress_bar=False, log_every=0, seed=args.seed)
     model, precision = None, args.precision
     if checkpoint.suffix == ".keras":
-        import keras
-
-        model = keras.saving.load_model(checkpoint, compile=False)
+        model = _evaluation_model(checkpoint, task)
         _check_classes(_output_classes(model), task, checkpoint)
         precision = _policy_of(model)
     trainer = build_trainer(task, precision=precision, config=config, model=model)
@@ -223,6 +221,39 @@ def eval_command(args: argparse.Namespace) -> int:
         extra = {} if skipped is None else {"corrupt_records": skipped}
         write_json_atomic(args.json, {**results, **extra})
     return 0
+
+
+def _evaluation_model(path: Path, task):
+    """The `.keras` model at `path` as the task's evaluation data needs it.
+
+    A file with a `ModelInfo` (what cvbench writes for users) takes `[0, 255]` RGB, while
+    the classification pipeline hands out ImageNet-normalized images: those are mapped back
+    to `[0, 255]` in front of the model (`x * std + mean`). Detection data is `[0, 255]`
+    already; a file without `ModelInfo` (older exports) is used as it is.
+    """
+    import keras
+
+    from cvbench.data.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+    from cvbench.utils.model_file import load_model, read_model_info
+    from cvbench.utils.plain_keras import with_input_normalization
+
+    try:
+        info = read_model_info(path)
+    except ValueError as err:
+        raise CLIError(str(err)) from None
+    if info is None:
+        return keras.saving.load_model(path, compile=False)
+    if info.task != task.name:
+        raise CLIError(f"--checkpoint {str(path)!r} is a {info.task} model, not {task.name}")
+    model, _ = load_model(path)
+    if info.task != "classification":
+        return model
+    return with_input_normalization(
+        model,
+        mean=[-m / s for m, s in zip(IMAGENET_MEAN_RGB, IMAGENET_STD_RGB, strict=True)],
+        std=[1 / s for s in IMAGENET_STD_RGB],
+        name="denormalize",
+    )
 
 
 def _policy_of(model) -> str:

@@ -5,8 +5,11 @@ Output folder:
     data/               the shapes sets and their TFRecords (reused by the next run)
     logs/classifier/    train_log.jsonl and tensorboard/ of the classifier's Trainer
     logs/ssd/           the same for the SSD
-    classifier.keras    the trained classifier (ImageNet-normalized 64 x 64 input, logits)
+    classifier.keras    the trained classifier ([0, 255] RGB 64 x 64 input, logits)
     ssd.keras           the trained SSD ([0, 255] input; box codes and class logits)
+
+Both model files hold built-in Keras layers only (plain `keras.saving.load_model` loads
+them) and their `ModelInfo` (`cvbench.utils.model_file`: class names, size, decoding).
     curves.png          training loss and validation top-1 against the step
     detections.png      validation images with the SSD's boxes, classes and scores
     metrics.json        top-1, the 12 COCO numbers, per-class AP, timings, settings
@@ -34,7 +37,8 @@ from typing import Any
 from cvbench.demo.config import DemoConfig, demo_precision
 from cvbench.demo.data import DemoData, prepare_data
 from cvbench.demo.shapes import SHAPE_NAMES
-from cvbench.utils.io import atomic_path, write_json_atomic
+from cvbench.utils.io import write_json_atomic
+from cvbench.utils.model_file import save_model
 
 STAGING = ".partial"
 RESULTS = ("logs", "classifier.keras", "ssd.keras", "curves.png", "detections.png")
@@ -86,9 +90,21 @@ def _publish(staging: Path, out: Path) -> None:
             os.replace(src, dst)
 
 
-def _save_model(model: Any, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        model.save(tmp)
+def _save_models(out: Path, config: DemoConfig, cls: Any, det: Any) -> None:
+    """Writes `classifier.keras` and `ssd.keras` into `out/.partial/` as users get them:
+    built-in Keras layers only (each task's `user_model`: the classifier takes `[0, 255]`
+    RGB too), with each task's `ModelInfo` naming the shapes (the classifier's images are
+    stretched to its size, as `shapes_preprocessing` does)."""
+    from cvbench.demo.classify import classification_task
+    from cvbench.demo.detect import detection_task
+
+    data = DemoData.under(out / "data")  # the tasks' settings only: nothing is read
+    for task, stage, name, resize in (
+        (classification_task(data, config), cls, "classifier.keras", "stretch"),
+        (detection_task(data, config), det, "ssd.keras", "stretch"),
+    ):
+        info = dataclasses.replace(task.model_info(), class_names=SHAPE_NAMES, resize=resize)
+        save_model(task.user_model(stage.model), out / STAGING / name, info)
 
 
 def _summary_lines(metrics: dict[str, Any]) -> list[str]:
@@ -211,8 +227,7 @@ def run_demo(
             t = time.perf_counter()
             for tree in (logs / "classifier", logs / "ssd"):
                 shutil.rmtree(tree / "checkpoints", ignore_errors=True)
-            _save_model(cls.model, staging / "classifier.keras")
-            _save_model(det.model, staging / "ssd.keras")
+            _save_models(out, config, cls, det)
             plot_curves(_curve_panels(logs), staging / "curves.png", xlabel="step")
             images, dets, num_objects = sample_detections(det.model, data)
             plot_detections(

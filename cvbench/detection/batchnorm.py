@@ -5,6 +5,9 @@ mean and variance (never the batch's, never updating them), while gamma and beta
 trainable (the OD API passes `is_training=False` to batch norm, not `trainable=False`).
 Keras' `BatchNormalization(trainable=False)` would freeze gamma and beta as well; this layer
 keeps them trainable and only fixes the statistics.
+
+At inference it is `BatchNormalization` exactly: the model files cvbench writes for users
+hold a plain `BatchNormalization` in its place (`cvbench.utils.plain_keras.to_plain_keras`).
 """
 
 from __future__ import annotations

@@ -162,6 +162,45 @@ class FeaturePyramid(keras.layers.Layer):
             outputs.append(last)
         return outputs
 
+    def to_functional(self, input_shape: list[tuple[int | None, ...]]) -> keras.Model:
+        """This layer's inference function as a functional model of built-in layers, for
+        `cvbench.utils.plain_keras.to_plain_keras`: its own convolutions and batch norms
+        (shared, not copied), `UpSampling2D` + `Cropping2D` for `upsample_to`, `Add`, and
+        `ReLU(max_value=6)`. Outputs the maps finest first, as `call`.
+
+        Args:
+            input_shape: the backbone maps' shapes, as `build` receives them (static sizes).
+
+        Raises:
+            ValueError: for a map without a static height or width.
+        """
+        if any(None in tuple(shape[1:3]) for shape in input_shape):
+            raise ValueError(f"to_functional needs static map sizes; got {input_shape!r}")
+        inputs = [
+            keras.Input(tuple(shape[1:]), name=f"{self.name}_input_{i}")
+            for i, shape in enumerate(input_shape)
+        ]
+
+        def conv_bn_relu6(pair: tuple[Any, Any], x: Any) -> Any:
+            conv, bn = pair
+            return layers.ReLU(max_value=6.0, name=f"{conv.name}_relu6")(bn(conv(x)))
+
+        top_down = self.laterals[-1](inputs[-1])
+        outputs = [top_down]
+        for i in reversed(range(self.num_inputs - 1)):
+            residual = self.laterals[i](inputs[i])
+            up = layers.UpSampling2D(2, interpolation="nearest", name=f"upsample_{i}")(top_down)
+            extra = (up.shape[1] - residual.shape[1], up.shape[2] - residual.shape[2])
+            if extra != (0, 0):
+                up = layers.Cropping2D(((0, extra[0]), (0, extra[1])), name=f"crop_{i}")(up)
+            top_down = layers.Add(name=f"top_down_{i}")([up, residual])
+            outputs.insert(0, conv_bn_relu6(self.smoothing[i], top_down))
+        last = outputs[-1]
+        for pair in self.extras:
+            last = conv_bn_relu6(pair, last)
+            outputs.append(last)
+        return keras.Model(inputs, outputs, name=self.name)
+
     def compute_output_shape(self, input_shape: list[tuple[int | None, ...]]) -> list[tuple]:
         shapes = [(*shape[:3], self.depth) for shape in input_shape]
         batch, h, w, _ = shapes[-1]

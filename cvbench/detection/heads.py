@@ -158,6 +158,43 @@ class WeightSharedHead(keras.layers.Layer):
             classes.append(ops.reshape(ops.cast(c, "float32"), (-1, locations, self.num_classes)))
         return ops.concatenate(boxes, axis=1), ops.concatenate(classes, axis=1)
 
+    def to_functional(self, input_shape: list[tuple[int | None, ...]]) -> keras.Model:
+        """This layer's inference function as a functional model of built-in layers, for
+        `cvbench.utils.plain_keras.to_plain_keras`: its own convolutions (shared by the
+        levels) and batch norms, `ReLU(max_value=6)`, `Reshape` and `Concatenate`. Outputs
+        `[box_codes (B, N, 4), class_logits (B, N, num_classes)]`, the order of `call`.
+
+        Args:
+            input_shape: the pyramid maps' shapes, as `build` receives them (static sizes).
+
+        Raises:
+            ValueError: for a map without a static height or width.
+        """
+        if any(None in tuple(shape[1:3]) for shape in input_shape):
+            raise ValueError(f"to_functional needs static map sizes; got {input_shape!r}")
+        inputs = [
+            keras.Input(tuple(shape[1:]), name=f"{self.name}_input_{i}")
+            for i, shape in enumerate(input_shape)
+        ]
+        boxes, classes = [], []
+        for level, x in enumerate(inputs):
+            locations = x.shape[1] * x.shape[2] * self.anchors_per_location
+            for kind, tower, predictor, width, out in (
+                ("box", self.box_tower, self.box_predictor, 4, boxes),
+                ("class", self.class_tower, self.class_predictor, self.num_classes, classes),
+            ):
+                y = x
+                for i, (conv, norms) in enumerate(tower):
+                    relu6 = layers.ReLU(max_value=6.0, name=f"{kind}_tower_{i}_relu6_level_{level}")
+                    y = relu6(norms[level](conv(y)))
+                reshape = layers.Reshape((locations, width), name=f"{kind}_reshape_level_{level}")
+                out.append(reshape(predictor(y)))
+        outputs = [
+            layers.Concatenate(axis=1, name=f"{kind}_concat")(parts) if len(parts) > 1 else parts[0]
+            for kind, parts in (("box", boxes), ("class", classes))
+        ]
+        return keras.Model(inputs, outputs, name=self.name)
+
     def compute_output_shape(self, input_shape: list[tuple[int | None, ...]]) -> tuple:
         n = sum(s[1] * s[2] * self.anchors_per_location for s in input_shape)
         batch = input_shape[0][0]

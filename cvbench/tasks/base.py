@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import keras
 
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
+from cvbench.utils.model_file import ModelInfo
 
 if TYPE_CHECKING:
     from cvbench.data.dataset_info import DatasetInfo
@@ -171,6 +172,10 @@ class Task(Protocol):
     def train_data(self, *, batch_size: int, distribution: Any, seed: int | None) -> TrainData: ...
 
     def evaluate(self, trainer: Any, *, batch_size: int) -> dict[str, float]: ...
+
+    def model_info(self) -> ModelInfo: ...  # what inference needs, stored in model files
+
+    def user_model(self, model: keras.Model) -> keras.Model: ...  # built-in layers, [0, 255]
 
 
 def records_train_data(

@@ -26,6 +26,7 @@ from cvbench.tasks.base import (
 )
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
 from cvbench.training.losses import SparseCrossEntropy
+from cvbench.utils.model_file import ModelInfo
 from cvbench.zoo import CLASSIFICATION, get_model, list_models
 
 RESNET_RECIPE = (
@@ -171,6 +172,31 @@ class ClassificationTask(RecordTask):
         """Loss, top-1 and top-5 over the whole validation split, identical on every rank."""
         data = self.evaluation_data(batch_size=batch_size, distribution=trainer.distribution)
         return trainer.evaluate(data)
+
+    # ----------------------------------------------------------------- model files
+    def model_info(self) -> ModelInfo:
+        """What inference needs: the class names (the dataset's, else `"0"`, `"1"`, ...),
+        the input size and the evaluation resize (center crop of 0.875; a task with its own
+        `eval_preprocess` states its own rule with `dataclasses.replace`)."""
+        names = getattr(self, "class_names", None) or [str(i) for i in range(self.num_classes)]
+        return ModelInfo(
+            task="classification",
+            class_names=tuple(names),
+            image_size=(self.image_size, self.image_size),
+            resize="center_crop",
+            model=self.options.model,
+        )
+
+    def user_model(self, model: keras.Model) -> keras.Model:
+        """The trained `model` as users get it: built-in Keras layers only
+        (`to_plain_keras`), taking `[0, 255]` RGB (the ImageNet normalization of the data
+        pipeline put in front), logits out."""
+        from cvbench.data.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+        from cvbench.utils.plain_keras import to_plain_keras, with_input_normalization
+
+        return with_input_normalization(
+            to_plain_keras(model), mean=IMAGENET_MEAN_RGB, std=IMAGENET_STD_RGB
+        )
 
 
 def _classes(options: TaskOptions) -> tuple[int, tuple[str, ...] | None]:

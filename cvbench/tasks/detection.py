@@ -35,6 +35,7 @@ detections handed to COCOeval.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -53,6 +54,7 @@ from cvbench.tasks.base import (
     records_info,
 )
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
+from cvbench.utils.model_file import ModelInfo
 from cvbench.zoo import DETECTION, get_model, list_models
 
 BASE_LR_PER_IMAGE = 0.000625
@@ -270,6 +272,44 @@ class DetectionTask(RecordTask):
             )
         return dist.broadcast_object(metrics)
 
+    # ----------------------------------------------------------------- model files
+    def model_info(self) -> ModelInfo:
+        """What inference needs: class names (the dataset's, else COCO's category names for
+        80 or 90 classes, else `"0"`, `"1"`, ...), the input size (stretched to, as the
+        data pipeline does), and the anchors, box-coder scales and post-processing settings
+        this task decodes with (`multiscale_anchors`' and `postprocess`' defaults)."""
+        from cvbench.data.coco_labels import COCO_2017_CATEGORIES
+        from cvbench.detection.anchors import multiscale_anchors
+        from cvbench.detection.box_coder import DEFAULT_SCALES
+        from cvbench.detection.postprocess import postprocess
+
+        names = getattr(self, "class_names", None)
+        if not names and self.num_classes in (80, 90):
+            coco = dict(COCO_2017_CATEGORIES)
+            names = [coco.get(i, f"coco_id_{i}") for i in self.label_map.category_ids]
+        names = names or [str(i) for i in range(self.num_classes)]
+        return ModelInfo(
+            task="detection",
+            class_names=tuple(names),
+            image_size=(self.image_size, self.image_size),
+            resize="stretch",
+            model=self.options.model,
+            detection={
+                "anchors": _keyword_defaults(multiscale_anchors),
+                "scales": list(DEFAULT_SCALES),
+                "postprocess": {
+                    k: v for k, v in _keyword_defaults(postprocess).items() if k != "scales"
+                },
+            },
+        )
+
+    def user_model(self, model: keras.Model) -> keras.Model:
+        """The trained `model` as users get it: built-in Keras layers only
+        (`to_plain_keras`; the SSD normalizes its `[0, 255]` input itself)."""
+        from cvbench.utils.plain_keras import to_plain_keras
+
+        return to_plain_keras(model)
+
     def _groundtruth(self) -> Any:
         """The annotation file (given or found in data_dir), else a dict from the records."""
         if self.annotations_file is not None:
@@ -316,6 +356,16 @@ def _label_map(options: TaskOptions) -> tuple[CocoLabelMap, tuple[str, ...] | No
         if max(ids) == info.num_classes
         else f" (index = category id - 1), or pass {info.num_classes} for index = rank of the id",
     )
+
+
+def _keyword_defaults(fn: Callable) -> dict[str, Any]:
+    """The keyword-only arguments of `fn` and their defaults (lists for tuples)."""
+    params = inspect.signature(fn).parameters.values()
+    return {
+        p.name: list(p.default) if isinstance(p.default, tuple) else p.default
+        for p in params
+        if p.kind is p.KEYWORD_ONLY
+    }
 
 
 def _detections_to_rows(dets: list[dict[str, Any]]) -> np.ndarray:

@@ -103,7 +103,8 @@ def build_trainer(
     model: keras.Model | None = None,
 ) -> Trainer:
     """The Trainer of `task`: its model builder (or `model`), loss and metrics, the recipe
-    unless `optimizer` is given. Enough to evaluate (`task.evaluate(trainer, ...)`); to train
+    unless `optimizer` is given, and what its export writes for users (`task.user_model`,
+    `task.model_info()`). Enough to evaluate (`task.evaluate(trainer, ...)`); to train
     use `prepare_run`, which also sizes the optimizer by the data."""
     if optimizer is None:
         optimizer, recipe_schedule = task.recipe()
@@ -117,6 +118,8 @@ def build_trainer(
         metrics=task.metrics(),
         distribution=get_distribution(distribution),
         config=config,
+        model_info=task.model_info(),
+        export_transform=task.user_model,
     )
 
 

@@ -1,4 +1,6 @@
-"""Exporting a trained model: a `.keras` file, and a SavedModel for serving on TensorFlow."""
+"""Exporting a model for users: a `.keras` file with its `ModelInfo`, and a SavedModel for
+serving on TensorFlow. Pass a model of built-in layers (`Trainer.user_model()`,
+`cvbench.utils.plain_keras.to_plain_keras`) for a file plain Keras loads."""
 
 from __future__ import annotations
 
@@ -8,17 +10,20 @@ from pathlib import Path
 
 import keras
 
-from cvbench.utils.io import atomic_path
+from cvbench.utils.model_file import ModelInfo, save_model
 
 
-def export_model(model: keras.Model, directory: str | Path) -> dict[str, Path]:
-    """Writes `directory/model.keras` and, on TensorFlow, `directory/saved_model/`.
+def export_model(
+    model: keras.Model, directory: str | Path, *, info: ModelInfo | None = None
+) -> dict[str, Path]:
+    """Writes `directory/model.keras` (with `info`) and, on TensorFlow, `directory/saved_model/`.
 
     Each is written under a temporary name and renamed into place, replacing an older export.
 
     Args:
-        model: the model to export.
+        model: the model to export (as users get it).
         directory: output directory (created).
+        info: what inference needs, stored in `model.keras` (`cvbench.utils.model_file`).
 
     Returns:
         The written paths by kind: "keras" and, on TensorFlow, "saved_model".
@@ -27,8 +32,7 @@ def export_model(model: keras.Model, directory: str | Path) -> dict[str, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written = {}
     keras_path = directory / "model.keras"
-    with atomic_path(keras_path) as tmp:
-        model.save(tmp)
+    save_model(model, keras_path, info)
     written["keras"] = keras_path
     if keras.config.backend() == "tensorflow":
         final = directory / "saved_model"

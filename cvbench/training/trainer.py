@@ -17,6 +17,7 @@ around it:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from cvbench.training.throughput import (
     ThroughputSummary,
 )
 from cvbench.training.training_model import TrainingModel
+from cvbench.utils.model_file import ModelInfo
 
 CHECKPOINT_SUBDIR = "checkpoints"
 
@@ -86,6 +88,10 @@ class Trainer:
             "single" or a `Distribution`.
         metrics: Keras metrics (names or instances) compiled for training and evaluation.
         config: the run settings (`TrainConfig`).
+        model_info: what inference needs (`cvbench.utils.model_file.ModelInfo`), stored in
+            the exported `model.keras`.
+        export_transform: `trained model -> model for users` (a task's `user_model`);
+            default `cvbench.utils.plain_keras.to_plain_keras`.
 
     Raises:
         ValueError: for inconsistent settings (named in the message).
@@ -105,8 +111,12 @@ class Trainer:
         distribution: str | Distribution = "auto",
         metrics: Sequence[Any] = (),
         config: TrainConfig | None = None,
+        model_info: ModelInfo | None = None,
+        export_transform: Callable[[keras.Model], keras.Model] | None = None,
     ) -> None:
         self.config = config or TrainConfig()
+        self.model_info = model_info
+        self.export_transform = export_transform
         self.distribution = get_distribution(distribution)
         self.precision = resolve_precision(precision)
         if self.config.compression == "fp16" and self.precision != "mixed_float16":
@@ -503,16 +513,33 @@ class Trainer:
         )
 
     # ----------------------------------------------------------------- export
+    def user_model(self) -> keras.Model:
+        """The trained model as users get it: `export_transform(model)`, by default
+        `to_plain_keras(model)` (built-in Keras layers only, float32, no regularizers); a
+        model of layers it cannot convert is returned as it is, with a warning naming the
+        layer (its file then needs those classes to load)."""
+        if self.export_transform is not None:
+            return self.export_transform(self.model)
+        from cvbench.utils.plain_keras import to_plain_keras
+
+        try:
+            return to_plain_keras(self.model)
+        except ValueError as err:
+            warnings.warn(f"exporting the model as it is: {err}", stacklevel=2)
+            return self.model
+
     def export(self, directory: str | Path) -> dict[str, Path]:
-        """Writes `model.keras` (and `saved_model/` on TensorFlow) into `directory` (rank 0).
+        """Writes `model.keras` (`user_model()` with `model_info`, loadable by plain Keras)
+        and, on TensorFlow, `saved_model/` of the same model into `directory` (rank 0).
 
         Both are written under temporary names and renamed into place.
 
         Returns:
             The written paths by kind ("keras", "saved_model"); empty on other ranks.
+
         """
         if not self.is_chief:
             return {}
         from cvbench.training.export import export_model
 
-        return export_model(self.model, Path(directory))
+        return export_model(self.user_model(), Path(directory), info=self.model_info)
