@@ -76,6 +76,9 @@ def export_model(
         raise FileExistsError(f"{out} exists; pass overwrite=True to replace it")
     model = model_or_path
     if isinstance(model_or_path, (str, os.PathLike)):
+        import cvbench.detection.ssd  # noqa: F401  (registers the layers a model file may hold)
+        import cvbench.models  # noqa: F401
+
         model, stored = load_model(model_or_path)
         info = info or stored
     if info is None:
@@ -125,14 +128,15 @@ def serving_function(
     `cvbench.inference.serving` for `info.task`.
 
     Raises:
-        ValueError: for `top_k` outside `[1, num_classes]` or a threshold outside `[0, 1)`.
+        ValueError: for `top_k` below 1 (above the class count gives every class) or a
+            threshold outside `[0, 1)`.
     """
     import tensorflow as tf
 
     height, width = info.image_size
     spec = tf.TensorSpec((None, height, width, 3), tf.uint8, name="images")
     if info.task == "classification":
-        if isinstance(top_k, bool) or not (isinstance(top_k, int) and 1 <= top_k):
+        if isinstance(top_k, bool) or not (isinstance(top_k, int) and top_k >= 1):
             raise ValueError(f"top_k must be an int >= 1; got {top_k!r}")
         k = min(top_k, info.num_classes)
 
