@@ -62,11 +62,9 @@ def export_model(
             "tflite" for a detector.
         FileExistsError: if `out` exists and `overwrite` is False.
     """
-    import keras
-
-    if keras.config.backend() != "tensorflow":
+    if _backend() != "tensorflow":
         raise RuntimeError(
-            f"export needs the TensorFlow backend (KERAS_BACKEND={keras.config.backend()}); "
+            f"export needs the TensorFlow backend (KERAS_BACKEND={_backend()}); "
             "the .keras file loads on TensorFlow: export it there"
         )
     if format not in FORMATS:
@@ -81,6 +79,11 @@ def export_model(
 
         model, stored = load_model(model_or_path)
         info = info or stored
+        if info is None:
+            raise ValueError(
+                f"{model_or_path} holds no ModelInfo (no cvbench.json entry): save it with "
+                "cvbench.inference.save_model(model, path, info)"
+            )
     if info is None:
         raise ValueError("export needs the model's ModelInfo: pass info= (or a model file)")
     if format == "tflite" and info.task == "detection":
@@ -172,6 +175,12 @@ def to_tflite(saved_model: str | os.PathLike) -> bytes:
     )
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     return converter.convert()
+
+
+def _backend() -> str:
+    import keras
+
+    return keras.config.backend()
 
 
 def _write_saved_model(model: Any, fn: Any, path: Path) -> None:
