@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--format",
         choices=("saved_model", "tflite"),
         default="saved_model",
-        help="saved_model (a directory) or tflite (a file; classifiers only); default saved_model",
+        help="saved_model (a directory) or tflite (a file); default saved_model",
     )
     p.add_argument("--output", required=True, metavar="PATH", help="directory or file to write")
     p.add_argument("--top-k", type=positive_int, default=5, help="classes per image (default 5)")

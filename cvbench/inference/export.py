@@ -58,8 +58,7 @@ def export_model(
 
     Raises:
         RuntimeError: under a Keras backend other than TensorFlow.
-        ValueError: for a bad format, `top_k` or threshold, a missing `info`, or
-            "tflite" for a detector.
+        ValueError: for a bad format, `top_k` or threshold, or a missing `info`.
         FileExistsError: if `out` exists and `overwrite` is False.
     """
     if _backend() != "tensorflow":
@@ -86,12 +85,6 @@ def export_model(
             )
     if info is None:
         raise ValueError("export needs the model's ModelInfo: pass info= (or a model file)")
-    if format == "tflite" and info.task == "detection":
-        raise ValueError(
-            "format='tflite' is for classifiers: a detector's NMS converts only to a TensorFlow "
-            "select op (FlexCombinedNonMaxSuppression) that tf.lite.Interpreter cannot run "
-            "without the Flex delegate; export a saved_model"
-        )
     served = fold_batchnorm(model) if fold else model
     fn = serving_function(
         served,
@@ -166,8 +159,9 @@ def serving_function(
 
 
 def to_tflite(saved_model: str | os.PathLike) -> bytes:
-    """A float32 TFLite flatbuffer of a SavedModel's serving signature (TFLite built-in ops
-    only: an op without one fails the conversion)."""
+    """A float32 TFLite flatbuffer of a SavedModel's serving signature, TFLite built-in ops
+    only (the SSD's NMS is `NON_MAX_SUPPRESSION_V5`; an op without a built-in fails the
+    conversion instead of needing the Flex delegate at run time)."""
     import tensorflow as tf
 
     converter = tf.lite.TFLiteConverter.from_saved_model(

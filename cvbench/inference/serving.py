@@ -19,7 +19,9 @@ concatenated in class order (ties: lower class, then lower anchor, first), the `
 best; the kept boxes are clipped. That is `postprocess` exactly, ties included
 (tests/inference/test_export_ssd.py). `tf.image.combined_non_max_suppression` was tried
 and rejected: it orders equal scores differently (within a class and across classes), so a
-cut at `max_per_class` or `max_total` among tied boxes kept other boxes than the numpy path.
+cut at `max_per_class` or `max_total` among tied boxes kept other boxes than the numpy path;
+it also converts to TFLite only as a Flex (TensorFlow select) op, where
+`non_max_suppression_with_scores` is TFLite's built-in `NON_MAX_SUPPRESSION_V5`.
 """
 
 from __future__ import annotations

@@ -116,6 +116,11 @@ def test_thresholds_are_strict():
     assert_same_detections(got, expected)
 
 
-def test_tflite_refuses_a_detector(tiny_ssd, tmp_path):
-    with pytest.raises(ValueError, match="format='tflite' is for classifiers"):
-        export_model(tiny_ssd, tmp_path / "ssd.tflite", info=ssd_info(), format="tflite")
+def test_tflite_ssd_equals_numpy_postprocess(tiny_ssd, tmp_path):
+    path = export_model(tiny_ssd, tmp_path / "ssd.tflite", info=ssd_info(), format="tflite")
+    runner = tf.lite.Interpreter(model_path=str(path)).get_signature_runner("serving_default")
+    images = np.random.default_rng(4).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
+    got = runner(images=images)
+    outputs = tiny_ssd(images.astype("float32"), training=False)
+    expected = postprocess(outputs["boxes"], outputs["classes"], ANCHORS_64, **POST)
+    assert_same_detections(got, expected)
