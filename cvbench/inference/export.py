@@ -58,7 +58,8 @@ def export_model(
 
     Raises:
         RuntimeError: under a Keras backend other than TensorFlow.
-        ValueError: for a bad format, `top_k` or threshold, or a missing `info`.
+        ValueError: for a bad format, `top_k` or threshold, a missing `info`, or an
+            `info.image_size` that is not the model's input size.
         FileExistsError: if `out` exists and `overwrite` is False.
     """
     if _backend() != "tensorflow":
@@ -85,6 +86,12 @@ def export_model(
             )
     if info is None:
         raise ValueError("export needs the model's ModelInfo: pass info= (or a model file)")
+    size = tuple(getattr(model, "input_shape", (None, None, None))[1:3])
+    if None not in size and size != tuple(info.image_size):
+        raise ValueError(
+            f"the model's input size {size} differs from the ModelInfo's image_size "
+            f"{tuple(info.image_size)}"
+        )
     served = fold_batchnorm(model) if fold else model
     fn = serving_function(
         served,

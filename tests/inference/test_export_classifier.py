@@ -118,6 +118,9 @@ def test_bad_arguments(classifier, tmp_path):
         export_model(classifier, tmp_path / "x")
     with pytest.raises(ValueError, match="top_k must be an int >= 1; got 0"):
         export_model(classifier, tmp_path / "x", info=INFO, top_k=0)
+    wrong = ModelInfo(task="classification", class_names=tuple("abcde"), image_size=(64, 64))
+    with pytest.raises(ValueError, match=r"input size \(32, 32\) differs .* \(64, 64\)"):
+        export_model(classifier, tmp_path / "x", info=wrong)
     assert not (tmp_path / "x").exists()
 
 
