@@ -21,7 +21,8 @@ best; the kept boxes are clipped. That is `postprocess` exactly, ties included
 and rejected: it orders equal scores differently (within a class and across classes), so a
 cut at `max_per_class` or `max_total` among tied boxes kept other boxes than the numpy path;
 it also converts to TFLite only as a Flex (TensorFlow select) op, where
-`non_max_suppression_with_scores` is TFLite's built-in `NON_MAX_SUPPRESSION_V5`.
+`non_max_suppression_with_scores` is TFLite's built-in `NON_MAX_SUPPRESSION_V5` (whose
+kernel, unlike TensorFlow's, may keep other boxes among exactly equal scores).
 """
 
 from __future__ import annotations
