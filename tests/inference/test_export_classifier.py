@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -15,6 +18,7 @@ from cvbench.inference import export as export_lib
 from cvbench.inference.export import export_model
 from cvbench.models import resnet18
 
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 INFO = ModelInfo(task="classification", class_names=tuple("abcde"), image_size=(32, 32))
 
 
@@ -128,3 +132,30 @@ def test_another_backend_is_refused(classifier, tmp_path, monkeypatch):
     monkeypatch.setattr(export_lib, "_backend", lambda: "jax")
     with pytest.raises(RuntimeError, match="export needs the TensorFlow backend"):
         export_model(classifier, tmp_path / "x", info=INFO)
+
+
+def test_under_jax_export_raises(tmp_path):
+    code = (
+        "import keras\n"
+        "from cvbench.inference import ModelInfo\n"
+        "from cvbench.inference.export import export_model\n"
+        "assert keras.config.backend() == 'jax'\n"
+        "model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),"
+        " keras.layers.Dense(5)])\n"
+        "info = ModelInfo(task='classification', class_names=tuple('abcde'),"
+        " image_size=(32, 32))\n"
+        "try:\n"
+        "    export_model(model, 'out', info=info)\n"
+        "except RuntimeError as e:\n"
+        "    print(e)\n"
+    )
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(ROOT)}
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == (
+        "export needs the TensorFlow backend (KERAS_BACKEND=jax); the .keras file loads on "
+        "TensorFlow: export it there"
+    )
+    assert not (tmp_path / "out").exists()

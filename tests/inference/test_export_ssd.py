@@ -140,6 +140,7 @@ def test_tflite_postprocessing_equals_numpy(tmp_path):
     assert_same_detections(got, postprocess(codes, logits, ANCHORS_64, **post))
 
 
+@pytest.mark.slow  # two exports and a TFLite conversion of the SSD: 15-50 s here
 def test_tflite_ssd_matches_the_saved_model(tiny_ssd, tmp_path):
     # The whole SSD in TFLite: its convolutions (XNNPACK) round differently from
     # TensorFlow's by about 1e-6, which may swap two detections whose scores are that
