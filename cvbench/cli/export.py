@@ -1,0 +1,63 @@
+"""`cvbench export`: a serving SavedModel or TFLite file of a `.keras` model file (see
+`cvbench.inference.export`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cvbench.cli import CLIError
+from cvbench.cli.args import positive_int
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Adds the `export` subcommand."""
+    p = subparsers.add_parser(
+        "export",
+        help="write a serving SavedModel or TFLite file of a model file",
+        description="Exports a cvbench .keras model file for serving: the signature takes "
+        "uint8 (B, H, W, 3) images already resized to the model's input size and returns "
+        "probabilities and top-k classes (classifiers) or decoded, NMS-ed boxes, scores, "
+        "classes and num_detections (SSDs). Batch norms are folded into the convolutions.",
+    )
+    p.add_argument("model", metavar="MODEL", help="a .keras model file written by cvbench")
+    p.add_argument(
+        "--format",
+        choices=("saved_model", "tflite"),
+        default="saved_model",
+        help="saved_model (a directory) or tflite (a file); default saved_model",
+    )
+    p.add_argument("--output", required=True, metavar="PATH", help="directory or file to write")
+    p.add_argument("--top-k", type=positive_int, default=5, help="classes per image (default 5)")
+    p.add_argument(
+        "--score-threshold",
+        type=float,
+        default=None,
+        metavar="T",
+        help="detectors: keep boxes scoring above T (default: the model file's)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output")
+    p.set_defaults(func=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    from cvbench.inference.export import export_model
+
+    model = Path(args.model)
+    if not model.is_file():
+        raise CLIError(f"no model file {model}")
+    try:
+        written = export_model(
+            model,
+            args.output,
+            format=args.format,
+            top_k=args.top_k,
+            score_threshold=args.score_threshold,
+            overwrite=args.overwrite,
+        )
+    except FileExistsError as e:
+        raise CLIError(f"{e}".replace("overwrite=True", "--overwrite")) from None
+    except RuntimeError as e:  # another Keras backend
+        raise CLIError(str(e)) from None
+    print(f"wrote {written}")
+    return 0

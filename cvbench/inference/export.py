@@ -1,0 +1,210 @@
+"""Serving export: a SavedModel (TF Serving, `tf.saved_model.load`) or a TFLite file whose
+signature takes uint8 images and returns what a client uses (see `cvbench.inference.serving`
+for the inputs and outputs): probabilities and top-k for classifiers; decoded, NMS-ed,
+clipped boxes (`[ymin, xmin, ymax, xmax]` normalized to `[0, 1]`, as the OD API's exported
+detectors), scores, classes and counts for SSDs.
+
+The exported graph runs the model with its batch norms folded into the convolutions before
+them (`cvbench.inference.fold_batchnorm`). Export needs TensorFlow: under another Keras
+backend it raises (the `.keras` file loads on TensorFlow: run the export there).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cvbench.detection.anchors import multiscale_anchors
+from cvbench.inference import serving
+from cvbench.inference.fold_batchnorm import fold_batchnorm
+from cvbench.utils.model_file import ModelInfo, load_model
+
+FORMATS = ("saved_model", "tflite")
+#: Name of the serving signature (TF Serving's default).
+SIGNATURE = "serving_default"
+
+
+def export_model(
+    model_or_path: Any,
+    out: str | os.PathLike,
+    *,
+    format: str = "saved_model",
+    info: ModelInfo | None = None,
+    top_k: int = 5,
+    score_threshold: float | None = None,
+    fold: bool = True,
+    overwrite: bool = False,
+) -> Path:
+    """Writes a serving export of a classifier or an SSD.
+
+    Args:
+        model_or_path: a Keras model, or the path of a `.keras` model file (its `ModelInfo`
+            is used unless `info` is given).
+        out: the SavedModel directory, or the `.tflite` file, to write (atomically: written
+            under a temporary name beside it and renamed).
+        format: "saved_model" or "tflite".
+        info: the model's `ModelInfo` (task, input size, post-processing); required with a
+            model object.
+        top_k: classifiers: classes returned per image (at most the class count).
+        score_threshold: SSDs: replaces the stored post-processing's score threshold.
+        fold: fold the batch norms into the convolutions (`fold_batchnorm`).
+        overwrite: replace an existing `out`.
+
+    Returns:
+        The path written.
+
+    Raises:
+        RuntimeError: under a Keras backend other than TensorFlow.
+        ValueError: for a bad format, `top_k` or threshold, a missing `info`, or an
+            `info.image_size` that is not the model's input size.
+        FileExistsError: if `out` exists and `overwrite` is False.
+    """
+    if _backend() != "tensorflow":
+        raise RuntimeError(
+            f"export needs the TensorFlow backend (KERAS_BACKEND={_backend()}); "
+            "the .keras file loads on TensorFlow: export it there"
+        )
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}; got {format!r}")
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; pass overwrite=True to replace it")
+    model = model_or_path
+    if isinstance(model_or_path, (str, os.PathLike)):
+        import cvbench.detection.ssd  # noqa: F401  (registers the layers a model file may hold)
+        import cvbench.models  # noqa: F401
+
+        model, stored = load_model(model_or_path)
+        info = info or stored
+        if info is None:
+            raise ValueError(
+                f"{model_or_path} holds no ModelInfo (no cvbench.json entry): save it with "
+                "cvbench.inference.save_model(model, path, info)"
+            )
+    if info is None:
+        raise ValueError("export needs the model's ModelInfo: pass info= (or a model file)")
+    size = tuple(getattr(model, "input_shape", (None, None, None))[1:3])
+    if None not in size and size != tuple(info.image_size):
+        raise ValueError(
+            f"the model's input size {size} differs from the ModelInfo's image_size "
+            f"{tuple(info.image_size)}"
+        )
+    served = fold_batchnorm(model) if fold else model
+    fn = serving_function(
+        served,
+        info,
+        top_k=top_k,
+        score_threshold=score_threshold,
+        probabilities=_ends_in_softmax(model),
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        saved = staging / "saved_model"
+        _write_saved_model(served, fn, saved)
+        if format == "saved_model":
+            result = saved
+        else:
+            result = staging / "model.tflite"
+            result.write_bytes(to_tflite(saved))
+        _chmod_for_umask(result)
+        if out.exists():
+            shutil.rmtree(out) if out.is_dir() else out.unlink()
+        result.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def serving_function(
+    model: Any,
+    info: ModelInfo,
+    *,
+    top_k: int = 5,
+    score_threshold: float | None = None,
+    probabilities: bool = False,
+) -> Any:
+    """The serving `tf.function` of `model`: uint8 `(B, H, W, 3)` images -> the outputs of
+    `cvbench.inference.serving` for `info.task`.
+
+    Raises:
+        ValueError: for `top_k` below 1 (above the class count gives every class) or a
+            threshold outside `[0, 1)`.
+    """
+    import tensorflow as tf
+
+    height, width = info.image_size
+    spec = tf.TensorSpec((None, height, width, 3), tf.uint8, name="images")
+    if info.task == "classification":
+        if isinstance(top_k, bool) or not (isinstance(top_k, int) and top_k >= 1):
+            raise ValueError(f"top_k must be an int >= 1; got {top_k!r}")
+        k = min(top_k, info.num_classes)
+
+        def classify(images):
+            logits = model(tf.cast(images, tf.float32), training=False)
+            return serving.classifier_outputs(logits, top_k=k, probabilities=probabilities)
+
+        return tf.function(classify, input_signature=[spec])
+    post = dict(info.detection["postprocess"])
+    if score_threshold is not None:
+        if not 0.0 <= float(score_threshold) < 1.0:
+            raise ValueError(f"score_threshold must be in [0, 1); got {score_threshold!r}")
+        post["score_threshold"] = float(score_threshold)
+    anchors = multiscale_anchors(info.image_size, **info.detection["anchors"])
+    scales = tuple(info.detection["scales"])
+
+    def detect(images):
+        outputs = model(tf.cast(images, tf.float32), training=False)
+        return serving.detections(
+            outputs["boxes"], outputs["classes"], anchors, scales=scales, **post
+        )
+
+    return tf.function(detect, input_signature=[spec])
+
+
+def to_tflite(saved_model: str | os.PathLike) -> bytes:
+    """A float32 TFLite flatbuffer of a SavedModel's serving signature, TFLite built-in ops
+    only (the SSD's NMS is `NON_MAX_SUPPRESSION_V5`; an op without a built-in fails the
+    conversion instead of needing the Flex delegate at run time)."""
+    import tensorflow as tf
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(
+        str(saved_model), signature_keys=[SIGNATURE]
+    )
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    return converter.convert()
+
+
+def _backend() -> str:
+    import keras
+
+    return keras.config.backend()
+
+
+def _write_saved_model(model: Any, fn: Any, path: Path) -> None:
+    import keras
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(SIGNATURE, fn)
+    archive.write_out(str(path), verbose=False)
+
+
+def _ends_in_softmax(model: Any) -> bool:
+    import keras
+
+    last = model.layers[-1] if getattr(model, "layers", None) else None
+    return getattr(last, "activation", None) is keras.activations.softmax
+
+
+def _chmod_for_umask(path: Path) -> None:
+    """Gives `path` (a file, or a directory tree) the permissions the user's umask allows
+    (`mkdtemp` creates 0o700)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    paths = [path, *path.rglob("*")] if path.is_dir() else [path]
+    for p in paths:
+        os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~umask)

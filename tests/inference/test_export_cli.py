@@ -1,0 +1,56 @@
+"""`cvbench export`: flags reach `export_model`; errors are one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import cvbench.cli as cli
+from cvbench.inference import ModelInfo, save_model
+from cvbench.models import resnet18
+
+
+@pytest.fixture(autouse=True)
+def with_export_command(monkeypatch):
+    monkeypatch.setattr(cli, "_COMMAND_MODULES", ("cvbench.cli.export",))
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    model = resnet18(input_shape=(32, 32, 3), num_classes=4, classifier_activation=None)
+    info = ModelInfo(task="classification", class_names=tuple("abcd"), image_size=(32, 32))
+    return save_model(model, tmp_path / "m.keras", info)
+
+
+def test_exports_a_model_file(model_file, tmp_path, capsys):
+    out = tmp_path / "served"
+    assert cli.main(["export", str(model_file), "--output", str(out), "--top-k", "2"]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out}"
+    serve = tf.saved_model.load(str(out)).signatures["serving_default"]
+    result = serve(images=tf.zeros((1, 32, 32, 3), tf.uint8))
+    assert result["top_k_indices"].shape == (1, 2)
+    np.testing.assert_allclose(result["probabilities"].numpy().sum(), 1.0, rtol=1e-5)
+
+
+def test_errors_are_one_line(model_file, tmp_path, capsys):
+    missing = tmp_path / "nope.keras"
+    assert cli.main(["export", str(missing), "--output", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == f"cvbench: error: no model file {missing}"
+    (tmp_path / "o").mkdir()
+    assert cli.main(["export", str(model_file), "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"cvbench: error: {tmp_path / 'o'} exists; pass --overwrite to replace it"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["export", str(model_file), "--output", "x", "--format", "onnx"])
+    assert exit_info.value.code == 2 and "invalid choice: 'onnx'" in capsys.readouterr().err
+
+
+def test_a_file_without_model_info_is_an_error(tmp_path, capsys):
+    bare = resnet18(input_shape=(32, 32, 3), num_classes=4)
+    path = save_model(bare, tmp_path / "bare.keras")  # no cvbench.json
+    assert cli.main(["export", str(path), "--output", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"cvbench: error: {path} holds no ModelInfo (no cvbench.json entry): save it with "
+        "cvbench.inference.save_model(model, path, info)"
+    )
