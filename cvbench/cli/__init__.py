@@ -33,6 +33,7 @@ _COMMAND_MODULES = (
     "cvbench.cli.benchmark",
     "cvbench.cli.demo",
     "cvbench.cli.predict",
+    "cvbench.cli.export",
 )
 
 

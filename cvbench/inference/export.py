@@ -92,7 +92,7 @@ def export_model(
             f"the model's input size {size} differs from the ModelInfo's image_size "
             f"{tuple(info.image_size)}"
         )
-    served = fold_batchnorm(model) if fold else model
+    served = fold_batchnorm(_plain_or_same(model)) if fold else model
     fn = serving_function(
         served,
         info,
@@ -208,3 +208,15 @@ def _chmod_for_umask(path: Path) -> None:
     paths = [path, *path.rglob("*")] if path.is_dir() else [path]
     for p in paths:
         os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~umask)
+
+
+def _plain_or_same(model: Any) -> Any:
+    """`model` as built-in Keras layers (`to_plain_keras`: the SSD's pyramid and head become
+    functional graphs whose batch norms can fold), or `model` itself when it holds a layer
+    that has no built-in form (then only the batch norms folding can reach are folded)."""
+    from cvbench.utils.plain_keras import to_plain_keras
+
+    try:
+        return to_plain_keras(model)
+    except ValueError:
+        return model

@@ -70,6 +70,15 @@ def test_ssd_folds_its_backbone_and_keeps_the_composites():
     assert set(got) == {"boxes", "classes"}
     for key in expected:
         np.testing.assert_allclose(np.asarray(got[key]), np.asarray(expected[key]), 1e-4, 1e-4)
+    # Its plain copy (what export folds) has the composites as functional graphs: all 44 fold,
+    # the head's shared convolutions getting one folded copy per level.
+    from cvbench.utils.plain_keras import to_plain_keras
+
+    plain_folded = fold_batchnorm(to_plain_keras(model))
+    assert count_batchnorms(plain_folded) == 0
+    got = plain_folded(x)
+    for key in expected:
+        np.testing.assert_allclose(np.asarray(got[key]), np.asarray(expected[key]), 1e-4, 1e-4)
 
 
 def test_a_shared_convolution_gets_one_folded_copy_per_batchnorm():
