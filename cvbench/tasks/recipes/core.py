@@ -179,7 +179,8 @@ class EvalKnobs:
 
 @dataclass(frozen=True)
 class DetectionKnobs:
-    """SSD: starting point, batch norm, augmentation, box limits, post-processing, L2."""
+    """SSD: starting point, batch norm, augmentation, box limits, post-processing, L2, and
+    the fixed parts of the model and loss (preprocessing means, box coder, focal loss, head)."""
 
     backbone: str
     backbone_weights: str | None
@@ -198,6 +199,13 @@ class DetectionKnobs:
     l2_weight: float
     activation: str
     backbone_activation: str
+    channel_means: tuple[float, float, float]
+    box_coder_scales: tuple[float, float, float, float]
+    focal_alpha: float
+    focal_gamma: float
+    class_bias_init: float
+    head_bn_momentum: float
+    head_bn_epsilon: float
 
 
 PARTS = (

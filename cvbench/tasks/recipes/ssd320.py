@@ -85,6 +85,18 @@ SOURCES = {
         168,
         note="the conv hyperparams (RELU_6) override slim's; resnet_v1.py:135 relu after adds",
     ),
+    "detection.channel_means": _src(
+        "models/research/object_detection/models/ssd_resnet_v1_fpn_feature_extractor.py",
+        128,
+        129,
+        note="resized_inputs - channel_means",
+    ),
+    "detection.box_coder_scales": _cfg(27, 30),
+    "detection.focal_alpha": _cfg(122),
+    "detection.focal_gamma": _cfg(123),
+    "detection.class_bias_init": _cfg(66),
+    "detection.head_bn_momentum": _cfg(82, note="batch norm decay, FPN too (line 113)"),
+    "detection.head_bn_epsilon": _cfg(83, note="FPN too (line 114)"),
 }
 
 SSD320_V12 = Recipe(
@@ -123,6 +135,13 @@ SSD320_V12 = Recipe(
         l2_weight=4e-4,
         activation="relu6",
         backbone_activation="relu",
+        channel_means=(123.68, 116.779, 103.939),
+        box_coder_scales=(10.0, 10.0, 5.0, 5.0),
+        focal_alpha=0.25,
+        focal_gamma=2.0,
+        class_bias_init=-4.6,
+        head_bn_momentum=0.997,
+        head_bn_epsilon=0.001,
     ),
     sources=SOURCES,
     deviations=(
