@@ -66,7 +66,12 @@ def format_list(items: list[Any]) -> str:
 
 
 def format_value(value: Any) -> str:
-    """A knob value as written in the recipe: `256`, `3.0517578125e-05`, `(0.75, 1.33)`."""
+    """A knob value as written in the recipe.
+
+    Example:
+        >>> format_value(3.0517578125e-05), format_value((0.75, 1.33)), format_value(None)
+        ('3.0517578125e-05', '(0.75, 1.33)', 'None')
+    """
     if isinstance(value, tuple):
         return "(" + ", ".join(format_value(v) for v in value) + ")"
     return str(value)

@@ -4,6 +4,8 @@ consumer, checked against the consumers' real signatures and cvbench's own const
 from __future__ import annotations
 
 import dataclasses
+import doctest
+import importlib
 import inspect
 
 import pytest
@@ -275,3 +277,10 @@ def test_plan_describe_and_batch_override():
         "global batch 128 = 1 x 128, peak LR 0.128, 10009 steps per epoch, 900810 steps, "
         "warmup 80072 steps from 0"
     )
+
+
+@pytest.mark.parametrize("module", ["cvbench.tasks.recipes", "cvbench.cli.recipes"])
+def test_docstring_examples(module):
+    outcome = doctest.testmod(importlib.import_module(module))
+    assert outcome.attempted > 0
+    assert outcome.failed == 0
