@@ -1,0 +1,264 @@
+"""A recipe's knobs as each consumer takes them, and the run it makes at a given global batch.
+
+One function per consumer, so that wiring a recipe into a run is these calls:
+
+- `plan(recipe, num_gpus=..., train_images=...)` -> `RecipePlan`: global batch, peak rate,
+  steps per epoch, total and warmup steps (the scaling the CLI prints under horovodrun);
+- `model_kwargs` -> the model builder (`cvbench.zoo.get_model` / `ssd320`);
+- `optimizer_config` -> `cvbench.training.config.OptimizerConfig`;
+- `schedule_kwargs` -> `ScheduleConfig(**...)`; `train_config_kwargs` -> `TrainConfig`;
+- `loss_kwargs` -> `cvbench.training.losses.SparseCrossEntropy`; `mixup_kwargs` -> mixup;
+- `preprocessing_kwargs` -> `cvbench.data.preprocessing.ImagePreprocessing`.
+
+`reference_learning_rate` is the reference's own formula (DLE's `learning_rate.py`, the OD
+API's `cosine_decay_with_warmup`, nvcnn's `polynomial_decay`), for checking a schedule
+against it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from cvbench.tasks.recipes.core import CLASSIFICATION, Recipe
+from cvbench.training.config import OptimizerConfig
+
+
+@dataclass(frozen=True)
+class RecipePlan:
+    """A recipe at one global batch.
+
+    Attributes:
+        num_gpus: ranks (GPUs) of the run.
+        batch_per_gpu: images per rank and step.
+        global_batch: `num_gpus * batch_per_gpu`.
+        peak_lr: the rate after the warmup (scaled from the recipe's base rate).
+        steps_per_epoch: `train_images // global_batch`, as DLE and nvcnn count them.
+        total_steps: training steps in all.
+        warmup_steps: steps of the linear warmup.
+        warmup_start_lr: the rate at step 0.
+    """
+
+    num_gpus: int
+    batch_per_gpu: int
+    global_batch: int
+    peak_lr: float
+    steps_per_epoch: int
+    total_steps: int
+    warmup_steps: int
+    warmup_start_lr: float
+
+    def describe(self) -> str:
+        """One line for the run's log, e.g. `global batch 2048 = 8 x 256, ...`."""
+        return (
+            f"global batch {self.global_batch} = {self.num_gpus} x {self.batch_per_gpu}, "
+            f"peak LR {self.peak_lr:g}, {self.steps_per_epoch} steps per epoch, "
+            f"{self.total_steps} steps, warmup {self.warmup_steps} steps from "
+            f"{self.warmup_start_lr:g}"
+        )
+
+
+def plan(
+    recipe: Recipe, *, num_gpus: int, train_images: int, batch_per_gpu: int | None = None
+) -> RecipePlan:
+    """The steps and rates of `recipe` on `num_gpus` ranks.
+
+    Args:
+        recipe: the recipe.
+        num_gpus: ranks of the run (`horovodrun -np`).
+        train_images: images of the training split (1,281,167 for ImageNet).
+        batch_per_gpu: images per rank and step (default: the recipe's).
+
+    Returns:
+        The plan: a recipe counted in epochs trains `epochs * steps_per_epoch` steps with
+        `int(steps_per_epoch * warmup_epochs)` warmup steps (DLE's and nvcnn's rule); one
+        counted in images trains `images // global_batch` steps with `round(warmup_fraction *
+        total_steps)` warmup steps (the SSD configurations: 12,500 / 1,000 at 8 x 32, 100,000 /
+        8,000 at 1 x 32).
+
+    Raises:
+        ValueError: a count below 1, or a global batch larger than the training split.
+    """
+    batch = recipe.run.batch_per_gpu if batch_per_gpu is None else batch_per_gpu
+    for name, value in (("num_gpus", num_gpus), ("train_images", train_images), ("batch", batch)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"plan({recipe.name!r}): {name} must be an int >= 1, got {value!r}")
+    global_batch = num_gpus * batch
+    steps_per_epoch = train_images // global_batch
+    if steps_per_epoch < 1:
+        raise ValueError(
+            f"plan({recipe.name!r}): the global batch {global_batch} is larger than the "
+            f"{train_images} training images"
+        )
+    schedule = recipe.schedule
+    if recipe.run.epochs is not None:
+        total = int(steps_per_epoch * recipe.run.epochs)
+        warmup = int(steps_per_epoch * (schedule.warmup_epochs or 0.0))
+    else:
+        total = recipe.run.images // global_batch
+        warmup = round((schedule.warmup_fraction or 0.0) * total)
+    peak = peak_learning_rate(recipe, global_batch=global_batch)
+    return RecipePlan(
+        num_gpus=num_gpus,
+        batch_per_gpu=batch,
+        global_batch=global_batch,
+        peak_lr=peak,
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total,
+        warmup_steps=warmup,
+        warmup_start_lr=schedule.warmup_start_factor * peak,
+    )
+
+
+def peak_learning_rate(recipe: Recipe, *, global_batch: int) -> float:
+    """The recipe's rate at `global_batch`: `base_lr * global_batch / reference_batch` for
+    linear scaling, `base_lr` for none."""
+    schedule = recipe.schedule
+    if schedule.scaling == "linear":
+        return schedule.base_lr * global_batch / schedule.reference_batch
+    if schedule.scaling == "none":
+        return schedule.base_lr
+    raise ValueError(f"recipe {recipe.name!r}: unknown scaling {schedule.scaling!r}")
+
+
+def reference_learning_rate(recipe: Recipe, step: int, run: RecipePlan) -> float:
+    """The rate the reference's own code gives at `step` (Python floats, no framework).
+
+    Warmup: linear from `warmup_start_lr` to `peak_lr` over `warmup_steps` (DLE
+    `learning_rate.py:59-62`, OD `learning_schedules.py:111-115`). Then the decay to
+    `end_factor * peak_lr` at `total_steps`, whose progress `t` counts from step 0 over all
+    steps (`decay_from="start"`: DLE `cosine_decay(lr, step, total)`, nvcnn
+    `polynomial_decay`) or from the end of the warmup (`"warmup_end"`: OD
+    `cos(pi (step - warmup) / (total - warmup))`): cosine `(1 + cos(pi t)) / 2`, polynomial
+    `(1 - t) ** power`; 0 after `total_steps`.
+    """
+    schedule = recipe.schedule
+    if step < run.warmup_steps:
+        return run.warmup_start_lr + (run.peak_lr - run.warmup_start_lr) * step / run.warmup_steps
+    if step > run.total_steps:
+        return 0.0
+    if schedule.decay_from == "start":
+        t = step / run.total_steps
+    else:
+        t = (step - run.warmup_steps) / max(run.total_steps - run.warmup_steps, 1)
+    if schedule.decay == "cosine":
+        shape = 0.5 * (1.0 + math.cos(math.pi * t))
+    elif schedule.decay == "polynomial":
+        shape = (1.0 - t) ** schedule.power
+    else:
+        raise ValueError(f"recipe {recipe.name!r}: no reference formula for {schedule.decay!r}")
+    end = schedule.end_factor * run.peak_lr
+    return end + (run.peak_lr - end) * shape
+
+
+def model_kwargs(recipe: Recipe) -> dict[str, Any]:
+    """Keyword arguments of the model builder: `get_model(recipe.model, **...)`."""
+    if recipe.task == CLASSIFICATION:
+        m = recipe.model_knobs
+        kwargs = {
+            "num_classes": m.num_classes,
+            "bn_momentum": m.bn_momentum,
+            "bn_epsilon": m.bn_epsilon,
+            "bn_scale": m.bn_scale,
+            "conv_initializer": m.conv_initializer,
+            "dense_initializer": m.dense_initializer,
+            "weights": m.weights,
+        }
+        if m.last_block_pooling is not None:
+            kwargs["last_block_pooling"] = m.last_block_pooling
+        return kwargs
+    d = recipe.detection
+    return {
+        "num_classes": d.num_classes,
+        "backbone": d.backbone,
+        "image_size": d.image_size,
+        "freeze_batchnorm": d.freeze_batchnorm,
+        "backbone_weights": d.backbone_weights,
+        "weight_decay": d.l2_weight,
+    }
+
+
+def optimizer_config(recipe: Recipe) -> OptimizerConfig:
+    """The recipe's update rule; fields the recipe leaves None keep OptimizerConfig's default."""
+    o = recipe.optimizer
+    fields = {
+        "name": o.name,
+        "momentum": o.momentum,
+        "nesterov": o.nesterov,
+        "weight_decay": o.weight_decay,
+        "decay_bias": o.decay_bias,
+        "decay_batchnorm": o.decay_batchnorm,
+        "larc_eta": o.larc_eta,
+        "larc_mode": o.larc_mode,
+        "larc_epsilon": o.larc_epsilon,
+    }
+    return OptimizerConfig(**{k: v for k, v in fields.items() if v is not None})
+
+
+def schedule_kwargs(recipe: Recipe, run: RecipePlan) -> dict[str, Any]:
+    """Keyword arguments of `ScheduleConfig` for `run` (warmup in steps, as planned).
+
+    A recipe without scaling gets `reference_batch = run.global_batch`, so that the Trainer's
+    `base_lr * global / reference` is its base rate unchanged."""
+    s = recipe.schedule
+    kwargs = {
+        "base_lr": s.base_lr,
+        "reference_batch": s.reference_batch if s.scaling == "linear" else run.global_batch,
+        "warmup_steps": run.warmup_steps,
+        "warmup_start_factor": s.warmup_start_factor,
+        "decay": s.decay,
+        "decay_from": s.decay_from,
+        "end_factor": s.end_factor,
+    }
+    if s.power is not None:
+        kwargs["power"] = s.power
+    return kwargs
+
+
+def train_config_kwargs(recipe: Recipe) -> dict[str, Any]:
+    """Keyword arguments of `TrainConfig`: loss scaling (static `loss_scale` when not
+    dynamic; a dynamic recipe without a value keeps TrainConfig's initial scale)."""
+    kwargs: dict[str, Any] = {"dynamic_loss_scale": recipe.loss.dynamic_loss_scale}
+    if recipe.loss.loss_scale is not None:
+        kwargs["loss_scale"] = recipe.loss.loss_scale
+    return kwargs
+
+
+def loss_kwargs(recipe: Recipe) -> dict[str, Any]:
+    """Keyword arguments of `SparseCrossEntropy` (classification recipes)."""
+    return {
+        "label_smoothing": recipe.loss.label_smoothing,
+        "smoothing_classes": recipe.loss.smoothing_classes,
+    }
+
+
+def mixup_kwargs(recipe: Recipe) -> dict[str, Any] | None:
+    """`{"alpha": ...}` for the recipe's mixup, or None when it has none (alpha 0)."""
+    alpha = recipe.loss.mixup_alpha
+    return {"alpha": alpha} if alpha else None
+
+
+_PREPROCESSING_FIELDS = (
+    "aspect_ratio_range",
+    "area_range",
+    "min_object_covered",
+    "max_attempts",
+    "eval_crop",
+    "crop_fraction",
+    "input_scaling",
+    "mean",
+    "std",
+    "resize_method",
+    "dct_method",
+    "fancy_upscaling",
+)
+
+
+def preprocessing_kwargs(recipe: Recipe) -> dict[str, Any]:
+    """Keyword arguments of `ImagePreprocessing` (classification recipes); `mean` / `std`
+    only where the recipe sets them (`input_scaling="mean_std"`). The input size is the
+    task's `image_size` (`recipe.preprocessing.image_size`)."""
+    p = recipe.preprocessing
+    values = {name: getattr(p, name) for name in _PREPROCESSING_FIELDS}
+    return {k: v for k, v in values.items() if v is not None}

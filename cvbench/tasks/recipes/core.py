@@ -1,0 +1,347 @@
+"""The parts of a named recipe: frozen knobs, each with the source of its reference value.
+
+A `Recipe` holds *our* value of every knob that affects accuracy, grouped in frozen parts
+(`RunKnobs`, `OptimizerKnobs`, `ScheduleKnobs`, `LossKnobs`, and `ModelKnobs` +
+`PreprocessingKnobs` + `EvalKnobs` for classification or `DetectionKnobs` for detection).
+Knobs are named `part.field` (`schedule.decay_from`). Every knob whose value is not None has a
+`Source` (repository, file, line at a commit); a None knob is not part of that recipe. Where we
+deliberately differ from the reference, a `Deviation` records the reference value and why; so
+`Recipe.reference_value(knob)` is the reference's value of every knob.
+
+The values are plain data (strings, numbers, tuples): `consumers.py` turns them into the
+keyword arguments of each consumer (model builder, optimizer, schedule, loss, input pipeline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+CLASSIFICATION, DETECTION = "classification", "detection"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a reference value is written.
+
+    Attributes:
+        repo: GitHub `owner/name`.
+        path: file inside the repository.
+        line: first line of the value; `last` the last line when it spans several.
+        commit: the commit read (40 hex digits).
+        note: what the line says, when the value is derived from it (e.g. `0.0693312 / 0.16`).
+    """
+
+    repo: str
+    path: str
+    line: int
+    commit: str
+    last: int | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.line, int) or self.line < 1:
+            raise ValueError(f"Source.line must be an int >= 1, got {self.line!r}")
+        if self.last is not None and (not isinstance(self.last, int) or self.last < self.line):
+            raise ValueError(f"Source.last must be an int >= line {self.line}, got {self.last!r}")
+
+    @property
+    def lines(self) -> str:
+        """`"28"` or `"89-101"`."""
+        return str(self.line) if self.last is None else f"{self.line}-{self.last}"
+
+    def __str__(self) -> str:
+        text = f"{self.repo} {self.path}:{self.lines}"
+        return f"{text} ({self.note})" if self.note else text
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """A knob where the recipe deliberately differs from its reference.
+
+    Attributes:
+        knob: the knob's name (`eval.drop_remainder`).
+        reference: the reference's value (the recipe holds ours).
+        reason: why we differ, and how to get the reference's behaviour.
+    """
+
+    knob: str
+    reference: Any
+    reason: str
+
+
+@dataclass(frozen=True)
+class RunKnobs:
+    """How long and how wide: `batch_per_gpu` images per GPU on `reference_gpus` GPUs, for
+    `epochs` epochs or `images` training images in all (steps = images / global batch)."""
+
+    batch_per_gpu: int
+    reference_gpus: int
+    precision: str
+    epochs: float | None = None
+    images: int | None = None
+
+
+@dataclass(frozen=True)
+class OptimizerKnobs:
+    """The update rule (the names of `cvbench.training.config.OptimizerConfig`); weight decay
+    is L2 in the loss, `weight_decay * sum(w ** 2) / 2` over the variables it applies to."""
+
+    name: str
+    momentum: float
+    nesterov: bool
+    weight_decay: float
+    decay_bias: bool | None = None
+    decay_batchnorm: bool | None = None
+    larc_eta: float | None = None
+    larc_mode: str | None = None
+    larc_epsilon: float | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleKnobs:
+    """The learning rate: `base_lr` for a global batch of `reference_batch`, scaled by
+    `scaling` ("linear": x global / reference; "none": as given), a linear warmup of
+    `warmup_epochs` epochs or `warmup_fraction` of the steps from `warmup_start_factor` x the
+    peak, then `decay` to `end_factor` x the peak, counted from `decay_from` ("start": step 0
+    over all steps, as DLE's cosine; "warmup_end": after the warmup, as the OD API's)."""
+
+    base_lr: float
+    reference_batch: int
+    scaling: str
+    decay: str
+    decay_from: str
+    warmup_start_factor: float = 0.0
+    warmup_epochs: float | None = None
+    warmup_fraction: float | None = None
+    power: float | None = None
+    end_factor: float = 0.0
+
+
+@dataclass(frozen=True)
+class LossKnobs:
+    """Label smoothing over `smoothing_classes` (None: the model's classes), mixup's alpha
+    (0: off) and loss scaling (`dynamic_loss_scale`, else the static `loss_scale`)."""
+
+    dynamic_loss_scale: bool
+    label_smoothing: float = 0.0
+    smoothing_classes: int | None = None
+    mixup_alpha: float = 0.0
+    loss_scale: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelKnobs:
+    """Builder arguments of a classification model (`cvbench.models`)."""
+
+    num_classes: int
+    bn_momentum: float
+    bn_epsilon: float
+    bn_scale: bool
+    conv_initializer: str
+    dense_initializer: str
+    last_block_pooling: str | None = None
+    weights: str | None = None
+
+
+@dataclass(frozen=True)
+class PreprocessingKnobs:
+    """The ImageNet pipeline (the fields of `cvbench.data.preprocessing.ImagePreprocessing`,
+    plus `image_size`)."""
+
+    image_size: int
+    aspect_ratio_range: tuple[float, float]
+    area_range: tuple[float, float]
+    min_object_covered: float
+    max_attempts: int
+    eval_crop: str
+    crop_fraction: float
+    input_scaling: str
+    resize_method: str
+    dct_method: str
+    fancy_upscaling: bool
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+
+
+@dataclass(frozen=True)
+class EvalKnobs:
+    """Evaluation: `images` of the validation split, and whether the last partial batch is
+    dropped (`drop_remainder`) at `batch_size` images per step."""
+
+    images: int
+    drop_remainder: bool
+    batch_size: int | None = None
+
+
+@dataclass(frozen=True)
+class DetectionKnobs:
+    """SSD: starting point, batch norm, augmentation, box limits, post-processing, L2, and
+    the fixed parts of the model and loss (preprocessing means, box coder, focal loss, head)."""
+
+    backbone: str
+    backbone_weights: str | None
+    freeze_batchnorm: bool
+    image_size: int
+    num_classes: int
+    flip: bool
+    crop_aspect_range: tuple[float, float]
+    crop_area_range: tuple[float, float]
+    crop_min_object_covered: float
+    max_boxes: int
+    score_threshold: float
+    iou_threshold: float
+    max_per_class: int
+    max_total: int
+    l2_weight: float
+    activation: str
+    backbone_activation: str
+    channel_means: tuple[float, float, float]
+    box_coder_scales: tuple[float, float, float, float]
+    focal_alpha: float
+    focal_gamma: float
+    class_bias_init: float
+    head_bn_momentum: float
+    head_bn_epsilon: float
+
+
+PARTS = (
+    "run",
+    "optimizer",
+    "schedule",
+    "loss",
+    "model",
+    "preprocessing",
+    "eval",
+    "detection",
+)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One named recipe: every knob that affects accuracy, its value and its source.
+
+    Attributes:
+        name: the recipe's name (`resnet50_v1.5_90e`).
+        model: the cvbench model it trains (`resnet50`).
+        task: "classification" or "detection".
+        summary: one line: what it reproduces and the reference's result.
+        run, optimizer, schedule, loss: the parts every recipe has.
+        model_knobs, preprocessing, eval: classification parts (None for detection).
+        detection: the detection part (None for classification).
+        sources: knob name -> `Source`, for every knob whose value is not None.
+        deviations: the knobs where we deliberately differ from the reference.
+
+    Raises:
+        ValueError: a set knob without a source (or deviation), a source or deviation naming
+            no knob, or parts that do not fit the task.
+    """
+
+    name: str
+    model: str
+    task: str
+    summary: str
+    run: RunKnobs
+    optimizer: OptimizerKnobs
+    schedule: ScheduleKnobs
+    loss: LossKnobs
+    sources: Mapping[str, Source]
+    model_knobs: ModelKnobs | None = None
+    preprocessing: PreprocessingKnobs | None = None
+    eval: EvalKnobs | None = None
+    detection: DetectionKnobs | None = None
+    deviations: tuple[Deviation, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+        object.__setattr__(self, "deviations", tuple(self.deviations))
+        if self.task not in (CLASSIFICATION, DETECTION):
+            raise ValueError(
+                f"Recipe.task must be {CLASSIFICATION!r} or {DETECTION!r}, got {self.task!r}"
+            )
+        classification = (self.model_knobs, self.preprocessing, self.eval)
+        if self.task == CLASSIFICATION and (None in classification or self.detection):
+            raise ValueError(
+                f"recipe {self.name!r}: classification needs model_knobs, "
+                "preprocessing and eval, and no detection part"
+            )
+        if self.task == DETECTION and (
+            any(p is not None for p in classification) or not self.detection
+        ):
+            raise ValueError(f"recipe {self.name!r}: detection needs only the detection part")
+        names = dict(self.knobs())
+        deviated = {d.knob for d in self.deviations}
+        unknown = [k for k in [*self.sources, *deviated] if k not in names]
+        if unknown:
+            raise ValueError(f"recipe {self.name!r}: sources or deviations for no knob {unknown}")
+        # A set knob needs its reference's source, or a deviation that records the reference.
+        missing = [
+            k for k, v in names.items() if v is not None and k not in {*self.sources, *deviated}
+        ]
+        if missing:
+            raise ValueError(f"recipe {self.name!r}: no source for {', '.join(missing)}")
+
+    def part(self, name: str) -> Any:
+        """The part called `name` in knob names ("model" is the `model_knobs` attribute)."""
+        if name not in PARTS:
+            raise ValueError(f"unknown recipe part {name!r}; parts: {', '.join(PARTS)}")
+        return getattr(self, "model_knobs" if name == "model" else name)
+
+    def knobs(self) -> Iterator[tuple[str, Any]]:
+        """`(part.field, value)` for every field of every part the recipe has, None included."""
+        for part_name in PARTS:
+            part = self.part(part_name)
+            if part is not None:
+                for f in dataclasses.fields(part):
+                    yield f"{part_name}.{f.name}", getattr(part, f.name)
+
+    def value(self, knob: str) -> Any:
+        """Our value of `knob` (`"schedule.decay_from"`).
+
+        Raises:
+            ValueError: naming the knob when the recipe has no such knob.
+        """
+        found = dict(self.knobs())
+        if knob not in found:
+            raise ValueError(
+                f"recipe {self.name!r} has no knob {knob!r}; knobs: {', '.join(found)}"
+            )
+        return found[knob]
+
+    def deviation(self, knob: str) -> Deviation | None:
+        """The deliberate difference on `knob`, or None where we follow the reference."""
+        return next((d for d in self.deviations if d.knob == knob), None)
+
+    def reference_value(self, knob: str) -> Any:
+        """The reference's value of `knob`: ours unless a `Deviation` says otherwise."""
+        value = self.value(knob)
+        deviation = self.deviation(knob)
+        return value if deviation is None else deviation.reference
+
+    def override(self, changes: Mapping[str, Any], *, reason: str) -> Recipe:
+        """A copy with knobs set (`{"run.batch_per_gpu": 128}`); each one that then differs
+        from the reference is recorded as a `Deviation` with `reason` (e.g. "--batch-size").
+
+        Raises:
+            ValueError: naming an unknown knob, or a knob of a part this recipe lacks.
+        """
+        parts: dict[str, dict[str, Any]] = {}
+        deviations = {d.knob: d for d in self.deviations}
+        for knob, value in changes.items():
+            self.value(knob)  # raises for an unknown knob
+            part_name, _, field_name = knob.partition(".")
+            parts.setdefault(part_name, {})[field_name] = value
+            reference = self.reference_value(knob)
+            deviations.pop(knob, None)
+            if value != reference:
+                deviations[knob] = Deviation(knob, reference, reason)
+        replaced = {
+            ("model_knobs" if name == "model" else name): dataclasses.replace(
+                self.part(name), **fields
+            )
+            for name, fields in parts.items()
+        }
+        return dataclasses.replace(self, **replaced, deviations=tuple(deviations.values()))
