@@ -34,6 +34,7 @@ _COMMAND_MODULES = (
     "cvbench.cli.demo",
     "cvbench.cli.predict",
     "cvbench.cli.export",
+    "cvbench.cli.recipes",
 )
 
 
