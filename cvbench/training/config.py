@@ -31,6 +31,7 @@ PRECISION_ALIASES = {
 OPTIMIZERS = ("sgd", "lars")
 LARC_MODES = ("clip", "scale")
 DECAYS = ("cosine", "polynomial", "step", "constant")
+DECAY_FROM = ("warmup_end", "start")
 COMPRESSIONS = ("none", "fp16")
 
 
@@ -100,6 +101,12 @@ class ScheduleConfig:
     The peak rate is `base_lr * global_batch / reference_batch`; the warmup rises linearly
     from `warmup_start_factor * peak` at step 0 to `peak` at the end of the warmup.
 
+    `decay_from` says where the cosine/polynomial decay starts counting: "warmup_end" (the
+    decay spans the steps after the warmup and starts at the peak) or "start" (NVIDIA
+    DeepLearningExamples' `utils/learning_rate.py`: the decay spans all steps from step 0 and
+    the warmup replaces its first steps, so the rate drops from just under the peak to the
+    decayed value `cos(pi * warmup / total)` when the warmup ends; mid-run it is half the peak).
+
     Attributes:
         base_lr: rate for a global batch of `reference_batch` images.
         reference_batch: the batch `base_lr` refers to (256, as in NVIDIA's recipes).
@@ -110,6 +117,7 @@ class ScheduleConfig:
             `decay_rate` at each boundary) or "constant".
         power: exponent of the polynomial decay.
         end_factor: final rate of cosine/polynomial decay, as a fraction of the peak.
+        decay_from: "warmup_end" or "start" (see above).
         boundaries_epochs: step-decay boundaries in epochs, increasing.
         decay_rate: factor applied at each step-decay boundary.
     """
@@ -122,11 +130,13 @@ class ScheduleConfig:
     decay: str = "cosine"
     power: float = 2.0
     end_factor: float = 0.0
+    decay_from: str = "warmup_end"
     boundaries_epochs: tuple[float, ...] = ()
     decay_rate: float = 0.1
 
     def __post_init__(self) -> None:
         _check_choice("ScheduleConfig", "decay", self.decay, DECAYS)
+        _check_choice("ScheduleConfig", "decay_from", self.decay_from, DECAY_FROM)
         _check_non_negative(
             "ScheduleConfig",
             base_lr=self.base_lr,
