@@ -193,9 +193,14 @@ class TrainConfig:
         jit_compile: XLA-compile the train step: "auto" lets Keras decide (off under Horovod,
             whose operations have no XLA kernels in this build).
         compression: "fp16" compresses gradients for the allreduce; only with
-            mixed_float16, where dynamic loss scaling catches the overflows it can cause.
-        loss_scale: initial dynamic loss scale (mixed_float16).
-        loss_scale_growth_steps: finite steps before the loss scale doubles.
+            mixed_float16, where loss scaling skips the steps whose gradients it overflows
+            (and a dynamic scale halves).
+        dynamic_loss_scale: mixed_float16 loss scaling: True, dynamic (starts at `loss_scale`,
+            halves on a non-finite step, doubles after `loss_scale_growth_steps` finite ones);
+            False, static at `loss_scale` (NVIDIA's ResNet-50 scripts: 128). Either way a step
+            with non-finite gradients is skipped.
+        loss_scale: initial dynamic loss scale, or the static one (mixed_float16).
+        loss_scale_growth_steps: finite steps before a dynamic loss scale doubles.
         export: write `model.keras` (and a SavedModel on TensorFlow) at the end of `fit`.
     """
 
@@ -211,6 +216,7 @@ class TrainConfig:
     deterministic: bool = False
     jit_compile: bool | str = "auto"
     compression: str = "none"
+    dynamic_loss_scale: bool = True
     loss_scale: float = 2.0**15
     loss_scale_growth_steps: int = 2000
     export: bool = True
@@ -232,6 +238,11 @@ class TrainConfig:
         if self.jit_compile not in (True, False, "auto"):
             raise ValueError(
                 f"TrainConfig.jit_compile must be True, False or 'auto', got {self.jit_compile!r}"
+            )
+        if not isinstance(self.dynamic_loss_scale, bool):
+            raise ValueError(
+                f"TrainConfig.dynamic_loss_scale must be True or False, "
+                f"got {self.dynamic_loss_scale!r}"
             )
         if not (isinstance(self.loss_scale, (int, float)) and self.loss_scale > 0):
             raise ValueError(f"TrainConfig.loss_scale must be > 0, got {self.loss_scale!r}")
