@@ -4,6 +4,8 @@ The scale never changes: a non-finite step is skipped (as under dynamic scaling)
 halving it, and finite steps never double it.
 """
 
+import shutil
+
 import keras
 import numpy as np
 import pytest
@@ -124,3 +126,22 @@ def test_config_round_trip_and_bad_values():
     assert type(dynamic) is keras.optimizers.LossScaleOptimizer
     assert (dynamic.initial_scale, dynamic.dynamic_growth_steps) == (2.0**15, 2000)
     assert TrainConfig().dynamic_loss_scale is True
+
+
+@pytest.mark.filterwarnings("ignore:precision mixed_float16 without a GPU")
+def test_a_static_run_resumes_from_its_checkpoint(tmp_path):
+    x, y = blobs(16)
+    settings = dict(dynamic_loss_scale=False, export=False, checkpoint_every=2, keep_checkpoints=9)
+    full = fp16_trainer(log_dir=str(tmp_path / "full"), **settings)
+    full.fit((x, y), epochs=2, batch_size=4)  # 8 steps, checkpoints every 2
+    # A run that stopped after step 2 has only that checkpoint.
+    (tmp_path / "cut" / "checkpoints").mkdir(parents=True)
+    name = "ckpt-0000000002.npz"
+    shutil.copy(tmp_path / "full" / "checkpoints" / name, tmp_path / "cut" / "checkpoints" / name)
+    resumed = fp16_trainer(log_dir=str(tmp_path / "cut"), resume=True, **settings)
+    resumed.fit((x, y), epochs=2, batch_size=4)
+    assert resumed.state["step"] == 8 and int(numpy(resumed.optimizer.iterations)) == 8
+    assert isinstance(resumed.optimizer, StaticLossScaleOptimizer)
+    assert resumed.loss_scale == 128.0
+    for a, b in zip(full.model.variables, resumed.model.variables, strict=True):
+        np.testing.assert_allclose(numpy(a.value), numpy(b.value), rtol=1e-5, atol=1e-6)
