@@ -20,7 +20,8 @@ batch is mixed in the input pipeline and the loss smooths the mixed labels
 Randomness is stateless: `lambda` comes from two `tf.random.stateless_gamma` draws
 (`Beta(a, a) = X / (X + Y)` for `X, Y ~ Gamma(a)`, the construction of TF1's
 `tf.distributions.Beta` that DLE calls) with a seed per batch from the dataset's seed stream
-(`seed`, made per rank with `reader.rank_seed`), so a seed gives the same weights on every run.
+(`seed`, made per rank and kept apart from the augmentation's stream), so a seed gives the
+same weights on every run.
 
 `alpha = 0` means no mixup (DLE: `if mixup != 0`): the dataset is returned as it is, with its
 integer labels.
@@ -30,9 +31,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import tensorflow as tf
 
-from cvbench.data.reader import rank_seed
+# Mixed into the seed, so the weights' stream is not the augmentation's (`imagenet_dataset`
+# derives its per-example seeds from the same user seed and rank).
+_STREAM = 0x6D69787570  # "mixup"
 
 
 def _check_alpha(alpha: float) -> float:
@@ -167,9 +171,9 @@ def mixup(
     num_classes = _check_classes(num_classes)
     if alpha == 0:
         return dataset
-    seeds = tf.data.Dataset.random(
-        seed=rank_seed(seed, shard_index), rerandomize_each_iteration=True
-    ).batch(2)
+    if seed is not None:
+        seed = int(np.random.SeedSequence([seed, shard_index, _STREAM]).generate_state(1)[0])
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
 
     def mix(element, pair):
         images, labels, *rest = element
