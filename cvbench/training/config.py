@@ -31,6 +31,7 @@ PRECISION_ALIASES = {
 OPTIMIZERS = ("sgd", "lars")
 LARC_MODES = ("clip", "scale")
 DECAYS = ("cosine", "polynomial", "step", "constant")
+DECAY_FROM = ("warmup_end", "start")
 COMPRESSIONS = ("none", "fp16")
 
 
@@ -100,6 +101,12 @@ class ScheduleConfig:
     The peak rate is `base_lr * global_batch / reference_batch`; the warmup rises linearly
     from `warmup_start_factor * peak` at step 0 to `peak` at the end of the warmup.
 
+    `decay_from` says where the cosine/polynomial decay starts counting: "warmup_end" (the
+    decay spans the steps after the warmup and starts at the peak) or "start" (NVIDIA
+    DeepLearningExamples' `utils/learning_rate.py`: the decay spans all steps from step 0 and
+    the warmup replaces its first steps, so the rate drops from just under the peak to the
+    decayed value `cos(pi * warmup / total)` when the warmup ends; mid-run it is half the peak).
+
     Attributes:
         base_lr: rate for a global batch of `reference_batch` images.
         reference_batch: the batch `base_lr` refers to (256, as in NVIDIA's recipes).
@@ -110,6 +117,7 @@ class ScheduleConfig:
             `decay_rate` at each boundary) or "constant".
         power: exponent of the polynomial decay.
         end_factor: final rate of cosine/polynomial decay, as a fraction of the peak.
+        decay_from: "warmup_end" or "start" (see above).
         boundaries_epochs: step-decay boundaries in epochs, increasing.
         decay_rate: factor applied at each step-decay boundary.
     """
@@ -122,11 +130,13 @@ class ScheduleConfig:
     decay: str = "cosine"
     power: float = 2.0
     end_factor: float = 0.0
+    decay_from: str = "warmup_end"
     boundaries_epochs: tuple[float, ...] = ()
     decay_rate: float = 0.1
 
     def __post_init__(self) -> None:
         _check_choice("ScheduleConfig", "decay", self.decay, DECAYS)
+        _check_choice("ScheduleConfig", "decay_from", self.decay_from, DECAY_FROM)
         _check_non_negative(
             "ScheduleConfig",
             base_lr=self.base_lr,
@@ -183,9 +193,14 @@ class TrainConfig:
         jit_compile: XLA-compile the train step: "auto" lets Keras decide (off under Horovod,
             whose operations have no XLA kernels in this build).
         compression: "fp16" compresses gradients for the allreduce; only with
-            mixed_float16, where dynamic loss scaling catches the overflows it can cause.
-        loss_scale: initial dynamic loss scale (mixed_float16).
-        loss_scale_growth_steps: finite steps before the loss scale doubles.
+            mixed_float16, where loss scaling skips the steps whose gradients it overflows
+            (and a dynamic scale halves).
+        dynamic_loss_scale: mixed_float16 loss scaling: True, dynamic (starts at `loss_scale`,
+            halves on a non-finite step, doubles after `loss_scale_growth_steps` finite ones);
+            False, static at `loss_scale` (NVIDIA's ResNet-50 scripts: 128). Either way a step
+            with non-finite gradients is skipped.
+        loss_scale: initial dynamic loss scale, or the static one (mixed_float16).
+        loss_scale_growth_steps: finite steps before a dynamic loss scale doubles.
         export: write `model.keras` (and a SavedModel on TensorFlow) at the end of `fit`.
     """
 
@@ -201,6 +216,7 @@ class TrainConfig:
     deterministic: bool = False
     jit_compile: bool | str = "auto"
     compression: str = "none"
+    dynamic_loss_scale: bool = True
     loss_scale: float = 2.0**15
     loss_scale_growth_steps: int = 2000
     export: bool = True
@@ -222,6 +238,11 @@ class TrainConfig:
         if self.jit_compile not in (True, False, "auto"):
             raise ValueError(
                 f"TrainConfig.jit_compile must be True, False or 'auto', got {self.jit_compile!r}"
+            )
+        if not isinstance(self.dynamic_loss_scale, bool):
+            raise ValueError(
+                f"TrainConfig.dynamic_loss_scale must be True or False, "
+                f"got {self.dynamic_loss_scale!r}"
             )
         if not (isinstance(self.loss_scale, (int, float)) and self.loss_scale > 0):
             raise ValueError(f"TrainConfig.loss_scale must be > 0, got {self.loss_scale!r}")

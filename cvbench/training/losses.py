@@ -1,4 +1,4 @@
-"""Classification loss: softmax cross-entropy on integer labels, with label smoothing."""
+"""Classification loss: softmax cross-entropy on integer or soft labels, with label smoothing."""
 
 from __future__ import annotations
 
@@ -8,53 +8,111 @@ from keras import ops
 
 @keras.saving.register_keras_serializable(package="cvbench")
 class SparseCrossEntropy(keras.losses.Loss):
-    """Softmax cross-entropy from logits and integer labels, with label smoothing.
+    """Softmax cross-entropy from logits and integer or soft labels, with label smoothing.
 
-    With smoothing `s` over `C` classes the target is `(1 - s) * one_hot + s / C`, as in
-    `keras.losses.CategoricalCrossentropy(label_smoothing=s)` and NVIDIA's recipe (s = 0.1).
-    Computed in float32 whatever the logits' dtype.
+    With smoothing `s` the target of class `i` is `(1 - s) * y_i + s / K`, where `y` is the
+    one-hot encoding of an integer label (or the soft label itself) and `K` is
+    `smoothing_classes` (default: the model's `C` outputs, as in
+    `keras.losses.CategoricalCrossentropy(label_smoothing=s)`). Computed in float32 whatever
+    the logits' dtype.
+
+    `smoothing_classes=1001` reproduces NVIDIA DeepLearningExamples' ResNet-50 v1.5
+    (TensorFlow/Classification/ConvNets `model/resnet.py` l.151-153 smooths over
+    `n_classes=1001`, `main.py` l.61, one output more than the 1,000 labels, which are
+    0-based, `utils/dali_utils.py` l.159) on a model with the 1,000 outputs only. The mass
+    `s * (K - C) / K` of the missing outputs is dropped, not renormalized: then the loss is
+    DLE's up to a term that does not depend on the model's `C` logits, and its gradient with
+    respect to them is DLE's, `p_i - t_i`, whenever DLE's extra output sits at its target
+    probability `s / K` (the only value it ever learns, since no label names it: it is where
+    its own gradient vanishes). Both losses have the same minimizer, `softmax = t / sum(t)`.
+    Renormalizing the target would scale the gradient by `1 / sum(t)`; smoothing over the
+    1,000 outputs instead changes the target itself (0.1 / 1000 vs 0.1 / 1001 off the label).
 
     Example:
         >>> loss = SparseCrossEntropy(label_smoothing=0.0)
         >>> round(float(loss([0], [[0.0, 0.0]])), 4)  # -log(1/2)
         0.6931
+        >>> round(float(loss([[0.5, 0.5]], [[0.0, 0.0]])), 4)  # a soft label (mixup)
+        0.6931
 
     Args:
         label_smoothing: `s` in [0, 1).
+        smoothing_classes: `K`, the number of classes `s` is spread over, at least the
+            model's `C` outputs; None: `C`.
         name: loss name.
         **kwargs: `keras.losses.Loss` arguments (reduction).
 
     Call arguments:
-        y_true: [batch] integer labels in [0, C).
+        y_true: [batch] integer labels in [0, C), or [batch, C] soft labels (rows of class
+            probabilities summing to 1, e.g. mixup's): labels shaped like the logits are soft
+            (so a [batch, 1] integer label with C = 1 is read as soft; it is the same target).
         y_pred: [batch, C] logits.
 
-    A label outside [0, C) one-hot encodes to zeros and gets a loss of 0: the loss does not
-    check (an assertion inside the train step made TensorFlow's deterministic runs differ
+    Raises:
+        ValueError: at construction, for `s` outside [0, 1) or `K` not a positive int; at the
+            call, for `K` below the logits' `C` or soft labels whose width is not `C`.
+
+    An integer label outside [0, C) one-hot encodes to zeros and gets a loss of 0: the loss does
+    not check (an assertion inside the train step made TensorFlow's deterministic runs differ
     between processes, and XLA and JAX drop run-time assertions anyway). The input pipeline
     does: `imagenet_dataset(num_classes=C)`, which the classification task always passes,
     raises an error naming the label, the class count, the file and the record.
     """
 
     def __init__(
-        self, label_smoothing: float = 0.0, name: str = "sparse_cross_entropy", **kwargs
+        self,
+        label_smoothing: float = 0.0,
+        smoothing_classes: int | None = None,
+        name: str = "sparse_cross_entropy",
+        **kwargs,
     ) -> None:
         super().__init__(name=name, **kwargs)
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing!r}")
+        if smoothing_classes is not None and (
+            isinstance(smoothing_classes, bool)
+            or not isinstance(smoothing_classes, int)
+            or smoothing_classes < 1
+        ):
+            raise ValueError(
+                f"smoothing_classes must be a positive int or None, got {smoothing_classes!r}"
+            )
         self.label_smoothing = float(label_smoothing)
+        self.smoothing_classes = smoothing_classes
 
     def call(self, y_true, y_pred):
         logits = ops.cast(y_pred, "float32")
-        num_classes = ops.shape(logits)[-1]
-        labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
-        target = ops.one_hot(labels, num_classes, dtype="float32")
+        y_true = ops.convert_to_tensor(y_true)
+        num_classes = logits.shape[-1]
+        if len(y_true.shape) == len(logits.shape) and y_true.shape[-1] == num_classes:
+            target = ops.cast(y_true, "float32")
+        elif len(y_true.shape) == len(logits.shape) and y_true.shape[-1] != 1:
+            raise ValueError(
+                f"soft labels must have the logits' {num_classes} classes, got labels of "
+                f"shape {tuple(y_true.shape)} for logits of shape {tuple(logits.shape)}"
+            )
+        else:
+            labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
+            target = ops.one_hot(labels, ops.shape(logits)[-1], dtype="float32")
         if self.label_smoothing:
             s = self.label_smoothing
-            target = target * (1.0 - s) + s / ops.cast(num_classes, "float32")
+            spread = self._spread(num_classes, ops.shape(logits)[-1])
+            target = target * (1.0 - s) + s / spread
         log_probs = ops.log_softmax(logits, axis=-1)
         return -ops.sum(target * log_probs, axis=-1)
+
+    def _spread(self, static_classes, dynamic_classes):
+        if self.smoothing_classes is None:
+            return ops.cast(dynamic_classes, "float32")
+        if static_classes is not None and self.smoothing_classes < static_classes:
+            raise ValueError(
+                f"smoothing_classes={self.smoothing_classes} is below the logits' "
+                f"{static_classes} classes"
+            )
+        return float(self.smoothing_classes)
 
     def get_config(self) -> dict:
         config = super().get_config()
         config["label_smoothing"] = self.label_smoothing
+        config["smoothing_classes"] = self.smoothing_classes
         return config

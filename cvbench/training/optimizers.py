@@ -24,6 +24,7 @@ import keras
 from keras import ops
 
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
+from cvbench.training.precision import loss_scale_optimizer
 from cvbench.training.schedules import build_schedule
 
 _NORMALIZATION_LAYERS = (
@@ -273,8 +274,9 @@ def assemble_optimizer(
     epochs: int,
 ) -> keras.optimizers.Optimizer:
     """The Trainer's optimizer: `spec` (a config built with its schedule, or a ready one),
-    wrapped in `LossScaleOptimizer` under mixed_float16 (`config.loss_scale` and growth
-    steps), then given the distribution's gradient averaging (outermost).
+    wrapped in loss scaling under mixed_float16 (`config.dynamic_loss_scale`,
+    `config.loss_scale` and growth steps: `precision.loss_scale_optimizer`), then given the
+    distribution's gradient averaging (outermost).
 
     Raises:
         ValueError: a schedule in epochs without `steps_per_epoch`.
@@ -296,10 +298,11 @@ def assemble_optimizer(
     if precision == "mixed_float16" and not isinstance(
         optimizer, keras.optimizers.LossScaleOptimizer
     ):
-        optimizer = keras.optimizers.LossScaleOptimizer(
+        optimizer = loss_scale_optimizer(
             optimizer,
-            initial_scale=config.loss_scale,
-            dynamic_growth_steps=config.loss_scale_growth_steps,
+            dynamic=config.dynamic_loss_scale,
+            scale=config.loss_scale,
+            growth_steps=config.loss_scale_growth_steps,
         )
     return distribution.wrap_optimizer(optimizer, config.compression)
 

@@ -1,7 +1,8 @@
 """Precision policies: which one to use, building a model under it, loss scaling.
 
-- "mixed_float16": float16 compute, float32 variables, dynamic loss scaling
-  (`keras.optimizers.LossScaleOptimizer`).
+- "mixed_float16": float16 compute, float32 variables, loss scaling: dynamic
+  (`keras.optimizers.LossScaleOptimizer`) or static (`StaticLossScaleOptimizer`, NVIDIA
+  DeepLearningExamples' `--static_loss_scale 128`); see `loss_scale_optimizer`.
 - "mixed_bfloat16": bfloat16 compute, float32 variables, no loss scaling (bfloat16 has
   float32's exponent range).
 - "float32": everything in float32.
@@ -14,11 +15,13 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import keras
+from keras import ops
 
 from cvbench.training.config import canonical_precision
 
@@ -175,3 +178,122 @@ def check_model_policy(model: keras.Model, policy: str) -> None:
             f"{policy!r}: pass a function that builds the model instead, so that the Trainer "
             "creates the layers under the policy"
         )
+
+
+@keras.saving.register_keras_serializable(package="cvbench")
+class StaticLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+    """Loss scaling by a fixed factor: the loss times `scale`, the gradients divided by it.
+
+    NVIDIA DeepLearningExamples' ResNet-50 recipes pass `--static_loss_scale 128`
+    (TensorFlow/Classification/ConvNets, `utils/optimizers.py` `FixedLossScalerOptimizer`).
+    That optimizer applies whatever gradients come out, so one overflow writes inf/NaN into
+    the weights for good. Here, as under dynamic scaling, a step whose gradients are not finite
+    is skipped (no variable changes; `iterations` does not advance, which is how the
+    Trainer's whole-step check sees it) but the scale stays `scale`: it never halves or grows.
+
+    It is a `keras.optimizers.LossScaleOptimizer` (same variables, so checkpoints keep their
+    layout, and everything that looks for one, Horovod's gradient averaging included, finds
+    it); the arithmetic uses the constant `scale`, not the `dynamic_scale` variable, so a
+    checkpoint written under dynamic scaling cannot change it.
+
+    Example:
+        >>> inner = keras.optimizers.SGD(0.1)
+        >>> opt = StaticLossScaleOptimizer(inner, scale=128.0)
+        >>> float(opt.scale_loss(2.0))
+        256.0
+
+    Args:
+        inner_optimizer: the optimizer that applies the unscaled gradients.
+        scale: the loss scale, > 0.
+        name: optimizer name.
+
+    Raises:
+        ValueError: for a scale that is not a finite number > 0.
+    """
+
+    def __init__(self, inner_optimizer, scale: float = 128.0, name: str | None = None, **kwargs):
+        if (
+            isinstance(scale, bool)
+            or not isinstance(scale, (int, float))
+            or not math.isfinite(scale)
+            or scale <= 0
+        ):
+            raise ValueError(f"the static loss scale must be a finite number > 0, got {scale!r}")
+        super().__init__(
+            inner_optimizer, initial_scale=float(scale), dynamic_growth_steps=1, name=name, **kwargs
+        )
+        self.scale = float(scale)
+
+    def scale_loss(self, loss):
+        return ops.multiply(loss, self.scale)
+
+    def _unscaled(self, grads, trainable_variables):
+        return [
+            g
+            if g is None or self._overwrite_variable_with_gradient(v)
+            else ops.divide(g, self.scale)
+            for g, v in zip(grads, trainable_variables, strict=True)
+        ]
+
+    # The four handlers of keras' LossScaleOptimizer (keras 3 `loss_scale_optimizer.py`), with
+    # the updates of the scale and its growth counter left out.
+    def _stateful_handle_finite_grads(self, grads, trainable_variables):
+        variables = trainable_variables or self._trainable_variables
+        self.inner_optimizer.apply(
+            self._unscaled(grads, variables), trainable_variables=trainable_variables
+        )
+
+    def _stateful_handle_non_finite_grads(self):
+        return None
+
+    def _stateless_handle_finite_grads(self, optimizer_variables, grads, trainable_variables):
+        mapping = list(zip(self.variables, optimizer_variables, strict=True))
+        with keras.StatelessScope(state_mapping=mapping):
+            new_trainable, new_inner = self.inner_optimizer.stateless_apply(
+                self.inner_optimizer.variables,
+                self._unscaled(grads, self._trainable_variables),
+                trainable_variables,
+            )
+        own = list(optimizer_variables[: len(self._variables)])
+        return list(new_trainable), own + list(new_inner)
+
+    def _stateless_handle_non_finite_grads(self, optimizer_variables, trainable_variables):
+        return list(trainable_variables), list(optimizer_variables)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        del config["initial_scale"], config["dynamic_growth_steps"]
+        config["scale"] = self.scale
+        return config
+
+
+def loss_scale_optimizer(
+    optimizer: keras.optimizers.Optimizer,
+    *,
+    dynamic: bool,
+    scale: float,
+    growth_steps: int,
+) -> keras.optimizers.LossScaleOptimizer:
+    """Wraps `optimizer` in loss scaling for mixed_float16.
+
+    Args:
+        optimizer: the update rule.
+        dynamic: True: `keras.optimizers.LossScaleOptimizer` starting at `scale`, halved on
+            each non-finite step and doubled after `growth_steps` finite ones; False:
+            `StaticLossScaleOptimizer(scale)`.
+        scale: the initial (dynamic) or fixed (static) loss scale.
+        growth_steps: finite steps before a dynamic scale doubles (unused when static).
+
+    Returns:
+        The wrapping optimizer; either kind skips a step whose gradients are not finite.
+
+    Raises:
+        ValueError: for `dynamic` not a bool, or a bad static scale.
+    """
+    if not isinstance(dynamic, bool):
+        raise ValueError(f"dynamic must be True or False, got {dynamic!r}")
+    if not dynamic:
+        return StaticLossScaleOptimizer(optimizer, scale=scale)
+    return keras.optimizers.LossScaleOptimizer(
+        optimizer, initial_scale=scale, dynamic_growth_steps=growth_steps
+    )

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import keras
 from keras import ops
 
-from cvbench.training.config import DECAYS, ScheduleConfig
+from cvbench.training.config import DECAY_FROM, DECAYS, ScheduleConfig
 
 
 @keras.saving.register_keras_serializable(package="cvbench")
@@ -21,8 +21,10 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup to `peak_lr`, then a decay until `total_steps`.
 
     - step < warmup_steps: `peak * (start + (1 - start) * step / warmup_steps)`.
-    - afterwards, with `t = (step - warmup_steps) / (total_steps - warmup_steps)` clipped to
-      [0, 1] and `end = end_factor * peak`:
+    - afterwards, with `t = (step - warmup_steps) / (total_steps - warmup_steps)`
+      (`decay_from="warmup_end"`) or `t = step / total_steps` (`decay_from="start"`, NVIDIA
+      DeepLearningExamples' ConvNets `utils/learning_rate.py`), clipped to [0, 1], and
+      `end = end_factor * peak`:
       cosine `end + (peak - end) * (1 + cos(pi t)) / 2`;
       polynomial `end + (peak - end) * (1 - t) ** power`;
       step `peak * decay_rate ** (number of boundaries <= step)`;
@@ -41,6 +43,8 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         warmup_start_factor: rate at step 0 as a fraction of the peak.
         power: polynomial exponent.
         end_factor: final rate as a fraction of the peak (cosine/polynomial).
+        decay_from: "warmup_end" (the decay spans the steps after the warmup) or "start"
+            (it spans all `total_steps` and the warmup covers its first steps).
         boundaries: step-decay boundaries in steps, increasing.
         decay_rate: factor applied at each boundary.
     """
@@ -55,11 +59,14 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         warmup_start_factor: float = 0.0,
         power: float = 2.0,
         end_factor: float = 0.0,
+        decay_from: str = "warmup_end",
         boundaries: Sequence[int] = (),
         decay_rate: float = 0.1,
     ) -> None:
         if decay not in DECAYS:
             raise ValueError(f"decay must be one of {DECAYS}, got {decay!r}")
+        if decay_from not in DECAY_FROM:
+            raise ValueError(f"decay_from must be one of {DECAY_FROM}, got {decay_from!r}")
         if warmup_steps < 0 or total_steps < 1:
             raise ValueError(
                 f"need warmup_steps >= 0 and total_steps >= 1, got warmup_steps={warmup_steps!r}"
@@ -79,14 +86,16 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_start_factor = float(warmup_start_factor)
         self.power = float(power)
         self.end_factor = float(end_factor)
+        self.decay_from = decay_from
         self.boundaries = boundaries
         self.decay_rate = float(decay_rate)
 
     def _decayed(self, step):
         peak = self.peak_lr
         end = self.end_factor * peak
-        span = max(self.total_steps - self.warmup_steps, 1)
-        t = ops.clip((step - float(self.warmup_steps)) / float(span), 0.0, 1.0)
+        first = 0 if self.decay_from == "start" else self.warmup_steps
+        span = max(self.total_steps - first, 1)
+        t = ops.clip((step - float(first)) / float(span), 0.0, 1.0)
         if self.decay == "cosine":
             return end + (peak - end) * 0.5 * (1.0 + ops.cos(math.pi * t))
         if self.decay == "polynomial":
@@ -117,6 +126,7 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "warmup_start_factor": self.warmup_start_factor,
             "power": self.power,
             "end_factor": self.end_factor,
+            "decay_from": self.decay_from,
             "boundaries": list(self.boundaries),
             "decay_rate": self.decay_rate,
         }
@@ -161,6 +171,7 @@ def build_schedule(
         warmup_start_factor=config.warmup_start_factor,
         power=config.power,
         end_factor=config.end_factor,
+        decay_from=config.decay_from,
         boundaries=boundaries,
         decay_rate=config.decay_rate,
     )

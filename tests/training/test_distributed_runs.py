@@ -72,6 +72,13 @@ def test_two_horovod_ranks_train_like_one_process_and_fail_together(tmp_path):
     assert (int(o1["step"]), int(o1["iterations"]), float(o1["loss_scale"])) == (6, 5, 128.0)
     for a, b in zip(over0, over1, strict=True):
         np.testing.assert_array_equal(a, b)
+    # A static scale: the same step skipped on both ranks, the scale left at 256.
+    static0, s0 = weights(tmp_path / "static0.npz")
+    static1, s1 = weights(tmp_path / "static1.npz")
+    assert (int(s0["step"]), int(s0["iterations"]), float(s0["loss_scale"])) == (6, 5, 256.0)
+    assert (int(s1["step"]), int(s1["iterations"]), float(s1["loss_scale"])) == (6, 5, 256.0)
+    for a, b in zip(static0, static1, strict=True):
+        np.testing.assert_array_equal(a, b)
 
     # Rank 1 exits abruptly: rank 0 fails with a clear error and the job ends non-zero quickly.
     assert run.returncode != 0

@@ -160,6 +160,17 @@ def run_horovod(args: argparse.Namespace) -> None:
     )
     fp16.fit((x16, y), epochs=1, batch_size=BATCH, shuffle=False)
     save_state(os.path.join(args.out, f"overflow{fp16.rank}.npz"), fp16)
+    # 3b. The same under a static loss scale (NVIDIA's --static_loss_scale): skipped alike.
+    static = make_trainer(
+        seed=5,
+        distribution="horovod",
+        precision="mixed_float16",
+        loss_scale=256.0,
+        dynamic_loss_scale=False,
+        compression="fp16",
+    )
+    static.fit((x16, y), epochs=1, batch_size=BATCH, shuffle=False)
+    save_state(os.path.join(args.out, f"static{static.rank}.npz"), static)
     # 4. A rank dies.
     dying = make_trainer(seed=6, distribution="horovod")
     callbacks = [ExitAtBatch(2)] if dying.rank == 1 else []
