@@ -37,6 +37,7 @@ Where each concept lives:
                         the builders (named so that `build_imagenet` / `build_coco` here are
                         always the functions, never the modules).
     dataset_info.py     the metadata file the builders write beside the records.
+    mixup.py            DLE's batch mixup (a Beta weight per image, reversed partners).
     sharded_writer.py   the generic parallel, resumable shard writer (`write_sharded`,
                         `SplitSpec`, `Skip`, `WriteSummary`) the builders share;
                         worker_pool.py its in-order `map` on worker processes.
@@ -70,6 +71,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "CorruptRecordCounter": ("cvbench.data.corrupt", "CorruptRecordCounter"),
     "DatasetInfo": ("cvbench.data.dataset_info", "DatasetInfo"),
     "read_dataset_info": ("cvbench.data.dataset_info", "read_dataset_info"),
+    "mixup": ("cvbench.data.mixup", "mixup"),
 }
 
 __all__ = sorted(_LAZY)

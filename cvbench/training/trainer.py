@@ -5,7 +5,7 @@ runs on TensorFlow (with or without Horovod) and on JAX (one process). What the 
 around it:
 
 - precision: the model is built under the dtype policy; mixed_float16 wraps the optimizer in
-  `keras.optimizers.LossScaleOptimizer` (dynamic scaling);
+  `keras.optimizers.LossScaleOptimizer` (dynamic or static loss scaling);
 - distribution (`cvbench.training.distributed`): gradients averaged inside the optimizer
   before the loss-scale check, rank 0's variables broadcast at the start and after a resume,
   metrics averaged over ranks, only rank 0 printing and writing, all ranks stopping together;
@@ -176,7 +176,7 @@ class Trainer:
 
     @property
     def loss_scale(self) -> float | None:
-        """The current dynamic loss scale (mixed_float16), else None."""
+        """The current loss scale (dynamic or static, mixed_float16), else None."""
         if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer) and self.optimizer.built:
             return float(keras.ops.convert_to_numpy(self.optimizer.dynamic_scale))
         return None
