@@ -83,7 +83,8 @@ class ImagePreprocessing:
     Both: `input_scaling` "mean_std" (`(x - mean) / std` per channel) or "inception"
     (`x * (1 / 127.5) - 1`, nvcnn's `input_layer`: [0, 255] -> [-1, 1]; `mean` and `std`
     unused); JPEG bytes decoded with `dct_method` and `fancy_upscaling` (TensorFlow's
-    defaults; DLE and nvcnn use "INTEGER_FAST" and False), other formats decoded whole.
+    defaults; DLE and nvcnn pass "INTEGER_FAST", TensorFlow's default IDCT anyway, and
+    False), other formats decoded whole.
 
     Args:
         aspect_ratio_range: (low, high) crop width / height, 0 < low <= high.
@@ -100,10 +101,12 @@ class ImagePreprocessing:
             cubic and Lanczos kernels can overshoot [0, 255]; nothing clips.
         flip: random left-right flip in training (before resizing, DLE's order; after it for
             "bilinear_tf1", nvcnn's order, since that resize is not mirror-symmetric).
-        dct_method: the JPEG decoder's IDCT: "" (TensorFlow's default), "INTEGER_FAST",
-            "INTEGER_ACCURATE".
+        dct_method: the JPEG decoder's IDCT: "" (TensorFlow's default, which is its
+            "INTEGER_FAST": `decode_image_op.cc`, "The TensorFlow-chosen default for JPEG
+            decoding is IFAST"; the same pixels), "INTEGER_FAST", "INTEGER_ACCURATE"
+            (libjpeg's slow integer IDCT: slightly different pixels).
         fancy_upscaling: the JPEG decoder interpolates subsampled chroma (True, default)
-            or replicates it (False).
+            or replicates it (False, DLE's and nvcnn's).
 
     Raises:
         ValueError: a field out of range or of the wrong type (the message names the value).

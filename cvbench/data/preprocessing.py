@@ -50,12 +50,13 @@ ASPECT_RATIO_RANGE = DEFAULT.aspect_ratio_range  # (0.75, 1.33)
 AREA_RANGE = DEFAULT.area_range  # (0.05, 1.0)
 MAX_ATTEMPTS = DEFAULT.max_attempts  # 100
 
-# The JPEG decoder options of NVIDIA's TensorFlow scripts (faster integer IDCT, no
-# interpolation of the chroma planes): DLE `TensorFlow/Classification/ConvNets/utils/
-# image_processing.py` lines 48-49 (`_decode_jpeg`, used by `preprocess_image_record` for
-# training and evaluation), nvcnn_hvd.py v1.1 `decode_jpeg`. The pipelines here keep
-# TensorFlow's defaults unless `ImagePreprocessing(dct_method=..., fancy_upscaling=...)` says
-# otherwise; the input benchmark measures both.
+# The JPEG decoder options of NVIDIA's TensorFlow scripts: the fast integer IDCT (which is
+# TensorFlow's default anyway) and no interpolation of the chroma planes. DLE
+# `TensorFlow/Classification/ConvNets/utils/image_processing.py` lines 48-49 (`_decode_jpeg`,
+# which `preprocess_image_record` uses for training and evaluation); nvcnn_hvd.py v1.1
+# `decode_jpeg`. The pipelines keep TensorFlow's defaults unless
+# `ImagePreprocessing(dct_method=..., fancy_upscaling=...)` says otherwise; the input
+# benchmark measures both.
 NVIDIA_JPEG_OPTIONS = {"dct_method": "INTEGER_FAST", "fancy_upscaling": False}
 
 
