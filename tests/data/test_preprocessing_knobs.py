@@ -488,3 +488,16 @@ def test_decoder_options_leave_other_formats_alone(tf, pp):
     p = ImagePreprocessing(**RAW, crop_fraction=1.0, **pp.NVIDIA_JPEG_OPTIONS)
     out = pp.preprocess_for_eval(tf.constant(_png(array)), image_size=16, preprocessing=p)
     np.testing.assert_array_equal(out.numpy(), array.astype(np.float32))
+
+
+def test_the_dataclass_imports_without_tensorflow():
+    # A recipe (cvbench.tasks, which loads no TensorFlow) can hold an ImagePreprocessing.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from cvbench.data.image_preprocessing import ImagePreprocessing; "
+        "ImagePreprocessing.nvcnn_inception_v3(); print('tensorflow' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
