@@ -325,6 +325,17 @@ def test_bilinear_tf1_samples_without_half_pixel_centres(tf, pp):
     row = tf.constant([[[0.0], [10.0]]])
     assert pp.resize(row, [1, 4], "bilinear_tf1").numpy().ravel().tolist() == [0, 5, 10, 10]
     assert pp.resize(row, [1, 4], "bilinear").numpy().ravel().tolist() == [0, 2.5, 7.5, 10]
+    # Evaluation resizes with it too, in both crops (fraction 1 on a square image: the
+    # whole image resized).
+    array = smooth_image(13, 6, 6)
+    want = pp.resize(tf.constant(array, tf.float32), [9, 9], "bilinear_tf1").numpy()
+    assert not np.array_equal(want, pp.resize(tf.constant(array), [9, 9]).numpy())
+    for crop in ("resize_then_crop", "crop_then_resize"):
+        p = ImagePreprocessing(
+            **RAW, eval_crop=crop, crop_fraction=1.0, resize_method="bilinear_tf1"
+        )
+        out = pp.preprocess_for_eval(tf.constant(_png(array)), image_size=9, preprocessing=p)
+        np.testing.assert_array_equal(out.numpy(), want)
 
 
 def test_bilinear_tf1_training_flips_after_resizing(tf, pp):
