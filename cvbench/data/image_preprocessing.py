@@ -80,7 +80,8 @@ class ImagePreprocessing:
       central `crop_fraction`, so the aspect ratio is the image's), then resized to
       `size` x `size` without keeping the aspect ratio (nvcnn's Inception V3).
 
-    Both: `input_scaling` "mean_std" (`(x - mean) / std` per channel) or "inception"
+    Both: optionally the resized image rounded down to uint8 (`quantize_uint8`, nvcnn's);
+    `input_scaling` "mean_std" (`(x - mean) / std` per channel) or "inception"
     (`x * (1 / 127.5) - 1`, nvcnn's `input_layer`: [0, 255] -> [-1, 1]; `mean` and `std`
     unused); JPEG bytes decoded with `dct_method` and `fancy_upscaling` (TensorFlow's
     defaults; DLE and nvcnn pass "INTEGER_FAST", TensorFlow's default IDCT anyway, and
@@ -107,6 +108,8 @@ class ImagePreprocessing:
             (libjpeg's slow integer IDCT: slightly different pixels).
         fancy_upscaling: the JPEG decoder interpolates subsampled chroma (True, default)
             or replicates it (False, DLE's and nvcnn's).
+        quantize_uint8: after resizing, clip to [0, 255] and cast to uint8 (truncating), as
+            nvcnn does before its scaling; False (default): the float pixels are scaled.
 
     Raises:
         ValueError: a field out of range or of the wrong type (the message names the value).
@@ -131,6 +134,7 @@ class ImagePreprocessing:
     flip: bool = True
     dct_method: str = ""
     fancy_upscaling: bool = True
+    quantize_uint8: bool = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -157,6 +161,8 @@ class ImagePreprocessing:
         _choice("dct_method", self.dct_method, DCT_METHODS)
         if not isinstance(self.fancy_upscaling, bool):
             raise ValueError(f"fancy_upscaling must be a bool, got {self.fancy_upscaling!r}")
+        if not isinstance(self.quantize_uint8, bool):
+            raise ValueError(f"quantize_uint8 must be a bool, got {self.quantize_uint8!r}")
 
     def eval_resize_size(self, image_size: int) -> int:
         """ "resize_then_crop"'s shorter side: `round(image_size / crop_fraction)`."""
@@ -178,8 +184,8 @@ class ImagePreprocessing:
         `tf.image.central_crop(image, 224./256.)` (line 340); both resized with
         `tf.image.resize_images(..., BILINEAR, align_corners=False)` (lines 353-357, TF1:
         no half-pixel centres); flip after the resize (line 408); `x * (1./127.5) - 1`
-        (line 146). nvcnn also rounds the resized image down to uint8 (lines 444-445), which
-        this pipeline does not.
+        (line 146), after `clip_by_value(images, 0., 255.)` and a cast to uint8 (lines
+        444-445, `ImagePreprocessor(dtype=tf.uint8)` line 386).
         """
         return cls(
             aspect_ratio_range=(0.8, 1.25),
@@ -190,4 +196,5 @@ class ImagePreprocessing:
             resize_method="bilinear_tf1",
             dct_method="INTEGER_FAST",
             fancy_upscaling=False,
+            quantize_uint8=True,
         )

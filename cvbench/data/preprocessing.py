@@ -26,7 +26,8 @@ Non-JPEG bytes (PNG, GIF, BMP) are decoded whole and cropped; only JPEG takes th
 Every knob of this recipe is a field of `ImagePreprocessing` (`cvbench.data.image_preprocessing`,
 re-exported here), whose defaults are the values above: the crop ranges, the evaluation crop
 ("resize_then_crop" above, or nvcnn's "crop_then_resize"), the input scaling ("mean_std" above,
-or "inception": `x / 127.5 - 1`), the resize method, the flip and the JPEG decoder options.
+or "inception": `x / 127.5 - 1`), the resize method, the flip, the JPEG decoder options and
+nvcnn's uint8 rounding.
 `preprocess_for_train` / `preprocess_for_eval` take one as `preprocessing=`.
 """
 
@@ -104,13 +105,16 @@ def scale_input(
 ) -> tf.Tensor:
     """The input scaling of `preprocessing`: "mean_std" `normalize(image, mean, std)`, or
     "inception" `image * (1 / 127.5) - 1` (nvcnn's formula: 0 -> -1, 255 -> 1), computed in
-    float32 and returned as `dtype`.
+    float32 and returned as `dtype`; with `quantize_uint8`, of the image clipped to [0, 255]
+    and cast to uint8 first (truncating, nvcnn's images).
 
     Args:
         image: [..., 3] RGB pixels in 0..255.
         preprocessing: the recipe (`input_scaling`, `mean`, `std`).
         dtype: the output dtype.
     """
+    if preprocessing.quantize_uint8:
+        image = tf.cast(tf.clip_by_value(tf.cast(image, tf.float32), 0.0, 255.0), tf.uint8)
     if preprocessing.input_scaling == "inception":
         return tf.cast(tf.cast(image, tf.float32) * (1.0 / 127.5) - 1.0, dtype)
     return normalize(image, dtype, mean=preprocessing.mean, std=preprocessing.std)

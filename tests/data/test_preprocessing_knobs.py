@@ -51,7 +51,7 @@ def test_defaults_are_the_nvidia_resnet50_pipeline(pp):
     assert p.eval_crop == "resize_then_crop" and p.crop_fraction == 0.875
     assert p.input_scaling == "mean_std" and p.resize_method == "bilinear" and p.flip
     assert p.mean == (123.68, 116.28, 103.53) and p.std == (58.395, 57.12, 57.385)
-    assert p.dct_method == "" and p.fancy_upscaling is True
+    assert p.dct_method == "" and p.fancy_upscaling is True and p.quantize_uint8 is False
     # The module constants the rest of the package reads are the same values.
     assert (p.aspect_ratio_range, p.area_range) == (pp.ASPECT_RATIO_RANGE, pp.AREA_RANGE)
     assert (pp.MIN_OBJECT_COVERED, pp.MAX_ATTEMPTS) == (0.1, 100)
@@ -94,6 +94,7 @@ def test_frozen_hashable_and_lists_become_tuples():
         ("flip", 1),
         ("dct_method", "integer_fast"),
         ("fancy_upscaling", "no"),
+        ("quantize_uint8", 0),
     ],
 )
 def test_bad_fields_raise_naming_the_value(field, value):
@@ -123,6 +124,7 @@ def test_nvcnn_inception_v3_is_the_scripts_pipeline():
         ("resize_method", "bilinear_tf1", 356),  # BILINEAR, align_corners=False, TF1 op
         ("flip", True, 408),  # random_flip_left_right, after the resize
         ("input_scaling", "inception", 146),  # x = x * (1./127.5) - 1
+        ("quantize_uint8", True, 445),  # clip_by_value(0, 255) (444), cast to uint8 (386)
     ]
     p = ImagePreprocessing.nvcnn_inception_v3()
     for knob, value, _line in reference:
@@ -373,6 +375,23 @@ def test_inception_scaling_maps_0_and_255_to_minus_1_and_1(tf, pp):
     # The default mean/std scaling maps black to -2.118 (R), not -1.
     default = pp.preprocess_for_eval(tf.constant(_png(array)), image_size=64).numpy()
     assert default.min() < -2.0
+
+
+def test_quantize_uint8_truncates_before_scaling(tf, pp):
+    # Resized pixels -3.0, 0.9, 127.99, 300.0 -> clipped, truncated to 0, 0, 127, 255 ->
+    # x / 127.5 - 1 = -1, -1, 127 / 127.5 - 1, 1.
+    image = tf.constant([[[-3.0, 0.9, 127.99], [300.0, 300.0, 300.0]]])
+    p = ImagePreprocessing(input_scaling="inception", quantize_uint8=True)
+    out = pp.scale_input(image, p).numpy()
+    np.testing.assert_allclose(out.ravel(), [-1, -1, 127 / 127.5 - 1, 1, 1, 1], atol=1e-7)
+    unquantized = pp.scale_input(image, ImagePreprocessing(input_scaling="inception")).numpy()
+    assert abs(unquantized[0, 0, 2] - (127.99 / 127.5 - 1)) < 1e-6
+    # End to end on evaluation: a bilinear upsampling of [0, 10] gives 2.5 and 7.5, which
+    # become 2 and 7 (raw pixels: mean 0, std 1).
+    row = np.array([[[0, 0, 0], [10, 10, 10]]] * 2, np.uint8)  # 2 x 2
+    q = ImagePreprocessing(**RAW, crop_fraction=1.0, quantize_uint8=True)
+    got = pp.preprocess_for_eval(tf.constant(_png(row)), image_size=4, preprocessing=q).numpy()
+    assert got[0, :, 0].tolist() == [0, 2, 7, 10]
 
 
 def test_mean_and_std_are_the_ones_given(tf, pp):
