@@ -180,7 +180,7 @@ class ImagePreprocessing:
         From the copy of `nvcnn_hvd.py` v1.1 in XuanBaby/Tensorflow-lars (commit b2e4e44):
         `decode_jpeg(fancy_upscaling=False, dct_method='INTEGER_FAST')` (lines 329-332);
         train crop `min_object_covered=0.1, aspect_ratio_range=[0.8, 1.25],
-        area_range=[0.1, 1.0], max_attempts=100` (lines 343-349); eval
+        area_range=[0.1, 1.0], max_attempts=100` (lines 342-349); eval
         `tf.image.central_crop(image, 224./256.)` (line 340); both resized with
         `tf.image.resize_images(..., BILINEAR, align_corners=False)` (lines 353-357, TF1:
         no half-pixel centres); flip after the resize (line 408); `x * (1./127.5) - 1`
