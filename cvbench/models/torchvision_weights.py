@@ -30,9 +30,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-import keras
 import numpy as np
+
+if TYPE_CHECKING:
+    import keras
 
 _BN = {
     "weight": "gamma",
@@ -138,6 +141,8 @@ def load_torchvision_weights(
         ValueError: for an unknown key, a layer or weight missing on either side, or a shape
             that differs (naming the torchvision key and both shapes).
     """
+    import keras  # here: read_state_dict works without Keras (e.g. next to torch only)
+
     names = {layer.name for layer in model.layers}
     if "conv3_block1_3_conv" in names and model.get_layer("conv3_block1_1_conv").strides != (
         1,
