@@ -217,3 +217,21 @@ def test_cvbench_own_weights_file_is_not_taken_for_keras_applications(tmp_path):
     path = tmp_path / "r18.weights.h5"
     resnet18(num_classes=3, input_shape=(32, 32, 3)).save_weights(path)
     assert not is_keras_applications_file(path)
+
+
+def test_ssd320_backbone_weights_imagenet(monkeypatch, tmp_path, resnet50_notop):
+    from cvbench.detection.ssd import ssd320
+
+    theirs, source = resnet50_notop
+    _publish(monkeypatch, tmp_path, ("resnet50", False), source)
+    model = ssd320(num_classes=3, image_size=SIZE, backbone_weights="imagenet")
+    backbone = model.get_layer("resnet50_backbone")
+    expected = keras.ops.convert_to_numpy(theirs.get_layer("conv1_conv").kernel)[:, :, ::-1, :]
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(backbone.get_layer("conv1_conv").kernel), expected
+    )
+    # The conv bias of keras.applications' file is folded into the frozen BN's moving mean.
+    mean = keras.ops.convert_to_numpy(theirs.get_layer("conv4_block2_1_bn").moving_mean)
+    bias = keras.ops.convert_to_numpy(theirs.get_layer("conv4_block2_1_conv").bias)
+    got = keras.ops.convert_to_numpy(backbone.get_layer("conv4_block2_1_bn").moving_mean)
+    np.testing.assert_allclose(got, mean - bias, rtol=1e-6, atol=1e-7)
