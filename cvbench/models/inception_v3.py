@@ -207,7 +207,7 @@ def inception_v3(
         )
     if weights == pretrained.IMAGENET:
         pretrained.check_imagenet_args(
-            "inception_v3", include_top=include_top, num_classes=num_classes
+            "inception_v3", include_top=include_top, num_classes=num_classes, bn_scale=bn_scale
         )
     m = _Unit(bn_momentum, bn_epsilon, bn_scale, conv_initializer)
 

@@ -73,7 +73,12 @@ def imagenet_models() -> list[str]:
 
 
 def check_imagenet_args(
-    name: str, *, include_top: bool, num_classes: int, variant: str | None = None
+    name: str,
+    *,
+    include_top: bool,
+    num_classes: int,
+    bn_scale: bool,
+    variant: str | None = None,
 ) -> None:
     """Checks that `weights="imagenet"` fits the requested model, before anything is built.
 
@@ -81,6 +86,8 @@ def check_imagenet_args(
         name: the cvbench model name (`"resnet50"`, `"inception_v3"`, ...).
         include_top: whether the model has the classifier.
         num_classes: its width (must be 1000 with the top, as keras.applications requires).
+        bn_scale: whether the model's batch norms have gamma (keras.applications' ResNets
+            have it, its Inception V3 has not).
         variant: the ResNet variant (`"v1"` only: keras.applications' files are ResNet v1).
 
     Raises:
@@ -96,6 +103,13 @@ def check_imagenet_args(
             f"weights='imagenet' are keras.applications' ResNet v1 weights; build {name} with "
             f"variant='v1' (got variant={variant!r}), or convert torchvision v1.5 weights with "
             "cvbench.models.torchvision_weights"
+        )
+    file_scale = name != "inception_v3"
+    if bn_scale != file_scale:
+        raise ValueError(
+            f"weights='imagenet': keras.applications' {name} batch norms "
+            f"{'have' if file_scale else 'have no'} gamma; build it with bn_scale={file_scale} "
+            f"(got bn_scale={bn_scale!r})"
         )
     if include_top and num_classes != IMAGENET_CLASSES:
         raise ValueError(

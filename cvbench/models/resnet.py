@@ -263,7 +263,11 @@ def build_resnet(
     common.initializer(dense_initializer)
     if weights == pretrained.IMAGENET:
         pretrained.check_imagenet_args(
-            name, include_top=include_top, num_classes=num_classes, variant=variant
+            name,
+            include_top=include_top,
+            num_classes=num_classes,
+            bn_scale=bn_scale,
+            variant=variant,
         )
     bottleneck = depth >= 50
     block_fn = _bottleneck_block if bottleneck else _basic_block

@@ -164,6 +164,14 @@ def test_inception_v3_imagenet_with_top(monkeypatch, tmp_path, legacy_h5):
         ),
         (lambda: inception_v3(num_classes=5, weights="imagenet"), "needs num_classes=1000; got 5"),
         (lambda: build_backbone("resnet18", (64, 64), weights="imagenet"), "not 'resnet18'"),
+        (
+            lambda: inception_v3(bn_scale=True, weights="imagenet"),
+            r"inception_v3 batch norms have no gamma; build it with bn_scale=False",
+        ),
+        (
+            lambda: resnet50(variant="v1", bn_scale=False, weights="imagenet"),
+            r"resnet50 batch norms have gamma; build it with bn_scale=True",
+        ),
     ],
 )
 def test_imagenet_where_nothing_is_published_raises_before_fetching(
