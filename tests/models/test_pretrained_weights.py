@@ -149,6 +149,7 @@ def test_inception_v3_imagenet_with_top(monkeypatch, tmp_path, legacy_h5):
     _same_function(ours, theirs, INCEPTION_SIZE)
 
 
+@pytest.mark.backend_agnostic
 @pytest.mark.parametrize(
     ("build", "message"),
     [
