@@ -90,8 +90,8 @@ class DetectionTask(RecordTask):
         backend: "pycocotools" or "faster" (faster-coco-eval, same numbers).
         per_category: also report `AP/<category>`.
         detections_path: where rank 0 writes the detections JSON (default: none).
-        backbone_weights: ResNet-50 weight file for the backbone (keras.applications
-            `_notop` HDF5); None: random initialization.
+        backbone_weights: the backbone's starting point: "imagenet" (keras.applications'
+            ResNet-50 `_notop` file, fetched and cached), a weight file, or None (random).
         backbone: the backbone name ("resnet50_v1").
         build: a function `(num_classes, image_size) -> keras.Model` with SSD320's outputs
             and anchors, instead of `ssd320` (e.g. the demo's small `ssd`).
