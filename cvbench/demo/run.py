@@ -94,16 +94,20 @@ def _save_models(out: Path, config: DemoConfig, cls: Any, det: Any) -> None:
     """Writes `classifier.keras` and `ssd.keras` into `out/.partial/` as users get them:
     built-in Keras layers only (each task's `user_model`: the classifier takes `[0, 255]`
     RGB too), with each task's `ModelInfo` naming the shapes (the classifier's images are
-    stretched to its size, as `shapes_preprocessing` does)."""
+    stretched to its size, as `shapes_preprocessing` does).
+
+    Class order: the detector's index is the COCO category id - 1 (`SHAPE_NAMES` order); the
+    classifier's is `build_imagenet`'s label order, the sorted class folder names (the
+    records' `dataset_info.json` lists the same)."""
     from cvbench.demo.classify import classification_task
     from cvbench.demo.detect import detection_task
 
     data = DemoData.under(out / "data")  # the tasks' settings only: nothing is read
-    for task, stage, name, resize in (
-        (classification_task(data, config), cls, "classifier.keras", "stretch"),
-        (detection_task(data, config), det, "ssd.keras", "stretch"),
+    for task, stage, name, names in (
+        (classification_task(data, config), cls, "classifier.keras", tuple(sorted(SHAPE_NAMES))),
+        (detection_task(data, config), det, "ssd.keras", SHAPE_NAMES),
     ):
-        info = dataclasses.replace(task.model_info(), class_names=SHAPE_NAMES, resize=resize)
+        info = dataclasses.replace(task.model_info(), class_names=names, resize="stretch")
         save_model(task.user_model(stage.model), out / STAGING / name, info)
 
 

@@ -169,6 +169,15 @@ def test_quick_demo_end_to_end(tmp_path, capsys):
         if '"step"' in line
     ]
     assert len(steps) >= 2 and all(np.isfinite(s["loss"]) for s in steps)
+    # Regression: the classifier's file named its classes in SHAPE_NAMES order, while its
+    # labels follow build_imagenet's (sorted folder names): a star was called a diamond.
+    from cvbench.data import read_dataset_info
+    from cvbench.inference import read_model_info
+
+    records = tmp_path / "data" / "imagenet"
+    cls_names = read_model_info(tmp_path / "classifier.keras").class_names
+    assert cls_names == read_dataset_info(records).class_names == tuple(sorted(SHAPE_NAMES))
+    assert read_model_info(tmp_path / "ssd.keras").class_names == SHAPE_NAMES
     model = keras.models.load_model(tmp_path / "ssd.keras")
     out = model.predict(np.zeros((1, 64, 64, 3), np.float32), verbose=0)
     assert out["classes"].shape == (1, 516, len(SHAPE_NAMES))
