@@ -23,10 +23,17 @@ _SENTINEL = object()
 
 def test_api_reference_is_up_to_date():
     committed = (ROOT / "docs" / "api.md").read_text()
-    if api_docs.render() != committed:
+    rendered = api_docs.render()
+    if rendered != committed:
+        import difflib
+
+        diff = difflib.unified_diff(
+            committed.splitlines(), rendered.splitlines(), "docs/api.md", "rendered", lineterm=""
+        )
         pytest.fail(
             "docs/api.md is out of date with the docstrings: regenerate it with "
-            f"`{api_docs.COMMAND}` (from the repository root, in the venv) and commit it"
+            f"`{api_docs.COMMAND}` (from the repository root, in the venv) and commit it\n"
+            + "\n".join(list(diff)[:40])
         )
 
 

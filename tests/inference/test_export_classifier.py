@@ -79,8 +79,9 @@ def test_a_softmax_model_is_not_softmaxed_twice(tmp_path):
     path = export_model(model, tmp_path / "cls", info=INFO)
     x = images(2)
     out = tf.saved_model.load(str(path)).signatures["serving_default"](images=tf.constant(x))
-    # A second softmax would flatten these (max about 0.4 over 5 classes).
-    np.testing.assert_allclose(out["probabilities"].numpy(), model(x.astype("float32")), atol=1e-6)
+    # A second softmax would flatten these (max about 0.4 over 5 classes); the export folds
+    # the batch norms, hence 1e-4.
+    np.testing.assert_allclose(out["probabilities"].numpy(), model(x.astype("float32")), atol=1e-4)
 
 
 def test_tflite_top1_equals_keras(classifier, tmp_path):
