@@ -28,7 +28,8 @@ Where each concept lives:
     corrupt.py          raise or skip-and-count corrupt input (`guarded_map`, `apply_policy`).
     imagenet.py, tfds.py, coco.py
                         one reader each: its parse, its augmentation, a call into the above.
-    preprocessing.py    the ImageNet (NVIDIA ResNet-50 v1.5) augmentation and normalization.
+    preprocessing.py    the ImageNet (NVIDIA ResNet-50 v1.5) augmentation and normalization;
+                        image_preprocessing.py its knobs (`ImagePreprocessing`, no TensorFlow).
     channel_means.py    the per-channel RGB means and stds, defined once.
     tfrecord.py         the TFRecord / tf.train.Example format and the ImageNet record keys.
     coco_schema.py      the COCO record layout: keys, writer, parser, records -> ground truth.
@@ -72,6 +73,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "DatasetInfo": ("cvbench.data.dataset_info", "DatasetInfo"),
     "read_dataset_info": ("cvbench.data.dataset_info", "read_dataset_info"),
     "mixup": ("cvbench.data.mixup", "mixup"),
+    "ImagePreprocessing": ("cvbench.data.image_preprocessing", "ImagePreprocessing"),
 }
 
 __all__ = sorted(_LAZY)

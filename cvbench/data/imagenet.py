@@ -33,11 +33,13 @@ import tensorflow as tf
 
 from cvbench.data._distributed import resolve_shards
 from cvbench.data.corrupt import CorruptRecordCounter
+from cvbench.data.image_preprocessing import ImagePreprocessing
 from cvbench.data.pipeline import (
     EvalPreprocess,
     TrainPreprocess,
     check_args,
     check_labels,
+    check_preprocessing,
     eval_pipeline,
     train_pipeline,
 )
@@ -74,6 +76,7 @@ def imagenet_dataset(
     train_preprocess: TrainPreprocess | None = None,
     eval_preprocess: EvalPreprocess | None = None,
     num_classes: int | None = None,
+    preprocessing: ImagePreprocessing | None = None,
 ) -> tf.data.Dataset:
     """A training or evaluation pipeline over ImageNet-format TFRecords.
 
@@ -102,17 +105,27 @@ def imagenet_dataset(
         num_classes: the model's classes: a record whose label is outside [0, num_classes)
             raises an error naming the label, the class count, the image and the record
             (`pipeline.check_labels`; always, whatever `skip_corrupt`). None: not checked.
+        preprocessing: the input recipe's knobs (`ImagePreprocessing`: crop ranges,
+            evaluation crop, input scaling, resize method, flip, JPEG decoder options), for
+            training or evaluation; None: `ImagePreprocessing()`, the NVIDIA ResNet-50 v1.5
+            pipeline. Not with the split's `train_preprocess` / `eval_preprocess`, which
+            replace the whole recipe.
 
     Returns:
         A `tf.data.Dataset`; see the module docstring for the element structure.
 
     Raises:
         FileNotFoundError: no `data_dir`, or no files of the split (says what was looked for).
-        ValueError: bad arguments; a truncated file when `skip_corrupt` is False.
+        ValueError: bad arguments (`preprocessing` with the split's preprocess hook too); a
+            truncated file when `skip_corrupt` is False.
         tf.errors.InvalidArgumentError: while reading: an undecodable image or a damaged
             record (when `skip_corrupt` is False), a label outside `num_classes`.
     """
     tf_dtype = check_args(batch_size, image_size, dtype, num_classes=num_classes)
+    if training:
+        check_preprocessing(preprocessing, train_preprocess, "train_preprocess")
+    else:
+        check_preprocessing(preprocessing, eval_preprocess, "eval_preprocess")
     num_shards, shard_index = resolve_shards(num_shards, shard_index)
     if shuffle_buffer < 1:
         raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
@@ -144,6 +157,7 @@ def imagenet_dataset(
             skip_corrupt=skip_corrupt,
             counter=counter,
             preprocess=train_preprocess,
+            preprocessing=preprocessing,
         )
     examples, steps = eval_examples(files, parse_imagenet_example, batch_size=batch_size, **reading)
     if num_classes is not None:
@@ -157,4 +171,5 @@ def imagenet_dataset(
         skip_corrupt=skip_corrupt,
         counter=counter,
         preprocess=eval_preprocess,
+        preprocessing=preprocessing,
     )

@@ -40,12 +40,29 @@ from typing import Any
 import tensorflow as tf
 
 from cvbench.data.corrupt import CorruptRecordCounter, apply_policy, guarded_map, no_autograph
+from cvbench.data.image_preprocessing import ImagePreprocessing
 from cvbench.data.preprocessing import preprocess_for_eval, preprocess_for_train
 
 TrainPreprocess = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
 EvalPreprocess = Callable[[tf.Tensor], tf.Tensor]
 Transform = Callable[[dict], Any]
 ToElement = Callable[[Any, dict], Any]
+
+
+def check_preprocessing(
+    preprocessing: ImagePreprocessing | None, hook: Any, hook_name: str
+) -> None:
+    """`preprocessing` is None or an `ImagePreprocessing`, and not given with `hook` (a custom
+    preprocess function replaces the whole recipe, so its knobs would be ignored)."""
+    if preprocessing is not None and not isinstance(preprocessing, ImagePreprocessing):
+        raise ValueError(
+            f"preprocessing must be an ImagePreprocessing or None, got {preprocessing!r}"
+        )
+    if preprocessing is not None and hook is not None:
+        raise ValueError(
+            f"{hook_name} replaces the whole preprocessing, so preprocessing={preprocessing!r} "
+            f"would be ignored; pass one of them"
+        )
 
 
 def check_args(
@@ -263,6 +280,7 @@ def train_pipeline(
     skip_corrupt: bool,
     counter: CorruptRecordCounter | None,
     preprocess: TrainPreprocess | None = None,
+    preprocessing: ImagePreprocessing | None = None,
 ) -> tf.data.Dataset:
     """Classification training: shuffle, augment, batch (dropping the remainder), prefetch.
 
@@ -276,13 +294,23 @@ def train_pipeline(
         skip_corrupt: skip and count undecodable images instead of raising.
         counter: counts skipped images.
         preprocess: `(image_bytes, boxes, seed[2]) -> image` to use instead of
-            `preprocess_for_train(image_size=image_size, dtype=dtype)`.
+            `preprocess_for_train(image_size=image_size, dtype=dtype,
+            preprocessing=preprocessing)`.
+        preprocessing: the recipe's knobs (`ImagePreprocessing`); None: the defaults. Not
+            with `preprocess`.
 
     Returns:
         `(images [batch, image_size, image_size, 3] dtype, labels [batch] int32)` batches.
+
+    Raises:
+        ValueError: `preprocessing` is not an `ImagePreprocessing`, or is given with
+            `preprocess`.
     """
+    check_preprocessing(preprocessing, preprocess, "preprocess")
     if preprocess is None:
-        preprocess = functools.partial(preprocess_for_train, image_size=image_size, dtype=dtype)
+        preprocess = functools.partial(
+            preprocess_for_train, image_size=image_size, dtype=dtype, preprocessing=preprocessing
+        )
     return train_batches(
         examples,
         lambda e: preprocess(e["encoded"], e["boxes"], e["seed"]),
@@ -306,6 +334,7 @@ def eval_pipeline(
     skip_corrupt: bool,
     counter: CorruptRecordCounter | None,
     preprocess: EvalPreprocess | None = None,
+    preprocessing: ImagePreprocessing | None = None,
 ) -> tf.data.Dataset:
     """Classification evaluation: decode, resize, central crop, pad to `steps` full batches.
 
@@ -324,13 +353,22 @@ def eval_pipeline(
         skip_corrupt: skip and count undecodable images instead of raising.
         counter: counts skipped images.
         preprocess: `image_bytes -> image` to use instead of `preprocess_for_eval`.
+        preprocessing: the recipe's knobs (`ImagePreprocessing`); None: the defaults. Not
+            with `preprocess`.
 
     Returns:
         `(images [batch, image_size, image_size, 3] dtype, labels [batch] int32,
         weights [batch] float32)` batches; exactly `steps` of them (its cardinality).
+
+    Raises:
+        ValueError: `preprocessing` is not an `ImagePreprocessing`, or is given with
+            `preprocess`.
     """
+    check_preprocessing(preprocessing, preprocess, "preprocess")
     if preprocess is None:
-        preprocess = functools.partial(preprocess_for_eval, image_size=image_size, dtype=dtype)
+        preprocess = functools.partial(
+            preprocess_for_eval, image_size=image_size, dtype=dtype, preprocessing=preprocessing
+        )
     pad = (
         tf.zeros([image_size, image_size, 3], dtype),
         tf.constant(0, tf.int32),

@@ -23,10 +23,12 @@ import tensorflow as tf
 
 from cvbench.data._distributed import resolve_shards
 from cvbench.data.corrupt import CorruptRecordCounter, no_autograph
+from cvbench.data.image_preprocessing import ImagePreprocessing
 from cvbench.data.pipeline import (
     EvalPreprocess,
     TrainPreprocess,
     check_args,
+    check_preprocessing,
     eval_pipeline,
     train_pipeline,
 )
@@ -98,6 +100,7 @@ def tfds_dataset(
     download: bool = False,
     train_preprocess: TrainPreprocess | None = None,
     eval_preprocess: EvalPreprocess | None = None,
+    preprocessing: ImagePreprocessing | None = None,
 ) -> tf.data.Dataset:
     """A training or evaluation pipeline over a TFDS image classification dataset.
 
@@ -119,13 +122,24 @@ def tfds_dataset(
         download: let TFDS download and prepare the data if it is missing.
         train_preprocess: replaces `preprocessing.preprocess_for_train`.
         eval_preprocess: replaces `preprocessing.preprocess_for_eval`.
+        preprocessing: the input recipe's knobs (`ImagePreprocessing`), as
+            `imagenet_dataset`'s; None: the defaults. Not with the split's preprocess hook.
 
     Returns:
         Training: `(images, labels)` batches; evaluation: `(images, labels, weights)` batches,
         exactly as `cvbench.data.imagenet_dataset`.
+
+    Raises:
+        ValueError: bad arguments (`preprocessing` with the split's preprocess hook too),
+            tensorflow-datasets not installed.
+        FileNotFoundError: the dataset is not prepared (and `download` is False).
     """
-    tfds = _import_tfds()
     tf_dtype = check_args(batch_size, image_size, dtype)
+    if training:
+        check_preprocessing(preprocessing, train_preprocess, "train_preprocess")
+    else:
+        check_preprocessing(preprocessing, eval_preprocess, "eval_preprocess")
+    tfds = _import_tfds()
     num_shards, shard_index = resolve_shards(num_shards, shard_index)
     if shuffle_buffer < 1:
         raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
@@ -151,6 +165,7 @@ def tfds_dataset(
             skip_corrupt=skip_corrupt,
             counter=counter,
             preprocess=train_preprocess,
+            preprocessing=preprocessing,
         )
 
     datasets = [_load(tfds, name, part, shuffle_files=False, **common) for part in parts]
@@ -166,4 +181,5 @@ def tfds_dataset(
         skip_corrupt=skip_corrupt,
         counter=counter,
         preprocess=eval_preprocess,
+        preprocessing=preprocessing,
     )

@@ -19,7 +19,8 @@ from keras import layers
 from cvbench.detection.batchnorm import FreezableBatchNormalization
 from cvbench.detection.fpn import l2_regularizer
 from cvbench.models import resnet
-from cvbench.models.weights import is_legacy_h5
+from cvbench.models.pretrained import IMAGENET
+from cvbench.models.weights import is_keras_applications_file
 
 BACKBONE_LEVELS = ("C3", "C4", "C5")
 
@@ -86,9 +87,11 @@ def build_backbone(
         backbone: `"resnet50_v1"`, or any ResNet depth (`"resnet18"`, ...), with an optional
             `_v1` / `_v1.5` suffix (default v1.5).
         input_hw: input `(height, width)`.
-        weights: a weight file for the backbone (e.g. keras.applications' ResNet-50
-            `_notop` file), loaded by `cvbench.models.weights`. A keras.applications (legacy
-            HDF5) file holds BGR weights: its stem kernel is flipped to take RGB input.
+        weights: `"imagenet"` (keras.applications' ResNet-50 `_notop` file, fetched and
+            cached as Keras does; needs a `_v1` backbone such as `"resnet50_v1"`) or a weight
+            file for the backbone, loaded by `cvbench.models.weights`. keras.applications'
+            weights (`"imagenet"`, a legacy HDF5 or a Keras 3 `.weights.h5` file of a
+            keras.applications ResNet) are BGR: the stem kernel is flipped to take RGB input.
         freeze_batchnorm: make every batch norm use its moving statistics in training too.
         weight_decay: OD API L2 weight on conv kernels.
 
@@ -97,13 +100,14 @@ def build_backbone(
         normalized) -> `[C3, C4, C5]`.
 
     Raises:
-        ValueError: for an unknown backbone name or a weight file that does not fit.
+        ValueError: for an unknown backbone name, `"imagenet"` for a backbone keras.applications
+            publishes no weights for, or a weight file that does not fit.
     """
     depth, variant = parse_backbone(backbone)
     model = resnet.build_resnet(
         depth=depth, variant=variant, include_top=False, input_shape=(*input_hw, 3), weights=weights
     )
-    if weights is not None and is_legacy_h5(weights):
+    if weights == IMAGENET or (weights is not None and is_keras_applications_file(weights)):
         _bgr_to_rgb_stem(model)
     model = _detection_clone(model, freeze_batchnorm=freeze_batchnorm, weight_decay=weight_decay)
     names = resnet.feature_layer_names(model)

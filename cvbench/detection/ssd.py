@@ -67,7 +67,9 @@ def build_ssd(
         depth: channels of the pyramid and of the head towers (SSD320: 256).
         head_layers: convolutions per head tower (SSD320: 4).
         freeze_batchnorm: use moving batch-norm statistics in training too.
-        backbone_weights: weight file for the backbone, or None for a random initialization.
+        backbone_weights: `"imagenet"` (keras.applications' ResNet-50 `_notop` file, fetched
+            and cached as Keras does; `_v1` backbones), a weight file for the backbone, or
+            None for a random initialization (see `backbone.build_backbone`).
         weight_decay: OD API L2 weight on every conv kernel.
         include_preprocessing: normalize in the model (inputs in `[0, 255]`); False for
             inputs the data pipeline already normalized.
@@ -160,8 +162,9 @@ def ssd320(
         backbone: `"resnet50_v1"` (the recipe) or another ResNet (`"resnet18"`, ...).
         image_size: fixed input size, an int or `(height, width)`; any size >= 32.
         freeze_batchnorm: use moving batch-norm statistics in training too (the recipe).
-        backbone_weights: weight file for the backbone (keras.applications `_notop` file for
-            ResNet-50), or None for a random initialization.
+        backbone_weights: `"imagenet"` (keras.applications' ResNet-50 `_notop` file, fetched
+            and cached as Keras does), a weight file for the backbone (e.g. that file, legacy
+            `.h5` or Keras 3 `.weights.h5`), or None for a random initialization.
         weight_decay: OD API L2 weight on every conv kernel (4e-4).
         include_preprocessing: subtract the channel means in the model (inputs in
             `[0, 255]`); False for inputs whose means the data pipeline already subtracted.

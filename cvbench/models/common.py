@@ -17,6 +17,20 @@ from keras import layers
 # Values of the `pooling` argument (used with include_top=False).
 POOLINGS = (None, "avg", "max")
 
+# What the `conv_initializer` / `dense_initializer` knobs accept.
+InitializerSpec = str | dict | keras.initializers.Initializer
+
+# cvbench's initializer aliases (see `initializer`); each call makes a new initializer.
+INITIALIZER_ALIASES = {
+    "fan_out": lambda: keras.initializers.VarianceScaling(
+        scale=2.0, mode="fan_out", distribution="untruncated_normal"
+    ),
+    "fan_in_truncated": lambda: keras.initializers.VarianceScaling(
+        scale=2.0, mode="fan_in", distribution="truncated_normal"
+    ),
+    "normal_0.01": lambda: keras.initializers.RandomNormal(mean=0.0, stddev=0.01),
+}
+
 
 def check_input_shape(
     input_shape: Sequence[int | None], *, min_size: int, model_name: str
@@ -95,6 +109,7 @@ def head(
     num_classes: int,
     pooling: str | None,
     classifier_activation: str | None,
+    dense_initializer: InitializerSpec = "normal_0.01",
 ) -> keras.KerasTensor:
     """Adds the classifier or the optional pooling to backbone features.
 
@@ -104,6 +119,8 @@ def head(
         num_classes: width of `predictions`.
         pooling: with `include_top=False`: `None` (return the 4-D map), `"avg"` or `"max"`.
         classifier_activation: activation of `predictions`; `None` returns logits.
+        dense_initializer: kernel initializer of `predictions` (see `initializer`); its bias
+            starts at zero.
 
     Returns:
         `(batch, num_classes)` float32 with `include_top`; `(batch, c)` with pooling;
@@ -115,7 +132,7 @@ def head(
         return layers.Dense(
             num_classes,
             activation=classifier_activation,
-            kernel_initializer=keras.initializers.RandomNormal(stddev=0.01),
+            kernel_initializer=initializer(dense_initializer),
             dtype="float32",
             name="predictions",
         )(x)
@@ -126,8 +143,59 @@ def head(
     return x
 
 
-def conv_initializer() -> keras.initializers.Initializer:
-    """He-normal with fan-out, the torchvision / NVIDIA initialisation for ReLU convs."""
-    return keras.initializers.VarianceScaling(
-        scale=2.0, mode="fan_out", distribution="untruncated_normal"
-    )
+def initializer(spec: InitializerSpec) -> keras.initializers.Initializer:
+    """A Keras initializer from a cvbench alias, a Keras name / config, or an initializer.
+
+    Aliases (`INITIALIZER_ALIASES`):
+
+    - `"fan_out"`: `VarianceScaling(2.0, "fan_out", "untruncated_normal")`, He normal over
+      the output fan (torchvision's `kaiming_normal_(mode="fan_out")`; cvbench's conv default).
+    - `"fan_in_truncated"`: `VarianceScaling(2.0, "fan_in", "truncated_normal")`, values cut at
+      2 standard deviations (NVIDIA DeepLearningExamples `--weight_init=fan_in`).
+    - `"normal_0.01"`: `RandomNormal(0, 0.01)` (cvbench's classifier default, torchvision's FC).
+
+    Args:
+        spec: an alias above, anything `keras.initializers.get` accepts (`"glorot_uniform"`,
+            a config dict), or an `Initializer` (used as given).
+
+    Returns:
+        A new initializer (for an alias or a name) or `spec` itself.
+
+    Raises:
+        ValueError: for a name Keras does not know, naming it and the aliases.
+    """
+    if isinstance(spec, keras.initializers.Initializer):
+        return spec
+    if isinstance(spec, str) and spec in INITIALIZER_ALIASES:
+        return INITIALIZER_ALIASES[spec]()
+    try:
+        return keras.initializers.get(spec)
+    except (ValueError, TypeError) as e:
+        raise ValueError(
+            f"unknown initializer {spec!r}: use a Keras initializer (name, config or object) or "
+            f"one of {sorted(INITIALIZER_ALIASES)}"
+        ) from e
+
+
+def check_batchnorm_args(*, momentum: float, epsilon: float, scale: bool) -> None:
+    """Validates the batch-norm knobs shared by the builders.
+
+    Raises:
+        ValueError: for a momentum outside [0, 1), an epsilon <= 0, or a non-bool scale.
+    """
+    if (
+        isinstance(momentum, bool)
+        or not isinstance(momentum, numbers.Real)
+        or not (0.0 <= momentum < 1.0)
+    ):
+        raise ValueError(f"bn_momentum must be a number in [0, 1); got {momentum!r}")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not epsilon > 0:
+        raise ValueError(f"bn_epsilon must be a positive number; got {epsilon!r}")
+    if not isinstance(scale, bool):
+        raise ValueError(f"bn_scale must be True or False; got {scale!r}")
+
+
+def conv_initializer(spec: InitializerSpec = "fan_out") -> keras.initializers.Initializer:
+    """The convolution kernel initializer: `initializer(spec)`, by default He normal fan-out
+    (the torchvision / NVIDIA PyTorch initialisation for ReLU convs)."""
+    return initializer(spec)

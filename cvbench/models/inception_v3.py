@@ -1,6 +1,6 @@
 """Inception V3 (Szegedy et al. 2016), the keras.applications architecture, no auxiliary head.
 
-Every convolution is `conv -> batch norm (no scale, epsilon 1e-3) -> ReLU`, named
+Every convolution is `conv -> batch norm -> ReLU` (by default: no scale, epsilon 1e-3), named
 `{unit}_conv`, `{unit}_bn`, `{unit}_relu`. Stem units `conv1`..`conv5` with max pools `pool1`,
 `pool2`; then the blocks `mixed0`..`mixed10` (the concatenation layers carry keras.applications'
 names, so `model.get_layer("mixed7")` works as there), with branch units named
@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import keras
 from keras import layers
 
-from cvbench.models import common
+from cvbench.models import common, pretrained
 from cvbench.models import weights as weights_lib
 from cvbench.models.layers import FastConv2D
 
@@ -28,6 +29,18 @@ from cvbench.models.layers import FastConv2D
 # feature map becomes empty. keras.applications states the same minimum.
 MIN_SIZE = 75
 BN_EPSILON = 1e-3
+# `last_block_pooling`: keras.applications' (and the paper's) average, or nvcnn's max.
+LAST_BLOCK_POOLINGS = ("average", "max")
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """The knobs every conv unit shares: batch norm and the kernel initializer."""
+
+    momentum: float
+    epsilon: float
+    scale: bool
+    init: common.InitializerSpec
 
 
 def _unit(
@@ -36,99 +49,99 @@ def _unit(
     kernel: tuple[int, int],
     *,
     name: str,
-    momentum: float,
+    u: _Unit,
     strides: int = 1,
     padding: str = "same",
 ) -> keras.KerasTensor:
-    """conv (no bias) -> batch norm (no scale) -> ReLU."""
+    """conv (no bias) -> batch norm -> ReLU, with the knobs `u`."""
     x = FastConv2D(
         filters,
         kernel,
         strides=strides,
         padding=padding,
         use_bias=False,
-        kernel_initializer=common.conv_initializer(),
+        kernel_initializer=common.conv_initializer(u.init),
         name=f"{name}_conv",
     )(x)
     x = layers.BatchNormalization(
-        scale=False, momentum=momentum, epsilon=BN_EPSILON, name=f"{name}_bn"
+        scale=u.scale, momentum=u.momentum, epsilon=u.epsilon, name=f"{name}_bn"
     )(x)
     return layers.Activation("relu", name=f"{name}_relu")(x)
 
 
-def _avg_pool_branch(
-    x: keras.KerasTensor, filters: int, name: str, momentum: float
+def _pool_branch(
+    x: keras.KerasTensor, filters: int, name: str, m: _Unit, pooling: str = "average"
 ) -> keras.KerasTensor:
-    y = layers.AveragePooling2D(3, strides=1, padding="same", name=f"{name}_pool")(x)
-    return _unit(y, filters, (1, 1), name=f"{name}_branch_pool", momentum=momentum)
+    """3x3/1 `same` pooling (average, or max: nvcnn's last block) then a 1x1 unit."""
+    pool = layers.AveragePooling2D if pooling == "average" else layers.MaxPooling2D
+    y = pool(3, strides=1, padding="same", name=f"{name}_pool")(x)
+    return _unit(y, filters, (1, 1), name=f"{name}_branch_pool", u=m)
 
 
-def _block_a(x: keras.KerasTensor, pool_filters: int, name: str, m: float) -> keras.KerasTensor:
+def _block_a(x: keras.KerasTensor, pool_filters: int, name: str, m: _Unit) -> keras.KerasTensor:
     """35x35 block: 64 + 64 + 96 + pool_filters channels."""
-    b1 = _unit(x, 64, (1, 1), name=f"{name}_branch1x1", momentum=m)
-    b5 = _unit(x, 48, (1, 1), name=f"{name}_branch5x5_1", momentum=m)
-    b5 = _unit(b5, 64, (5, 5), name=f"{name}_branch5x5_2", momentum=m)
-    b3 = _unit(x, 64, (1, 1), name=f"{name}_branch3x3dbl_1", momentum=m)
-    b3 = _unit(b3, 96, (3, 3), name=f"{name}_branch3x3dbl_2", momentum=m)
-    b3 = _unit(b3, 96, (3, 3), name=f"{name}_branch3x3dbl_3", momentum=m)
-    bp = _avg_pool_branch(x, pool_filters, name, m)
+    b1 = _unit(x, 64, (1, 1), name=f"{name}_branch1x1", u=m)
+    b5 = _unit(x, 48, (1, 1), name=f"{name}_branch5x5_1", u=m)
+    b5 = _unit(b5, 64, (5, 5), name=f"{name}_branch5x5_2", u=m)
+    b3 = _unit(x, 64, (1, 1), name=f"{name}_branch3x3dbl_1", u=m)
+    b3 = _unit(b3, 96, (3, 3), name=f"{name}_branch3x3dbl_2", u=m)
+    b3 = _unit(b3, 96, (3, 3), name=f"{name}_branch3x3dbl_3", u=m)
+    bp = _pool_branch(x, pool_filters, name, m)
     return layers.Concatenate(name=name)([b1, b5, b3, bp])
 
 
-def _reduction_a(x: keras.KerasTensor, name: str, m: float) -> keras.KerasTensor:
+def _reduction_a(x: keras.KerasTensor, name: str, m: _Unit) -> keras.KerasTensor:
     """35x35 -> 17x17: 384 + 96 + input channels (288) = 768."""
-    b3 = _unit(x, 384, (3, 3), strides=2, padding="valid", name=f"{name}_branch3x3", momentum=m)
-    bd = _unit(x, 64, (1, 1), name=f"{name}_branch3x3dbl_1", momentum=m)
-    bd = _unit(bd, 96, (3, 3), name=f"{name}_branch3x3dbl_2", momentum=m)
-    bd = _unit(
-        bd, 96, (3, 3), strides=2, padding="valid", name=f"{name}_branch3x3dbl_3", momentum=m
-    )
+    b3 = _unit(x, 384, (3, 3), strides=2, padding="valid", name=f"{name}_branch3x3", u=m)
+    bd = _unit(x, 64, (1, 1), name=f"{name}_branch3x3dbl_1", u=m)
+    bd = _unit(bd, 96, (3, 3), name=f"{name}_branch3x3dbl_2", u=m)
+    bd = _unit(bd, 96, (3, 3), strides=2, padding="valid", name=f"{name}_branch3x3dbl_3", u=m)
     bp = layers.MaxPooling2D(3, strides=2, name=f"{name}_pool")(x)
     return layers.Concatenate(name=name)([b3, bd, bp])
 
 
-def _block_b(x: keras.KerasTensor, c7: int, name: str, m: float) -> keras.KerasTensor:
+def _block_b(x: keras.KerasTensor, c7: int, name: str, m: _Unit) -> keras.KerasTensor:
     """17x17 block with factorised 7x7 convs of width `c7`: 4 x 192 = 768 channels."""
-    b1 = _unit(x, 192, (1, 1), name=f"{name}_branch1x1", momentum=m)
-    b7 = _unit(x, c7, (1, 1), name=f"{name}_branch7x7_1", momentum=m)
-    b7 = _unit(b7, c7, (1, 7), name=f"{name}_branch7x7_2", momentum=m)
-    b7 = _unit(b7, 192, (7, 1), name=f"{name}_branch7x7_3", momentum=m)
-    bd = _unit(x, c7, (1, 1), name=f"{name}_branch7x7dbl_1", momentum=m)
-    bd = _unit(bd, c7, (7, 1), name=f"{name}_branch7x7dbl_2", momentum=m)
-    bd = _unit(bd, c7, (1, 7), name=f"{name}_branch7x7dbl_3", momentum=m)
-    bd = _unit(bd, c7, (7, 1), name=f"{name}_branch7x7dbl_4", momentum=m)
-    bd = _unit(bd, 192, (1, 7), name=f"{name}_branch7x7dbl_5", momentum=m)
-    bp = _avg_pool_branch(x, 192, name, m)
+    b1 = _unit(x, 192, (1, 1), name=f"{name}_branch1x1", u=m)
+    b7 = _unit(x, c7, (1, 1), name=f"{name}_branch7x7_1", u=m)
+    b7 = _unit(b7, c7, (1, 7), name=f"{name}_branch7x7_2", u=m)
+    b7 = _unit(b7, 192, (7, 1), name=f"{name}_branch7x7_3", u=m)
+    bd = _unit(x, c7, (1, 1), name=f"{name}_branch7x7dbl_1", u=m)
+    bd = _unit(bd, c7, (7, 1), name=f"{name}_branch7x7dbl_2", u=m)
+    bd = _unit(bd, c7, (1, 7), name=f"{name}_branch7x7dbl_3", u=m)
+    bd = _unit(bd, c7, (7, 1), name=f"{name}_branch7x7dbl_4", u=m)
+    bd = _unit(bd, 192, (1, 7), name=f"{name}_branch7x7dbl_5", u=m)
+    bp = _pool_branch(x, 192, name, m)
     return layers.Concatenate(name=name)([b1, b7, bd, bp])
 
 
-def _reduction_b(x: keras.KerasTensor, name: str, m: float) -> keras.KerasTensor:
+def _reduction_b(x: keras.KerasTensor, name: str, m: _Unit) -> keras.KerasTensor:
     """17x17 -> 8x8: 320 + 192 + 768 = 1280 channels."""
-    b3 = _unit(x, 192, (1, 1), name=f"{name}_branch3x3_1", momentum=m)
-    b3 = _unit(b3, 320, (3, 3), strides=2, padding="valid", name=f"{name}_branch3x3_2", momentum=m)
-    b7 = _unit(x, 192, (1, 1), name=f"{name}_branch7x7x3_1", momentum=m)
-    b7 = _unit(b7, 192, (1, 7), name=f"{name}_branch7x7x3_2", momentum=m)
-    b7 = _unit(b7, 192, (7, 1), name=f"{name}_branch7x7x3_3", momentum=m)
-    b7 = _unit(
-        b7, 192, (3, 3), strides=2, padding="valid", name=f"{name}_branch7x7x3_4", momentum=m
-    )
+    b3 = _unit(x, 192, (1, 1), name=f"{name}_branch3x3_1", u=m)
+    b3 = _unit(b3, 320, (3, 3), strides=2, padding="valid", name=f"{name}_branch3x3_2", u=m)
+    b7 = _unit(x, 192, (1, 1), name=f"{name}_branch7x7x3_1", u=m)
+    b7 = _unit(b7, 192, (1, 7), name=f"{name}_branch7x7x3_2", u=m)
+    b7 = _unit(b7, 192, (7, 1), name=f"{name}_branch7x7x3_3", u=m)
+    b7 = _unit(b7, 192, (3, 3), strides=2, padding="valid", name=f"{name}_branch7x7x3_4", u=m)
     bp = layers.MaxPooling2D(3, strides=2, name=f"{name}_pool")(x)
     return layers.Concatenate(name=name)([b3, b7, bp])
 
 
-def _block_c(x: keras.KerasTensor, name: str, m: float) -> keras.KerasTensor:
-    """8x8 block: 320 + 768 + 768 + 192 = 2048 channels."""
-    b1 = _unit(x, 320, (1, 1), name=f"{name}_branch1x1", momentum=m)
-    b3 = _unit(x, 384, (1, 1), name=f"{name}_branch3x3_1", momentum=m)
-    b3a = _unit(b3, 384, (1, 3), name=f"{name}_branch3x3_2a", momentum=m)
-    b3b = _unit(b3, 384, (3, 1), name=f"{name}_branch3x3_2b", momentum=m)
+def _block_c(
+    x: keras.KerasTensor, name: str, m: _Unit, pooling: str = "average"
+) -> keras.KerasTensor:
+    """8x8 block: 320 + 768 + 768 + 192 = 2048 channels; `pooling` of the pool branch."""
+    b1 = _unit(x, 320, (1, 1), name=f"{name}_branch1x1", u=m)
+    b3 = _unit(x, 384, (1, 1), name=f"{name}_branch3x3_1", u=m)
+    b3a = _unit(b3, 384, (1, 3), name=f"{name}_branch3x3_2a", u=m)
+    b3b = _unit(b3, 384, (3, 1), name=f"{name}_branch3x3_2b", u=m)
     b3 = layers.Concatenate(name=f"{name}_branch3x3")([b3a, b3b])
-    bd = _unit(x, 448, (1, 1), name=f"{name}_branch3x3dbl_1", momentum=m)
-    bd = _unit(bd, 384, (3, 3), name=f"{name}_branch3x3dbl_2", momentum=m)
-    bda = _unit(bd, 384, (1, 3), name=f"{name}_branch3x3dbl_3a", momentum=m)
-    bdb = _unit(bd, 384, (3, 1), name=f"{name}_branch3x3dbl_3b", momentum=m)
+    bd = _unit(x, 448, (1, 1), name=f"{name}_branch3x3dbl_1", u=m)
+    bd = _unit(bd, 384, (3, 3), name=f"{name}_branch3x3dbl_2", u=m)
+    bda = _unit(bd, 384, (1, 3), name=f"{name}_branch3x3dbl_3a", u=m)
+    bdb = _unit(bd, 384, (3, 1), name=f"{name}_branch3x3dbl_3b", u=m)
     bd = layers.Concatenate(name=f"{name}_branch3x3dbl")([bda, bdb])
-    bp = _avg_pool_branch(x, 192, name, m)
+    bp = _pool_branch(x, 192, name, m, pooling)
     return layers.Concatenate(name=name)([b1, b3, bd, bp])
 
 
@@ -141,6 +154,11 @@ def inception_v3(
     weights: str | os.PathLike | None = None,
     classifier_activation: str | None = "softmax",
     bn_momentum: float = 0.99,
+    bn_epsilon: float = BN_EPSILON,
+    bn_scale: bool = False,
+    conv_initializer: common.InitializerSpec = "fan_out",
+    dense_initializer: common.InitializerSpec = "normal_0.01",
+    last_block_pooling: str = "average",
 ) -> keras.Model:
     """Builds Inception V3 without the auxiliary classifier.
 
@@ -151,10 +169,23 @@ def inception_v3(
         input_shape: `(height, width, 3)`; height/width may be `None`; at least 75.
         include_top: add global average pooling and the float32 `predictions` layer.
         pooling: without the top: `None` (4-D `mixed10` map), `"avg"` or `"max"`.
-        weights: `None` (random init) or a path: a keras.applications InceptionV3 legacy
-            `.h5` file (with or without top) or a cvbench `.weights.h5` file.
+        weights: `None` (random init), `"imagenet"` (keras.applications' file, fetched and
+            cached by `pretrained.imagenet_weights`; 1000 classes with the top; needs the
+            default `bn_scale=False`), or a path: a keras.applications InceptionV3 file
+            (legacy `.h5` or Keras 3 `.weights.h5`, with or without top) or a cvbench
+            `.weights.h5` file.
         classifier_activation: `"softmax"`, another Keras activation, or `None` for logits.
-        bn_momentum: batch-norm moving-average momentum (0.99, the Keras default).
+        bn_momentum: batch-norm moving-average momentum (0.99, the Keras default; nvcnn 0.9).
+        bn_epsilon: batch-norm epsilon (1e-3 as keras.applications; nvcnn 1e-4).
+        bn_scale: give batch norms a learned scale gamma (keras.applications: none; nvcnn:
+            `'scale': True`).
+        conv_initializer: convolution kernel initializer (`common.initializer` spec):
+            `"fan_out"` (default) or e.g. `"glorot_uniform"` (nvcnn's `_get_variable`).
+        dense_initializer: classifier kernel initializer: `"normal_0.01"` (default) or e.g.
+            `"glorot_uniform"` (nvcnn).
+        last_block_pooling: the pooling of `mixed10`'s pool branch (3x3, stride 1, same):
+            `"average"` (keras.applications, the paper) or `"max"` (nvcnn_hvd.py v1.1,
+            `inception_v3_e(net, x, 'MAX')` for the last block).
 
     Returns:
         A functional `keras.Model` named `inception_v3`: `(batch, h, w, 3)` float32 images ->
@@ -162,19 +193,31 @@ def inception_v3(
         `(batch, 2048)` with pooling.
 
     Raises:
-        ValueError: for a bad shape or head argument, or a weight file that does not fit.
+        ValueError: for a bad shape, head, batch-norm, initializer or pooling argument, or a
+            weight file that does not fit.
     """
     shape = common.check_input_shape(input_shape, min_size=MIN_SIZE, model_name="inception_v3")
     common.check_head_args(include_top=include_top, num_classes=num_classes, pooling=pooling)
-    m = bn_momentum
+    common.check_batchnorm_args(momentum=bn_momentum, epsilon=bn_epsilon, scale=bn_scale)
+    common.initializer(conv_initializer)  # fail before building on a bad name
+    common.initializer(dense_initializer)
+    if last_block_pooling not in LAST_BLOCK_POOLINGS:
+        raise ValueError(
+            f"last_block_pooling must be one of {LAST_BLOCK_POOLINGS}; got {last_block_pooling!r}"
+        )
+    if weights == pretrained.IMAGENET:
+        pretrained.check_imagenet_args(
+            "inception_v3", include_top=include_top, num_classes=num_classes, bn_scale=bn_scale
+        )
+    m = _Unit(bn_momentum, bn_epsilon, bn_scale, conv_initializer)
 
     inputs = keras.Input(shape=shape, name="input_layer")
-    x = _unit(inputs, 32, (3, 3), strides=2, padding="valid", name="conv1", momentum=m)
-    x = _unit(x, 32, (3, 3), padding="valid", name="conv2", momentum=m)
-    x = _unit(x, 64, (3, 3), name="conv3", momentum=m)
+    x = _unit(inputs, 32, (3, 3), strides=2, padding="valid", name="conv1", u=m)
+    x = _unit(x, 32, (3, 3), padding="valid", name="conv2", u=m)
+    x = _unit(x, 64, (3, 3), name="conv3", u=m)
     x = layers.MaxPooling2D(3, strides=2, name="pool1")(x)
-    x = _unit(x, 80, (1, 1), padding="valid", name="conv4", momentum=m)
-    x = _unit(x, 192, (3, 3), padding="valid", name="conv5", momentum=m)
+    x = _unit(x, 80, (1, 1), padding="valid", name="conv4", u=m)
+    x = _unit(x, 192, (3, 3), padding="valid", name="conv5", u=m)
     x = layers.MaxPooling2D(3, strides=2, name="pool2")(x)
 
     for i, pool_filters in enumerate((32, 64, 64)):
@@ -183,8 +226,8 @@ def inception_v3(
     for i, c7 in enumerate((128, 160, 160, 192), start=4):
         x = _block_b(x, c7, f"mixed{i}", m)
     x = _reduction_b(x, "mixed8", m)
-    for i in (9, 10):
-        x = _block_c(x, f"mixed{i}", m)
+    x = _block_c(x, "mixed9", m)
+    x = _block_c(x, "mixed10", m, last_block_pooling)
 
     outputs = common.head(
         x,
@@ -192,8 +235,11 @@ def inception_v3(
         num_classes=num_classes,
         pooling=pooling,
         classifier_activation=classifier_activation,
+        dense_initializer=dense_initializer,
     )
     model = keras.Model(inputs, outputs, name="inception_v3")
+    if weights == pretrained.IMAGENET:
+        weights = pretrained.imagenet_weights("inception_v3", include_top=include_top)
     if weights is not None:
         weights_lib.load_weights(model, weights, match="order")
     return model

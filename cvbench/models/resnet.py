@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import keras
 from keras import layers
 
-from cvbench.models import common
+from cvbench.models import common, pretrained
 from cvbench.models import weights as weights_lib
 from cvbench.models.layers import FastConv2D
 
@@ -98,7 +98,13 @@ def feature_layer_names(model_or_depth: keras.Model | int) -> dict[str, str]:
 
 
 def _conv(
-    x: keras.KerasTensor, filters: int, size: int, stride: int, use_bias: bool, name: str
+    x: keras.KerasTensor,
+    filters: int,
+    size: int,
+    stride: int,
+    use_bias: bool,
+    name: str,
+    init: common.InitializerSpec,
 ) -> keras.KerasTensor:
     """Conv with symmetric padding: `same` at stride 1, explicit 1-pixel pad at stride 2.
 
@@ -115,13 +121,14 @@ def _conv(
         strides=stride,
         padding=padding,
         use_bias=use_bias,
-        kernel_initializer=common.conv_initializer(),
+        kernel_initializer=common.conv_initializer(init),
         name=f"{name}_conv",
     )(x)
 
 
-def _bn(x: keras.KerasTensor, momentum: float, name: str) -> keras.KerasTensor:
-    return layers.BatchNormalization(momentum=momentum, epsilon=BN_EPSILON, name=f"{name}_bn")(x)
+def _bn(x: keras.KerasTensor, bn: dict, name: str) -> keras.KerasTensor:
+    """Batch norm with `bn = {"momentum": ..., "epsilon": ..., "scale": ...}`."""
+    return layers.BatchNormalization(**bn, name=f"{name}_bn")(x)
 
 
 def _conv_bn(
@@ -132,10 +139,11 @@ def _conv_bn(
     *,
     name: str,
     use_bias: bool,
-    momentum: float,
+    bn: dict,
+    init: common.InitializerSpec,
     relu: bool,
 ) -> keras.KerasTensor:
-    x = _bn(_conv(x, filters, size, stride, use_bias, name), momentum, name)
+    x = _bn(_conv(x, filters, size, stride, use_bias, name, init), bn, name)
     if relu:
         x = layers.Activation("relu", name=f"{name}_relu")(x)
     return x
@@ -150,10 +158,11 @@ def _bottleneck_block(
     variant: str,
     name: str,
     use_bias: bool,
-    momentum: float,
+    bn: dict,
+    init: common.InitializerSpec,
 ) -> keras.KerasTensor:
     """Bottleneck block: (batch, h, w, c) -> (batch, ceil(h/stride), ceil(w/stride), 4*filters)."""
-    kw = {"use_bias": use_bias, "momentum": momentum}
+    kw = {"use_bias": use_bias, "bn": bn, "init": init}
     shortcut = x
     if project:
         shortcut = _conv_bn(x, 4 * filters, 1, stride, name=f"{name}_0", relu=False, **kw)
@@ -174,11 +183,12 @@ def _basic_block(
     variant: str,
     name: str,
     use_bias: bool,
-    momentum: float,
+    bn: dict,
+    init: common.InitializerSpec,
 ) -> keras.KerasTensor:
     """Basic block: (batch, h, w, c) -> (batch, ceil(h/stride), ceil(w/stride), filters)."""
     del variant  # one 3x3 carries the stride: v1 and v1.5 coincide
-    kw = {"use_bias": use_bias, "momentum": momentum}
+    kw = {"use_bias": use_bias, "bn": bn, "init": init}
     shortcut = x
     if project:
         shortcut = _conv_bn(x, filters, 1, stride, name=f"{name}_0", relu=False, **kw)
@@ -200,6 +210,10 @@ def build_resnet(
     weights: str | os.PathLike | None = None,
     classifier_activation: str | None = "softmax",
     bn_momentum: float = 0.9,
+    bn_epsilon: float = BN_EPSILON,
+    bn_scale: bool = True,
+    conv_initializer: common.InitializerSpec = "fan_out",
+    dense_initializer: common.InitializerSpec = "normal_0.01",
 ) -> keras.Model:
     """Builds a ResNet of any depth in `STAGE_BLOCKS` (see the module docstring).
 
@@ -211,10 +225,21 @@ def build_resnet(
         input_shape: `(height, width, 3)`; height/width may be `None`; at least 32.
         include_top: add global average pooling and the float32 `predictions` layer.
         pooling: without the top: `None` (4-D C5 map), `"avg"` or `"max"`.
-        weights: `None` (random init) or a path: a keras.applications legacy `.h5` file
-            (ResNet-50/101/152, with or without top) or a cvbench `.weights.h5` file.
+        weights: `None` (random init), `"imagenet"` (keras.applications' ResNet-50/101/152
+            file, fetched and cached by `pretrained.imagenet_weights`; needs `variant="v1"`,
+            and 1000 classes with the top), or a path: a keras.applications file (legacy
+            `.h5` or Keras 3 `.weights.h5`, with or without top), a cvbench `.weights.h5`
+            file, or a torchvision state dict (`.pth` / `.npz`, see `torchvision_weights`).
         classifier_activation: `"softmax"`, another Keras activation, or `None` for logits.
         bn_momentum: batch-norm moving-average momentum (0.9: NVIDIA's decay).
+        bn_epsilon: batch-norm epsilon (1.001e-5 as keras.applications; torchvision and
+            NVIDIA use 1e-5).
+        bn_scale: give batch norms a learned scale gamma (keras.applications' files have it).
+        conv_initializer: convolution kernel initializer, a `common.initializer` spec:
+            `"fan_out"` (He normal fan-out, the default), `"fan_in_truncated"` (NVIDIA DLE
+            `--weight_init=fan_in`), a Keras name such as `"glorot_uniform"`, or an object.
+        dense_initializer: classifier kernel initializer: `"normal_0.01"` (the default),
+            `"fan_in_truncated"` (DLE), or any Keras initializer.
 
     Returns:
         A functional `keras.Model` named `resnet{depth}`: `(batch, h, w, 3)` float32 images
@@ -222,8 +247,9 @@ def build_resnet(
         (C = 2048 for bottleneck nets, 512 for ResNet-18/34), or `(batch, C)` with pooling.
 
     Raises:
-        ValueError: for an unknown depth/variant, a bad shape or head argument, or a weight
-            file that does not fit (naming the layer and shapes).
+        ValueError: for an unknown depth/variant, a bad shape, head, batch-norm or
+            initializer argument, `"imagenet"` where keras.applications publishes no file, or
+            a weight file that does not fit (naming the layer and shapes).
     """
     if depth not in STAGE_BLOCKS:
         raise ValueError(f"unknown ResNet depth {depth!r}; known: {sorted(STAGE_BLOCKS)}")
@@ -232,9 +258,21 @@ def build_resnet(
     name = f"resnet{depth}"
     shape = common.check_input_shape(input_shape, min_size=MIN_SIZE, model_name=name)
     common.check_head_args(include_top=include_top, num_classes=num_classes, pooling=pooling)
+    common.check_batchnorm_args(momentum=bn_momentum, epsilon=bn_epsilon, scale=bn_scale)
+    common.initializer(conv_initializer)  # fail before building on a bad name
+    common.initializer(dense_initializer)
+    if weights == pretrained.IMAGENET:
+        pretrained.check_imagenet_args(
+            name,
+            include_top=include_top,
+            num_classes=num_classes,
+            bn_scale=bn_scale,
+            variant=variant,
+        )
     bottleneck = depth >= 50
     block_fn = _bottleneck_block if bottleneck else _basic_block
-    kw = {"variant": variant, "use_bias": conv_bias, "momentum": bn_momentum}
+    bn = {"momentum": bn_momentum, "epsilon": bn_epsilon, "scale": bn_scale}
+    kw = {"variant": variant, "use_bias": conv_bias, "bn": bn, "init": conv_initializer}
 
     inputs = keras.Input(shape=shape, name="input_layer")
     x = layers.ZeroPadding2D(padding=3, name="conv1_pad")(inputs)
@@ -243,10 +281,10 @@ def build_resnet(
         7,
         strides=2,
         use_bias=conv_bias,
-        kernel_initializer=common.conv_initializer(),
+        kernel_initializer=common.conv_initializer(conv_initializer),
         name="conv1_conv",
     )(x)
-    x = _bn(x, bn_momentum, "conv1")
+    x = _bn(x, bn, "conv1")
     x = layers.Activation("relu", name="conv1_relu")(x)
     x = layers.ZeroPadding2D(padding=1, name="pool1_pad")(x)
     x = layers.MaxPooling2D(3, strides=2, name="pool1_pool")(x)
@@ -268,15 +306,23 @@ def build_resnet(
         num_classes=num_classes,
         pooling=pooling,
         classifier_activation=classifier_activation,
+        dense_initializer=dense_initializer,
     )
     model = keras.Model(inputs, outputs, name=name)
+    if weights == pretrained.IMAGENET:
+        weights = pretrained.imagenet_weights(name, include_top=include_top)
+    elif (
+        weights is not None
+        and variant == "v1.5"
+        and bottleneck
+        and weights_lib.is_keras_applications_file(weights)
+    ):
+        warnings.warn(
+            f"loading {os.fspath(weights)!r} (a keras.applications-format file, i.e. "
+            "ResNet v1 weights) into variant='v1.5'; use variant='v1' for the same function",
+            stacklevel=3,
+        )
     if weights is not None:
-        if variant == "v1.5" and bottleneck and weights_lib.is_legacy_h5(weights):
-            warnings.warn(
-                f"loading {os.fspath(weights)!r} (a keras.applications-format file, i.e. "
-                "ResNet v1 weights) into variant='v1.5'; use variant='v1' for the same function",
-                stacklevel=3,
-            )
         weights_lib.load_weights(model, weights, match="name")
     return model
 
@@ -292,6 +338,10 @@ def resnet18(
     weights: str | os.PathLike | None = None,
     classifier_activation: str | None = "softmax",
     bn_momentum: float = 0.9,
+    bn_epsilon: float = BN_EPSILON,
+    bn_scale: bool = True,
+    conv_initializer: common.InitializerSpec = "fan_out",
+    dense_initializer: common.InitializerSpec = "normal_0.01",
 ) -> keras.Model:
     """ResNet-18 (basic blocks, 2-2-2-2). Arguments and returns as `build_resnet`."""
     return build_resnet(depth=18, **locals())
@@ -308,6 +358,10 @@ def resnet34(
     weights: str | os.PathLike | None = None,
     classifier_activation: str | None = "softmax",
     bn_momentum: float = 0.9,
+    bn_epsilon: float = BN_EPSILON,
+    bn_scale: bool = True,
+    conv_initializer: common.InitializerSpec = "fan_out",
+    dense_initializer: common.InitializerSpec = "normal_0.01",
 ) -> keras.Model:
     """ResNet-34 (basic blocks, 3-4-6-3). Arguments and returns as `build_resnet`."""
     return build_resnet(depth=34, **locals())
@@ -324,6 +378,10 @@ def resnet50(
     weights: str | os.PathLike | None = None,
     classifier_activation: str | None = "softmax",
     bn_momentum: float = 0.9,
+    bn_epsilon: float = BN_EPSILON,
+    bn_scale: bool = True,
+    conv_initializer: common.InitializerSpec = "fan_out",
+    dense_initializer: common.InitializerSpec = "normal_0.01",
 ) -> keras.Model:
     """ResNet-50 (bottleneck blocks, 3-4-6-3). Arguments and returns as `build_resnet`.
 
@@ -343,6 +401,10 @@ def resnet101(
     weights: str | os.PathLike | None = None,
     classifier_activation: str | None = "softmax",
     bn_momentum: float = 0.9,
+    bn_epsilon: float = BN_EPSILON,
+    bn_scale: bool = True,
+    conv_initializer: common.InitializerSpec = "fan_out",
+    dense_initializer: common.InitializerSpec = "normal_0.01",
 ) -> keras.Model:
     """ResNet-101 (bottleneck blocks, 3-4-23-3). Arguments and returns as `build_resnet`."""
     return build_resnet(depth=101, **locals())
@@ -359,6 +421,10 @@ def resnet152(
     weights: str | os.PathLike | None = None,
     classifier_activation: str | None = "softmax",
     bn_momentum: float = 0.9,
+    bn_epsilon: float = BN_EPSILON,
+    bn_scale: bool = True,
+    conv_initializer: common.InitializerSpec = "fan_out",
+    dense_initializer: common.InitializerSpec = "normal_0.01",
 ) -> keras.Model:
     """ResNet-152 (bottleneck blocks, 3-8-36-3). Arguments and returns as `build_resnet`."""
     return build_resnet(depth=152, **locals())

@@ -1,6 +1,6 @@
 """Loading weight files into cvbench models: keras.applications legacy HDF5 and Keras 3.
 
-Two formats are accepted:
+Four formats are accepted:
 
 - The legacy Keras HDF5 weights format that keras.applications downloads
   (`resnet50_weights_tf_dim_ordering_tf_kernels.h5`, `..._notop.h5`,
@@ -8,8 +8,15 @@ Two formats are accepted:
   `model_weights` group) has a `layer_names` attribute listing the layers in model order; each
   layer group has a `weight_names` attribute (e.g. `conv1_conv/kernel:0`) naming datasets under
   it, in legacy order (trainable then non-trainable weights).
-- Keras 3 `.weights.h5` files written by `model.save_weights`, loaded with
+- Keras 3 `.weights.h5` files of keras.applications models (`ResNet50`, `ResNet101`,
+  `ResNet152`, `InceptionV3`, with or without top, written by their `save_weights`): groups
+  `layers/<class>_<k>/vars/<i>` named by layer class, not layer name, with the variables by
+  position. The file is read into the keras.applications model it came from (recognised by its
+  number of convolutions: 53, 104, 155 or 94), whose layers then give the legacy names and
+  order, and loaded as a legacy file (`read_keras3_applications`).
+- Other Keras 3 `.weights.h5` files (cvbench's own, `model.save_weights`), loaded with
   `model.load_weights` (the architecture must match exactly).
+- torchvision ResNet state dicts (`.pth`, `.pt`, `.npz`): see `torchvision_weights`.
 
 Legacy files are paired with the model's layers either by layer name (ResNet: the names are
 keras.applications' own) or by position among layers with weights (Inception V3:
@@ -36,6 +43,15 @@ import numpy as np
 
 HEAD = "predictions"
 _SUFFIX_CONV, _SUFFIX_BN = "_conv", "_bn"
+# Keras 3 weight files of keras.applications models, by their number of Conv2D layers:
+# ResNet-N has 1 + 3 x (blocks) + 4 shortcut convs; Inception V3 has 94.
+KERAS3_APPLICATIONS: dict[int, tuple[str, str]] = {
+    53: ("ResNet50", "name"),
+    104: ("ResNet101", "name"),
+    155: ("ResNet152", "name"),
+    94: ("InceptionV3", "order"),
+}
+TORCHVISION_SUFFIXES = (".pth", ".pt", ".npz")
 # Layer names of the Keras 2.0-2.2 ResNet50 (another layout: BN epsilon 1e-3, 7x7 avg pool).
 _OLD_RESNET50_PREFIX = "res2a_branch"
 
@@ -59,6 +75,71 @@ def is_legacy_h5(path: str | os.PathLike) -> bool:
     with h5py.File(path, "r") as f:
         group = f.get("model_weights", f)
         return "layer_names" in group.attrs or "layer_names0" in group.attrs
+
+
+def _keras3_conv_count(path: str) -> int | None:
+    """Number of `conv2d*` layer groups of a Keras 3 weights file, None if not one."""
+    import h5py
+
+    if not os.path.isfile(path) or not h5py.is_hdf5(path):
+        return None
+    with h5py.File(path, "r") as f:
+        group = f.get("layers")
+        if not isinstance(group, h5py.Group):
+            return None
+        return sum(1 for k in group if k == "conv2d" or k.startswith("conv2d_"))
+
+
+def is_keras_applications_file(path: str | os.PathLike) -> bool:
+    """Whether `path` holds keras.applications weights: a legacy `.h5` file or a Keras 3
+    `.weights.h5` file of one of `KERAS3_APPLICATIONS` (BGR-trained ResNets, Inception V3)."""
+    path = os.fspath(path)
+    return is_legacy_h5(path) or _keras3_conv_count(path) in KERAS3_APPLICATIONS
+
+
+def read_keras3_applications(path: str | os.PathLike) -> tuple[list[FileLayer], str]:
+    """Reads a Keras 3 `.weights.h5` file of a keras.applications model (see module doc).
+
+    Args:
+        path: the file.
+
+    Returns:
+        `(layers, match)`: one `FileLayer` per layer with weights, in the model's order, with
+        keras.applications' layer and weight names; `match` is how to pair them with a
+        cvbench model (`"name"` for ResNets, `"order"` for Inception V3).
+
+    Raises:
+        ValueError: if the file is not one of `KERAS3_APPLICATIONS` or does not load into it.
+    """
+    import h5py
+
+    path = os.fspath(path)
+    count = _keras3_conv_count(path)
+    if count not in KERAS3_APPLICATIONS:
+        raise ValueError(
+            f"{path!r} is not a Keras 3 weights file of a keras.applications model "
+            f"{sorted(v[0] for v in KERAS3_APPLICATIONS.values())} ({count} conv layers)"
+        )
+    app, match = KERAS3_APPLICATIONS[count]
+    with h5py.File(path, "r") as f:
+        dense = f["layers"].get("dense")
+        classes = None if dense is None else int(dense["vars"]["0"].shape[-1])
+    builder = getattr(keras.applications, app)
+    kwargs = {"weights": None, "include_top": classes is not None}
+    if classes is not None:
+        kwargs.update(classes=classes, classifier_activation=None)
+    source = builder(**kwargs)
+    try:
+        source.load_weights(path)
+    except (ValueError, KeyError) as e:
+        raise ValueError(f"{path!r} does not load into keras.applications.{app}: {e}") from e
+    layers_out = []
+    for layer in source.layers:
+        variables = layer.trainable_weights + layer.non_trainable_weights
+        if variables:
+            values = tuple(keras.ops.convert_to_numpy(v) for v in variables)
+            layers_out.append(FileLayer(layer.name, tuple(v.name for v in variables), values))
+    return layers_out, match
 
 
 def _attr_strings(group, name: str) -> list[str]:
@@ -107,13 +188,14 @@ def read_legacy_h5(path: str | os.PathLike) -> list[FileLayer]:
 def load_weights(
     model: keras.Model, path: str | os.PathLike, *, match: Literal["name", "order"]
 ) -> None:
-    """Loads a legacy keras.applications `.h5` or a Keras 3 `.weights.h5` file into `model`.
+    """Loads a weight file of any format of the module docstring into `model`.
 
     Args:
         model: a functional model built by `cvbench.models`.
         path: the weight file.
         match: how legacy-file layers pair with model layers: `"name"` or `"order"`
-            (position among layers with weights; see the module docstring).
+            (position among layers with weights; see the module docstring). A Keras 3
+            keras.applications file brings its own; torchvision files pair by name.
 
     Raises:
         ValueError: the file is missing or in an unknown format, or a layer or shape does not
@@ -124,6 +206,13 @@ def load_weights(
         raise ValueError(f"weights file not found: {path!r}")
     if is_legacy_h5(path):
         _load_legacy(model, path, read_legacy_h5(path), match)
+    elif path.endswith(TORCHVISION_SUFFIXES):
+        from cvbench.models import torchvision_weights
+
+        torchvision_weights.load_torchvision_weights(model, path)
+    elif _keras3_conv_count(path) in KERAS3_APPLICATIONS:
+        file_layers, file_match = read_keras3_applications(path)
+        _load_legacy(model, path, file_layers, file_match)
     elif path.endswith(".weights.h5"):
         try:
             model.load_weights(path)
@@ -132,7 +221,8 @@ def load_weights(
     else:
         raise ValueError(
             f"weights={path!r} is neither a keras.applications-style legacy .h5 file (with a "
-            "'layer_names' attribute) nor a Keras 3 '.weights.h5' file"
+            "'layer_names' attribute), a Keras 3 '.weights.h5' file, nor a torchvision state "
+            f"dict {TORCHVISION_SUFFIXES}"
         )
 
 

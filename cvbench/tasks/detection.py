@@ -91,10 +91,10 @@ class DetectionTask(RecordTask):
         backend: "pycocotools" or "faster" (faster-coco-eval, same numbers).
         per_category: also report `AP/<category>`.
         detections_path: where rank 0 writes the detections JSON (default: none).
-        backbone_weights: ResNet-50 weight file for the backbone (keras.applications
-            `_notop` HDF5); None: the recipe's (`options.recipe`), else random
-            initialization, which `prepare_run` refuses to train with frozen batch norms
-            (`check_trainable`).
+        backbone_weights: the backbone's starting point: "imagenet" (keras.applications'
+            ResNet-50 `_notop` file, fetched and cached), a weight file, or None: the
+            recipe's (`options.recipe`), else random initialization, which `prepare_run`
+            refuses to train with frozen batch norms (`check_trainable`).
         backbone: the backbone name ("resnet50_v1").
         build: a function `(num_classes, image_size) -> keras.Model` with SSD320's outputs
             and anchors, instead of `ssd320` (e.g. the demo's small `ssd`).
