@@ -427,13 +427,12 @@ def _evaluation_model(path: Path, task):
     """The `.keras` model at `path` as the task's evaluation data needs it.
 
     A file with a `ModelInfo` (what cvbench writes for users) takes `[0, 255]` RGB, while
-    the classification pipeline hands out ImageNet-normalized images: those are mapped back
-    to `[0, 255]` in front of the model (`x * std + mean`). Detection data is `[0, 255]`
-    already; a file without `ModelInfo` (older exports) is used as it is.
+    the classification pipeline hands out normalized images (`task.input_normalization()`):
+    those are mapped back to `[0, 255]` in front of the model (`x * std + mean`). Detection
+    data is `[0, 255]` already; a file without `ModelInfo` (older exports) is used as it is.
     """
     import keras
 
-    from cvbench.data.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
     from cvbench.utils.model_file import load_model, read_model_info
     from cvbench.utils.plain_keras import with_input_normalization
 
@@ -448,10 +447,11 @@ def _evaluation_model(path: Path, task):
     model, _ = load_model(path)
     if info.task != "classification":
         return model
+    means, stds = task.input_normalization()
     return with_input_normalization(
         model,
-        mean=[-m / s for m, s in zip(IMAGENET_MEAN_RGB, IMAGENET_STD_RGB, strict=True)],
-        std=[1 / s for s in IMAGENET_STD_RGB],
+        mean=[-m / s for m, s in zip(means, stds, strict=True)],
+        std=[1 / s for s in stds],
         name="denormalize",
     )
 

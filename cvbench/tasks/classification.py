@@ -25,7 +25,7 @@ from cvbench.tasks.base import (
     records_info,
     repeated,
 )
-from cvbench.tasks.recipes import loss_kwargs, mixup_kwargs, model_kwargs
+from cvbench.tasks.recipes import loss_kwargs, mixup_kwargs, model_kwargs, preprocessing_kwargs
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
 from cvbench.training.losses import SparseCrossEntropy
 from cvbench.utils.model_file import ModelInfo
@@ -51,11 +51,6 @@ INCEPTION_RECIPE = (
     ScheduleConfig(base_lr=0.25, decay="polynomial", power=2.0),
 )
 DEFAULT_LABEL_SMOOTHING = 0.1
-# Model knobs of the recipes that the builders do not take yet (branch i13-models): left out
-# of `model_kwargs` until they exist. Empty this set when they do.
-PENDING_MODEL_KNOBS = frozenset(
-    {"bn_epsilon", "bn_scale", "conv_initializer", "dense_initializer", "last_block_pooling"}
-)
 IMAGENET_CLASSES = 1000
 _DEFAULT_SIZES = {"inception_v3": 299}
 
@@ -126,7 +121,6 @@ class ClassificationTask(RecordTask):
         kwargs: dict[str, Any] = {}
         if self.options.recipe is not None:
             kwargs = model_kwargs(self.options.recipe)
-            kwargs = {k: v for k, v in kwargs.items() if k not in PENDING_MODEL_KNOBS}
         kwargs["num_classes"] = self.num_classes  # the data's (the recipe's on synthetic data)
         if self.weights is not None:
             kwargs["weights"] = self.weights
@@ -202,7 +196,32 @@ class ClassificationTask(RecordTask):
     def dataset_options(self) -> dict[str, Any]:
         # A record whose label is outside [0, num_classes) is an error naming it (a wrong
         # --num-classes would otherwise train on silently: a one-hot of zeros has loss 0).
-        return {"num_classes": self.num_classes}
+        options: dict[str, Any] = {"num_classes": self.num_classes}
+        if self.options.recipe is not None:
+            options["preprocessing"] = self.preprocessing()
+        return options
+
+    def preprocessing(self) -> Any:
+        """The recipe's `cvbench.data.ImagePreprocessing` (crops, scaling, decoder), or None
+        without a recipe (`imagenet_dataset`'s default, NVIDIA's ResNet pipeline)."""
+        if self.options.recipe is None:
+            return None
+        from cvbench.data.image_preprocessing import ImagePreprocessing
+
+        return ImagePreprocessing(**preprocessing_kwargs(self.options.recipe))
+
+    def input_normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """`(mean, std)` with which the pipeline maps `[0, 255]` pixels to the model's input,
+        `(x - mean) / std`: ImageNet's, or the recipe's (`input_scaling="inception"`,
+        `x / 127.5 - 1`, is mean = std = 127.5)."""
+        from cvbench.data.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+
+        preprocessing = self.preprocessing()
+        if preprocessing is None:
+            return tuple(IMAGENET_MEAN_RGB), tuple(IMAGENET_STD_RGB)
+        if preprocessing.input_scaling == "inception":
+            return (127.5,) * 3, (127.5,) * 3
+        return tuple(preprocessing.mean), tuple(preprocessing.std)
 
     def evaluation_data(self, *, batch_size: int, distribution: Any) -> Any:
         """This rank's `(images, labels, weights)` validation batches (padding weighs 0),
@@ -241,14 +260,12 @@ class ClassificationTask(RecordTask):
 
     def user_model(self, model: keras.Model) -> keras.Model:
         """The trained `model` as users get it: built-in Keras layers only
-        (`to_plain_keras`), taking `[0, 255]` RGB (the ImageNet normalization of the data
-        pipeline put in front), logits out."""
-        from cvbench.data.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+        (`to_plain_keras`), taking `[0, 255]` RGB (the data pipeline's normalization,
+        `input_normalization`, put in front), logits out."""
         from cvbench.utils.plain_keras import to_plain_keras, with_input_normalization
 
-        return with_input_normalization(
-            to_plain_keras(model), mean=IMAGENET_MEAN_RGB, std=IMAGENET_STD_RGB
-        )
+        mean, std = self.input_normalization()
+        return with_input_normalization(to_plain_keras(model), mean=mean, std=std)
 
 
 def _hard_labels(y_true: Any, y_pred: Any) -> Any:
