@@ -160,7 +160,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-export", action="store_true", help="do not export the model at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=train_command)
+    p.set_defaults(func=train_command, usage_error=p.error)
 
     p = subparsers.add_parser(
         "eval",
@@ -237,7 +237,11 @@ def resolve_recipe(args: argparse.Namespace):
                 f"--recipe {args.recipe} trains {recipe.model}, not --model {args.model}"
             )
     elif args.model is None:
-        raise CLIError("the following arguments are required: --model (or --recipe)")
+        message = "the following arguments are required: --model (or --recipe)"
+        usage_error = getattr(args, "usage_error", None)
+        if usage_error is not None:
+            usage_error(message)  # exits 2 with the usage, as argparse's own errors
+        raise CLIError(message)
     else:
         recipe = default_recipe(args.model)
     if recipe is None:
