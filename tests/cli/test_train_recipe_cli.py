@@ -97,7 +97,9 @@ def test_recipe_flag_selects_the_model_and_rejects_another():
     assert args.model == "inception_v3"
     args = _args(["--recipe", "resnet50_v1.5_250e", "--model", "resnet50", "--synthetic"])
     assert train_cli.resolve_recipe(args).loss.mixup_alpha == 0.2
-    with pytest.raises(cli.CLIError, match="--recipe ssd320_v1.2 trains ssd320, not --model resnet50"):
+    with pytest.raises(
+        cli.CLIError, match="--recipe ssd320_v1.2 trains ssd320, not --model resnet50"
+    ):
         train_cli.resolve_recipe(
             _args(["--recipe", "ssd320_v1.2", "--model", "resnet50", "--synthetic"])
         )
@@ -240,3 +242,84 @@ def test_run_log_records_the_resolved_recipe(tmp_path, monkeypatch):
         "num_gpus": 1, "batch_per_gpu": 2, "global_batch": 2, "peak_lr": 0.002,
         "steps_per_epoch": 1, "total_steps": 1, "warmup_steps": 8, "warmup_start_lr": 0.0,
     }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def notop_h5(tmp_path_factory, legacy_h5):
+    """keras.applications' ResNet-50 `_notop` file (random weights, legacy HDF5), made here."""
+    model = keras.applications.ResNet50(weights=None, include_top=False)
+    return legacy_h5(model, tmp_path_factory.mktemp("weights") / "notop.h5", 3)
+
+
+@pytest.mark.slow
+def test_ssd_with_backbone_weights_trains(tmp_path, notop_h5, capsys):
+    log_dir = tmp_path / "run"
+    argv = ["train", "--model", "ssd320", "--synthetic", "--backbone-weights", str(notop_h5),
+            "--image-size", "64", "--batch-size", "2", "--num-classes", "3", "--epochs", "1",
+            "--steps-per-epoch", "2", "--precision", "fp32", "--eval", "none", "--no-progress",
+            "--log-every", "1", "--log-dir", str(log_dir)]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    # 1 epoch of 2 steps at 1 x 2: warmup round(0.08 x 2) = 0 steps.
+    assert "recipe ssd320_v1.2: global batch 2 = 1 x 2, peak LR 0.00125, 2 steps per epoch, " \
+        "2 steps, warmup 0 steps from 0.00054165" in out  # fmt: skip
+    events = [json.loads(x) for x in (log_dir / "train_log.jsonl").read_text().splitlines()]
+    steps = [e for e in events if e["event"] == "step"]
+    assert len(steps) == 2 and all(math.isfinite(e["loss"]) for e in steps)
+    (recipe,) = [e for e in events if e["event"] == "recipe"]
+    assert recipe["knobs"]["detection.backbone_weights"] == str(notop_h5)
+
+
+def test_backbone_weights_reach_the_ssd(notop_h5, monkeypatch):
+    import h5py
+    import numpy as np
+
+    captured = _Captured(monkeypatch)
+    argv = ["train", "--model", "ssd320", "--synthetic", "--backbone-weights", str(notop_h5),
+            "--image-size", "64", "--batch-size", "2", "--num-classes", "3", "--epochs", "1",
+            "--steps-per-epoch", "1", "--precision", "fp32", "--eval", "none", "--no-export",
+            "--log-every", "0"]  # fmt: skip
+    assert cli.main(argv) == 0
+    ((trainer, *_),) = captured.calls
+    kernels = [
+        v for v in trainer.model.weights if "conv2_block1_1_conv" in v.path and "kernel" in v.path
+    ]
+    with h5py.File(notop_h5, "r") as f:
+        group = f["conv2_block1_1_conv"]  # (conv1 takes RGB: its kernel is reordered)
+        names = [n.decode() if isinstance(n, bytes) else n for n in group.attrs["weight_names"]]
+        stored = next(group[n][()] for n in names if "kernel" in n)
+    assert len(kernels) == 1
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(kernels[0]), stored)
+
+
+@pytest.mark.slow
+def test_two_horovod_ranks_scale_the_global_batch_and_print_it(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    horovodrun = Path(sys.executable).with_name("horovodrun")
+    cvbench = Path(sys.executable).with_name("cvbench")
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    run = subprocess.run(
+        [str(horovodrun), "-np", "2", "-H", "localhost:2", "--gloo", str(cvbench), "train",
+         "--recipe", "resnet50_v1.5_90e", *RN50, "--epochs", "1", "--steps-per-epoch", "1",
+         "--eval", "none", "--no-export", "--no-progress", "--log-every", "0",
+         "--log-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, env=env, timeout=500, cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # 2 ranks x 2 images = 4; peak 0.256 x 4 / 256 = 0.004; printed by rank 0 only.
+    line = (
+        "cvbench: recipe resnet50_v1.5_90e: global batch 4 = 2 x 2, peak LR 0.004, 1 steps "
+        "per epoch, 1 steps, warmup 8 steps from 0"
+    )
+    assert [x for x in run.stdout.splitlines() if "cvbench: recipe" in x] == [f"[0]<stdout>:{line}"]
+    events = [
+        json.loads(x) for x in (tmp_path / "run" / "train_log.jsonl").read_text().split("\n") if x
+    ]
+    (entry,) = [e for e in events if e["event"] == "recipe"]
+    assert (entry["plan"]["num_gpus"], entry["plan"]["global_batch"]) == (2, 4)
+    (start,) = [e for e in events if e["event"] == "start"]
+    assert (start["ranks"], start["global_batch"]) == (2, 4)
