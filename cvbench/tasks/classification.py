@@ -1,7 +1,9 @@
 """`ClassificationTask`: ResNets and Inception V3 on ImageNet-format TFRecords (or synthetic
 data): sparse cross-entropy with label smoothing, top-1 / top-5 over the whole validation set.
 
-Recipes (NVIDIA's, base rates per 256 images; see `../shared/reference/specs.md`):
+With `TaskOptions(recipe=...)` everything comes from the named recipe
+(`cvbench.tasks.recipes`: model knobs, input pipeline, loss, mixup). Without one, the
+built-in defaults (NVIDIA's, base rates per 256 images; see `../shared/reference/specs.md`):
 
 - ResNet: momentum SGD 0.875, weight decay 3.0517578125e-05 (not on batch norm or biases),
   0.256 per 256 images, 8 warmup epochs, cosine; label smoothing 0.1.
