@@ -16,18 +16,35 @@ from cvbench.cli.args import positive_int
 _PRECISIONS = ("auto", "fp16", "bf16", "fp32")
 
 
-def add_model_and_data(p: argparse.ArgumentParser, *, synthetic_help: str) -> None:
+def add_model_and_data(
+    p: argparse.ArgumentParser, *, synthetic_help: str, recipes: bool = False
+) -> None:
     """Adds --model, --data-dir | --synthetic, --batch-size, --image-size, --num-classes,
-    --precision, --seed and --skip-corrupt to `p`."""
-    p.add_argument("--model", required=True, help="model name, e.g. resnet50, inception_v3")
+    --precision, --seed and --skip-corrupt to `p`; with `recipes` (`cvbench train`),
+    `--model` may be left to `--recipe` and `--batch-size` defaults to the recipe's."""
+    p.add_argument(
+        "--model",
+        required=not recipes,
+        help="model name, e.g. resnet50, inception_v3"
+        + (" (default: the model of --recipe)" if recipes else ""),
+    )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--data-dir", help="directory of ImageNet-format TFRecords (train-*, validation-*)"
     )
     source.add_argument("--synthetic", action="store_true", help=synthetic_help)
-    p.add_argument(
-        "--batch-size", type=positive_int, default=256, help="images per rank and step (256)"
-    )
+    if recipes:
+        p.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=None,
+            help="images per rank and step (default: the recipe's, e.g. 256 for ResNet-50 and "
+            "32 for SSD320; 256 for a model without a recipe)",
+        )
+    else:
+        p.add_argument(
+            "--batch-size", type=positive_int, default=256, help="images per rank and step (256)"
+        )
     p.add_argument(
         "--image-size", type=positive_int, default=None, help="input size (model default)"
     )
@@ -58,8 +75,16 @@ def add_model_and_data(p: argparse.ArgumentParser, *, synthetic_help: str) -> No
     )
 
 
-def task_from_args(args: argparse.Namespace, *, synthetic_steps: int = 100, label_smoothing=None):
-    """The task `args` select (`--data-dir` must be a folder: a one-line error if not)."""
+def task_from_args(
+    args: argparse.Namespace,
+    *,
+    synthetic_steps: int = 100,
+    label_smoothing: float | None = None,
+    recipe: Any = None,
+    **task_kwargs: Any,
+):
+    """The task `args` select (`--data-dir` must be a folder: a one-line error if not), with
+    `recipe` (a resolved `Recipe`, or None) and the task class's own `task_kwargs`."""
     from cvbench.tasks import TaskOptions, make_task
 
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
@@ -72,8 +97,9 @@ def task_from_args(args: argparse.Namespace, *, synthetic_steps: int = 100, labe
         label_smoothing=label_smoothing,
         synthetic_steps=synthetic_steps,
         skip_corrupt=args.skip_corrupt,
+        recipe=recipe,
     )
-    return make_task(options)
+    return make_task(options, **task_kwargs)
 
 
 def report_corrupt(

@@ -27,8 +27,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "command; rank 0 prints, logs and writes checkpoints under --log-dir."
         ),
     )
-    add_model_and_data(p, synthetic_help="random data (throughput runs, smoke tests)")
-    p.add_argument("--epochs", type=positive_int, default=90, help="epochs to train (90)")
+    add_model_and_data(p, synthetic_help="random data (throughput runs, smoke tests)", recipes=True)
+    p.add_argument(
+        "--recipe",
+        default=None,
+        help="named recipe: resnet50_v1.5_90e, resnet50_v1.5_250e, inception_v3_nvcnn, "
+        "ssd320_v1.2 (cvbench recipes lists them; default: the model's reference recipe, "
+        "e.g. resnet50_v1.5_90e for resnet50; models without one use the task's defaults). "
+        "Every flag below that names a knob overrides it; the run log records the result",
+    )
+    p.add_argument(
+        "--epochs",
+        type=positive_int,
+        default=None,
+        help="epochs to train (default: the recipe's: 90 for ResNet-50, SSD320 its 12,500 "
+        "steps at 8 x 32 scaled to the global batch; 90 without a recipe)",
+    )
     p.add_argument(
         "--steps-per-epoch",
         type=positive_int,
@@ -37,14 +51,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "synthetic data)",
     )
     p.add_argument(
-        "--lr", type=non_negative_float, default=None, help="base learning rate per 256 images"
+        "--lr",
+        type=non_negative_float,
+        default=None,
+        help="base learning rate at the recipe's reference batch (256 images), scaled "
+        "linearly to the global batch",
     )
     p.add_argument("--optimizer", choices=("sgd", "lars"), default=None, help="update rule")
     p.add_argument("--momentum", type=non_negative_float, default=None, help="momentum")
     p.add_argument(
         "--nesterov", action=argparse.BooleanOptionalAction, default=None, help="Nesterov momentum"
     )
-    p.add_argument("--weight-decay", type=non_negative_float, default=None, help="L2 weight decay")
+    p.add_argument(
+        "--weight-decay",
+        type=non_negative_float,
+        default=None,
+        help="L2 weight decay (SSD: the L2 weight of its kernel regularizers)",
+    )
     p.add_argument(
         "--label-smoothing", type=non_negative_float, default=None, help="label smoothing"
     )
@@ -60,6 +83,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--power", type=non_negative_float, default=None, help="polynomial power")
     p.add_argument(
         "--boundaries", type=float_list, default=None, help="step-decay epochs, e.g. 30,60,80"
+    )
+    p.add_argument(
+        "--decay-from",
+        choices=("warmup_end", "start"),
+        default=None,
+        help="where the decay's progress counts from: after the warmup, or step 0 over all "
+        "steps (DLE's cosine)",
+    )
+    p.add_argument("--mixup", type=non_negative_float, default=None, help="mixup alpha (0: off)")
+    p.add_argument(
+        "--loss-scale",
+        type=non_negative_float,
+        default=None,
+        help="fp16 loss scale: the static value, or the initial dynamic one",
+    )
+    p.add_argument(
+        "--dynamic-loss-scale",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="dynamic fp16 loss scaling (--no-dynamic-loss-scale: static --loss-scale)",
+    )
+    p.add_argument(
+        "--weights",
+        default=None,
+        help="classifier weights to start from: a weight file, or imagenet",
+    )
+    p.add_argument(
+        "--backbone-weights",
+        default=None,
+        help="SSD backbone weights: a keras.applications ResNet-50 _notop file, or imagenet "
+        "(required: the SSD recipe freezes every batch norm)",
     )
     p.add_argument(
         "--log-dir", default=None, help="checkpoints, logs, TensorBoard and export go here"
@@ -106,7 +160,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-export", action="store_true", help="do not export the model at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=train_command)
+    p.set_defaults(func=train_command, usage_error=p.error)
 
     p = subparsers.add_parser(
         "eval",
@@ -127,18 +181,186 @@ def _overrides(args: argparse.Namespace, names: dict[str, str]) -> dict:
     return {field: value for field, value in chosen.items() if value is not None}
 
 
+# Flag (its `args` attribute) -> the knob it sets: (classification knob, detection knob);
+# None where the flag has no knob in that kind of recipe.
+FLAG_KNOBS: dict[str, tuple[str | None, str | None]] = {
+    "batch_size": ("run.batch_per_gpu", "run.batch_per_gpu"),
+    "epochs": ("run.epochs", "run.epochs"),
+    "precision": ("run.precision", "run.precision"),
+    "lr": ("schedule.base_lr", "schedule.base_lr"),
+    "warmup_epochs": ("schedule.warmup_epochs", "schedule.warmup_epochs"),
+    "schedule": ("schedule.decay", "schedule.decay"),
+    "power": ("schedule.power", "schedule.power"),
+    "decay_from": ("schedule.decay_from", "schedule.decay_from"),
+    "optimizer": ("optimizer.name", "optimizer.name"),
+    "momentum": ("optimizer.momentum", "optimizer.momentum"),
+    "nesterov": ("optimizer.nesterov", "optimizer.nesterov"),
+    "weight_decay": ("optimizer.weight_decay", "detection.l2_weight"),
+    "label_smoothing": ("loss.label_smoothing", "loss.label_smoothing"),
+    "mixup": ("loss.mixup_alpha", None),
+    "loss_scale": ("loss.loss_scale", "loss.loss_scale"),
+    "dynamic_loss_scale": ("loss.dynamic_loss_scale", "loss.dynamic_loss_scale"),
+    "image_size": ("preprocessing.image_size", "detection.image_size"),
+    "num_classes": ("model.num_classes", "detection.num_classes"),
+    "weights": ("model.weights", None),
+    "backbone_weights": (None, "detection.backbone_weights"),
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def resolve_recipe(args: argparse.Namespace):
+    """The recipe of the run: `--recipe` (or the model's reference recipe) with every flag
+    given set on its knob (`FLAG_KNOBS`, each a `Deviation` with the flag as the reason).
+    Sets `args.model` from the recipe when `--model` is omitted.
+
+    Returns:
+        The resolved `Recipe`, or None for a model without a recipe.
+
+    Raises:
+        CLIError: no --model and no --recipe; a recipe for another model; a flag without a
+            knob in the recipe; an SSD with frozen batch norms and no --backbone-weights.
+    """
+    from cvbench.tasks.recipes import default_recipe, get_recipe
+
+    if args.recipe is not None:
+        try:
+            recipe = get_recipe(args.recipe)
+        except ValueError as err:
+            raise CLIError(f"--recipe: {err}") from None
+        if args.model is None:
+            args.model = recipe.model
+        elif args.model != recipe.model:
+            raise CLIError(
+                f"--recipe {args.recipe} trains {recipe.model}, not --model {args.model}"
+            )
+    elif args.model is None:
+        message = "the following arguments are required: --model (or --recipe)"
+        usage_error = getattr(args, "usage_error", None)
+        if usage_error is not None:
+            usage_error(message)  # exits 2 with the usage, as argparse's own errors
+        raise CLIError(message)
+    else:
+        recipe = default_recipe(args.model)
+    if recipe is None:
+        return None
+    detection = recipe.task == "detection"
+    for name, knobs in FLAG_KNOBS.items():
+        value = getattr(args, name)
+        if name == "precision" and value == "auto":
+            value = None  # "auto" is fp16 on a GPU: the recipes' AMP
+        if name == "backbone_weights" and detection:
+            value = value or None  # from the flag only, so nothing downloads unasked
+        elif value is None:
+            continue
+        knob = knobs[1] if detection else knobs[0]
+        if knob is None:
+            raise CLIError(f"{_flag(name)} sets no knob of recipe {recipe.name}")
+        changes = {knob: value}
+        if name == "epochs" and recipe.run.images is not None:
+            changes["run.images"] = None  # counted in epochs now
+        reason = _flag(name) if getattr(args, name) is not None else f"no {_flag(name)}"
+        recipe = recipe.override(changes, reason=reason)
+    if (
+        detection
+        and recipe.detection.freeze_batchnorm
+        and recipe.detection.backbone_weights is None
+    ):
+        from cvbench.tasks.detection import frozen_backbone_message
+
+        raise CLIError(frozen_backbone_message(recipe.model))
+    return recipe
+
+
+def _fit_classes(task, recipe, args: argparse.Namespace):
+    """`recipe` with the classes the task's data has (its `dataset_info.json`) where they
+    differ from the recipe's; label smoothing then spreads over the model's classes."""
+    if recipe is None:
+        return recipe
+    knob = "detection.num_classes" if recipe.task == "detection" else "model.num_classes"
+    if task.num_classes == recipe.value(knob):
+        return recipe
+    changes = {knob: task.num_classes}
+    if recipe.task != "detection" and recipe.loss.smoothing_classes is not None:
+        changes["loss.smoothing_classes"] = None
+    return recipe.override(changes, reason="the classes of --data-dir (dataset_info.json)")
+
+
 def train_command(args: argparse.Namespace) -> int:
     """Runs `cvbench train`."""
+    import dataclasses
+
     from cvbench.tasks import prepare_run
     from cvbench.training import TrainConfig
 
     if args.force_resume and not args.resume:
         raise CLIError("--force-resume needs --resume")
+    recipe = resolve_recipe(args)
+    task_kwargs = {}
+    if recipe is None:
+        if args.mixup:
+            raise CLIError(f"--mixup needs a model with a recipe; {args.model} has none")
+        if args.backbone_weights is not None:
+            raise CLIError(f"--backbone-weights is for SSD models, not {args.model}")
+        if args.weights is not None:
+            task_kwargs["weights"] = args.weights
+    elif recipe.task == "detection":
+        task_kwargs["backbone_weights"] = recipe.detection.backbone_weights
     task = task_from_args(
         args,
         synthetic_steps=args.steps_per_epoch or 100,
-        label_smoothing=args.label_smoothing,
+        label_smoothing=args.label_smoothing if recipe is None else None,
+        recipe=recipe,
+        **task_kwargs,
     )
+    fitted = _fit_classes(task, recipe, args)
+    if fitted is not recipe:
+        task = type(task)(dataclasses.replace(task.options, recipe=fitted), **task_kwargs)
+    config = TrainConfig(
+        log_dir=args.log_dir,
+        checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
+        resume=args.resume,
+        force_resume=args.force_resume,
+        log_every=args.log_every,
+        burn_in_steps=args.burn_in,
+        progress_bar=False if args.no_progress else "auto",
+        seed=args.seed,
+        deterministic=args.deterministic,
+        compression=args.compression,
+        export=not args.no_export,
+        **_overrides(
+            args, {"loss_scale": "loss_scale", "dynamic_loss_scale": "dynamic_loss_scale"}
+        ),
+    )
+    if recipe is not None:
+        boundaries = _overrides(args, {"boundaries": "boundaries_epochs"})
+        run = prepare_run(
+            task,
+            schedule_changes=boundaries,
+            precision=args.precision,
+            config=config,
+            seed=args.seed,
+            steps_per_epoch=args.steps_per_epoch,
+        )
+        epochs = None  # the recipe's run (--epochs is its knob)
+    else:
+        run = _prepare_without_recipe(task, args, config)
+        epochs = args.epochs or 90
+    results = run.fit(epochs=epochs, steps_per_epoch=args.steps_per_epoch, evaluate=args.eval)
+    if results is not None:
+        _report(run.trainer, results)
+    report_corrupt(args, task, run.trainer.distribution, log_dir=args.log_dir)
+    return 0
+
+
+def _prepare_without_recipe(task, args: argparse.Namespace, config):
+    """`prepare_run` for a model without a recipe: the task's defaults, flags replacing
+    their fields."""
+    from cvbench.tasks import prepare_run
+
     optimizer, schedule = task.recipe()
     optimizer = optimizer.replace(
         **_overrides(
@@ -160,37 +382,19 @@ def train_command(args: argparse.Namespace) -> int:
                 "schedule": "decay",
                 "power": "power",
                 "boundaries": "boundaries_epochs",
+                "decay_from": "decay_from",
             },
         )
     )
-    config = TrainConfig(
-        log_dir=args.log_dir,
-        checkpoint_every=args.checkpoint_every,
-        keep_checkpoints=args.keep_checkpoints,
-        resume=args.resume,
-        force_resume=args.force_resume,
-        log_every=args.log_every,
-        burn_in_steps=args.burn_in,
-        progress_bar=False if args.no_progress else "auto",
-        seed=args.seed,
-        deterministic=args.deterministic,
-        compression=args.compression,
-        export=not args.no_export,
-    )
-    run = prepare_run(
+    return prepare_run(
         task,
-        batch_size=args.batch_size,
+        batch_size=args.batch_size or 256,
         optimizer=optimizer,
         schedule=schedule,
         precision=args.precision,
         config=config,
         seed=args.seed,
     )
-    results = run.fit(epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, evaluate=args.eval)
-    if results is not None:
-        _report(run.trainer, results)
-    report_corrupt(args, task, run.trainer.distribution, log_dir=args.log_dir)
-    return 0
 
 
 def eval_command(args: argparse.Namespace) -> int:
@@ -227,13 +431,12 @@ def _evaluation_model(path: Path, task):
     """The `.keras` model at `path` as the task's evaluation data needs it.
 
     A file with a `ModelInfo` (what cvbench writes for users) takes `[0, 255]` RGB, while
-    the classification pipeline hands out ImageNet-normalized images: those are mapped back
-    to `[0, 255]` in front of the model (`x * std + mean`). Detection data is `[0, 255]`
-    already; a file without `ModelInfo` (older exports) is used as it is.
+    the classification pipeline hands out normalized images (`task.input_normalization()`):
+    those are mapped back to `[0, 255]` in front of the model (`x * std + mean`). Detection
+    data is `[0, 255]` already; a file without `ModelInfo` (older exports) is used as it is.
     """
     import keras
 
-    from cvbench.data.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
     from cvbench.utils.model_file import load_model, read_model_info
     from cvbench.utils.plain_keras import with_input_normalization
 
@@ -248,10 +451,11 @@ def _evaluation_model(path: Path, task):
     model, _ = load_model(path)
     if info.task != "classification":
         return model
+    means, stds = task.input_normalization()
     return with_input_normalization(
         model,
-        mean=[-m / s for m, s in zip(IMAGENET_MEAN_RGB, IMAGENET_STD_RGB, strict=True)],
-        std=[1 / s for s in IMAGENET_STD_RGB],
+        mean=[-m / s for m, s in zip(means, stds, strict=True)],
+        std=[1 / s for s in stds],
         name="denormalize",
     )
 

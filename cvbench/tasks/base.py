@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import keras
 
+from cvbench.tasks.recipes import Recipe, get_recipe
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
 from cvbench.utils.model_file import ModelInfo
 
@@ -70,6 +71,15 @@ class TaskOptions:
         synthetic_steps: steps per epoch on synthetic data.
         skip_corrupt: skip and count corrupt records and undecodable images instead of
             stopping with an error naming the file and record (`RecordTask.corrupt_records`).
+        recipe: a named recipe (`cvbench.tasks.recipes`: a `Recipe` or its name, e.g.
+            "resnet50_v1.5_90e") for `model`; the task and `prepare_run` then take every knob
+            from it (model, loss, input size, batch, optimizer, schedule, loss scaling, run
+            length); None: the task's built-in defaults (the models without a recipe). Set
+            knobs with `recipe.override(...)`; `label_smoothing`, when also given, overrides
+            `loss.label_smoothing`.
+
+    Raises:
+        ValueError: a bad size or count; an unknown recipe name; a recipe for another model.
     """
 
     model: str
@@ -79,8 +89,23 @@ class TaskOptions:
     label_smoothing: float | None = None
     synthetic_steps: int = 100
     skip_corrupt: bool = False
+    recipe: Recipe | str | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.recipe, str):
+            object.__setattr__(self, "recipe", get_recipe(self.recipe))
+        if self.recipe is not None:
+            if not isinstance(self.recipe, Recipe):
+                raise ValueError(f"recipe must be a Recipe or a name, got {self.recipe!r}")
+            if self.recipe.model != self.model:
+                raise ValueError(
+                    f"recipe {self.recipe.name!r} trains {self.recipe.model}, not {self.model}"
+                )
+            if self.label_smoothing is not None:
+                recipe = self.recipe.override(
+                    {"loss.label_smoothing": self.label_smoothing}, reason="label_smoothing"
+                )
+                object.__setattr__(self, "recipe", recipe)
         for name in ("image_size", "num_classes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -251,6 +276,10 @@ class RecordTask(abc.ABC):
         """Extra arguments of `dataset_fn` for training only."""
         return {}
 
+    def train_dataset(self, dataset: Any, *, seed: int | None, distribution: Any) -> Any:
+        """The training pipeline as the task trains on it (e.g. mixup); default: unchanged."""
+        return dataset
+
     def read(self, split: str, *, batch_size: int, distribution: Any, **kwargs: Any) -> Any:
         """This rank's pipeline over `split` (shards from `distribution`'s rank and size),
         skipping and counting corrupt records with `options.skip_corrupt`."""
@@ -291,13 +320,17 @@ class RecordTask(abc.ABC):
             )
         options = self.train_options()
         return records_train_data(
-            lambda epoch_seed: self.read(
-                "train",
-                batch_size=batch_size,
-                distribution=distribution,
-                training=True,
+            lambda epoch_seed: self.train_dataset(
+                self.read(
+                    "train",
+                    batch_size=batch_size,
+                    distribution=distribution,
+                    training=True,
+                    seed=epoch_seed,
+                    **options,
+                ),
                 seed=epoch_seed,
-                **options,
+                distribution=distribution,
             ),
             num_records=self.count_records("train"),
             batch_size=batch_size,

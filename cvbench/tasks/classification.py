@@ -1,7 +1,9 @@
 """`ClassificationTask`: ResNets and Inception V3 on ImageNet-format TFRecords (or synthetic
 data): sparse cross-entropy with label smoothing, top-1 / top-5 over the whole validation set.
 
-Recipes (NVIDIA's, base rates per 256 images; see `../shared/reference/specs.md`):
+With `TaskOptions(recipe=...)` everything comes from the named recipe
+(`cvbench.tasks.recipes`: model knobs, input pipeline, loss, mixup). Without one, the
+built-in defaults (NVIDIA's, base rates per 256 images; see `../shared/reference/specs.md`):
 
 - ResNet: momentum SGD 0.875, weight decay 3.0517578125e-05 (not on batch norm or biases),
   0.256 per 256 images, 8 warmup epochs, cosine; label smoothing 0.1.
@@ -11,6 +13,7 @@ Recipes (NVIDIA's, base rates per 256 images; see `../shared/reference/specs.md`
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +27,7 @@ from cvbench.tasks.base import (
     records_info,
     repeated,
 )
+from cvbench.tasks.recipes import loss_kwargs, mixup_kwargs, model_kwargs, preprocessing_kwargs
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
 from cvbench.training.losses import SparseCrossEntropy
 from cvbench.utils.model_file import ModelInfo
@@ -63,6 +67,12 @@ class ClassificationTask(RecordTask):
             training augmentation of `imagenet_dataset` (e.g. the demo's flip-only one).
         eval_preprocess: `image_bytes -> image` replacing the evaluation resize and crop.
         metrics: Keras metrics instead of top-1 and top-5.
+        weights: weights to start from (the builder's `weights`: a file, or "imagenet"
+            where published); with a recipe it overrides `model.weights`.
+
+    With `options.recipe` the model, input size, loss, mixup and (through `prepare_run`)
+    the optimizer, schedule and loss scaling are the recipe's (`cvbench.tasks.recipes`);
+    top-1/top-5 then score a mixed label's dominant class.
 
     `num_classes` and `class_names` (model index -> name) come from the records'
     `dataset_info.json` (`cvbench.data.dataset_info`); without one, `options.num_classes`
@@ -91,35 +101,57 @@ class ClassificationTask(RecordTask):
         train_preprocess: Callable | None = None,
         eval_preprocess: Callable | None = None,
         metrics: Callable[[], list] | None = None,
+        weights: str | os.PathLike | None = None,
     ) -> None:
         if options.model not in self.models():
             raise ValueError(
                 f"unknown classification model {options.model!r}; known: {', '.join(self.models())}"
             )
         self.options = options
-        self.image_size = options.image_size or _DEFAULT_SIZES.get(options.model, 224)
+        recipe = options.recipe
+        default_size = _DEFAULT_SIZES.get(options.model, 224)
+        if recipe is not None:
+            default_size = recipe.preprocessing.image_size
+        self.image_size = options.image_size or default_size
         self.num_classes, self.class_names = _classes(options)
         self._train_preprocess = train_preprocess
         self._eval_preprocess = eval_preprocess
         self._metrics = metrics
+        self.weights = weights
 
     def build_model(self) -> keras.Model:
+        kwargs: dict[str, Any] = {}
+        if self.options.recipe is not None:
+            kwargs = model_kwargs(self.options.recipe)
+        kwargs["num_classes"] = self.num_classes  # the data's (the recipe's on synthetic data)
+        if self.weights is not None:
+            kwargs["weights"] = self.weights
         return get_model(
             self.options.model,
-            num_classes=self.num_classes,
+            **kwargs,
             input_shape=(self.image_size, self.image_size, 3),
             classifier_activation=None,
         )
 
     def loss(self) -> Callable:
+        if self.options.recipe is not None:
+            return SparseCrossEntropy(**loss_kwargs(self.options.recipe))
         smoothing = self.options.label_smoothing
         return SparseCrossEntropy(
             label_smoothing=DEFAULT_LABEL_SMOOTHING if smoothing is None else smoothing
         )
 
+    def mixup_alpha(self) -> float:
+        """The recipe's mixup alpha (0: none; training data only)."""
+        recipe = self.options.recipe
+        kwargs = None if recipe is None else mixup_kwargs(recipe)
+        return 0.0 if kwargs is None else float(kwargs["alpha"])
+
     def metrics(self) -> list:
         if self._metrics is not None:
             return self._metrics()
+        if self.mixup_alpha():  # soft training labels: score their dominant class
+            return [top_k_accuracy(1, "top1"), top_k_accuracy(5, "top5")]
         return [
             keras.metrics.SparseCategoricalAccuracy(name="top1"),
             keras.metrics.SparseTopKCategoricalAccuracy(k=5, name="top5"),
@@ -147,10 +179,51 @@ class ClassificationTask(RecordTask):
     def train_options(self) -> dict[str, Any]:
         return {"train_preprocess": self._train_preprocess}
 
+    def train_dataset(self, dataset: Any, *, seed: int | None, distribution: Any) -> Any:
+        """Mixup of the training batches when the recipe has it (labels become soft
+        `[B, num_classes]`; `cvbench.data.mixup`), else `dataset` unchanged."""
+        alpha = self.mixup_alpha()
+        if not alpha:
+            return dataset
+        from cvbench.data.mixup import mixup
+
+        return mixup(
+            dataset,
+            alpha=alpha,
+            num_classes=self.num_classes,
+            seed=seed,
+            shard_index=distribution.rank,
+        )
+
     def dataset_options(self) -> dict[str, Any]:
         # A record whose label is outside [0, num_classes) is an error naming it (a wrong
         # --num-classes would otherwise train on silently: a one-hot of zeros has loss 0).
-        return {"num_classes": self.num_classes}
+        options: dict[str, Any] = {"num_classes": self.num_classes}
+        if self.options.recipe is not None:
+            options["preprocessing"] = self.preprocessing()
+        return options
+
+    def preprocessing(self) -> Any:
+        """The recipe's `cvbench.data.ImagePreprocessing` (crops, scaling, decoder), or None
+        without a recipe (`imagenet_dataset`'s default, NVIDIA's ResNet pipeline)."""
+        if self.options.recipe is None:
+            return None
+        from cvbench.data.image_preprocessing import ImagePreprocessing
+
+        return ImagePreprocessing(**preprocessing_kwargs(self.options.recipe))
+
+    def input_normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """`(mean, std)` with which the pipeline maps `[0, 255]` pixels to the model's input,
+        `(x - mean) / std`: ImageNet's, or the recipe's (`input_scaling="inception"`,
+        `x / 127.5 - 1`, is mean = std = 127.5)."""
+        from cvbench.data.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+
+        preprocessing = self.preprocessing()
+        if preprocessing is None:
+            return tuple(IMAGENET_MEAN_RGB), tuple(IMAGENET_STD_RGB)
+        if preprocessing.input_scaling == "inception":
+            return (127.5,) * 3, (127.5,) * 3
+        return tuple(preprocessing.mean), tuple(preprocessing.std)
 
     def evaluation_data(self, *, batch_size: int, distribution: Any) -> Any:
         """This rank's `(images, labels, weights)` validation batches (padding weighs 0),
@@ -189,14 +262,30 @@ class ClassificationTask(RecordTask):
 
     def user_model(self, model: keras.Model) -> keras.Model:
         """The trained `model` as users get it: built-in Keras layers only
-        (`to_plain_keras`), taking `[0, 255]` RGB (the ImageNet normalization of the data
-        pipeline put in front), logits out."""
-        from cvbench.data.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+        (`to_plain_keras`), taking `[0, 255]` RGB (the data pipeline's normalization,
+        `input_normalization`, put in front), logits out."""
         from cvbench.utils.plain_keras import to_plain_keras, with_input_normalization
 
-        return with_input_normalization(
-            to_plain_keras(model), mean=IMAGENET_MEAN_RGB, std=IMAGENET_STD_RGB
-        )
+        mean, std = self.input_normalization()
+        return with_input_normalization(to_plain_keras(model), mean=mean, std=std)
+
+
+def _hard_labels(y_true: Any, y_pred: Any) -> Any:
+    """Integer labels as they are; soft `[B, C]` labels (mixup) as their dominant class."""
+    if len(y_true.shape) == len(y_pred.shape) and y_true.shape[-1] == y_pred.shape[-1]:
+        return keras.ops.argmax(y_true, axis=-1)
+    return y_true
+
+
+def top_k_accuracy(k: int, name: str) -> keras.metrics.Metric:
+    """Top-`k` accuracy that takes integer labels and soft (mixed) ones alike (the Sparse
+    metrics refuse soft labels, the Categorical ones score integer labels as 0)."""
+
+    def accuracy(y_true: Any, y_pred: Any) -> Any:
+        labels = _hard_labels(y_true, y_pred)
+        return keras.metrics.sparse_top_k_categorical_accuracy(labels, y_pred, k=k)
+
+    return keras.metrics.MeanMetricWrapper(accuracy, name=name)
 
 
 def _classes(options: TaskOptions) -> tuple[int, tuple[str, ...] | None]:
@@ -205,7 +294,10 @@ def _classes(options: TaskOptions) -> tuple[int, tuple[str, ...] | None]:
     `IMAGENET_CLASSES` on synthetic data."""
     info = records_info(options, kind="imagenet")
     if info is None:
-        return options.num_classes or IMAGENET_CLASSES, None
+        default = IMAGENET_CLASSES
+        if options.recipe is not None:
+            default = options.recipe.model_knobs.num_classes
+        return options.num_classes or default, None
     if options.num_classes is not None and options.num_classes != info.num_classes:
         raise class_count_error(options, info)
     return info.num_classes, info.class_names

@@ -53,6 +53,7 @@ from cvbench.tasks.base import (
     class_count_error,
     records_info,
 )
+from cvbench.tasks.recipes import model_kwargs
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
 from cvbench.utils.model_file import ModelInfo
 from cvbench.zoo import DETECTION, get_model, list_models
@@ -91,7 +92,9 @@ class DetectionTask(RecordTask):
         per_category: also report `AP/<category>`.
         detections_path: where rank 0 writes the detections JSON (default: none).
         backbone_weights: the backbone's starting point: "imagenet" (keras.applications'
-            ResNet-50 `_notop` file, fetched and cached), a weight file, or None (random).
+            ResNet-50 `_notop` file, fetched and cached), a weight file, or None: the
+            recipe's (`options.recipe`), else random initialization, which `prepare_run`
+            refuses to train with frozen batch norms (`check_trainable`).
         backbone: the backbone name ("resnet50_v1").
         build: a function `(num_classes, image_size) -> keras.Model` with SSD320's outputs
             and anchors, instead of `ssd320` (e.g. the demo's small `ssd`).
@@ -134,7 +137,9 @@ class DetectionTask(RecordTask):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.options = options
-        self.image_size = options.image_size or DEFAULT_IMAGE_SIZE
+        recipe = options.recipe
+        default_size = DEFAULT_IMAGE_SIZE if recipe is None else recipe.detection.image_size
+        self.image_size = options.image_size or default_size
         self.label_map, self.class_names = _label_map(options)
         self.num_classes = self.label_map.num_classes
         self.annotations_file = annotations_file
@@ -155,16 +160,35 @@ class DetectionTask(RecordTask):
             self._anchors = multiscale_anchors(self.image_size)
         return self._anchors
 
+    def model_kwargs(self) -> dict[str, Any]:
+        """The builder's arguments: the recipe's (`recipe.model_kwargs`), else this task's
+        backbone, and the task's classes, size and `backbone_weights` (an explicit one wins
+        over the recipe's)."""
+        kwargs: dict[str, Any] = {"backbone": self.backbone}
+        if self.options.recipe is not None:
+            kwargs = model_kwargs(self.options.recipe)
+        kwargs.update(num_classes=self.num_classes, image_size=self.image_size)
+        if self.backbone_weights is not None or "backbone_weights" not in kwargs:
+            kwargs["backbone_weights"] = self.backbone_weights
+        return kwargs
+
+    def check_trainable(self) -> None:
+        """Refuses to train an SSD whose every batch norm is frozen on a random backbone.
+
+        Raises:
+            ValueError: `freeze_batchnorm` (the recipe's, the builder's default) without
+                backbone weights, saying why and what to pass.
+        """
+        if self._build is not None:
+            return  # a builder of its own (the demo's small SSD) chooses for itself
+        kwargs = self.model_kwargs()
+        if kwargs.get("freeze_batchnorm", True) and kwargs.get("backbone_weights") is None:
+            raise ValueError(frozen_backbone_message(self.options.model))
+
     def build_model(self) -> keras.Model:
         if self._build is not None:
             return self._build(self.num_classes, self.image_size)
-        return get_model(
-            self.options.model,
-            num_classes=self.num_classes,
-            backbone=self.backbone,
-            image_size=self.image_size,
-            backbone_weights=self.backbone_weights,
-        )
+        return get_model(self.options.model, **self.model_kwargs())
 
     def loss(self) -> Callable:
         from cvbench.detection.losses import SSDLoss
@@ -330,11 +354,24 @@ class DetectionTask(RecordTask):
         return groundtruth_from_records(list_record_files(data_dir, "val"))
 
 
+def frozen_backbone_message(model: str) -> str:
+    """Why an SSD with frozen batch norms needs backbone weights, and what to pass."""
+    return (
+        f"{model} freezes every batch norm (freeze_batchnorm, as the reference), so without "
+        "backbone weights it would train a random ResNet-50 backbone whose batch norms stay at "
+        "their initial statistics: pass --backbone-weights imagenet or --backbone-weights PATH "
+        "(a keras.applications ResNet-50 _notop file; Python: backbone_weights=...)"
+    )
+
+
 def _label_map(options: TaskOptions) -> tuple[CocoLabelMap, tuple[str, ...] | None]:
     """The class index <-> COCO id map and the class names (see the module docstring)."""
     info = records_info(options, kind="coco")
     if info is None:
-        num_classes = options.num_classes or DEFAULT_NUM_CLASSES
+        default = DEFAULT_NUM_CLASSES
+        if options.recipe is not None:
+            default = options.recipe.detection.num_classes
+        num_classes = options.num_classes or default
         if num_classes == 80:
             return CocoLabelMap.coco80(), None
         return CocoLabelMap(tuple(range(1, num_classes + 1))), None

@@ -16,15 +16,26 @@ Trainer's ranks, and `TaskRun` trains and evaluates.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import keras
 
 from cvbench.tasks.base import Task, TrainData
+from cvbench.tasks.recipes import (
+    Recipe,
+    RecipePlan,
+    fit_lengths,
+    optimizer_config,
+    plan,
+    schedule_kwargs,
+    train_config_kwargs,
+)
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import get_distribution
+from cvbench.training.run_log import RunLog
 from cvbench.training.trainer import Trainer
 
 EVALUATE_CHOICES = ("end", "epoch", "none")
@@ -42,6 +53,8 @@ class TaskRun:
         train: this rank's training data and steps per epoch.
         batch_size: images per rank and step.
         history: the `keras.callbacks.History` of the last `fit` (None before).
+        plan: the recipe at this run's global batch (`cvbench.tasks.recipes.plan`), None
+            for a task without a recipe.
     """
 
     task: Task
@@ -49,6 +62,20 @@ class TaskRun:
     train: TrainData
     batch_size: int
     history: keras.callbacks.History | None = None
+    plan: RecipePlan | None = None
+
+    def record_recipe(self) -> None:
+        """Appends the resolved recipe to the run log (`log_dir/train_log.jsonl`, rank 0): a
+        `recipe` event with its name, every knob, the deviations from the reference
+        (knob, reference, reason) and the plan."""
+        recipe = getattr(self.task.options, "recipe", None)
+        if recipe is None or self.plan is None:
+            return
+        log = RunLog(self.trainer.log_dir, enabled=self.trainer.is_chief, progress_bar=False)
+        try:
+            log.record("recipe", **recipe_record(recipe, self.plan))
+        finally:
+            log.close()
 
     def evaluate(self) -> dict[str, float]:
         """The task's evaluation over the whole validation set (identical on every rank)."""
@@ -57,7 +84,7 @@ class TaskRun:
     def fit(
         self,
         *,
-        epochs: int,
+        epochs: int | None = None,
         steps_per_epoch: int | None = None,
         evaluate: str = "end",
         callbacks: Sequence[keras.callbacks.Callback] = (),
@@ -65,8 +92,10 @@ class TaskRun:
         """Trains `epochs` epochs and evaluates as asked.
 
         Args:
-            epochs: epochs to train (a resumed run continues).
-            steps_per_epoch: steps per epoch (default: the training data's).
+            epochs: epochs to train (a resumed run continues); default: the recipe's run
+                (`fit_lengths(plan)`: exactly its total steps); required without a recipe.
+            steps_per_epoch: steps per epoch (default: the recipe's plan, else the training
+                data's).
             evaluate: "end" (after training), "epoch" (after every epoch, recorded in the
                 epoch logs as `val_<name>`; the last one is returned) or "none".
             callbacks: Keras callbacks for `Trainer.fit`.
@@ -76,6 +105,12 @@ class TaskRun:
         """
         if evaluate not in EVALUATE_CHOICES:
             raise ValueError(f"evaluate must be one of {EVALUATE_CHOICES}, got {evaluate!r}")
+        if self.plan is not None and epochs is None:
+            epochs, planned_steps = fit_lengths(self.plan)
+            steps_per_epoch = steps_per_epoch or planned_steps
+        if epochs is None:
+            raise ValueError("fit(epochs=...) is needed for a task without a recipe")
+        self.record_recipe()
         self.history = self.trainer.fit(
             self.train.data,
             epochs=epochs,
@@ -108,6 +143,9 @@ def build_trainer(
     use `prepare_run`, which also sizes the optimizer by the data."""
     if optimizer is None:
         optimizer, recipe_schedule = task.recipe()
+        recipe = getattr(task.options, "recipe", None)
+        if recipe is not None:
+            optimizer = optimizer_config(recipe)
         schedule = recipe_schedule if schedule is None else schedule
     return Trainer(
         task.build_model if model is None else model,
@@ -126,34 +164,75 @@ def build_trainer(
 def prepare_run(
     task: Task,
     *,
-    batch_size: int,
+    batch_size: int | None = None,
     optimizer: OptimizerConfig | keras.optimizers.Optimizer | OptimizerFactory | None = None,
     schedule: ScheduleConfig | float | None = None,
+    schedule_changes: Mapping[str, Any] | None = None,
     precision: str = "auto",
     config: TrainConfig | None = None,
     distribution: Any = "auto",
     seed: int | None = None,
+    steps_per_epoch: int | None = None,
 ) -> TaskRun:
     """The Trainer for `task` and this rank's training data.
 
+    With a recipe (`task.options.recipe`) the run follows it: `batch_size` defaults to its
+    batch per GPU, and the plan at this run's global batch (`cvbench.tasks.recipes.plan`,
+    printed on rank 0: `run.plan.describe()`) gives the optimizer (`optimizer_config`), the
+    schedule (`schedule_kwargs`: the peak rate scaled to the global batch, warmup and decay
+    in steps), the loss scaling of `config` (`train_config_kwargs`) and, in `fit`, the run's
+    length. Without a recipe: the task's `recipe()` defaults.
+
     Args:
         task: a task (`make_task`, `ClassificationTask`, `DetectionTask`).
-        batch_size: images per rank and step.
+        batch_size: images per rank and step (required without a recipe).
         optimizer: an `OptimizerConfig` (default: the task's recipe), a ready Keras
             optimizer, or a function `(steps_per_epoch, global_batch) -> optimizer` called
             once the data's size is known.
         schedule: with an `OptimizerConfig`: the schedule (default: the recipe's when the
             optimizer is the recipe's too, else `ScheduleConfig()`).
-        precision: the Trainer's precision ("auto", "fp32", "bf16", "fp16").
+        schedule_changes: `ScheduleConfig` fields set on the recipe's schedule (those no
+            recipe knob holds, e.g. `boundaries_epochs`).
+        precision: the Trainer's precision ("auto", "fp32", "bf16", "fp16"; "auto" is
+            fp16 on a GPU, the recipes' AMP).
         config: the Trainer's run settings.
         distribution: "auto" (Horovod under horovodrun), "single", or a `Distribution`.
         seed: seeds the training data order (per epoch); None: nondeterministic.
+        steps_per_epoch: steps in an epoch when it is not the data's (the plan is made for
+            it: synthetic data has `options.synthetic_steps`).
 
     Returns:
         A `TaskRun`.
+
+    Raises:
+        ValueError: no `batch_size` without a recipe; `check_trainable` of the task (SSD
+            with frozen batch norms and no backbone weights).
     """
     dist = get_distribution(distribution)
+    recipe = getattr(task.options, "recipe", None)
+    if recipe is not None:
+        batch_size = batch_size or recipe.run.batch_per_gpu
+    if batch_size is None:
+        raise ValueError("prepare_run(batch_size=...) is needed for a task without a recipe")
+    check = getattr(task, "check_trainable", None)
+    if check is not None:
+        check()
     train = task.train_data(batch_size=batch_size, distribution=dist, seed=seed)
+    run_plan = None
+    if recipe is not None:
+        steps = steps_per_epoch or train.steps_per_epoch
+        run_plan = plan(
+            recipe, num_gpus=dist.size, train_images=steps * batch_size * dist.size,
+            batch_per_gpu=batch_size,
+        )  # fmt: skip
+        if dist.is_chief:
+            print(f"cvbench: recipe {recipe.name}: {run_plan.describe()}", flush=True)
+        if optimizer is None:
+            optimizer = optimizer_config(recipe)
+            if schedule is None:
+                schedule = ScheduleConfig(**schedule_kwargs(recipe, run_plan))
+                schedule = schedule.replace(**dict(schedule_changes or {}))
+        config = dataclasses.replace(config or TrainConfig(), **train_config_kwargs(recipe))
     if callable(optimizer) and not isinstance(optimizer, keras.optimizers.Optimizer):
         optimizer = optimizer(train.steps_per_epoch, batch_size * dist.size)
     trainer = build_trainer(
@@ -164,4 +243,15 @@ def prepare_run(
         config=config,
         distribution=dist,
     )
-    return TaskRun(task=task, trainer=trainer, train=train, batch_size=batch_size)
+    return TaskRun(task=task, trainer=trainer, train=train, batch_size=batch_size, plan=run_plan)
+
+
+def recipe_record(recipe: Recipe, run: RecipePlan) -> dict[str, Any]:
+    """What the run log records of a recipe: `{"recipe": name, "knobs": {knob: value},
+    "deviations": [{"knob", "reference", "reason"}], "plan": {...}}`."""
+    return {
+        "recipe": recipe.name,
+        "knobs": dict(recipe.knobs()),
+        "deviations": [dataclasses.asdict(d) for d in recipe.deviations],
+        "plan": dataclasses.asdict(run),
+    }

@@ -21,6 +21,7 @@ from __future__ import annotations
 from cvbench.registry import Registry
 from cvbench.tasks.recipes.consumers import (
     RecipePlan,
+    fit_lengths,
     loss_kwargs,
     mixup_kwargs,
     model_kwargs,
@@ -84,6 +85,7 @@ __all__ = [
     "RecipePlan",
     "Source",
     "default_recipe",
+    "fit_lengths",
     "get_recipe",
     "list_recipes",
     "loss_kwargs",

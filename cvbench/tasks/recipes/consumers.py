@@ -4,6 +4,7 @@ One function per consumer, so that wiring a recipe into a run is these calls:
 
 - `plan(recipe, num_gpus=..., train_images=...)` -> `RecipePlan`: global batch, peak rate,
   steps per epoch, total and warmup steps (the scaling the CLI prints under horovodrun);
+  `fit_lengths(run)` -> the Trainer's `(epochs, steps_per_epoch)` for exactly those steps;
 - `model_kwargs` -> the model builder (`cvbench.zoo.get_model` / `ssd320`);
 - `optimizer_config` -> `cvbench.training.config.OptimizerConfig`;
 - `schedule_kwargs` -> `ScheduleConfig(**...)`; `train_config_kwargs` -> `TrainConfig`;
@@ -71,11 +72,11 @@ def plan(
         batch_per_gpu: images per rank and step (default: the recipe's).
 
     Returns:
-        The plan: a recipe counted in epochs trains `epochs * steps_per_epoch` steps with
-        `int(steps_per_epoch * warmup_epochs)` warmup steps (DLE's and nvcnn's rule); one
-        counted in images trains `images // global_batch` steps with `round(warmup_fraction *
-        total_steps)` warmup steps (the SSD configurations: 12,500 / 1,000 at 8 x 32, 100,000 /
-        8,000 at 1 x 32).
+        The plan: a recipe counted in epochs trains `int(epochs * steps_per_epoch)` steps,
+        one counted in images `images // global_batch` steps; the warmup is
+        `int(steps_per_epoch * warmup_epochs)` steps (DLE's and nvcnn's rule) or
+        `round(warmup_fraction * total_steps)` (the SSD configurations: 12,500 / 1,000 at 8 x
+        32, 100,000 / 8,000 at 1 x 32).
 
     Raises:
         ValueError: a count below 1, or a global batch larger than the training split.
@@ -94,10 +95,14 @@ def plan(
     schedule = recipe.schedule
     if recipe.run.epochs is not None:
         total = int(steps_per_epoch * recipe.run.epochs)
-        warmup = int(steps_per_epoch * (schedule.warmup_epochs or 0.0))
     else:
         total = recipe.run.images // global_batch
+    if schedule.warmup_epochs is not None:
+        warmup = int(steps_per_epoch * schedule.warmup_epochs)
+    else:  # a fraction of the run (also when an SSD run is given in epochs: `--epochs`)
         warmup = round((schedule.warmup_fraction or 0.0) * total)
+    if total < 1:
+        raise ValueError(f"plan({recipe.name!r}): the run has no training step ({total})")
     peak = peak_learning_rate(recipe, global_batch=global_batch)
     return RecipePlan(
         num_gpus=num_gpus,
@@ -109,6 +114,24 @@ def plan(
         warmup_steps=warmup,
         warmup_start_lr=schedule.warmup_start_factor * peak,
     )
+
+
+def fit_lengths(run: RecipePlan) -> tuple[int, int]:
+    """`(epochs, steps_per_epoch)` for `Trainer.fit` so that the run trains exactly
+    `run.total_steps` steps: the largest divisor of `total_steps` that is at most
+    `run.steps_per_epoch` (a recipe in whole epochs: its own steps per epoch), so no epoch asks
+    for more batches than the data has. SSD320 v1.2 at 8 x 32 on COCO 2017 (458 steps of
+    data): 12,500 = 50 x 250.
+
+    Example:
+        >>> fit_lengths(RecipePlan(8, 32, 256, 0.16, 458, 12500, 1000, 0.0693312))
+        (50, 250)
+    """
+    total, most = run.total_steps, run.steps_per_epoch
+    if total % most == 0:
+        return total // most, most
+    steps = max(d for d in range(1, min(most, total) + 1) if total % d == 0)
+    return total // steps, steps
 
 
 def peak_learning_rate(recipe: Recipe, *, global_batch: int) -> float:
