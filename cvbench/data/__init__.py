@@ -38,7 +38,8 @@ Where each concept lives:
                         the builders (named so that `build_imagenet` / `build_coco` here are
                         always the functions, never the modules).
     dataset_info.py     the metadata file the builders write beside the records.
-    mixup.py            DLE's batch mixup (a Beta weight per image, reversed partners).
+    mixup.py            DLE's batch mixup (a Beta weight per image, reversed partners;
+                        `cvbench.data.mixup.mixup`: the module keeps its name).
     sharded_writer.py   the generic parallel, resumable shard writer (`write_sharded`,
                         `SplitSpec`, `Skip`, `WriteSummary`) the builders share;
                         worker_pool.py its in-order `map` on worker processes.
@@ -72,7 +73,6 @@ _LAZY: dict[str, tuple[str, str]] = {
     "CorruptRecordCounter": ("cvbench.data.corrupt", "CorruptRecordCounter"),
     "DatasetInfo": ("cvbench.data.dataset_info", "DatasetInfo"),
     "read_dataset_info": ("cvbench.data.dataset_info", "read_dataset_info"),
-    "mixup": ("cvbench.data.mixup", "mixup"),
     "ImagePreprocessing": ("cvbench.data.image_preprocessing", "ImagePreprocessing"),
 }
 
