@@ -247,8 +247,21 @@ def test_preprocessing_kwargs():
     resnet = preprocessing_kwargs(get_recipe("resnet50_v1.5_90e"))
     inception = preprocessing_kwargs(get_recipe("inception_v3_nvcnn"))
     assert set(resnet) == IMAGE_PREPROCESSING_FIELDS
-    assert set(inception) == IMAGE_PREPROCESSING_FIELDS - {"mean", "std"}
+    assert set(inception) == IMAGE_PREPROCESSING_FIELDS - {"mean", "std"} | {
+        "flip",
+        "quantize_uint8",
+    }
     assert (inception["input_scaling"], inception["eval_crop"]) == ("inception", "crop_then_resize")
+
+
+def test_the_nvcnn_recipe_is_the_data_packages_nvcnn_preprocessing():
+    # Two readings of nvcnn_hvd.py (the recipe's knobs and the data package's own
+    # `ImagePreprocessing.nvcnn_inception_v3()`) must give the same pipeline: TF1 bilinear
+    # resize, flip after it, uint8 quantization, inception scaling, central_crop then resize.
+    from cvbench.data.image_preprocessing import ImagePreprocessing
+
+    kwargs = preprocessing_kwargs(get_recipe("inception_v3_nvcnn"))
+    assert ImagePreprocessing(**kwargs) == ImagePreprocessing.nvcnn_inception_v3()
 
 
 @pytest.mark.parametrize(

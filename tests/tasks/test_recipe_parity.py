@@ -152,7 +152,12 @@ REFERENCES = {
             ("preprocessing.eval_crop", "crop_then_resize", NVCNN, 340),
             ("preprocessing.crop_fraction", 0.875, NVCNN, 340),  # central_crop(image, 224./256.)
             ("preprocessing.input_scaling", "inception", NVCNN, 146),  # x * (1./127.5) - 1
-            ("preprocessing.resize_method", "bilinear", NVCNN, 356),
+            # tf.image.resize_images(BILINEAR, align_corners=False): TF1's, no half-pixel
+            # centres (lines 353-357).
+            ("preprocessing.resize_method", "bilinear_tf1", NVCNN, 353),
+            ("preprocessing.flip", True, NVCNN, 408),  # random_flip_left_right
+            # tf.clip_by_value(images, 0., 255.); tf.cast(images, self.dtype), uint8 (l. 386)
+            ("preprocessing.quantize_uint8", True, NVCNN, 444),
             ("preprocessing.dct_method", "INTEGER_FAST", NVCNN, 332),
             ("preprocessing.fancy_upscaling", False, NVCNN, 331),
             ("eval.images", 50000, NVCNN, 1172),

@@ -275,6 +275,8 @@ _PREPROCESSING_FIELDS = (
     "resize_method",
     "dct_method",
     "fancy_upscaling",
+    "flip",
+    "quantize_uint8",
 )
 
 

@@ -165,6 +165,8 @@ class PreprocessingKnobs:
     fancy_upscaling: bool
     mean: tuple[float, float, float] | None = None
     std: tuple[float, float, float] | None = None
+    flip: bool | None = None  # None: ImagePreprocessing's default (a random flip)
+    quantize_uint8: bool | None = None  # None: ImagePreprocessing's default (False)
 
 
 @dataclass(frozen=True)

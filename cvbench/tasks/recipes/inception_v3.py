@@ -78,7 +78,13 @@ SOURCES = {
     "preprocessing.eval_crop": _code(340, 357, note="central_crop, then resize to 299"),
     "preprocessing.crop_fraction": _code(340, note="central_crop(image, 224./256.)"),
     "preprocessing.input_scaling": _code(146, note="x * (1./127.5) - 1"),
-    "preprocessing.resize_method": _code(356),
+    "preprocessing.resize_method": _code(
+        353, 357, note="TF1 resize_images(BILINEAR, align_corners=False): no half-pixel centres"
+    ),
+    "preprocessing.flip": _code(408, note="random_flip_left_right after the resize"),
+    "preprocessing.quantize_uint8": _code(
+        444, 445, note="clip to [0, 255], cast to the preprocessor's dtype (uint8, line 386)"
+    ),
     "preprocessing.dct_method": _code(332),
     "preprocessing.fancy_upscaling": _code(331),
     "eval.images": _code(1172, note="get_num_records of validation-*"),
@@ -132,9 +138,11 @@ INCEPTION_V3_NVCNN = Recipe(
         eval_crop="crop_then_resize",
         crop_fraction=0.875,
         input_scaling="inception",
-        resize_method="bilinear",
+        resize_method="bilinear_tf1",
         dct_method="INTEGER_FAST",
         fancy_upscaling=False,
+        flip=True,
+        quantize_uint8=True,
     ),
     eval=EvalKnobs(images=50000, drop_remainder=False),
     sources=SOURCES,
