@@ -149,17 +149,7 @@ def to_rgb_jpeg(data: bytes, *, resize: Resize | None = None, quality: int = 90)
         raise ImageError(f"image too large: {e}") from None
     if source_format == "JPEG" and source_mode == "RGB" and target == (height, width):
         return EncodedImage(data, height, width, source_format, source_mode, reencoded=False)
-    if getattr(image, "n_frames", 1) > 1:
-        image.seek(0)
-    if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
-        # Transparent pixels over white, as a viewer shows them.
-        rgba = image.convert("RGBA")
-        rgb = Image.new("RGB", rgba.size, (255, 255, 255))
-        rgb.paste(rgba, mask=rgba.getchannel("A"))
-    elif image.mode.startswith("I;16") or image.mode in ("I", "F"):
-        rgb = image.convert("I").point(lambda v: v * (1 / 256)).convert("L").convert("RGB")
-    else:
-        rgb = image.convert("RGB")
+    rgb = to_rgb(image)
     if rgb.size != (target[1], target[0]):
         rgb = rgb.resize((target[1], target[0]), Image.Resampling.BICUBIC)
     out = io.BytesIO()
@@ -167,3 +157,19 @@ def to_rgb_jpeg(data: bytes, *, resize: Resize | None = None, quality: int = 90)
     return EncodedImage(
         out.getvalue(), target[0], target[1], source_format, source_mode, reencoded=True
     )
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """A decoded Pillow image as 8-bit RGB: the first frame of an animation, transparent
+    pixels over white (as a viewer shows them), 16-bit and integer grey scaled down to 8 bits.
+    """
+    if getattr(image, "n_frames", 1) > 1:
+        image.seek(0)
+    if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        rgb = Image.new("RGB", rgba.size, (255, 255, 255))
+        rgb.paste(rgba, mask=rgba.getchannel("A"))
+        return rgb
+    if image.mode.startswith("I;16") or image.mode in ("I", "F"):
+        return image.convert("I").point(lambda v: v * (1 / 256)).convert("L").convert("RGB")
+    return image.convert("RGB")

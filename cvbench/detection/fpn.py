@@ -174,12 +174,7 @@ class FeaturePyramid(keras.layers.Layer):
         Raises:
             ValueError: for a map without a static height or width.
         """
-        if any(None in tuple(shape[1:3]) for shape in input_shape):
-            raise ValueError(f"to_functional needs static map sizes; got {input_shape!r}")
-        inputs = [
-            keras.Input(tuple(shape[1:]), name=f"{self.name}_input_{i}")
-            for i, shape in enumerate(input_shape)
-        ]
+        inputs = functional_inputs(self.name, input_shape)
 
         def conv_bn_relu6(pair: tuple[Any, Any], x: Any) -> Any:
             conv, bn = pair
@@ -219,3 +214,17 @@ class FeaturePyramid(keras.layers.Layer):
             "weight_decay": self.weight_decay,
             "freeze_batchnorm": self.freeze_batchnorm,
         }
+
+
+def functional_inputs(name: str, input_shape: list[tuple[int | None, ...]]) -> list[Any]:
+    """`keras.Input`s for the maps of a composite layer's `to_functional` (`{name}_input_{i}`).
+
+    Raises:
+        ValueError: for a map without a static height or width.
+    """
+    if any(None in tuple(shape[1:3]) for shape in input_shape):
+        raise ValueError(f"to_functional needs static map sizes; got {input_shape!r}")
+    return [
+        keras.Input(tuple(shape[1:]), name=f"{name}_input_{i}")
+        for i, shape in enumerate(input_shape)
+    ]

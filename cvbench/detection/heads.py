@@ -20,7 +20,7 @@ import keras
 from keras import layers, ops
 
 from cvbench.detection.batchnorm import FreezableBatchNormalization
-from cvbench.detection.fpn import BN_EPSILON, BN_MOMENTUM, l2_regularizer
+from cvbench.detection.fpn import BN_EPSILON, BN_MOMENTUM, functional_inputs, l2_regularizer
 
 #: Class-logit bias of SSD320 v1.2 (`class_prediction_bias_init`).
 CLASS_BIAS_INIT = -4.6
@@ -170,12 +170,7 @@ class WeightSharedHead(keras.layers.Layer):
         Raises:
             ValueError: for a map without a static height or width.
         """
-        if any(None in tuple(shape[1:3]) for shape in input_shape):
-            raise ValueError(f"to_functional needs static map sizes; got {input_shape!r}")
-        inputs = [
-            keras.Input(tuple(shape[1:]), name=f"{self.name}_input_{i}")
-            for i, shape in enumerate(input_shape)
-        ]
+        inputs = functional_inputs(self.name, input_shape)
         boxes, classes = [], []
         for level, x in enumerate(inputs):
             locations = x.shape[1] * x.shape[2] * self.anchors_per_location

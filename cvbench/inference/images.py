@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from cvbench.data.image_io import ImageError
+from cvbench.data.image_io import ImageError, to_rgb
 from cvbench.utils.model_file import ModelInfo
 
 #: File extensions read from a folder (compared in lower case).
@@ -172,18 +172,7 @@ def read_image(path: str | os.PathLike) -> np.ndarray:
     try:
         with Image.open(path) as image:
             image.load()
-            if getattr(image, "n_frames", 1) > 1:
-                image.seek(0)
-            if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
-                rgba = image.convert("RGBA")
-                rgb = Image.new("RGB", rgba.size, (255, 255, 255))
-                rgb.paste(rgba, mask=rgba.getchannel("A"))
-            elif image.mode.startswith("I;16") or image.mode in ("I", "F"):
-                rgb = image.convert("I").point(lambda v: v * (1 / 256)).convert("L")
-                rgb = rgb.convert("RGB")
-            else:
-                rgb = image.convert("RGB")
-            return np.asarray(rgb, dtype=np.uint8)
+            return np.asarray(to_rgb(image), dtype=np.uint8)
     except Image.DecompressionBombError as err:
         raise ImageError(f"{path}: image too large: {err}") from None
     except (Image.UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
