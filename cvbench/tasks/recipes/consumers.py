@@ -18,6 +18,7 @@ against it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -204,19 +205,7 @@ def model_kwargs(recipe: Recipe) -> dict[str, Any]:
 
 def optimizer_config(recipe: Recipe) -> OptimizerConfig:
     """The recipe's update rule; fields the recipe leaves None keep OptimizerConfig's default."""
-    o = recipe.optimizer
-    fields = {
-        "name": o.name,
-        "momentum": o.momentum,
-        "nesterov": o.nesterov,
-        "weight_decay": o.weight_decay,
-        "decay_bias": o.decay_bias,
-        "decay_batchnorm": o.decay_batchnorm,
-        "larc_eta": o.larc_eta,
-        "larc_mode": o.larc_mode,
-        "larc_epsilon": o.larc_epsilon,
-    }
-    return OptimizerConfig(**{k: v for k, v in fields.items() if v is not None})
+    return OptimizerConfig(**_set_fields(recipe.optimizer))
 
 
 def schedule_kwargs(recipe: Recipe, run: RecipePlan) -> dict[str, Any]:
@@ -262,28 +251,15 @@ def mixup_kwargs(recipe: Recipe) -> dict[str, Any] | None:
     return {"alpha": alpha} if alpha else None
 
 
-_PREPROCESSING_FIELDS = (
-    "aspect_ratio_range",
-    "area_range",
-    "min_object_covered",
-    "max_attempts",
-    "eval_crop",
-    "crop_fraction",
-    "input_scaling",
-    "mean",
-    "std",
-    "resize_method",
-    "dct_method",
-    "fancy_upscaling",
-    "flip",
-    "quantize_uint8",
-)
+def _set_fields(part: Any, *, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The fields of a recipe part (a frozen dataclass whose field names are its consumer's
+    argument names) that the recipe sets (not None), by name."""
+    values = {f.name: getattr(part, f.name) for f in dataclasses.fields(part)}
+    return {k: v for k, v in values.items() if v is not None and k not in exclude}
 
 
 def preprocessing_kwargs(recipe: Recipe) -> dict[str, Any]:
     """Keyword arguments of `ImagePreprocessing` (classification recipes); `mean` / `std`
     only where the recipe sets them (`input_scaling="mean_std"`). The input size is the
     task's `image_size` (`recipe.preprocessing.image_size`)."""
-    p = recipe.preprocessing
-    values = {name: getattr(p, name) for name in _PREPROCESSING_FIELDS}
-    return {k: v for k, v in values.items() if v is not None}
+    return _set_fields(recipe.preprocessing, exclude=frozenset({"image_size"}))
