@@ -9,7 +9,7 @@ Each mutant is one small change to one module (see `scripts/mutation_ops.py`): a
 comparison, a swapped operator, a changed constant, min/max swapped, a negated condition, a
 dropped return value. The module's fast tests (`-m "not slow"`) run against it; a failing run
 (or a broken import) *kills* it, a passing run lets it *survive*, a run past the time limit
-*times out* (counted as detected). Mutants listed in `scripts/mutation_equivalent.txt` (they
+*times out* (counted as detected). Mutants listed in `scripts/mutation_equivalent/*.txt` (they
 cannot change behaviour; each with a one-line reason) are reported apart and left out of the
 score, which is killed + timed out over the non-equivalent mutants tried.
 
@@ -59,7 +59,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "data.preprocessing": ("tests/data/test_preprocessing.py",),
     "data.reader": ("tests/data/test_reader.py",),
 }
-EQUIVALENT_FILE = ROOT / "scripts" / "mutation_equivalent.txt"
+EQUIVALENT_DIR = ROOT / "scripts" / "mutation_equivalent"
 PYTEST_ARGS = ("-x", "-q", "-m", "not slow", "-p", "no:cacheprovider", "-o", "addopts=")
 
 
@@ -88,19 +88,25 @@ class ModuleReport:
         return None if counted == 0 else self.count("killed", "timeout") / counted
 
 
-def read_equivalent(path: Path = EQUIVALENT_FILE) -> dict[str, str]:
-    """`mutant id -> reason` from lines `ID  # reason` (blank lines and `#` lines ignored)."""
-    equivalent = {}
-    if not path.exists():
-        return equivalent
-    for number, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        mutant_id, sep, reason = line.partition("#")
-        if not sep or not reason.strip():
-            raise ValueError(f"{path}:{number}: an equivalent mutant needs '# reason': {raw!r}")
-        equivalent[mutant_id.strip()] = reason.strip()
+def read_equivalent(folder: Path = EQUIVALENT_DIR) -> dict[str, str]:
+    """`mutant id -> reason` from the folder's `*.txt` files, lines `ID  # reason`.
+
+    Blank lines and lines starting with `#` are ignored; an id without a reason, or listed
+    twice, is an error naming the file and line.
+    """
+    equivalent: dict[str, str] = {}
+    for path in sorted(folder.glob("*.txt")):
+        for number, raw in enumerate(path.read_text().splitlines(), 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            mutant_id, sep, reason = line.partition("#")
+            mutant_id = mutant_id.strip()
+            if not sep or not reason.strip() or " " in mutant_id:
+                raise ValueError(f"{path}:{number}: expected 'ID  # reason', got {raw!r}")
+            if mutant_id in equivalent:
+                raise ValueError(f"{path}:{number}: {mutant_id} is listed twice")
+            equivalent[mutant_id] = reason.strip()
     return equivalent
 
 
