@@ -416,9 +416,9 @@ def build_coco(
 ) -> BuildSummary:
     """Builds `coco_<split>.record-NNNNN-of-NNNNN` from one annotation file and image folder.
 
-    Example:
-        >>> build_coco("annotations/instances_val2017.json", "val2017", "tfrecords",
-        ...            split="val")  # doctest: +SKIP
+    Usage (tests/data/test_build_coco.py runs it on tiny files):
+
+        build_coco("annotations/instances_val2017.json", "val2017", "tfrecords", split="val")
 
     Args:
         annotations_file: COCO annotation JSON (`instances_val2017.json`).

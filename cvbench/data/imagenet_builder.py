@@ -9,9 +9,10 @@ layout and label files are described in `cvbench.data.imagenet_layout`; the writ
 (parallel workers, atomic shards, resume, refusing to overwrite another data set) in
 `cvbench.data.sharded_writer`.
 
-Example:
-    >>> summary = build_imagenet("/data/raw", "/data/tfrecords", resize=256)  # doctest: +SKIP
-    >>> print(summary.format())  # doctest: +SKIP
+Usage (tests/data/test_build_imagenet.py runs it on tiny folders):
+
+    summary = build_imagenet("/data/raw", "/data/tfrecords", resize=256)
+    print(summary.format())
 
 The module is named `imagenet_builder`, not after its function, so that
 `cvbench.data.build_imagenet` is always the function (a package attribute named like a

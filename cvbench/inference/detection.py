@@ -8,10 +8,11 @@ above `score_threshold`, and maps the boxes from the model input back to each or
 "center_crop"), clipped to it, in the requested pixel format (`box_formats`: "xyxy" by
 default, "xywh" for COCO, "yxyx").
 
-Example:
-    >>> from cvbench.inference.detection import detect
-    >>> detections = detect("ssd.keras", "images/")  # doctest: +SKIP
-    >>> detections[0].boxes  # (K, 4) [xmin, ymin, xmax, ymax] pixels  # doctest: +SKIP
+Usage (with a model file written by `cvbench train`; tests/inference runs it on a tiny one):
+
+    from cvbench.inference.detection import detect
+    detections = detect("ssd.keras", "images/")
+    detections[0].boxes  # (K, 4) [xmin, ymin, xmax, ymax] pixels
 """
 
 from __future__ import annotations

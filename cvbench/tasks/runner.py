@@ -11,6 +11,7 @@ Trainer's ranks, and `TaskRun` trains and evaluates.
     >>> run = prepare_run(task, batch_size=4, precision="fp32",
     ...                   config=TrainConfig(log_every=0, progress_bar=False, export=False))
     >>> run.train.steps_per_epoch, sorted(run.fit(epochs=1, evaluate="end"))
+    epoch 1: loss ... top1 ... top5 ... skipped 0 of 2 steps (0 in the run)
     (2, ['loss', 'top1', 'top5'])
 """
 

@@ -236,7 +236,8 @@ def with_input_normalization(
         >>> inputs = keras.Input((1, 1, 2))
         >>> identity = keras.Model(inputs, keras.layers.Identity()(inputs))
         >>> model = with_input_normalization(identity, mean=(10.0, 20.0), std=(2.0, 4.0))
-        >>> model(np.array([[[[12.0, 28.0]]]], "float32")).numpy().tolist()  # (12-10)/2, (28-20)/4
+        >>> out = model(np.array([[[[12.0, 28.0]]]], "float32"))  # (12-10)/2, (28-20)/4
+        >>> keras.ops.convert_to_numpy(out).tolist()
         [[[[1.0, 2.0]]]]
     """
     shape = tuple(model.input_shape[1:])
