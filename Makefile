@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format test-jax clean
+.PHONY: setup demo test lint format test-jax mutation clean
 
 setup:
 	@scripts/bootstrap.sh
@@ -26,6 +26,12 @@ test-jax: setup
 test: lint
 	KERAS_BACKEND=tensorflow $(PY) -m pytest $(PYTEST_ARGS)
 	KERAS_BACKEND=jax $(PY) -m pytest -m backend_agnostic $(PYTEST_ARGS)
+
+# Mutation testing of the core units (not part of `make test`: about half an hour on 2 cores).
+# MUTATION_ARGS: modules and options of scripts/mutation.py, e.g. MUTATION_ARGS="detection --jobs 4".
+MUTATION_ARGS ?=
+mutation: setup
+	$(PY) scripts/mutation.py $(MUTATION_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache demo_out
