@@ -349,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress=progress,
             )
         )
+        print(format_table(reports[-1:]).splitlines()[2], flush=True)
     print()
     print(format_table(reports))
     survivors = format_survivors(reports)
