@@ -23,7 +23,7 @@ if "$PY" -m pip show --quiet tensorflow-cpu >/dev/null 2>&1; then
     "$PY" -m pip uninstall --quiet --yes tensorflow-cpu
 fi
 echo "bootstrap: installing cvbench and its dependencies"
-"$PY" -m pip install --quiet -e '.[dev,jax,faster-coco-eval]'
+"$PY" -m pip install --quiet -e '.[dev,jax,faster-coco-eval,dali]'
 PYTHON="$PY" scripts/build_horovod.sh
 rm -f "$VENV"/.cvbench-*
 touch "$stamp"
