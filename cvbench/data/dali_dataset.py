@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from cvbench.data._distributed import resolve_shards
-from cvbench.data.dali import DTYPES, imagenet_dali_pipeline
+from cvbench.data.dali import DTYPES, imagenet_dali_pipeline, import_dali
 from cvbench.data.dali_index import read_index
 from cvbench.data.image_preprocessing import ImagePreprocessing
 from cvbench.data.reader import eval_steps, list_split_files
@@ -160,6 +160,7 @@ def imagenet_dali_dataset(
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    import_dali()
     num_shards, shard_index = resolve_shards(num_shards, shard_index)
     threads = num_threads if num_threads is not None else os.cpu_count() or 1
     kwargs = dict(
