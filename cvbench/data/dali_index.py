@@ -24,7 +24,9 @@ from __future__ import annotations
 import glob
 import os
 import struct
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from cvbench.data.tfrecord import scan_tfrecord
@@ -141,3 +143,66 @@ def read_index(
             f"{tfrecord} has {size} bytes; {fix}"
         )
     return entries
+
+
+def is_fresh(tfrecord: str | os.PathLike, index_dir: str | os.PathLike | None = None) -> bool:
+    """Whether the index of `tfrecord` exists and ends where the file ends."""
+    try:
+        read_index(tfrecord, index_dir)
+    except (FileNotFoundError, ValueError):
+        return False
+    return True
+
+
+def write_indexes(
+    files: Sequence[str | os.PathLike],
+    *,
+    index_dir: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> IndexSummary:
+    """Writes the index of each file (skipping fresh ones unless `overwrite`).
+
+    Args:
+        files: TFRecord files.
+        index_dir: where the index files go; default the `idx` folder beside each file.
+        overwrite: rewrite indexes that are already fresh.
+        progress: a progress bar on stderr (`cvbench.utils.progress.progress_bar`).
+
+    Returns:
+        An `IndexSummary`.
+
+    Raises:
+        ValueError: a truncated file (named); the indexes written before it stay.
+    """
+    from cvbench.utils.progress import progress_bar
+
+    summary = IndexSummary()
+    with progress_bar(
+        total=len(files), desc="index", unit="file", disable=not progress, file=sys.stderr
+    ) as bar:
+        for path in files:
+            if not overwrite and is_fresh(path, index_dir):
+                summary.kept += 1
+            else:
+                _, count = write_index(path, index_path(path, index_dir))
+                summary.written += 1
+                summary.records += count
+            bar.update(1)
+    return summary
+
+
+@dataclass
+class IndexSummary:
+    """What `write_indexes` did: index files written (and their records) and kept fresh."""
+
+    written: int = 0
+    kept: int = 0
+    records: int = 0
+
+    def format(self) -> str:
+        """One line, e.g. 'DALI index files: 3 written (1,250 records), 1 already up to date'."""
+        return (
+            f"DALI index files: {self.written} written ({self.records:,} records), "
+            f"{self.kept} already up to date"
+        )
