@@ -63,6 +63,8 @@ class DaliBatches:
         dtype: the images' dtype name.
         steps: evaluation: the batches to yield.
         num_records: evaluation: the records of this rank (0: only padding batches).
+        num_classes: a label outside [0, num_classes) raises ValueError; None: unchecked.
+        source: names the records in that error.
     """
 
     def __init__(
@@ -75,6 +77,8 @@ class DaliBatches:
         dtype: str,
         steps: int | None = None,
         num_records: int = 0,
+        num_classes: int | None = None,
+        source: str = "",
     ) -> None:
         self.make_pipeline = make_pipeline
         self.training = training
@@ -83,6 +87,19 @@ class DaliBatches:
         self.dtype = dtype
         self.steps = steps
         self.num_records = num_records
+        self.num_classes = num_classes
+        self.source = source
+
+    def _check(self, labels: np.ndarray, real: Any = True) -> np.ndarray:
+        n = self.num_classes
+        if n is not None:
+            bad = labels[((labels < 0) | (labels >= n)) & real]
+            if bad.size:
+                raise ValueError(
+                    f"label {int(bad[0])} of a record of {self.source} is outside [0, {n}) for "
+                    f"num_classes={n} (stored labels are 1-based: stored {int(bad[0]) + 1})"
+                )
+        return labels
 
     def __len__(self) -> int:
         if self.training:
@@ -96,7 +113,7 @@ class DaliBatches:
         pipe = self.make_pipeline()
         while True:
             images, labels = pipe.run()
-            yield _cast(_numpy(images), self.dtype), _numpy(labels)
+            yield _cast(_numpy(images), self.dtype), self._check(_numpy(labels))
 
     def _padding(self) -> tuple:
         b, s = self.batch_size, self.image_size
@@ -114,6 +131,7 @@ class DaliBatches:
             for _ in range(read):
                 images, labels, weights = (_numpy(o) for o in pipe.run())
                 pad = weights == 0  # DALI pads with the last record: make it tf.data's pad
+                self._check(labels, ~pad)
                 images[pad] = 0
                 labels[pad] = 0
                 yield _cast(images, self.dtype), labels, weights
@@ -138,6 +156,7 @@ def imagenet_dali_dataset(
     index_dir: str | os.PathLike | None = None,
     shuffle_buffer: int = 10_000,
     file_pattern: str | None = None,
+    num_classes: int | None = None,
 ) -> DaliBatches:
     """ImageNet-format TFRecords through DALI, as batches shaped like `imagenet_dataset`'s.
 
@@ -149,6 +168,8 @@ def imagenet_dali_dataset(
             threadpool uses.
         device: "cpu" or "mixed" (nvJPEG on the GPU of the local rank).
         dtype: image dtype: "float32", "float16" or "bfloat16".
+        num_classes: the model's classes: a label outside [0, num_classes) raises an error
+            naming it when its batch is read; None: not checked.
 
     Returns:
         A `DaliBatches` (re-iterable; see the module docstring for the element structure).
@@ -182,7 +203,14 @@ def imagenet_dali_dataset(
     def make() -> Any:
         return imagenet_dali_pipeline(data_dir, split, **kwargs)
 
-    common = dict(training=training, batch_size=batch_size, image_size=image_size, dtype=dtype)
+    common = dict(
+        training=training,
+        batch_size=batch_size,
+        image_size=image_size,
+        dtype=dtype,
+        num_classes=num_classes,
+        source=f"{split!r} in {data_dir}",
+    )
     if training:
         make()  # fail now on bad arguments or data, not at the first batch
         return DaliBatches(make, **common)

@@ -220,3 +220,18 @@ def test_missing_dali_names_the_extra(monkeypatch, records):
         import_dali()
     with pytest.raises(ImportError, match=r"cvbench\[dali\]"):
         imagenet_dali_dataset(records, "validation", batch_size=2, training=False)
+
+
+def test_label_outside_num_classes_is_named(records):
+    # Validation labels are 0-based 6..10: with 8 classes label 8 (stored 9) is the first bad.
+    ds = imagenet_dali_dataset(
+        records,
+        "validation",
+        batch_size=4,
+        image_size=SIZE,
+        training=False,
+        num_classes=8,
+        num_threads=1,
+    )
+    with pytest.raises(ValueError, match=r"label 8 of a record of .* outside \[0, 8\)"):
+        batches(ds)
