@@ -11,7 +11,8 @@ re-iterable of batches):
   once across ranks (`reader.rank_segments`' contiguous ranges), weight 1.0; padding rows have
   a zero image, label 0 and weight 0.0, as tf.data's.
 
-`DaliBatches` is re-iterable: each `iter()` builds a fresh pipeline, so with a `seed` every
+`DaliBatches` is re-iterable: each `iter()` reads a freshly built pipeline (the first one the
+pipeline built when the dataset was made, to check the arguments), so with a `seed` every
 iteration yields the same stream, and the Trainer's resume (which skips the batches already
 consumed, `itertools.islice`) returns to the same position, at the cost of decoding the
 skipped batches. Without a seed a resumed run sees other crops and another order.
@@ -35,9 +36,11 @@ from cvbench.data.dali import DTYPES, imagenet_dali_pipeline, import_dali
 from cvbench.data.dali_index import read_index
 from cvbench.data.image_preprocessing import ImagePreprocessing
 from cvbench.data.reader import eval_steps, list_split_files
+from cvbench.data.worker_pool import default_num_workers
 
 
-def _numpy(outputs: Any) -> np.ndarray:
+def to_numpy(outputs: Any) -> np.ndarray:
+    """A copy, as NumPy, of one pipeline output (a CPU or GPU DALI TensorList)."""
     if hasattr(outputs, "as_cpu"):  # a GPU TensorList ("mixed")
         outputs = outputs.as_cpu()
     # A copy: DALI reuses its output buffers at the next `run()`.
@@ -65,6 +68,8 @@ class DaliBatches:
         num_records: evaluation: the records of this rank (0: only padding batches).
         num_classes: a label outside [0, num_classes) raises ValueError; None: unchecked.
         source: names the records in that error.
+        first: a pipeline already built by `make_pipeline` (checking the arguments), used by
+            the first iteration instead of building another.
     """
 
     def __init__(
@@ -79,6 +84,7 @@ class DaliBatches:
         num_records: int = 0,
         num_classes: int | None = None,
         source: str = "",
+        first: Any = None,
     ) -> None:
         self.make_pipeline = make_pipeline
         self.training = training
@@ -89,6 +95,11 @@ class DaliBatches:
         self.num_records = num_records
         self.num_classes = num_classes
         self.source = source
+        self._first = first
+
+    def _pipeline(self) -> Any:
+        pipe, self._first = self._first, None
+        return pipe if pipe is not None else self.make_pipeline()
 
     def _check(self, labels: np.ndarray, real: Any = True) -> np.ndarray:
         n = self.num_classes
@@ -110,10 +121,10 @@ class DaliBatches:
         return self._train() if self.training else self._eval()
 
     def _train(self) -> Iterator[tuple]:
-        pipe = self.make_pipeline()
+        pipe = self._pipeline()
         while True:
             images, labels = pipe.run()
-            yield _cast(_numpy(images), self.dtype), self._check(_numpy(labels))
+            yield _cast(to_numpy(images), self.dtype), self._check(to_numpy(labels))
 
     def _padding(self) -> tuple:
         b, s = self.batch_size, self.image_size
@@ -127,9 +138,9 @@ class DaliBatches:
     def _eval(self) -> Iterator[tuple]:
         read = eval_steps(self.num_records, self.batch_size) if self.num_records else 0
         if read:
-            pipe = self.make_pipeline()
+            pipe = self._pipeline()
             for _ in range(read):
-                images, labels, weights = (_numpy(o) for o in pipe.run())
+                images, labels, weights = (to_numpy(o) for o in pipe.run())
                 pad = weights == 0  # DALI pads with the last record: make it tf.data's pad
                 self._check(labels, ~pad)
                 images[pad] = 0
@@ -164,8 +175,8 @@ def imagenet_dali_dataset(
         data_dir, split, batch_size, image_size, training, seed, num_shards, shard_index,
             preprocessing, index_dir, shuffle_buffer, file_pattern: as
             `imagenet_dali_pipeline`.
-        num_threads: DALI's CPU threads; None: every core (`os.cpu_count()`), what tf.data's
-            threadpool uses.
+        num_threads: DALI's CPU threads; None: the cores this process may use, the size of
+            tf.data's threadpool.
         device: "cpu" or "mixed" (nvJPEG on the GPU of the local rank).
         dtype: image dtype: "float32", "float16" or "bfloat16".
         num_classes: the model's classes: a label outside [0, num_classes) raises an error
@@ -183,7 +194,7 @@ def imagenet_dali_dataset(
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     import_dali()
     num_shards, shard_index = resolve_shards(num_shards, shard_index)
-    threads = num_threads if num_threads is not None else os.cpu_count() or 1
+    threads = num_threads if num_threads is not None else default_num_workers()
     kwargs = dict(
         batch_size=batch_size,
         image_size=image_size,
@@ -211,13 +222,11 @@ def imagenet_dali_dataset(
         num_classes=num_classes,
         source=f"{split!r} in {data_dir}",
     )
-    if training:
-        make()  # fail now on bad arguments or data, not at the first batch
-        return DaliBatches(make, **common)
+    if training:  # built now: bad arguments or data fail here, not at the first batch
+        return DaliBatches(make, first=make(), **common)
     files = list_split_files(data_dir, split, file_pattern)
     total = sum(len(read_index(f, index_dir)) for f in files)
     mine = (shard_index + 1) * total // num_shards - shard_index * total // num_shards
     steps = eval_steps(-(-total // num_shards), batch_size)
-    if mine:
-        make()  # fail now on bad arguments or data
-    return DaliBatches(make, steps=steps, num_records=mine, **common)
+    first = make() if mine else None
+    return DaliBatches(make, steps=steps, num_records=mine, first=first, **common)
