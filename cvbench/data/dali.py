@@ -40,6 +40,7 @@ element structure and sharding of `imagenet_dataset`.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import weakref
 from dataclasses import dataclass
@@ -153,8 +154,6 @@ def rank_records(
 
 
 def _local_rank() -> int:
-    import sys
-
     hvd = sys.modules.get("horovod.tensorflow")
     try:
         return int(hvd.local_rank()) if hvd is not None and hvd.is_initialized() else 0
@@ -162,7 +161,9 @@ def _local_rank() -> int:
         return 0
 
 
-def _check_args(batch_size, image_size, num_threads, device, dtype) -> None:
+def _check_args(
+    batch_size: int, image_size: int, num_threads: int, device: str, dtype: str
+) -> None:
     for name, value in (("batch_size", batch_size), ("image_size", image_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -172,6 +173,45 @@ def _check_args(batch_size, image_size, num_threads, device, dtype) -> None:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+
+
+def _train_images(dali: Any, encoded: Any, image_size: int, device: str, p: Any) -> tuple:
+    """Random-resized crop (decoding only the crop where the decoder can) and the flip flag."""
+    fn, types = dali.fn, dali.types
+    images = fn.decoders.image_random_crop(
+        encoded,
+        device=device,
+        output_type=types.RGB,
+        random_aspect_ratio=list(p.aspect_ratio_range),
+        random_area=[max(p.area_range[0], p.min_object_covered), p.area_range[1]],
+        num_attempts=p.max_attempts,
+    )
+    images = fn.resize(
+        images,
+        resize_x=image_size,
+        resize_y=image_size,
+        interp_type=types.INTERP_LINEAR,
+        antialias=False,
+    )
+    return images, fn.random.coin_flip(probability=0.5) if p.flip else 0
+
+
+def _eval_images(dali: Any, encoded: Any, image_size: int, device: str, p: Any) -> Any:
+    """Decode, shorter side to `eval_resize_size`, central crop (offsets rounded down, as
+    `preprocessing.central_crop`)."""
+    fn, types = dali.fn, dali.types
+    images = fn.decoders.image(encoded, device=device, output_type=types.RGB)
+    images = fn.resize(
+        images,
+        resize_shorter=p.eval_resize_size(image_size),
+        interp_type=types.INTERP_LINEAR,
+        antialias=False,
+    )
+    shape = images.shape(dtype=types.INT32)
+    anchor = fn.stack(shape[0] - image_size, shape[1] - image_size) // 2
+    return fn.slice(
+        images, anchor, [image_size, image_size], axes=[0, 1], out_of_bounds_policy="error"
+    )
 
 
 def _graph(
@@ -186,6 +226,7 @@ def _graph(
     dtype: str,
     shuffle_buffer: int,
 ) -> tuple:
+    """The pipeline's graph: reader -> images, labels (0-based int32) [, weights]."""
     fn, types, tfrec = dali.fn, dali.types, dali.tfrecord
     inputs = fn.readers.tfrecord(
         path=records.paths,
@@ -201,37 +242,9 @@ def _graph(
     )
     encoded = inputs["image/encoded"]
     if training:
-        images = fn.decoders.image_random_crop(
-            encoded,
-            device=device,
-            output_type=types.RGB,
-            random_aspect_ratio=list(p.aspect_ratio_range),
-            random_area=[max(p.area_range[0], p.min_object_covered), p.area_range[1]],
-            num_attempts=p.max_attempts,
-        )
-        images = fn.resize(
-            images,
-            resize_x=image_size,
-            resize_y=image_size,
-            interp_type=types.INTERP_LINEAR,
-            antialias=False,
-        )
-        mirror = fn.random.coin_flip(probability=0.5) if p.flip else 0
+        images, mirror = _train_images(dali, encoded, image_size, device, p)
     else:
-        images = fn.decoders.image(encoded, device=device, output_type=types.RGB)
-        images = fn.resize(
-            images,
-            resize_shorter=p.eval_resize_size(image_size),
-            interp_type=types.INTERP_LINEAR,
-            antialias=False,
-        )
-        # The central crop with offsets rounded down, as `preprocessing.central_crop`.
-        shape = images.shape(dtype=types.INT32)
-        anchor = fn.stack(shape[0] - image_size, shape[1] - image_size) // 2
-        images = fn.slice(
-            images, anchor, [image_size, image_size], axes=[0, 1], out_of_bounds_policy="error"
-        )
-        mirror = 0
+        images, mirror = _eval_images(dali, encoded, image_size, device, p), 0
     if p.input_scaling == "inception":
         mean, std = [127.5] * 3, [127.5] * 3  # x / 127.5 - 1
     else:
@@ -308,7 +321,9 @@ def imagenet_dali_pipeline(
     Raises:
         ImportError: DALI is not installed (names the extra).
         FileNotFoundError: no data or no index file (names it and `cvbench dali-index`).
-        ValueError: bad arguments, or a recipe knob DALI does not implement (named).
+        ValueError: bad arguments, a recipe knob DALI does not implement (named), or a rank
+            without records (`imagenet_dali_dataset` gives such an evaluation rank padding
+            batches instead).
     """
     _check_args(batch_size, image_size, num_threads, device, dtype)
     if (
