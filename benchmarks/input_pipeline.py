@@ -1,12 +1,13 @@
-"""Training input pipeline throughput: crop fused into JPEG decoding vs decode-then-crop.
+"""Input pipeline throughput: cvbench's tf.data pipeline vs NVIDIA DALI on the CPU.
 
-Prints images/s and images/s per core of both pipelines and their ratio, and the
-decode-and-crop step alone (the same as `cvbench bench-input`). Without --data-dir it first
+Prints images/s and images/s per core of the training and evaluation pipelines of both, on the
+same records with the same recipe and threads, and the ratios cvbench / DALI CPU (the same as
+`cvbench bench-input`). Without --data-dir it first
 generates ImageNet-like JPEG records: `--source generated` (colour fields with pixel noise,
 the default) or `--source photos` (random views of real photographs; see
 `cvbench.data.input_bench.sample_photos`).
 
-    python benchmarks/input_pipeline.py [--data-dir DIR | --source photos] [--rounds 3]
+    python benchmarks/input_pipeline.py [--data-dir DIR | --source photos] [--threads N]
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`cvbench build-imagenet` and `cvbench bench-input`: thin wrappers over `cvbench.data`."""
+"""`cvbench build-imagenet`, `cvbench dali-index` and `cvbench bench-input`: thin wrappers over
+`cvbench.data`."""
 
 from __future__ import annotations
 
@@ -94,6 +95,24 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_dali_index(args: argparse.Namespace) -> int:
+    """Handler of `dali-index`: index files for the shards of DATA_DIR (every split)."""
+    from cvbench.data.dali_index import shard_files, write_indexes
+
+    try:
+        files = shard_files(args.data_dir)
+        summary = write_indexes(
+            files,
+            index_dir=args.index_dir,
+            overwrite=args.overwrite,
+            progress=not args.no_progress,
+        )
+    except (FileNotFoundError, ValueError) as e:
+        raise CLIError(str(e)) from e
+    print(summary.format())
+    return 0
+
+
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `bench-input` (also used by benchmarks/input_pipeline.py)."""
     parser.add_argument(
@@ -116,6 +135,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup-batches", type=int, default=4)
     parser.add_argument("--batches", type=positive_int, default=20, help="timed batches per round")
     parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="threads of each pipeline: tf.data's threadpool and DALI's num_threads (default: "
+        "the cores available)",
+    )
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -134,6 +160,7 @@ def run_bench(args: argparse.Namespace) -> int:
             warmup_batches=args.warmup_batches,
             batches=args.batches,
             rounds=args.rounds,
+            threads=args.threads,
         )
         print(result.format())
 
@@ -150,7 +177,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Adds `build-imagenet` and `bench-input`."""
+    """Adds `build-imagenet`, `dali-index` and `bench-input`."""
     build = subparsers.add_parser(
         "build-imagenet",
         help="build ImageNet-format TFRecords from a folder-per-class image set",
@@ -159,9 +186,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_build_arguments(build)
     build.set_defaults(func=run_build)
+    index = subparsers.add_parser(
+        "dali-index",
+        help="write DALI index files (idx/<shard>.idx) for existing TFRecord shards",
+        description="Write the index file DALI's TFRecord reader needs for every shard "
+        "(<split>-NNNNN-of-NNNNN) of DATA_DIR, in DATA_DIR/idx/<shard>.idx (the format of "
+        "DALI's tfrecord2idx); index files that match their shard are kept.",
+    )
+    index.add_argument("data_dir", metavar="DATA_DIR", help="folder of the TFRecord shards")
+    index.add_argument(
+        "--index-dir", default=None, help="where the index files go (default DATA_DIR/idx)"
+    )
+    index.add_argument("--overwrite", action="store_true", help="rewrite up-to-date indexes")
+    index.add_argument("--no-progress", action="store_true", help="no progress bar")
+    index.set_defaults(func=run_dali_index)
     bench = subparsers.add_parser(
         "bench-input",
-        help="training input pipeline images/s: fused decode-and-crop vs decode-then-crop",
+        help="input pipeline images/s: cvbench's tf.data vs DALI on the CPU, training and "
+        "evaluation, on the same records",
+        description="Measure cvbench's tf.data pipeline and NVIDIA DALI's CPU pipeline (the "
+        "same recipe, records and thread count) for training and evaluation: img/s, img/s "
+        "per core (images / CPU seconds of the process), and the ratio cvbench / DALI CPU. "
+        "DALI comes with pip install 'cvbench[dali]'; without it only tf.data is measured.",
     )
     add_bench_arguments(bench)
     bench.set_defaults(func=run_bench)

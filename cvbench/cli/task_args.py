@@ -126,3 +126,52 @@ def report_corrupt(
             with open(Path(log_dir) / "train_log.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps(entry, sort_keys=True) + "\n")
     return total
+
+
+def add_data_backend(p: argparse.ArgumentParser) -> None:
+    """Adds --data-backend and --dali-device (classification models) to `p`."""
+    p.add_argument(
+        "--data-backend",
+        choices=("tf", "dali"),
+        default="tf",
+        help="input pipeline of a classifier: tf (tf.data, default) or dali (NVIDIA DALI, the "
+        "same recipe; needs pip install 'cvbench[dali]' and the index files that cvbench "
+        "build-imagenet or cvbench dali-index DATA_DIR write)",
+    )
+    p.add_argument(
+        "--dali-device",
+        choices=("cpu", "mixed"),
+        default="cpu",
+        help="with --data-backend dali: decode JPEGs on the CPU (cpu, default) or with nvJPEG "
+        "on each rank's GPU (mixed)",
+    )
+
+
+def data_backend_kwargs(args: argparse.Namespace, *, task: str | None) -> dict[str, Any]:
+    """The task arguments of --data-backend / --dali-device (none for tf.data), checked:
+    DALI reads classification records (`task`: the recipe's or model's task), needs
+    --data-dir, its extra and the index files of the splits the command reads."""
+    if args.data_backend == "tf":
+        if args.dali_device != "cpu":
+            raise CLIError("--dali-device needs --data-backend dali")
+        return {}
+    if task != "classification":
+        raise CLIError(f"--data-backend dali is for classification models, not {args.model}")
+    if args.data_dir is None:
+        raise CLIError("--data-backend dali reads --data-dir records, not --synthetic data")
+    from cvbench.data.dali import import_dali
+    from cvbench.data.dali_index import read_index
+    from cvbench.data.reader import list_split_files
+
+    try:
+        import_dali()
+    except ImportError as e:
+        raise CLIError(str(e)) from e
+    for split in ("train", "validation"):
+        try:
+            files = list_split_files(args.data_dir, split)
+        except FileNotFoundError:
+            continue  # the command's reader names a missing split
+        for path in files:
+            read_index(path)  # FileNotFoundError / ValueError: one line naming the file
+    return {"data_backend": "dali", "dali_device": args.dali_device}

@@ -12,7 +12,13 @@ from pathlib import Path
 
 from cvbench.cli import CLIError
 from cvbench.cli.args import float_list, non_negative_float, non_negative_int, positive_int
-from cvbench.cli.task_args import add_model_and_data, report_corrupt, task_from_args
+from cvbench.cli.task_args import (
+    add_data_backend,
+    add_model_and_data,
+    data_backend_kwargs,
+    report_corrupt,
+    task_from_args,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     add_model_and_data(p, synthetic_help="random data (throughput runs, smoke tests)", recipes=True)
+    add_data_backend(p)
     p.add_argument(
         "--recipe",
         default=None,
@@ -171,6 +178,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     add_model_and_data(p, synthetic_help="random data (smoke tests)")
+    add_data_backend(p)
     p.add_argument("--checkpoint", required=True, help="checkpoint file, run directory or .keras")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
     p.set_defaults(func=eval_command)
@@ -308,6 +316,9 @@ def train_command(args: argparse.Namespace) -> int:
             task_kwargs["weights"] = args.weights
     elif recipe.task == "detection":
         task_kwargs["backbone_weights"] = recipe.detection.backbone_weights
+    task_kwargs.update(
+        data_backend_kwargs(args, task=recipe.task if recipe is not None else _task_of(args.model))
+    )
     task = task_from_args(
         args,
         synthetic_steps=args.steps_per_epoch or 100,
@@ -397,13 +408,20 @@ def _prepare_without_recipe(task, args: argparse.Namespace, config):
     )
 
 
+def _task_of(model: str | None) -> str | None:
+    """The task of a model name ("classification", "detection"), or None if unknown."""
+    from cvbench.zoo import CLASSIFICATION, list_models
+
+    return CLASSIFICATION if model in list_models(task=CLASSIFICATION) else None
+
+
 def eval_command(args: argparse.Namespace) -> int:
     """Runs `cvbench eval`."""
     from cvbench.tasks import build_trainer
     from cvbench.training import TrainConfig
     from cvbench.training.checkpoint import find_checkpoint
 
-    task = task_from_args(args)
+    task = task_from_args(args, **data_backend_kwargs(args, task=_task_of(args.model)))
     checkpoint = Path(args.checkpoint)
     if not checkpoint.exists():
         raise CLIError(f"--checkpoint {args.checkpoint!r} does not exist")

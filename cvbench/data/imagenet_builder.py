@@ -4,7 +4,8 @@ The output is what TensorFlow ImageNet loaders read: `train-00000-of-01024` ... 
 `validation-00000-of-00128` ..., one `tf.train.Example` per image with the keys of
 `cvbench.data.tfrecord.imagenet_example` (labels 1..N, 0 left for background), and beside
 them `dataset_info.json` (`cvbench.data.dataset_info`: the classes in label order with their
-texts and image counts, the label offset 1, the resize and quality used). The input
+texts and image counts, the label offset 1, the resize and quality used) and the DALI index
+file of each shard, `idx/<shard>.idx` (`cvbench.data.dali_index`). The input
 layout and label files are described in `cvbench.data.imagenet_layout`; the writing rules
 (parallel workers, atomic shards, resume, refusing to overwrite another data set) in
 `cvbench.data.sharded_writer`.
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cvbench.data import imagenet_layout as layout
+from cvbench.data.dali_index import IndexSummary, index_path, write_indexes
 from cvbench.data.dataset_info import (
     ClassInfo,
     DatasetInfo,
@@ -114,6 +116,8 @@ class BuildSummary:
         train_counts: class -> training images found, in label order (0 for an empty class
             folder).
         warnings: what the build kept but should be looked at (empty class folders).
+        index: the DALI index files written next to the shards (`idx/<shard>.idx`,
+            `cvbench.data.dali_index`).
     """
 
     write: WriteSummary
@@ -123,6 +127,7 @@ class BuildSummary:
     ignored_files: int
     train_counts: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    index: IndexSummary | None = None
 
     def format(self) -> str:
         """A multi-line human-readable summary."""
@@ -133,6 +138,7 @@ class BuildSummary:
                 f"validation: {self.validation_source}",
                 f"non-image files ignored: {self.ignored_files}",
                 self.write.format(unit="images"),
+                *([self.index.format()] if self.index is not None else []),
             ]
         )
 
@@ -322,6 +328,9 @@ def build_imagenet(
     )
     with disk_full_as_error(dataset_info_path(out_dir), summary):
         write_dataset_info(out_dir, _dataset_info(found, texts, options, summary))
+    shards = [Path(out_dir) / s.shard_name(i) for s in splits for i in range(s.num_shards)]
+    with disk_full_as_error(index_path(shards[0]).parent, summary):
+        index = write_indexes(shards, overwrite=overwrite)
     return BuildSummary(
         summary,
         len(found.classes),
@@ -330,4 +339,5 @@ def build_imagenet(
         len(found.ignored),
         train_counts,
         warnings,
+        index,
     )

@@ -1,14 +1,14 @@
-"""Input pipeline benchmark: the training pipeline with the crop fused into JPEG decoding,
-against the same pipeline decoding the whole image before cropping.
+"""Input pipeline benchmark: cvbench's tf.data pipeline against NVIDIA DALI on the CPU.
 
-Both pipelines are `imagenet_dataset(..., training=True)` over the same records, differing
-only in `train_preprocess` (`preprocess_for_train` or `preprocess_for_train_reference`), so the
-ratio isolates the fused decode. Rounds alternate between the two, and the median round is
-reported, which keeps other load on the machine from favouring one side. Throughput is given
-per wall-clock second and per CPU-second used by the process ("per core"), the latter being
-the fair figure on a machine shared with other work. The decode-and-crop step is also timed
-alone, one image at a time: the pipeline's ratio cannot exceed that step's, since everything
-else costs both pipelines the same.
+On the same ImageNet-format records, with the same recipe (`ImagePreprocessing()`, NVIDIA's
+ResNet-50 v1.5) and the same number of threads, `run_input_benchmark` measures four pipelines:
+`imagenet_dataset` and `imagenet_dali_dataset(device="cpu")`, each for training (random
+resized crop, flip, normalize, batch) and evaluation (resize, central crop, normalize). Rounds
+alternate between them and the median round is reported, which keeps other load on the machine
+from favouring one side. Throughput is given per wall-clock second and per CPU-second used by
+the process ("per core"; DALI's worker threads are threads of this process), the latter being
+the fair figure on a machine shared with other work; the ratio cvbench / DALI CPU is printed
+for both. Without DALI installed only the tf.data rows are measured.
 
 Without a data directory, `write_benchmark_records` makes ImageNet-like JPEGs of 500 x 375 (the
 most common ImageNet size) at quality 90, from one of two sources:
@@ -159,8 +159,8 @@ class PipelineRate:
     Attributes:
         images_per_s: images per wall-clock second, all cores together.
         images_per_cpu_s: images per second of CPU time used by this process (user + system,
-            all threads): the throughput of one fully used core. Unlike the wall-clock figure
-            it is not lowered by other programs competing for the cores.
+            all threads, DALI's included): the throughput of one fully used core. Unlike the
+            wall-clock figure it is not lowered by other programs competing for the cores.
         rounds: (images_per_s, images_per_cpu_s) of every round.
     """
 
@@ -170,61 +170,75 @@ class PipelineRate:
 
 
 @dataclass(frozen=True)
-class InputBenchResult:
-    """The fused pipeline against the decode-then-crop baseline.
+class Comparison:
+    """cvbench's tf.data pipeline against DALI on the CPU, one mode (training or evaluation).
 
     Attributes:
-        fused: the training pipeline (crop fused into JPEG decoding).
-        baseline: the same pipeline decoding the whole image, then cropping.
-        decode_ms: (fused, baseline) CPU milliseconds per image of the decode-and-crop step
-            alone, one image at a time (median over rounds).
-        cores: CPU cores available to the process.
-        nvidia_decode_ms: `decode_ms` with the JPEG decoder options of NVIDIA's scripts
-            (`preprocessing.NVIDIA_JPEG_OPTIONS`) on both sides; None if not measured.
+        mode: "training" or "evaluation".
+        tf_data: `imagenet_dataset`'s rate.
+        dali_cpu: `imagenet_dali_dataset(device="cpu")`'s rate; None when DALI is missing.
     """
 
-    fused: PipelineRate
-    baseline: PipelineRate
-    decode_ms: tuple[float, float]
+    mode: str
+    tf_data: PipelineRate
+    dali_cpu: PipelineRate | None
+
+    @property
+    def ratio(self) -> float | None:
+        """tf.data / DALI CPU images per CPU-second (per core)."""
+        if self.dali_cpu is None:
+            return None
+        return self.tf_data.images_per_cpu_s / self.dali_cpu.images_per_cpu_s
+
+    @property
+    def wall_ratio(self) -> float | None:
+        """tf.data / DALI CPU images per wall-clock second."""
+        if self.dali_cpu is None:
+            return None
+        return self.tf_data.images_per_s / self.dali_cpu.images_per_s
+
+
+@dataclass(frozen=True)
+class InputBenchResult:
+    """The training and evaluation pipelines of both backends on the same records.
+
+    Attributes:
+        training: the training pipelines (random-resized crop, flip, normalize).
+        evaluation: the evaluation pipelines (resize, central crop, normalize).
+        threads: threads each backend used (tf.data's threadpool, DALI's `num_threads`).
+        cores: CPU cores available to the process.
+        dali_missing: why DALI was not measured (its import error), or None.
+    """
+
+    training: Comparison
+    evaluation: Comparison
+    threads: int
     cores: int
-    nvidia_decode_ms: tuple[float, float] | None = None
-
-    @property
-    def ratio(self) -> float:
-        """fused / baseline images per CPU-second (per core)."""
-        return self.fused.images_per_cpu_s / self.baseline.images_per_cpu_s
-
-    @property
-    def wall_ratio(self) -> float:
-        """fused / baseline images per wall-clock second."""
-        return self.fused.images_per_s / self.baseline.images_per_s
+    dali_missing: str | None = None
 
     def format(self) -> str:
         """The lines the benchmark prints."""
 
-        def line(name: str, rate: PipelineRate) -> str:
-            return (
-                f"{name:34s} {rate.images_per_s:8.1f} img/s  "
-                f"{rate.images_per_cpu_s:7.1f} img/s per core"
-            )
-
-        def step(ms: tuple[float, float]) -> str:
-            return (
-                f"fused {ms[0]:.2f} ms/img, whole image {ms[1]:.2f} ms/img ({ms[1] / ms[0]:.2f}x)"
-            )
+        def row(mode: str, name: str, rate: PipelineRate) -> str:
+            return f"{mode:11s} {name:18s} {rate.images_per_s:8.1f} {rate.images_per_cpu_s:13.1f}"
 
         lines = [
-            f"training pipeline, {self.cores} cores (per core = images / CPU seconds used)",
-            line("fused decode-and-crop (cvbench):", self.fused),
-            line("decode whole image, then crop:", self.baseline),
-            f"ratio fused / baseline: {self.ratio:.2f}x per core, {self.wall_ratio:.2f}x img/s",
-            f"decode-and-crop step alone, one image at a time: {step(self.decode_ms)}",
+            f"same records and recipe, {self.threads} threads each, {self.cores} cores "
+            "(per core = images / CPU seconds used)",
+            f"{'pipeline':11s} {'backend':18s} {'img/s':>8s} {'img/s per core':>13s}",
         ]
-        if self.nvidia_decode_ms is not None:
-            lines.append(
-                "  same, NVIDIA's decoder options (INTEGER_FAST, no fancy upscaling): "
-                + step(self.nvidia_decode_ms)
-            )
+        for c in (self.training, self.evaluation):
+            lines.append(row(c.mode, "tf.data (cvbench)", c.tf_data))
+            if c.dali_cpu is not None:
+                lines.append(row(c.mode, "DALI CPU", c.dali_cpu))
+        if self.dali_missing is not None:
+            lines.append(f"DALI CPU: not measured ({self.dali_missing})")
+            return "\n".join(lines)
+        parts = [
+            f"{c.mode} {c.ratio:.2f}x per core ({c.wall_ratio:.2f}x img/s)"
+            for c in (self.training, self.evaluation)
+        ]
+        lines.append("ratio cvbench / DALI CPU: " + ", ".join(parts))
         return "\n".join(lines)
 
 
@@ -247,58 +261,19 @@ def _rate(rounds: list[tuple[float, float]]) -> PipelineRate:
     )
 
 
-def _decode_step_ms(
-    data_dir: str | os.PathLike, images: int = 64, repeats: int = 12, **decode_options: Any
-) -> tuple:
-    """CPU ms per image of decode-and-random-crop, fused and whole-image, one image at a time.
+class _EndlessDali:
+    """DALI evaluation batches without end (the reader pads each pass's last batch and starts
+    again), converted to NumPy as `imagenet_dali_dataset`'s batches are."""
 
-    Each timed call decodes all `images` inside one `tf.function` (a sequential `map_fn`), so
-    the fixed cost of calling a function from Python (about 0.5 ms, as much as a decode) is
-    paid once per call, not once per image, and does not dilute the ratio.
-    """
-    import tensorflow as tf
+    def __init__(self, make: Any) -> None:
+        self.make = make
 
-    from cvbench.data.preprocessing import decode_and_random_crop, decode_then_random_crop
-    from cvbench.data.reader import list_split_files
-    from cvbench.data.tfrecord import iter_tfrecord
+    def __iter__(self) -> Any:
+        from cvbench.data.dali_dataset import to_numpy
 
-    encoded = []
-    for path in list_split_files(data_dir, "train"):
-        for record in iter_tfrecord(path):
-            feature = tf.train.Example.FromString(record).features.feature
-            encoded.append(feature["image/encoded"].bytes_list.value[0])
-            if len(encoded) == images:
-                break
-        if len(encoded) == images:
-            break
-    encoded = tf.constant(encoded)
-    no_boxes = tf.zeros([0, 4])
-
-    def step(decode: Any) -> Any:
-        def one(args: Any) -> tf.Tensor:
-            # The sum makes every pixel of the crop needed, so nothing is pruned away.
-            crop = decode(args[0], no_boxes, args[1], **decode_options)
-            return tf.reduce_sum(tf.cast(crop, tf.int32))
-
-        @tf.function
-        def all_images(data: tf.Tensor, round_index: tf.Tensor) -> tf.Tensor:
-            n = tf.size(data, out_type=tf.int64)
-            seeds = tf.stack([tf.fill([n], round_index), tf.range(n)], axis=1)
-            return tf.map_fn(
-                one, (data, seeds), fn_output_signature=tf.int32, parallel_iterations=1
-            )
-
-        return all_images
-
-    steps = [step(d) for d in (decode_and_random_crop, decode_then_random_crop)]
-    per_round: list[list[float]] = [[], []]
-    for r in range(repeats + 1):  # round 0 traces and warms up
-        for k, fn in enumerate(steps):  # alternate, so load changes hit both alike
-            start = time.process_time()
-            fn(encoded, tf.constant(r, tf.int64))  # same seeds, same crops
-            if r > 0:
-                per_round[k].append((time.process_time() - start) / int(encoded.shape[0]))
-    return tuple(statistics.median(t) * 1e3 for t in per_round)
+        pipe = self.make()
+        while True:
+            yield tuple(to_numpy(o) for o in pipe.run())
 
 
 def run_input_benchmark(
@@ -310,8 +285,18 @@ def run_input_benchmark(
     batches: int = 20,
     rounds: int = 3,
     shuffle_buffer: int = 256,
+    threads: int | None = None,
+    split: str = "train",
 ) -> InputBenchResult:
-    """Measures both training pipelines on the `train` split of `data_dir`.
+    """Measures tf.data and DALI CPU, training and evaluation, on the records of `split`.
+
+    The four pipelines alternate within each round; each is built afresh per round, warmed
+    up, then timed; the median round is reported. Both backends run the default recipe
+    (`ImagePreprocessing()`) on the same files, with `threads` threads each: tf.data's
+    private threadpool and DALI's `num_threads`. DALI's index files are written to a temporary
+    folder (`cvbench.data.dali_index`), so `data_dir` is only read. Evaluation streams repeat
+    the records (tf.data `.repeat()`, DALI's reader wraps around), so any `batches` can be
+    timed on a few records.
 
     Args:
         data_dir: ImageNet-format TFRecords.
@@ -320,49 +305,83 @@ def run_input_benchmark(
         warmup_batches: batches read before timing each round.
         batches: timed batches per round.
         rounds: alternating rounds per pipeline; the median is reported.
-        shuffle_buffer: records in the shuffle buffer.
+        shuffle_buffer: training: records in the shuffle buffer (both backends).
+        threads: threads per backend; None: the cores available (tf.data's default).
+        split: the split whose files are read.
+
+    Returns:
+        An `InputBenchResult` (DALI's rates None, with the reason, when DALI is missing).
     """
+    import tempfile
+
+    import tensorflow as tf
+
+    from cvbench.data.dali_index import write_indexes
     from cvbench.data.imagenet import imagenet_dataset
-    from cvbench.data.preprocessing import (
-        NVIDIA_JPEG_OPTIONS,
-        preprocess_for_train,
-        preprocess_for_train_reference,
-    )
+    from cvbench.data.reader import list_split_files
 
     for name, value in (("batches", batches), ("rounds", rounds), ("batch_size", batch_size)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
+    cores = default_num_workers()
+    threads = cores if threads is None else threads
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    try:
+        from cvbench.data.dali import import_dali
 
-    def pipeline(preprocess: Any) -> Any:
-        def fn(image_bytes: Any, boxes: Any, seed: Any) -> Any:
-            return preprocess(image_bytes, boxes, seed, image_size=image_size)
+        import_dali()
+        dali_missing = None
+    except ImportError as e:
+        dali_missing = str(e)
+    common = dict(batch_size=batch_size, image_size=image_size, num_shards=1, shard_index=0)
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = threads
 
-        return imagenet_dataset(
-            data_dir,
-            "train",
-            batch_size=batch_size,
-            image_size=image_size,
-            training=True,
-            num_shards=1,
-            shard_index=0,
-            shuffle_buffer=shuffle_buffer,
-            train_preprocess=fn,
+    def tf_data(training: bool) -> Any:
+        if training:
+            ds = imagenet_dataset(
+                data_dir, split, training=True, shuffle_buffer=shuffle_buffer, **common
+            )
+        else:
+            ds = imagenet_dataset(data_dir, split, training=False, **common).repeat()
+        return ds.with_options(options)
+
+    with tempfile.TemporaryDirectory(prefix="cvbench-bench-idx-") as index_dir:
+
+        def dali(training: bool) -> Any:
+            from cvbench.data.dali import imagenet_dali_pipeline
+            from cvbench.data.dali_dataset import imagenet_dali_dataset
+
+            kw = dict(common, num_threads=threads, device="cpu", index_dir=index_dir)
+            if training:
+                return imagenet_dali_dataset(
+                    data_dir, split, training=True, shuffle_buffer=shuffle_buffer, **kw
+                )
+            return _EndlessDali(
+                lambda: imagenet_dali_pipeline(data_dir, split, training=False, **kw)
+            )
+
+        backends = [("tf", tf_data)]
+        if dali_missing is None:
+            write_indexes(list_split_files(data_dir, split), index_dir=index_dir)
+            backends.append(("dali", dali))
+        measured: dict[tuple[bool, str], list] = {}
+        for _ in range(rounds):
+            for training in (True, False):
+                for name, make in backends:
+                    rate = _measure(make(training), warmup_batches, batches, batch_size)
+                    measured.setdefault((training, name), []).append(rate)
+
+    def comparison(training: bool) -> Comparison:
+        dali_rounds = measured.get((training, "dali"))
+        return Comparison(
+            "training" if training else "evaluation",
+            _rate(measured[(training, "tf")]),
+            _rate(dali_rounds) if dali_rounds else None,
         )
 
-    fused, baseline = [], []
-    for _ in range(rounds):
-        for preprocess, out in (
-            (preprocess_for_train, fused),
-            (preprocess_for_train_reference, baseline),
-        ):
-            out.append(_measure(pipeline(preprocess), warmup_batches, batches, batch_size))
-    return InputBenchResult(
-        _rate(fused),
-        _rate(baseline),
-        _decode_step_ms(data_dir),
-        default_num_workers(),
-        _decode_step_ms(data_dir, **NVIDIA_JPEG_OPTIONS),
-    )
+    return InputBenchResult(comparison(True), comparison(False), threads, cores, dali_missing)
 
 
 def describe_records(

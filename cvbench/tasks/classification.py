@@ -52,6 +52,8 @@ INCEPTION_RECIPE = (
     ),
     ScheduleConfig(base_lr=0.25, decay="polynomial", power=2.0),
 )
+DATA_BACKENDS = ("tf", "dali")
+DALI_DEVICES = ("cpu", "mixed")
 DEFAULT_LABEL_SMOOTHING = 0.1
 IMAGENET_CLASSES = 1000
 _DEFAULT_SIZES = {"inception_v3": 299}
@@ -69,6 +71,11 @@ class ClassificationTask(RecordTask):
         metrics: Keras metrics instead of top-1 and top-5.
         weights: weights to start from (the builder's `weights`: a file, or "imagenet"
             where published); with a recipe it overrides `model.weights`.
+        data_backend: "tf" (`cvbench.data.imagenet_dataset`) or "dali"
+            (`cvbench.data.dali_dataset.imagenet_dali_dataset`: NVIDIA DALI, the same recipe,
+            element structure and evaluation cover; needs the records' index files and the
+            `cvbench[dali]` extra).
+        dali_device: with "dali": "cpu" (libjpeg-turbo) or "mixed" (nvJPEG on the GPU).
 
     With `options.recipe` the model, input size, loss, mixup and (through `prepare_run`)
     the optimizer, schedule and loss scaling are the recipe's (`cvbench.tasks.recipes`);
@@ -80,7 +87,9 @@ class ClassificationTask(RecordTask):
 
     Raises:
         ValueError: an unknown model; records without metadata and no `num_classes`; a
-            `num_classes` that the metadata disagrees with (naming both numbers and the file).
+            `num_classes` that the metadata disagrees with (naming both numbers and the file);
+            a bad `data_backend` / `dali_device`; with "dali": synthetic data, custom
+            preprocess functions, `skip_corrupt` or a mixup recipe (tf.data features).
 
     Example:
         >>> task = ClassificationTask(TaskOptions(model="resnet18", num_classes=10))
@@ -102,6 +111,8 @@ class ClassificationTask(RecordTask):
         eval_preprocess: Callable | None = None,
         metrics: Callable[[], list] | None = None,
         weights: str | os.PathLike | None = None,
+        data_backend: str = "tf",
+        dali_device: str = "cpu",
     ) -> None:
         if options.model not in self.models():
             raise ValueError(
@@ -118,6 +129,31 @@ class ClassificationTask(RecordTask):
         self._eval_preprocess = eval_preprocess
         self._metrics = metrics
         self.weights = weights
+        self.data_backend = data_backend
+        self.dali_device = dali_device
+        self._check_backend()
+
+    def _check_backend(self) -> None:
+        if self.data_backend not in DATA_BACKENDS:
+            raise ValueError(
+                f"data_backend must be one of {DATA_BACKENDS}, got {self.data_backend!r}"
+            )
+        if self.dali_device not in DALI_DEVICES:
+            raise ValueError(f"dali_device must be one of {DALI_DEVICES}, got {self.dali_device!r}")
+        if self.data_backend != "dali":
+            return
+        unsupported = {
+            "synthetic data (no data_dir)": self.options.data_dir is None,
+            "train_preprocess / eval_preprocess": self._train_preprocess is not None
+            or self._eval_preprocess is not None,
+            "skip_corrupt": self.options.skip_corrupt,
+            f"mixup (alpha {self.mixup_alpha()})": bool(self.mixup_alpha()),
+        }
+        for what, present in unsupported.items():
+            if present:
+                raise ValueError(
+                    f"the DALI data backend does not support {what}; use data_backend='tf'"
+                )
 
     def build_model(self) -> keras.Model:
         kwargs: dict[str, Any] = {}
@@ -167,9 +203,28 @@ class ClassificationTask(RecordTask):
         return synthetic_arrays(batch_size, self.image_size, self.num_classes, seed=seed)
 
     def dataset_fn(self) -> Callable[..., Any]:
+        if self.data_backend == "dali":
+            return self._dali_dataset
         from cvbench.data import imagenet_dataset
 
         return imagenet_dataset
+
+    def _dali_dataset(
+        self,
+        data_dir: str,
+        split: str,
+        *,
+        skip_corrupt: bool,
+        corrupt_counter: Any,
+        train_preprocess: Any = None,
+        eval_preprocess: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """`imagenet_dali_dataset` with `RecordTask.read`'s arguments (the tf.data-only ones
+        are refused at construction, `_check_backend`)."""
+        from cvbench.data.dali_dataset import imagenet_dali_dataset
+
+        return imagenet_dali_dataset(data_dir, split, device=self.dali_device, **kwargs)
 
     def count_records(self, split: str) -> int:
         from cvbench.data import num_examples

@@ -54,6 +54,7 @@ def test_shard_names_and_summary(built):
     assert sorted(p.name for p in out.iterdir()) == [
         MANIFEST_NAME,
         "dataset_info.json",  # the classes (tests/data/test_dataset_info.py)
+        "idx",  # DALI index files (tests/data/test_build_imagenet_index.py)
         "train-00000-of-00004",
         "train-00001-of-00004",
         "train-00002-of-00004",

@@ -35,7 +35,7 @@ def small_tmpfs(tmp_path):
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
 def test_a_full_disk_stops_cleanly_and_the_rerun_resumes(tmp_path, small_tmpfs, capsys):
@@ -87,6 +87,7 @@ def test_a_full_disk_stops_cleanly_and_the_rerun_resumes(tmp_path, small_tmpfs, 
     assert (train.shards_reused, train.shards_written, val.shards_written) == (2, 2, 2)
     assert (train.num_records, val.num_records) == (NUM_TRAIN_RECORDS, NUM_VAL_RECORDS)
     assert _files(out) == _files(reference)  # shards and manifest, byte for byte
+    assert _files(out / "idx") == _files(reference / "idx")  # and the DALI index files
 
 
 def test_a_full_disk_error_names_the_manifest_when_that_fails(tmp_path, small_tmpfs):

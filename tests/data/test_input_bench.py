@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from cvbench.data.input_bench import (
+    Comparison,
     InputBenchResult,
     PipelineRate,
     describe_records,
@@ -24,20 +25,35 @@ ARGS += ["--image-size", "32", "--warmup-batches", "1", "--batches", "2", "--rou
 
 
 def test_result_lines_and_ratios():
+    def rate(wall, cpu):
+        return PipelineRate(wall, cpu, ((wall, cpu),))
+
     result = InputBenchResult(
-        fused=PipelineRate(300.0, 200.0, ((300.0, 200.0),)),
-        baseline=PipelineRate(150.0, 125.0, ((150.0, 125.0),)),
-        decode_ms=(2.0, 3.0),
+        training=Comparison("training", rate(300.0, 200.0), rate(150.0, 250.0)),
+        evaluation=Comparison("evaluation", rate(400.0, 300.0), rate(400.0, 200.0)),
+        threads=2,
         cores=2,
-        nvidia_decode_ms=(2.0, 2.8),
     )
-    assert result.ratio == 1.6  # 200 / 125 images per CPU-second
-    assert result.wall_ratio == 2.0  # 300 / 150 images per second
+    assert result.training.ratio == 0.8  # 200 / 250 images per CPU-second
+    assert result.training.wall_ratio == 2.0  # 300 / 150 images per second
+    assert result.evaluation.ratio == 1.5  # 300 / 200
     text = result.format()
-    assert "ratio fused / baseline: 1.60x per core, 2.00x img/s" in text
-    assert "300.0 img/s" in text and "125.0 img/s per core" in text
-    assert "one image at a time: fused 2.00 ms/img, whole image 3.00 ms/img (1.50x)" in text
-    assert "no fancy upscaling): fused 2.00 ms/img, whole image 2.80 ms/img (1.40x)" in text
+    assert "same records and recipe, 2 threads each, 2 cores" in text
+    assert "training    tf.data (cvbench)     300.0         200.0" in text
+    assert "evaluation  DALI CPU              400.0         200.0" in text
+    assert text.endswith(
+        "ratio cvbench / DALI CPU: training 0.80x per core (2.00x img/s), "
+        "evaluation 1.50x per core (1.00x img/s)"
+    )
+    missing = InputBenchResult(
+        Comparison("training", rate(1.0, 1.0), None),
+        Comparison("evaluation", rate(1.0, 1.0), None),
+        threads=1,
+        cores=1,
+        dali_missing="no DALI",
+    )
+    assert missing.training.ratio is None
+    assert missing.format().endswith("DALI CPU: not measured (no DALI)")
 
 
 def test_generated_records(tmp_path):
@@ -89,8 +105,9 @@ def test_cli_and_script_print_both_pipelines(capsys):
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "records: 8 generated JPEGs 80x60" in out
-    assert "fused decode-and-crop (cvbench):" in out and "decode whole image, then crop:" in out
-    assert "ratio fused / baseline:" in out
+    for mode in ("training", "evaluation"):
+        assert f"{mode:11s} tf.data (cvbench) " in out and f"{mode:11s} DALI CPU " in out
+    assert "ratio cvbench / DALI CPU: training " in out and "x per core" in out
 
     script = Path(__file__).parents[2] / "benchmarks" / "input_pipeline.py"
     spec = importlib.util.spec_from_file_location("input_pipeline_benchmark", script)
@@ -107,8 +124,20 @@ def test_script_benchmarks_photo_records(capsys):
     spec = importlib.util.spec_from_file_location("input_pipeline_benchmark", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.main([*ARGS, "--source", "photos"]) == 0
+    assert module.main([*ARGS, "--source", "photos", "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert "records: 8 JPEGs 80x60 cut from photographs (grace_hopper" in out
-    assert "ratio fused / baseline:" in out and "decode-and-crop step alone" in out
-    assert "NVIDIA's decoder options" in out
+    assert "1 threads each" in out and "ratio cvbench / DALI CPU: training " in out
+
+
+def test_without_dali_only_tf_data_is_measured(tmp_path, monkeypatch):
+    import sys
+
+    write_benchmark_records(tmp_path, num_images=8, height=60, width=80, num_shards=2)
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)
+    result = run_input_benchmark(
+        tmp_path, batch_size=4, image_size=32, warmup_batches=1, batches=2, rounds=1
+    )
+    assert result.training.dali_cpu is None and result.evaluation.tf_data.images_per_s > 0
+    assert "pip install 'cvbench[dali]'" in result.format()
+    assert list(tmp_path.iterdir()) and not (tmp_path / "idx").exists()  # data_dir only read
