@@ -8,6 +8,9 @@ KERAS_BACKEND=jax).
 Public names (the ends of the flows):
     imagenet_dataset: ImageNet-format TFRecords -> (images, labels) for training, or
         (images, labels, weights) for evaluation. `num_examples`: records in a split.
+    imagenet_dali_dataset: the same batches from the same records through NVIDIA DALI
+        (`pip install ".[dali]"`; CPU decoding, or nvJPEG on a GPU);
+        `imagenet_dali_pipeline`: the DALI pipeline itself.
     tfds_dataset: the same from TensorFlow Datasets ('imagenet2012').
     coco_dataset: COCO TFRecords -> SSD320 training or evaluation batches.
         `coco_num_examples`: records in a COCO split. `CocoLabelMap`: COCO ids <-> classes.
@@ -45,7 +48,11 @@ Where each concept lives:
                         worker_pool.py its in-order `map` on worker processes.
     imagenet_layout.py, image_io.py, extract_imagenet.py, download.py
                         raw folders, image files, archives and downloads.
-    synthetic.py        random batches; input_bench.py the input-pipeline benchmark.
+    dali.py, dali_dataset.py, dali_index.py
+                        the DALI path: its pipeline (same recipe), the batches, the index
+                        files DALI's reader needs (`DATA_DIR/idx/<shard>.idx`).
+    synthetic.py        random batches; input_bench.py the input-pipeline benchmark
+                        (tf.data against DALI CPU).
 
 Nothing here imports `cvbench.detection`, `cvbench.training`, `cvbench.tasks` or
 `cvbench.models`: data flows one way, out of this package.
@@ -59,6 +66,8 @@ from typing import Any
 # Public name -> (module, attribute in it).
 _LAZY: dict[str, tuple[str, str]] = {
     "imagenet_dataset": ("cvbench.data.imagenet", "imagenet_dataset"),
+    "imagenet_dali_dataset": ("cvbench.data.dali_dataset", "imagenet_dali_dataset"),
+    "imagenet_dali_pipeline": ("cvbench.data.dali", "imagenet_dali_pipeline"),
     "num_examples": ("cvbench.data.imagenet", "num_examples"),
     "tfds_dataset": ("cvbench.data.tfds", "tfds_dataset"),
     "coco_dataset": ("cvbench.data.coco", "coco_dataset"),
