@@ -39,6 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))  # this checkout's cvbench, whatever the venv's editable install
 
 from mutation_ops import Mutant, compile_mutant, find_mutants  # noqa: E402
 
