@@ -94,8 +94,9 @@ def test_sentinel_values_are_the_od_api_ones():
     # UNMATCHED -1 and IGNORED -2 (the OD API's values): negative, so never a row index, and
     # distinct, so the target encoder can tell background (class loss) from ignored (none).
     assert (UNMATCHED, IGNORED) == (-1, -2)
-    out = matcher.argmax_match(np.array([[0.45, 0.3, 0.6]], np.float32), unmatched_threshold=0.4)
-    assert keras.ops.convert_to_numpy(out).tolist() == [-2, -1, 0]
+    sim = np.array([[0.45, 0.3, 0.6, 0.7]], np.float32)  # as in test_ignored_between_thresholds
+    out = matcher.argmax_match(sim, unmatched_threshold=0.4)
+    assert keras.ops.convert_to_numpy(out).tolist() == [-2, -1, 0, 0]
     assert keras.ops.dtype(out) == "int32"
 
 
