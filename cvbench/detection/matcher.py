@@ -67,8 +67,9 @@ def argmax_match(
         )
     if valid_rows is None:
         valid_rows = xp.ones_like(similarity[:, 0]) > 0
-    # Invalid rows sit below every real IoU (>= 0) and below any threshold.
-    masked = xp.where(valid_rows[:, None], similarity, -1.0)
+    # Invalid rows sit below every similarity and every threshold (not just below IoUs: a
+    # fill of -1 lost to valid rows under -1 and matched at thresholds <= -1).
+    masked = xp.where(valid_rows[:, None], similarity, float("-inf"))
     best_row = xp.cast(xp.argmax(masked, axis=0), "int32")
     best_value = xp.max(masked, axis=0)
     unmatched = xp.full_like(best_row, UNMATCHED)

@@ -7,7 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from cvbench.detection.anchors import feature_map_sizes, multiscale_anchors
+from cvbench.detection.anchors import (
+    anchors_per_location,
+    feature_map_sizes,
+    image_hw,
+    multiscale_anchors,
+)
 
 pytestmark = pytest.mark.backend_agnostic
 
@@ -97,6 +102,46 @@ def test_other_parameters():
     np.testing.assert_allclose(a * 64, expected, atol=1e-4)
 
 
+def test_anchors_per_location_is_ratios_times_octave_scales():
+    # Defaults: 3 aspect ratios x 2 octave scales = 6 (the head's A); 1 ratio x 3 scales = 3.
+    assert anchors_per_location() == 6
+    assert anchors_per_location(aspect_ratios=(1.0,), scales_per_octave=3) == 3
+    # It agrees with the anchors: 64 with levels 5-6 has 2 x 2 + 1 x 1 = 5 locations.
+    a = multiscale_anchors(
+        64, min_level=5, max_level=6, aspect_ratios=(1.0, 2.0), scales_per_octave=3
+    )
+    assert a.shape == (5 * anchors_per_location(aspect_ratios=(1.0, 2.0), scales_per_octave=3), 4)
+
+
+def test_image_hw_accepts_ints_and_int_pairs_only():
+    assert image_hw(320) == (320, 320)
+    assert image_hw(np.int64(64)) == (64, 64)
+    assert image_hw((192, np.int32(200))) == (192, 200)  # (height, width), in that order
+    assert image_hw(1) == (1, 1)  # the smallest size: 1 pixel is positive
+    for bad in (True, (320.0, 320), (320, 320.0), (True, 2), (2, False), [320, 320, 3]):
+        with pytest.raises(ValueError, match="image_size must be an int or a"):
+            image_hw(bad)
+    for bad in (0, -3, (0, 5), (5, -1)):
+        with pytest.raises(ValueError, match="image_size must be positive"):
+            image_hw(bad)
+
+
+def test_level_range_edges():
+    # A one-pixel image: ceil(1 / 2^l) = 1 cell at every level.
+    assert feature_map_sizes(1) == [(1, 1)] * 5
+    # min_level = 1 (stride 2) is allowed, and so is a single level (min_level == max_level):
+    # ceil(10 / 2) = 5, ceil(10 / 4) = 3, ceil(10 / 8) = 2.
+    assert feature_map_sizes(10, min_level=1, max_level=3) == [(5, 5), (3, 3), (2, 2)]
+    assert feature_map_sizes((40, 24), min_level=3, max_level=3) == [(5, 3)]
+    one_level = multiscale_anchors(16, min_level=4, max_level=4, anchor_scale=1.0,
+                                   aspect_ratios=(1.0,), scales_per_octave=1)  # fmt: skip
+    # Stride 16, 16 % 16 == 0 -> offset 8, side 16: the whole image.
+    np.testing.assert_allclose(one_level * 16, [[0, 0, 16, 16]], atol=1e-5)
+    for min_level, max_level in ((0, 3), (4, 3)):
+        with pytest.raises(ValueError, match="need 1 <= min_level <= max_level"):
+            feature_map_sizes(64, min_level=min_level, max_level=max_level)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -107,6 +152,8 @@ def test_other_parameters():
         ({"image_size": 320, "anchor_scale": 0.0}, "anchor_scale must be positive"),
         ({"image_size": 320, "aspect_ratios": ()}, "aspect_ratios must be"),
         ({"image_size": 320, "aspect_ratios": (1.0, -2.0)}, "aspect_ratios must be"),
+        # A ratio of exactly 0 is not positive (it would give infinitely tall anchors).
+        ({"image_size": 320, "aspect_ratios": (1.0, 0.0)}, "aspect_ratios must be"),
         ({"image_size": 320, "scales_per_octave": 0}, "scales_per_octave must be"),
     ],
 )

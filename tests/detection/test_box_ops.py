@@ -50,6 +50,18 @@ def test_area_clip_and_validity():
     assert box_ops.is_valid(clipped, xp=np).tolist() == [True, False, False]
 
 
+def test_a_box_needs_both_sides_positive_to_be_valid():
+    # Zero height with a positive width (a horizontal segment) and zero width with a positive
+    # height (a vertical one) have area 0 and are invalid, like a point; only both sides > 0
+    # make a valid box (0.8 x 0.8 = 0.64).
+    boxes = np.array(
+        [[0.5, 0.1, 0.5, 0.9], [0.1, 0.5, 0.9, 0.5], [0.2, 0.2, 0.2, 0.2], [0.1, 0.1, 0.9, 0.9]],
+        np.float32,
+    )
+    assert _np(box_ops.is_valid(boxes)).tolist() == [False, False, False, True]
+    np.testing.assert_allclose(_np(box_ops.area(boxes)), [0.0, 0.0, 0.0, 0.64], rtol=1e-6)
+
+
 def test_coco_conversions_round_trip_and_values():
     coco = np.array([[10.0, 20.0, 30.0, 40.0], [0.0, 0.0, 200.0, 100.0]])
     boxes = box_ops.coco_to_boxes(coco, 100, 200)
