@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))  # this checkout's cvbench, whatever the venv's editable install
 
-from mutation_ops import Mutant, compile_mutant, find_mutants  # noqa: E402
+from mutation_ops import Mutant, compile_mutant, find_mutants, mutated_source  # noqa: E402
 
 # module (under cvbench/) -> the test files that own it (the mirror file first).
 TARGETS: dict[str, tuple[str, ...]] = {
@@ -132,13 +132,25 @@ class _MutantFinder:
         exec(self.code, module.__dict__)
 
 
-def _child(module: str, tests: tuple[str, ...], code) -> None:
-    """In the forked child: install the hook, run the tests, exit with pytest's code."""
+def _child(module: str, tests: tuple[str, ...], mutant: tuple | None) -> None:
+    """In the forked child: install the hook, run the tests, exit with pytest's code.
+
+    `mutant`: `(code, text)`, the mutated module compiled and, when it could be made, as
+    text with every line in place; the text goes into `linecache` under the module's path,
+    so that AutoGraph (tf.data maps, tf.function), which re-reads a function's source to
+    convert it, converts the mutant and not the file on disk.
+    """
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
-    if code is not None:
+    if mutant is not None:
+        import linecache
+
+        code, text = mutant
         path = str(ROOT / "cvbench" / (module.replace(".", "/") + ".py"))
+        if text is not None:
+            linecache.cache[path] = (len(text), None, text.splitlines(True), path)
+            code = compile(text, path, "exec", dont_inherit=True)
         sys.meta_path.insert(0, _MutantFinder(f"cvbench.{module}", code, path))
     import pytest
 
@@ -193,9 +205,10 @@ def run_module(
     tests = TARGETS[module]
     path = ROOT / "cvbench" / (module.replace(".", "/") + ".py")
     mutants = find_mutants(path.read_text(), module)
-    mutants = sample_mutants(mutants, sample, seed)
-    if only is not None:
+    if only is not None:  # any mutant of the module, sampled or not
         mutants = [m for m in mutants if m.id in only]
+    else:
+        mutants = sample_mutants(mutants, sample, seed)
     status, baseline = run_forked(module, tests, None, timeout=600)
     if status != "pass":
         raise RuntimeError(f"{module}: its tests fail without any mutant ({' '.join(tests)})")
@@ -208,7 +221,8 @@ def run_module(
     while pending or running:
         while pending and len(running) < jobs:
             m = pending.pop(0)
-            running[_spawn(module, tests, compile_mutant(source, m, str(path)))] = (
+            mutant = (compile_mutant(source, m, str(path)), mutated_source(source, m))
+            running[_spawn(module, tests, mutant)] = (
                 m,
                 time.monotonic(),
             )
@@ -236,11 +250,11 @@ def run_module(
     return report
 
 
-def _spawn(module: str, tests: tuple[str, ...], code) -> int:
+def _spawn(module: str, tests: tuple[str, ...], mutant: tuple | None) -> int:
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
-            _child(module, tests, code)
+            _child(module, tests, mutant)
         finally:
             os._exit(3)
     return pid
@@ -315,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="every mutant, no sampling")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--only", nargs="+", help="just these mutant ids")
+    parser.add_argument("--only", nargs="+", help="just these mutant ids (sampled or not)")
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     parser.add_argument("--json", help="write the full report here")
     parser.add_argument("--backend", default="tensorflow", choices=("tensorflow", "jax"))

@@ -273,6 +273,42 @@ def mutated_tree(source: str, mutant: Mutant) -> ast.Module:
     return ast.fix_missing_locations(tree)
 
 
+def _replace(lines: list[str], node: ast.AST, text: str, statement: bool) -> list[str]:
+    """`lines` with `node`'s span replaced by `text`, the line count kept (columns are UTF-8
+    byte offsets, as `ast` gives them). An expression goes in parentheses, so that the
+    operators around it keep binding as they did; a statement gets blank lines after it."""
+    l1, l2 = node.lineno - 1, node.end_lineno - 1
+    first, last = lines[l1].encode(), lines[l2].encode()
+    prefix = first[: node.col_offset].decode()
+    suffix = last[node.end_col_offset :].decode()
+    if statement:
+        body = [prefix + text + suffix] + [""] * (l2 - l1)
+    elif l1 == l2:
+        body = [f"{prefix}({text}){suffix}"]
+    else:
+        body = [f"{prefix}({text}"] + [""] * (l2 - l1 - 1) + [f"){suffix}"]
+    return lines[:l1] + body + lines[l2 + 1 :]
+
+
+def mutated_source(source: str, mutant: Mutant) -> str | None:
+    """The mutated module as text, every line where it was (so that tools reading the source
+    file, such as AutoGraph converting a function for tf.data, see the mutant too); None when
+    the text cannot be made to parse to the mutated tree (then only the tree is compiled)."""
+    tree = ast.parse(source)
+    c = _candidates(tree)[mutant.index]
+    target = c.shown(c.node)
+    statement = isinstance(target, ast.stmt)
+    c.apply(c.node)
+    text = ast.unparse(_BoolOfNot().visit(copy.deepcopy(c.shown(c.node))))
+    lines = source.splitlines()
+    new = "\n".join(_replace(lines, target, text, statement)) + "\n"
+    try:
+        same = ast.dump(ast.parse(new)) == ast.dump(mutated_tree(source, mutant))
+    except SyntaxError:
+        same = False
+    return new if same and len(new.splitlines()) == len(lines) else None
+
+
 def compile_mutant(source: str, mutant: Mutant, filename: str):
     """The code object of the mutated module (line numbers kept)."""
     return compile(mutated_tree(source, mutant), filename, "exec", dont_inherit=True)

@@ -6,6 +6,7 @@ mutate and that every mutant kept as equivalent still exists, with a reason.
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import mutation  # noqa: E402
-from mutation_ops import compile_mutant, find_mutants  # noqa: E402
+from mutation_ops import compile_mutant, find_mutants, mutated_source, mutated_tree  # noqa: E402
 
 SOURCE = '''"""Docstring: 1 < 2 is not mutated."""
 LIMIT = 3
@@ -99,3 +100,27 @@ def test_targets_exist():
         assert (ROOT / "cvbench" / (module.replace(".", "/") + ".py")).is_file(), module
         for test in tests:
             assert (ROOT / test).is_file(), test
+
+
+def test_mutated_source_keeps_every_line_in_place():
+    # AutoGraph re-reads a function's source lines to convert it (tf.data maps), so the child
+    # serves this text through linecache: each mutant's text must parse to the mutated tree
+    # with the same number of lines.
+    by_id = {m.id: m for m in find_mutants(SOURCE, "t")}
+    text = mutated_source(SOURCE, by_id["t:clip:binop:0"])
+    assert text.splitlines()[8] == "    return min((x - 1), LIMIT) if not x else -x"
+    assert mutated_source(SOURCE, by_id["t:clip:return:0"]).splitlines()[8] == "    return None"
+    for m in by_id.values():
+        text = mutated_source(SOURCE, m)
+        assert len(text.splitlines()) == len(SOURCE.splitlines()), m.id
+        assert ast.dump(ast.parse(text)) == ast.dump(mutated_tree(SOURCE, m)), m.id
+
+
+def test_a_multiline_expression_keeps_its_lines():
+    source = "def f(a, b):\n    return (a +\n            b) * 2\n"
+    (m,) = [m for m in find_mutants(source, "t") if m.id == "t:f:binop:1"]  # the inner +
+    assert mutated_source(source, m).splitlines() == [
+        "def f(a, b):",
+        "    return ((a - b",
+        ")) * 2",
+    ]
