@@ -39,7 +39,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from cvbench.data.corrupt import CorruptRecordCounter, apply_policy, guarded_map, no_autograph
+from cvbench.data.corrupt import (
+    CorruptRecordCounter,
+    apply_policy,
+    checked_map,
+    guarded_map,
+    no_autograph,
+)
 from cvbench.data.image_preprocessing import ImagePreprocessing
 from cvbench.data.preprocessing import preprocess_for_eval, preprocess_for_train
 
@@ -156,7 +162,17 @@ def _guarded(
     counter: CorruptRecordCounter | None,
     deterministic: bool,
 ) -> tf.data.Dataset:
-    """`transform` over examples; corrupt ones raise or are skipped; then `to_element`."""
+    """`transform` over examples; corrupt ones raise (`checked_map`, the fast path) or are
+    skipped (`guarded_map`); then `to_element`."""
+    if not skip_corrupt:
+        mapped = checked_map(
+            ds,
+            transform,
+            message_fn=lambda e: _undecodable(None, None, e),
+            output_spec=output_spec,
+            deterministic=deterministic,
+        )
+        return mapped.map(to_element, num_parallel_calls=tf.data.AUTOTUNE)
     guarded = guarded_map(ds, transform, output_spec=output_spec, deterministic=deterministic)
     checked = apply_policy(
         guarded,
