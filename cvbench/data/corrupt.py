@@ -203,12 +203,13 @@ def checked_map(
 
     The fast path of `guarded_map` + `apply_policy(skip_corrupt=False)`, with the same
     elements in the same order and the same error. `ds` is cut into chunks of `chunk_size`
-    elements (`ragged_batch`); each chunk becomes a small dataset, `range(n).map(fn(element
-    j))` in parallel and in order, followed by `ignore_errors()`, so a failing call only
-    leaves a gap in the positions. A `scan` after it compares each position with the one
-    expected and, at the first gap, fails with `tf.debugging.Assert` on `message_fn` of the
-    missing element + `SKIP_HINT` (an `InvalidArgumentError` when that position is read). A
-    last position `n` closes every chunk, so a failure at its end is seen too. Errors from
+    elements (`ragged_batch`); each chunk becomes a small dataset, positions `j` of
+    `range(n + 1)` mapped to `(j, fn(element j))` in parallel and in order, followed by
+    `ignore_errors()`, so a failing call only leaves a gap in the positions (position `n`
+    closes the chunk without calling `fn`, so a failure at its end leaves a gap too). Zipped
+    with `range(n + 1)`, the first pair whose position differs from the one expected names
+    the first failure: there `tf.debugging.Assert` fails on `message_fn` of the missing
+    element + `SKIP_HINT` (an `InvalidArgumentError` when that element is read). Errors from
     `ds` itself (a label check, a lost-records marker) are not in the chunk's dataset and
     pass through unchanged.
 
@@ -242,19 +243,20 @@ def checked_map(
         def element(j: tf.Tensor) -> Any:
             return tf.nest.map_structure(lambda x: x[j], chunk)
 
+        def call(j: tf.Tensor) -> tuple:
+            # Position n closes the chunk: it yields zeros instead of calling fn.
+            e = element(tf.minimum(j, n - 1))
+            out = tf.cond(j < n, lambda: fn(e), lambda: zeros)
+            return j, out, e
+
         done = (
-            tf.data.Dataset.range(n)
-            .map(
-                no_autograph(lambda j: (j, fn(element(j)))),
-                num_parallel_calls=tf.data.AUTOTUNE,
-                deterministic=True,
-            )
+            tf.data.Dataset.range(n + 1)
+            .map(no_autograph(call), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             .ignore_errors()
         )
-        end = tf.data.Dataset.from_tensors((n, zeros))
 
-        def check(expected: tf.Tensor, x: tuple) -> tuple:
-            j, out = x
+        def check(x: tuple, expected: tf.Tensor) -> tuple:
+            j, out, e = x
 
             def fail() -> tf.Tensor:
                 message = tf.strings.join([message_fn(element(expected)), SKIP_HINT])
@@ -263,11 +265,14 @@ def checked_map(
 
             ok = tf.cond(tf.equal(j, expected), lambda: tf.constant(True), fail)
             with tf.control_dependencies([ok]):
-                return j + 1, (tf.identity(j), out)
+                return tf.nest.map_structure(tf.identity, (out, e))
 
-        checked = done.concatenate(end).scan(tf.constant(0, tf.int64), no_autograph(check))
-        kept = checked.filter(no_autograph(lambda j, out: j < n))
-        return kept.map(no_autograph(lambda j, out: (out, element(j))))
+        # A failed call shifts the positions that follow it (and position n, so a failure
+        # at the end is seen too): the first pair (position, expected) that differs is the
+        # first failure, and it comes before the n-th pair; the (n, n) pair of a chunk
+        # without failures is left out by `take`.
+        pairs = tf.data.Dataset.zip((done, tf.data.Dataset.range(n + 1)))
+        return pairs.map(no_autograph(check)).take(n)
 
     return ds.ragged_batch(chunk_size).interleave(
         no_autograph(one_chunk),

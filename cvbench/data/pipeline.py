@@ -11,9 +11,12 @@ every reader:
   `steps` full batches (asserted as the cardinality) -> prefetch.
 
 *Guarded*: a `transform` that fails on an example (an undecodable image) raises an error
-naming the image and its file, or with `skip_corrupt=True` the example is skipped, printed and
-counted (`cvbench.data.corrupt`). Both set `tf.data.Options.deterministic`: training when a
-seed is given, evaluation always.
+naming the image and its file (`corrupt.checked_map`: a plain parallel map over chunks of
+examples, which finds the failed example only after a failure), or with `skip_corrupt=True`
+the example is skipped, printed and counted (`corrupt.guarded_map`, one small dataset per
+example). Both give the same elements in the same order, so a seed gives the same batches
+either way. Both set `tf.data.Options.deterministic` (training when a seed is given,
+evaluation always) and map fusion.
 
 `train_pipeline` / `eval_pipeline` are the classification instances (ImageNet records and
 TFDS), on examples with:
@@ -187,6 +190,9 @@ def _guarded(
 def _options(deterministic: bool) -> tf.data.Options:
     options = tf.data.Options()
     options.deterministic = deterministic
+    # Consecutive maps run as one function (the parse, seed and label steps), which saves
+    # a function call and a hand-over between threads per example; results are unchanged.
+    options.experimental_optimization.map_fusion = True
     return options
 
 
