@@ -11,9 +11,12 @@ every reader:
   `steps` full batches (asserted as the cardinality) -> prefetch.
 
 *Guarded*: a `transform` that fails on an example (an undecodable image) raises an error
-naming the image and its file, or with `skip_corrupt=True` the example is skipped, printed and
-counted (`cvbench.data.corrupt`). Both set `tf.data.Options.deterministic`: training when a
-seed is given, evaluation always.
+naming the image and its file (`corrupt.checked_map`: a plain parallel map over chunks of
+examples, which finds the failed example only after a failure), or with `skip_corrupt=True`
+the example is skipped, printed and counted (`corrupt.guarded_map`, one small dataset per
+example). Both give the same elements in the same order, so a seed gives the same batches
+either way. Both set `tf.data.Options.deterministic` (training when a seed is given,
+evaluation always) and map fusion.
 
 `train_pipeline` / `eval_pipeline` are the classification instances (ImageNet records and
 TFDS), on examples with:
@@ -39,7 +42,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from cvbench.data.corrupt import CorruptRecordCounter, apply_policy, guarded_map, no_autograph
+from cvbench.data.corrupt import (
+    CorruptRecordCounter,
+    apply_policy,
+    checked_map,
+    guarded_map,
+    no_autograph,
+)
 from cvbench.data.image_preprocessing import ImagePreprocessing
 from cvbench.data.preprocessing import preprocess_for_eval, preprocess_for_train
 
@@ -156,7 +165,17 @@ def _guarded(
     counter: CorruptRecordCounter | None,
     deterministic: bool,
 ) -> tf.data.Dataset:
-    """`transform` over examples; corrupt ones raise or are skipped; then `to_element`."""
+    """`transform` over examples; corrupt ones raise (`checked_map`, the fast path) or are
+    skipped (`guarded_map`); then `to_element`."""
+    if not skip_corrupt:
+        mapped = checked_map(
+            ds,
+            transform,
+            message_fn=lambda e: _undecodable(None, None, e),
+            output_spec=output_spec,
+            deterministic=deterministic,
+        )
+        return mapped.map(to_element, num_parallel_calls=tf.data.AUTOTUNE)
     guarded = guarded_map(ds, transform, output_spec=output_spec, deterministic=deterministic)
     checked = apply_policy(
         guarded,
@@ -171,6 +190,9 @@ def _guarded(
 def _options(deterministic: bool) -> tf.data.Options:
     options = tf.data.Options()
     options.deterministic = deterministic
+    # Consecutive maps run as one function (the parse, seed and label steps), which saves
+    # a function call and a hand-over between threads per example; results are unchanged.
+    options.experimental_optimization.map_fusion = True
     return options
 
 

@@ -106,6 +106,27 @@ def test_a_seed_makes_training_deterministic(data):
     assert any(not np.array_equal(xa, xc) for (xa, _), (xc, _) in zip(a, c, strict=True))
 
 
+def test_the_fast_decode_guard_gives_the_batches_of_the_per_example_guard(data):
+    # skip_corrupt=False decodes through corrupt.checked_map, skip_corrupt=True through the
+    # per-example guarded_map (the pipeline of before); on records without damage a seed
+    # must give the same batches, in the same order, either way.
+    _, out = data
+
+    def batches(split, **kwargs):
+        ds = _dataset(out, split, **kwargs)
+        return list((ds.take(3) if split == "train" else ds).as_numpy_iterator())
+
+    for split, kwargs in (
+        ("train", {"seed": 5, "num_shards": 1, "shard_index": 0}),
+        ("validation", {}),
+    ):
+        fast, guarded = batches(split, **kwargs), batches(split, skip_corrupt=True, **kwargs)
+        assert len(fast) == len(guarded) > 0
+        for a, b in zip(fast, guarded, strict=True):
+            for part_a, part_b in zip(a, b, strict=True):
+                np.testing.assert_array_equal(part_a, part_b)
+
+
 def test_bfloat16_images(data, tf):
     _, out = data
     ds = _dataset(out, "train", dtype="bfloat16", seed=0, num_shards=1, shard_index=0)
