@@ -7,7 +7,7 @@ dropped when its IoU with a kept box of the same class is `> iou_threshold`, 0.6
 by score. NMS runs on the decoded boxes; the kept boxes are then clipped to the image (as
 the OD API's clip window; boxes that clipping reduces to zero area are kept, unlike the
 OD API's slim path; they match nothing in COCO evaluation). Equal scores are ordered
-deterministically (lower anchor first within a class), otherwise unspecified.
+deterministically: lower class first, then lower anchor (also which of them a cut keeps).
 
 Implementation: numpy, on the host (the model's outputs come back from `model.predict`
 anyway). It is exact, and fast because a class's candidates are cut to those that can still

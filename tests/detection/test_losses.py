@@ -12,6 +12,9 @@ from cvbench.detection.losses import (
     SSDBoxLoss,
     SSDClassLoss,
     SSDLoss,
+    box_loss,
+    class_loss,
+    num_positives,
     sigmoid_focal_loss,
     smooth_l1_loss,
 )
@@ -48,6 +51,15 @@ def test_focal_hand_computed():
 def test_focal_alpha_gamma_arguments():
     out = _np(sigmoid_focal_loss(np.array([1.0]), np.array([0.0]), alpha=0.5, gamma=0.0))
     assert out[0] == pytest.approx(0.5 * LN2, rel=1e-6)  # gamma 0: alpha-weighted BCE
+
+
+def test_focal_soft_targets():
+    # t = 0.5, x = 0: CE = 0.5 ln 2 + 0.5 ln 2 = ln 2, 1 - p_t = 0.5 * 0.5 + 0.5 * 0.5 = 0.5,
+    # a_t = 0.25 * 0.5 + 0.75 * 0.5 = 0.5 -> 0.5 * 0.5**2 * ln 2 = 0.125 ln 2.
+    targets = np.array([0.5, 0.25], np.float32)
+    out = _np(sigmoid_focal_loss(targets, np.array([0.0, 1.5], np.float32)))
+    assert out[0] == pytest.approx(0.125 * LN2, rel=1e-6)
+    assert out[1] == pytest.approx(_focal_reference(0.25, 1.5), rel=1e-5)  # ~0.3598
 
 
 def test_focal_non_finite_logits():
@@ -100,6 +112,28 @@ def test_class_loss_normalized_and_zero_positives():
     assert float(SSDClassLoss()(y2, l2)) == pytest.approx(2 * expected / 2, rel=1e-6)
 
 
+def test_num_positives_floor_is_one():
+    y_true = np.zeros((2, 3, 5), np.float32)
+    assert float(num_positives(y_true)) == 1.0  # max(1, 0)
+    y_true[1, 2] = [3.0, 0.0, 0.0, 0.0, 1.0]  # one matched anchor, code ty = 3
+    assert float(num_positives(y_true)) == 1.0  # max(1, 1)
+    assert float(num_positives(_y_true_boxes())) == 3.0
+    # One positive: smooth L1 of 3 = 3 - 0.5 = 2.5, / 1 / 4 = 0.625.
+    assert float(SSDBoxLoss()(y_true, np.zeros((2, 3, 4), np.float32))) == pytest.approx(0.625)
+
+
+def test_box_and_class_loss_function_defaults():
+    # box_loss: delta 1, divided by 4. One positive, |d| = 3: 2.5 / 1 / 4 = 0.625 per image 1.
+    y_true = np.zeros((2, 3, 5), np.float32)
+    y_true[1, 2] = [3.0, 0.0, 0.0, 0.0, 1.0]
+    np.testing.assert_allclose(_np(box_loss(y_true, np.zeros((2, 3, 4)))), [0.0, 0.625])
+    # class_loss: alpha 0.25, gamma 2. One anchor of class 0 (weight 1), logits 0:
+    # 0.25 * 0.5**2 * ln 2 (positive) + 0.75 * 0.5**2 * ln 2 (negative), / 1 = 0.25 ln 2.
+    y_classes = np.array([[[1.0, 0.0, 1.0]]], np.float32)
+    out = _np(class_loss(y_classes, np.zeros((1, 1, 2), np.float32)))
+    np.testing.assert_allclose(out, [0.25 * LN2], rtol=1e-6)
+
+
 def test_zero_positives_box_loss_is_zero():
     y_true = np.zeros((2, 3, 5), np.float32)
     assert float(SSDBoxLoss()(y_true, np.ones((2, 3, 4), np.float32))) == 0.0
@@ -146,6 +180,15 @@ def test_get_config_round_trip(loss):
     assert clone.get_config() == config
     restored = keras.losses.deserialize(keras.losses.serialize(loss))
     assert type(restored) is type(loss) and restored.get_config() == config
+
+
+def test_focal_argument_boundaries_are_allowed():
+    # One anchor of class 0 among 3 classes (weight 1), logits 0; gamma 0: alpha-weighted BCE.
+    # alpha 1: the positive entry alone, ln 2; alpha 0: the two negative entries, 2 ln 2.
+    y_true = np.array([[[1.0, 0.0, 0.0, 1.0]]], np.float32)
+    logits = np.zeros((1, 1, 3), np.float32)
+    assert float(SSDClassLoss(alpha=1.0, gamma=0.0)(y_true, logits)) == pytest.approx(LN2)
+    assert float(SSDClassLoss(alpha=0.0, gamma=0.0)(y_true, logits)) == pytest.approx(2 * LN2)
 
 
 def test_bad_focal_arguments():

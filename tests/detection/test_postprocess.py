@@ -32,6 +32,18 @@ def test_nms_hand_made_boxes():
     assert nms(boxes[:0], scores[:0], iou_threshold=0.6, max_output=10).tolist() == []
 
 
+def test_nms_iou_of_boxes_away_from_the_origin():
+    # A: 0.4 high, 0.3 wide (area 0.12); B: 0.4 high, 0.4 wide (area 0.16); no coordinate is 0
+    # and no two are equal, so every corner enters the IoU. Overlap: y [0.3, 0.6] x [0.2, 0.4]
+    # = 0.3 * 0.2 = 0.06; IoU = 0.06 / (0.12 + 0.16 - 0.06) = 3 / 11 = 0.2727.
+    boxes = np.array([[0.2, 0.1, 0.6, 0.4], [0.3, 0.2, 0.7, 0.6]])
+    for scores in ([0.9, 0.8], [0.8, 0.9]):  # either box on top: the IoU is symmetric
+        top = int(np.argmax(scores))
+        scores = np.array(scores)
+        assert nms(boxes, scores, iou_threshold=0.26, max_output=5).tolist() == [top]
+        assert nms(boxes, scores, iou_threshold=0.28, max_output=5).tolist() == [top, 1 - top]
+
+
 def test_multiclass_nms_per_class_threshold_and_total():
     boxes = np.array([[0.0, 0.0, 0.5, 0.5], [0.0, 0.0, 0.5, 0.4], [0.5, 0.5, 1.0, 1.0]])
     scores = np.array(
@@ -52,6 +64,41 @@ def test_multiclass_nms_per_class_threshold_and_total():
     np.testing.assert_allclose(top_scores, [0.9, 0.6])
     _, per_class, _ = multiclass_nms(boxes, scores, max_per_class=1)
     np.testing.assert_allclose(per_class, [0.9, 0.6, 0.5])
+
+
+def test_multiclass_nms_default_score_threshold():
+    # Defaults: score_threshold 1e-8 (strict). 5e-9 is below it, 1e-8 is not above it, 2e-8 is.
+    boxes = np.array([[0.0, 0.0, 0.2, 0.2], [0.4, 0.4, 0.6, 0.6], [0.8, 0.8, 1.0, 1.0]])
+    _, kept, classes = multiclass_nms(boxes, np.array([[5e-9], [1e-8], [2e-8]]))
+    assert kept.tolist() == [2e-8] and classes.tolist() == [0]
+
+
+def test_equal_scores_lower_class_first_then_lower_anchor():
+    # Three disjoint boxes, every score 0.5 in both classes: class 0's anchors 0, 1, 2, then
+    # class 1's; a cut at max_total = 4 keeps class 0's three and class 1's anchor 0.
+    boxes = np.array([[0.0, 0.0, 0.2, 0.2], [0.4, 0.4, 0.6, 0.6], [0.8, 0.8, 1.0, 1.0]])
+    scores = np.full((3, 2), 0.5)
+    out_boxes, _, classes = multiclass_nms(boxes, scores)
+    assert classes.tolist() == [0, 0, 0, 1, 1, 1]
+    np.testing.assert_array_equal(out_boxes, boxes[[0, 1, 2, 0, 1, 2]])
+    out_boxes, _, classes = multiclass_nms(boxes, scores, max_total=4)
+    assert classes.tolist() == [0, 0, 0, 1]
+    np.testing.assert_array_equal(out_boxes, boxes[[0, 1, 2, 0]])
+
+
+def test_multiclass_nms_ranks_negative_scores():
+    # Logits as scores (score_threshold -inf): the same detections as their sigmoids. Disjoint
+    # boxes, max_total 2. Class 0 (best -1) fills the two slots with -1 and -2 (-5 is cut);
+    # class 1 (best -1.5) is above the lowest kept score -2, so its anchor 2 replaces it.
+    boxes = np.array([[0.0, 0.0, 0.2, 0.2], [0.4, 0.4, 0.6, 0.6], [0.8, 0.8, 1.0, 1.0]])
+    logits = np.array([[-1.0, -3.0], [-2.0, -4.0], [-5.0, -1.5]])
+    out_boxes, kept, classes = multiclass_nms(boxes, logits, score_threshold=-np.inf, max_total=2)
+    assert kept.tolist() == [-1.0, -1.5] and classes.tolist() == [0, 1]
+    np.testing.assert_array_equal(out_boxes, boxes[[0, 2]])
+    probabilities = 1.0 / (1.0 + np.exp(-logits))
+    _, kept_p, classes_p = multiclass_nms(boxes, probabilities, score_threshold=0.0, max_total=2)
+    np.testing.assert_allclose(kept_p, probabilities[[0, 2], [0, 1]])
+    assert classes_p.tolist() == [0, 1]
 
 
 def test_pruned_search_equals_brute_force():
@@ -77,7 +124,8 @@ def test_postprocess_decodes_clips_and_pads():
     anchors = np.array([[-0.2, 0.0, 0.4, 0.5], [0.5, 0.5, 1.0, 1.0], [0.0, 0.5, 0.5, 1.0]])
     codes = np.zeros((2, 3, 4), np.float32)
     codes[1, 1] = [10.0, 0.0, 0.0, 0.0]  # ty = 10 -> centre moves down one anchor height (0.5)
-    logits = np.full((2, 3, 2), -30.0, np.float32)  # sigmoid(-30) ~ 9e-14 < 1e-8: no box
+    # sigmoid(-30) = 9.4e-14, and 0.0 exactly in float32 (0.5 * (1 + tanh(-15))): no box.
+    logits = np.full((2, 3, 2), -30.0, np.float32)
     logits[0, 0, 1] = _logit(0.7)
     logits[0, 2, 0] = _logit(0.4)
     logits[1, 1, 0] = np.nan  # NaN scores are never candidates
@@ -137,3 +185,16 @@ def test_predict_detections_maps_to_original_pixels():
     np.testing.assert_allclose(dets[1]["boxes"], [[0, 0, 31.25, 15.625]], rtol=1e-6)
     with pytest.raises(ValueError, match=r"original_sizes must have shape \(2, 2\)"):
         predict_detections(model, images, [(480, 640)], anchors=anchors)
+
+
+def test_predict_detections_default_anchors_of_a_non_square_input():
+    # Input 64 x 128, anchors=None: multiscale_anchors((64, 128)), grids 8x16, 4x8, 2x4, 1x2,
+    # 1x1: 171 locations x 6 = 1026 anchors. The first, [-12, -12, 20, 20] in input pixels, is
+    # [-0.1875, -0.09375, 0.3125, 0.15625] normalized, clipped to [0, 0, 0.3125, 0.15625]; in
+    # a 100 x 200 original: [0, 0, 31.25, 31.25].
+    logits = np.full((1026, 1), -30.0, np.float32)
+    logits[0, 0] = 2.0
+    inputs = keras.Input((64, 128, 3))  # a functional model: it has an input_shape
+    model = keras.Model(inputs, FixedOutputs(np.zeros((1026, 4), np.float32), logits)(inputs))
+    dets = predict_detections(model, np.zeros((1, 64, 128, 3), np.float32), [(100, 200)])
+    np.testing.assert_allclose(dets[0]["boxes"], [[0, 0, 31.25, 31.25]], rtol=1e-6)

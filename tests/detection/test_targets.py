@@ -1,4 +1,8 @@
-"""Target encoding: y_true layout, padding, clipping, ignored anchors, tf.data encoder."""
+"""Target encoding: y_true layout, padding, clipping, ignored anchors, tf.data encoder.
+
+The hand-computed cases run twice: `encode_targets` on `keras.ops`, and `TargetEncoder` called
+eagerly on one example (its plain-TensorFlow namespace, the code that tf.data runs traced).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,12 @@ import pytest
 
 from cvbench.detection import box_coder
 from cvbench.detection.anchors import multiscale_anchors
-from cvbench.detection.targets import TargetEncoder, encode_targets
+from cvbench.detection.targets import (
+    PADDING_LABEL,
+    TargetEncoder,
+    encode_targets,
+    tf_array_namespace,
+)
 
 # Four anchors, the quadrants of the image.
 ANCHORS = np.array(
@@ -17,20 +26,31 @@ ANCHORS = np.array(
 )
 
 
-def _encode(boxes, labels, **kwargs):
-    out = encode_targets(ANCHORS, np.asarray(boxes, np.float32), np.asarray(labels), **kwargs)
-    return {k: keras.ops.convert_to_numpy(v) for k, v in out.items()}
+@pytest.fixture(params=["encode_targets", "TargetEncoder"])
+def encode(request):
+    """`encode(boxes, labels, anchors=ANCHORS, **kwargs)` -> numpy y_true, either way."""
+
+    def run(boxes, labels, *, anchors=ANCHORS, num_classes, **thresholds):
+        boxes, labels = np.asarray(boxes, np.float32), np.asarray(labels, np.int32)
+        if request.param == "encode_targets":
+            out = encode_targets(anchors, boxes, labels, num_classes=num_classes, **thresholds)
+            return {k: keras.ops.convert_to_numpy(v) for k, v in out.items()}
+        out = TargetEncoder(anchors, num_classes, **thresholds)(boxes, labels)  # eager, (M, 4)
+        return {k: v.numpy() for k, v in out.items()}
+
+    return run
 
 
 @pytest.mark.backend_agnostic
-def test_layout_values_and_padding():
+def test_layout_values_and_padding(encode):
+    assert PADDING_LABEL == -1  # the documented padding label
     boxes = [
         [0.0, 0.0, 0.5, 0.4],  # IoU 0.8 with anchor 0
         [0.5, 0.5, 1.0, 1.0],  # anchor 3 exactly
         [0.0, 0.0, 0.0, 0.0],  # padding row (zero box, label -1)
-        [0.0, 0.5, 0.5, 1.0],  # label 7 >= num_classes: ignored like padding
+        [0.0, 0.5, 0.5, 1.0],  # anchor 1 exactly, but label 3 = num_classes: ignored
     ]
-    y = _encode(boxes, [2, 0, -1, 7], num_classes=3)
+    y = encode(boxes, [2, 0, PADDING_LABEL, 3], num_classes=3)
     assert y["boxes"].shape == (4, 5) and y["classes"].shape == (4, 4)
     assert y["boxes"].dtype == np.float32 and y["classes"].dtype == np.float32
     # Positive mask (column 4): anchors 0 and 3.
@@ -50,44 +70,43 @@ def test_layout_values_and_padding():
 
 
 @pytest.mark.backend_agnostic
-def test_image_without_boxes():
-    y = _encode(np.zeros((0, 4)), np.zeros((0,), np.int32), num_classes=2)
+def test_image_without_boxes(encode):
+    y = encode(np.zeros((0, 4)), np.zeros((0,), np.int32), num_classes=2)
     np.testing.assert_array_equal(y["boxes"], 0.0)
     np.testing.assert_array_equal(y["classes"], [[0, 0, 1]] * 4)
 
 
 @pytest.mark.backend_agnostic
-def test_only_padding_rows():
-    y = _encode(np.zeros((3, 4)), [-1, -1, -1], num_classes=2)
+def test_only_padding_rows(encode):
+    y = encode(np.zeros((3, 4)), [-1, -1, -1], num_classes=2)
     np.testing.assert_array_equal(y["boxes"][:, 4], 0.0)
     np.testing.assert_array_equal(y["classes"][:, :2], 0.0)
 
 
 @pytest.mark.backend_agnostic
-def test_boxes_outside_the_image_are_clipped_or_dropped():
+def test_boxes_outside_the_image_are_clipped_or_dropped(encode):
     # Clipped to [0, 0, 0.5, 0.5] = anchor 0 exactly (zero code); the second box lies entirely
     # below the image, clips to zero height and is ignored.
-    y = _encode([[-0.5, -0.5, 0.5, 0.5], [1.2, 0.0, 1.6, 0.5]], [1, 0], num_classes=2)
+    y = encode([[-0.5, -0.5, 0.5, 0.5], [1.2, 0.0, 1.6, 0.5]], [1, 0], num_classes=2)
     np.testing.assert_array_equal(y["boxes"][:, 4], [1, 0, 0, 0])
     np.testing.assert_allclose(y["boxes"][0, :4], 0.0, atol=1e-6)
 
 
 @pytest.mark.backend_agnostic
-def test_small_box_still_forced_onto_its_best_anchor():
+def test_small_box_still_forced_onto_its_best_anchor(encode):
     # IoU with anchor 3 = 0.01 / 0.25 = 0.04 < 0.5, matched anyway (force_match_for_each_row).
-    y = _encode([[0.7, 0.7, 0.8, 0.8]], [1], num_classes=2)
+    y = encode([[0.7, 0.7, 0.8, 0.8]], [1], num_classes=2)
     np.testing.assert_array_equal(y["boxes"][:, 4], [0, 0, 0, 1])
     np.testing.assert_array_equal(y["classes"][3], [0, 1, 1])
 
 
 @pytest.mark.backend_agnostic
-def test_ignored_anchors_get_zero_class_weight():
+def test_ignored_anchors_get_zero_class_weight(encode):
     anchors = np.array([[0.0, 0.0, 0.5, 0.5], [0.0, 0.0, 0.5, 0.225], [0.5, 0.5, 1.0, 1.0]])
     # IoU of the box with the anchors: 1 (matched), 0.1125 / 0.25 = 0.45 (in [0.4, 0.5):
-    # ignored), 0 (background).
-    y = encode_targets(anchors, np.array([[0.0, 0.0, 0.5, 0.5]]), np.array([0]), num_classes=1,
-                       unmatched_threshold=0.4)  # fmt: skip
-    y = {k: keras.ops.convert_to_numpy(v) for k, v in y.items()}
+    # ignored), 0 (background). One class: the smallest num_classes allowed.
+    y = encode([[0.0, 0.0, 0.5, 0.5]], [0], anchors=anchors, num_classes=1,
+               unmatched_threshold=0.4)  # fmt: skip
     np.testing.assert_array_equal(y["classes"], [[1, 1], [0, 0], [0, 1]])
     np.testing.assert_array_equal(y["boxes"][:, 4], [1, 0, 0])
 
@@ -103,8 +122,20 @@ def test_inputs_not_modified_and_bad_arguments():
         encode_targets(ANCHORS, boxes, labels, num_classes=0)
     with pytest.raises(ValueError, match="anchors must have shape"):
         TargetEncoder(ANCHORS[:, :3], num_classes=2)
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match=f"num_classes must be an int >= 1; got {bad!r}"):
+            TargetEncoder(ANCHORS, num_classes=bad)
     with pytest.raises(ValueError, match="must not exceed"):
         TargetEncoder(ANCHORS, num_classes=2, unmatched_threshold=0.7)
+
+
+@pytest.mark.backend_agnostic
+def test_tf_array_namespace_numpy_defaults():
+    # stack and concatenate default to axis 0, as numpy's.
+    xp = tf_array_namespace()
+    a, b = np.array([1.0, 2.0], np.float32), np.array([3.0, 4.0], np.float32)
+    np.testing.assert_array_equal(xp.stack([a, b]).numpy(), [[1, 2], [3, 4]])
+    np.testing.assert_array_equal(xp.concatenate([a, b]).numpy(), [1, 2, 3, 4])
 
 
 def test_tf_data_encoder_matches_keras_ops_version():
