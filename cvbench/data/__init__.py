@@ -28,7 +28,8 @@ Where each concept lives:
     pipeline.py         examples -> batches: the decode guard, shuffle and per-example seeds,
                         padding to a fixed step count, tf.data options; the classification
                         instances `train_pipeline` / `eval_pipeline`.
-    corrupt.py          raise or skip-and-count corrupt input (`guarded_map`, `apply_policy`).
+    corrupt.py          raise or skip-and-count corrupt input (`checked_map`, `guarded_map`,
+                        `apply_policy`).
     imagenet.py, tfds.py, coco.py
                         one reader each: its parse, its augmentation, a call into the above.
     preprocessing.py    the ImageNet (NVIDIA ResNet-50 v1.5) augmentation and normalization;
