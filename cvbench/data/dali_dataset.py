@@ -1,8 +1,9 @@
 """`imagenet_dali_dataset`: DALI batches with the element structure of `imagenet_dataset`.
 
 The pipeline is `cvbench.data.dali.imagenet_dali_pipeline`; this module turns its outputs into
-NumPy batches the Trainer consumes on every Keras backend (`cvbench.training.inputs` takes any
-re-iterable of batches):
+batches the Trainer consumes (`cvbench.training.inputs` takes any re-iterable of batches), as
+NumPy arrays (`arrays="numpy"`, every Keras backend) or as `jax.Array`s through DALI's JAX
+plugin (`arrays="jax"`, for `KERAS_BACKEND=jax`):
 
 * training: `(images, labels)`, endless, every batch full (DALI's reader wraps around at the
   end of an epoch, so there is no remainder to drop);
@@ -17,10 +18,14 @@ iteration yields the same stream, and the Trainer's resume (which skips the batc
 consumed, `itertools.islice`) returns to the same position, at the cost of decoding the
 skipped batches. Without a seed a resumed run sees other crops and another order.
 
-Why NumPy and not a plugin: DALI's TensorFlow plugin must be compiled against the installed
-TensorFlow and its JAX plugin hands out JAX arrays only (see docs/data.md); NumPy batches
-work with the TensorFlow, JAX and PyTorch backends alike. With `device="mixed"` the images
-are copied from the GPU to the host once per batch (`as_cpu`).
+NumPy batches work with the TensorFlow, JAX and PyTorch backends alike; with `device="mixed"`
+their images are copied from the GPU to the host once per batch (`as_cpu`). `arrays="jax"`
+reads the pipeline through `nvidia.dali.plugin.jax.DALIGenericIterator` (the plugin's public
+iterator, part of the main DALI package), which hands each output to JAX by DLPack: on the GPU
+with `device="mixed"`, on the CPU device with `device="cpu"`. The evaluation's padding rows
+are zeroed with `jnp.where` and the label check reads the labels back to the host (one int32
+per row). Same pipeline, same seed: the two kinds give equal batches. DALI's TensorFlow
+plugin is not used (it must be compiled against the installed TensorFlow; see docs/data.md).
 """
 
 from __future__ import annotations
@@ -47,6 +52,23 @@ def to_numpy(outputs: Any) -> np.ndarray:
     return np.array(outputs.as_tensor())
 
 
+ARRAYS = ("numpy", "jax")
+
+
+def import_dali_jax() -> Any:
+    """`nvidia.dali.plugin.jax`, or an ImportError saying that `arrays="jax"` needs JAX."""
+    try:
+        import jax  # noqa: F401
+    except ImportError as e:
+        raise ImportError(
+            'arrays="jax" needs JAX (pip install jax) for DALI\'s JAX plugin; '
+            'use arrays="numpy" without it'
+        ) from e
+    import nvidia.dali.plugin.jax as dali_jax
+
+    return dali_jax
+
+
 def _cast(images: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "bfloat16":
         import ml_dtypes
@@ -56,7 +78,7 @@ def _cast(images: np.ndarray, dtype: str) -> np.ndarray:
 
 
 class DaliBatches:
-    """A re-iterable of NumPy batches from a DALI pipeline (see the module docstring).
+    """A re-iterable of NumPy or JAX batches from a DALI pipeline (see the module docstring).
 
     Args:
         make_pipeline: `() -> built pipeline`, called at each `iter()`.
@@ -70,6 +92,8 @@ class DaliBatches:
         source: names the records in that error.
         first: a pipeline already built by `make_pipeline` (checking the arguments), used by
             the first iteration instead of building another.
+        arrays: "numpy" (copies out of DALI) or "jax" (`jax.Array`s through DALI's JAX
+            plugin).
     """
 
     def __init__(
@@ -85,7 +109,11 @@ class DaliBatches:
         num_classes: int | None = None,
         source: str = "",
         first: Any = None,
+        arrays: str = "numpy",
     ) -> None:
+        if arrays not in ARRAYS:
+            raise ValueError(f"arrays must be one of {ARRAYS}, got {arrays!r}")
+        self.arrays = arrays
         self.make_pipeline = make_pipeline
         self.training = training
         self.batch_size = batch_size
@@ -118,6 +146,8 @@ class DaliBatches:
         return self.steps
 
     def __iter__(self) -> Iterator[tuple]:
+        if self.arrays == "jax":
+            return self._train_jax() if self.training else self._eval_jax()
         return self._train() if self.training else self._eval()
 
     def _train(self) -> Iterator[tuple]:
@@ -125,6 +155,43 @@ class DaliBatches:
         while True:
             images, labels = pipe.run()
             yield _cast(to_numpy(images), self.dtype), self._check(to_numpy(labels))
+
+    def _jax_outputs(self, names: list[str]) -> Iterator[dict]:
+        """The pipeline's outputs as `{name: jax.Array}`, through DALI's JAX iterator.
+
+        `size=-1` without a reader name: the iterator runs the pipeline until it stops, and
+        DALI's reader never stops (it wraps around), so the caller takes what it needs.
+        """
+        dali_jax = import_dali_jax()
+        return dali_jax.DALIGenericIterator(self._pipeline(), output_map=names, size=-1)
+
+    def _jax_cast(self, images: Any) -> Any:
+        import jax.numpy as jnp
+
+        return images.astype(jnp.bfloat16) if self.dtype == "bfloat16" else images
+
+    def _train_jax(self) -> Iterator[tuple]:
+        for out in self._jax_outputs(["images", "labels"]):
+            self._check(np.asarray(out["labels"]))
+            yield self._jax_cast(out["images"]), out["labels"]
+
+    def _eval_jax(self) -> Iterator[tuple]:
+        import jax.numpy as jnp
+
+        read = eval_steps(self.num_records, self.batch_size) if self.num_records else 0
+        if read:
+            outputs = self._jax_outputs(["images", "labels", "weights"])
+            for _ in range(read):
+                out = next(outputs)
+                images, labels, weights = out["images"], out["labels"], out["weights"]
+                pad = weights == 0  # DALI pads with the last record: make it tf.data's pad
+                self._check(np.asarray(labels), ~np.asarray(pad))
+                images = jnp.where(pad[:, None, None, None], jnp.zeros_like(images), images)
+                labels = jnp.where(pad, jnp.zeros_like(labels), labels)
+                yield self._jax_cast(images), labels, weights
+        for _ in range(self.steps - read):
+            images, labels, weights = self._padding()
+            yield jnp.asarray(images), jnp.asarray(labels), jnp.asarray(weights)
 
     def _padding(self) -> tuple:
         b, s = self.batch_size, self.image_size
@@ -168,6 +235,7 @@ def imagenet_dali_dataset(
     shuffle_buffer: int = 10_000,
     file_pattern: str | None = None,
     num_classes: int | None = None,
+    arrays: str = "numpy",
 ) -> DaliBatches:
     """ImageNet-format TFRecords through DALI, as batches shaped like `imagenet_dataset`'s.
 
@@ -181,18 +249,26 @@ def imagenet_dali_dataset(
         dtype: image dtype: "float32", "float16" or "bfloat16".
         num_classes: the model's classes: a label outside [0, num_classes) raises an error
             naming it when its batch is read; None: not checked.
+        arrays: "numpy": NumPy batches (any Keras backend); "jax": `jax.Array`s through
+            DALI's JAX plugin (`nvidia.dali.plugin.jax`), on the GPU with `device="mixed"`,
+            for `KERAS_BACKEND=jax`. Equal batches for equal arguments.
 
     Returns:
         A `DaliBatches` (re-iterable; see the module docstring for the element structure).
 
     Raises:
-        ImportError: DALI is not installed (names the `cvbench[dali]` extra).
+        ImportError: DALI is not installed (names the `cvbench[dali]` extra), or
+            `arrays="jax"` without JAX.
         FileNotFoundError: no data, or a missing index file (named, with `cvbench dali-index`).
         ValueError: bad arguments or a recipe knob DALI does not implement.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    if arrays not in ARRAYS:
+        raise ValueError(f"arrays must be one of {ARRAYS}, got {arrays!r}")
     import_dali()
+    if arrays == "jax":
+        import_dali_jax()
     num_shards, shard_index = resolve_shards(num_shards, shard_index)
     threads = num_threads if num_threads is not None else default_num_workers()
     kwargs = dict(
@@ -221,6 +297,7 @@ def imagenet_dali_dataset(
         dtype=dtype,
         num_classes=num_classes,
         source=f"{split!r} in {data_dir}",
+        arrays=arrays,
     )
     if training:  # built now: bad arguments or data fail here, not at the first batch
         return DaliBatches(make, first=make(), **common)

@@ -1,8 +1,11 @@
-"""A tiny model trained through the Trainer from the DALI path (NumPy batches, any backend),
-and a resume from a checkpoint returning to the same DALI stream."""
+"""A tiny model trained through the Trainer from the DALI path, with NumPy batches and with
+`jax.Array` batches from DALI's JAX plugin (on either Keras backend: under TensorFlow the
+Trainer converts the JAX arrays), and a resume from a checkpoint returning to the same DALI
+stream."""
 
 import shutil
 
+import jax
 import keras
 import numpy as np
 import pytest
@@ -25,11 +28,12 @@ class Recorder:
     """Passes a re-iterable through, keeping the labels of the batches taken."""
 
     def __init__(self, data):
-        self.data, self.labels = data, []
+        self.data, self.labels, self.jax_arrays = data, [], set()
 
     def __iter__(self):
         for x, y in self.data:
             self.labels += np.asarray(y).tolist()
+            self.jax_arrays |= {isinstance(x, jax.Array), isinstance(y, jax.Array)}
             yield x, y
 
 
@@ -54,34 +58,47 @@ def trainer(log_dir=None, **config) -> Trainer:
     )
 
 
-def dali(records, split, training):
+def dali(records, split, training, arrays="numpy"):
     return imagenet_dali_dataset(
-        records, split, batch_size=2, image_size=SIZE, training=training, seed=7, num_threads=1
+        records,
+        split,
+        batch_size=2,
+        image_size=SIZE,
+        training=training,
+        seed=7,
+        num_threads=1,
+        arrays=arrays,
     )
 
 
-def test_trainer_fits_and_evaluates_from_dali(records):
-    train = Recorder(dali(records, "train", True))
+@pytest.mark.parametrize("arrays", ["numpy", "jax"])
+def test_trainer_fits_and_evaluates_from_dali(records, arrays):
+    train = Recorder(dali(records, "train", True, arrays))
     t = trainer()
     history = t.fit(
-        train, epochs=2, steps_per_epoch=3, validation_data=dali(records, "validation", False)
+        train,
+        epochs=2,
+        steps_per_epoch=3,
+        validation_data=dali(records, "validation", False, arrays),
     )
     assert np.isfinite(history.history["loss"]).all()
     # 6 steps of 2: 12 labels, all from the 6 training records (0-based 0..5), each at least
     # once in 12 draws of a 6-record epoch read twice.
     assert len(train.labels) >= 12 and set(train.labels) == set(range(6))
-    result = t.evaluate(dali(records, "validation", False))
+    assert train.jax_arrays == {arrays == "jax"}
+    result = t.evaluate(dali(records, "validation", False, arrays))
     assert np.isfinite(result["loss"]) and 0.0 <= result["accuracy"] <= 1.0
 
 
-def test_resume_returns_to_the_same_dali_stream(records, tmp_path):
+@pytest.mark.parametrize("arrays", ["numpy", "jax"])
+def test_resume_returns_to_the_same_dali_stream(records, tmp_path, arrays):
     full = trainer(str(tmp_path / "full"), checkpoint_every=2, keep_checkpoints=10)
-    full.fit(dali(records, "train", True), epochs=2, steps_per_epoch=3)
+    full.fit(dali(records, "train", True, arrays), epochs=2, steps_per_epoch=3)
     (tmp_path / "cut" / "checkpoints").mkdir(parents=True)
     name = "ckpt-0000000004.npz"  # stopped after step 4, in epoch 1
     shutil.copy(tmp_path / "full" / "checkpoints" / name, tmp_path / "cut" / "checkpoints" / name)
     resumed = trainer(str(tmp_path / "cut"), resume=True)
-    resumed.fit(dali(records, "train", True), epochs=2, steps_per_epoch=3)
+    resumed.fit(dali(records, "train", True, arrays), epochs=2, steps_per_epoch=3)
     assert resumed.state["step"] == 6
     for a, b in zip(full.model.variables, resumed.model.variables, strict=True):
         np.testing.assert_allclose(
