@@ -61,6 +61,8 @@ def test_the_default_output_size_is_224(tf, pp):
     image = tf.constant(encode(smooth_image(12, 40, 56)))
     assert pp.preprocess_for_train(image, NO_BOXES, _seed(tf, 0)).shape == (224, 224, 3)
     assert pp.preprocess_for_eval(image).shape == (224, 224, 3)
+    reference = pp.preprocess_for_train_reference(image, NO_BOXES, _seed(tf, 0))
+    assert reference.shape == (224, 224, 3)
 
 
 def test_bilinear_tf1_resize_of_a_2x2_image_in_both_directions(tf, pp):

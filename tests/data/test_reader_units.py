@@ -207,3 +207,24 @@ def test_which_reading_modes_ask_for_a_deterministic_interleave(tmp_path):
     assert _interleave_determinism(_train(files, 3, 0, seed=None)) == ["true"]
     ds, _ = eval_examples(files, _parse, **_read(num_shards=1, shard_index=0, batch_size=1))
     assert _interleave_determinism(ds) == ["true"]
+
+
+def test_read_records_reads_8_files_at_once_by_default(tmp_path):
+    files = [_write(tmp_path / f"f{i}", [f"f{i}r0", f"f{i}r1"]) for i in range(9)]
+    segments = [Segment(f, 0, 2) for f in files]
+    # cycle_length 8: files 0..7 in turn, one record each, twice; file 8 only once a place is
+    # free. (With all 9 at once, f8r0 would come right after f7r0.)
+    first_pass = [f"f{i}r0" for i in range(8)] + [f"f{i}r1" for i in range(8)]
+    order = [r for r, _, _ in _records(read_records(segments))]
+    assert order == [*first_pass, "f8r0", "f8r1"]
+
+
+def test_training_files_are_shuffled_again_each_epoch(tmp_path):
+    files = [_write(tmp_path / f"f{i}", [f"f{i}"]) for i in range(6)]
+    kwargs = _read(num_shards=1, shard_index=0, seed=1, repeat=True, cycle_length=1)
+    values = _values(train_examples(files, _parse, **kwargs).take(12))
+    # Each epoch reads every file once, in a new order (fixed by the seed: the seed-1 orders
+    # differ; the same order twice is what reshuffle_each_iteration=False would give).
+    first, second = values[:6], values[6:]
+    assert sorted(first) == sorted(second) == [f"f{i}" for i in range(6)]
+    assert first != second

@@ -118,7 +118,7 @@ def test_scan_counts_records_and_finds_a_truncated_tail(tmp_path):
     assert scan_tfrecord(tmp_path / "header_only").num_records == 0
 
 
-def test_encode_example_exact_bytes_of_a_negative_int64():
+def test_encode_example_exact_bytes_of_int64_minus_one_and_zero():
     # Protobuf writes a negative int64 as its 64-bit two's complement, 2**64 - 1 for -1: ten
     # varint bytes, nine 0xff (7 low bits set plus the continuation bit) and the last bit 0x01.
     minus_one = bytes([0xFF] * 9 + [0x01])
@@ -128,6 +128,10 @@ def test_encode_example_exact_bytes_of_a_negative_int64():
     entry = bytes([0x0A, 1]) + b"k" + bytes([0x12, 14]) + feature  # map key 1, value 2: 19
     features = bytes([0x0A, 19]) + entry  # Features.feature map entry (field 1): 21 bytes
     assert encode_example({"k": int64_feature(-1)}) == bytes([0x0A, 21]) + features
+    # Zero is the one-byte varint 0x00 (not a 10-byte two's complement): Int64List 3 bytes,
+    # Feature 5, map entry 3 + 2 + 5 = 10, Features 12, Example 14.
+    zero = bytes([0x0A, 10, 0x0A, 1]) + b"k" + bytes([0x12, 5, 0x1A, 3, 0x0A, 1, 0])
+    assert encode_example({"k": int64_feature(0)}) == bytes([0x0A, 12]) + zero
 
 
 def test_encode_example_rejects_a_value_that_is_not_a_feature():
