@@ -116,3 +116,68 @@ def test_scan_counts_records_and_finds_a_truncated_tail(tmp_path):
     assert list(iter_tfrecord(tmp_path / "cut")) == records[:2]
     (tmp_path / "header_only").write_bytes(data[:5])
     assert scan_tfrecord(tmp_path / "header_only").num_records == 0
+
+
+def test_encode_example_exact_bytes_of_int64_minus_one_and_zero():
+    # Protobuf writes a negative int64 as its 64-bit two's complement, 2**64 - 1 for -1: ten
+    # varint bytes, nine 0xff (7 low bits set plus the continuation bit) and the last bit 0x01.
+    minus_one = bytes([0xFF] * 9 + [0x01])
+    # Inside out, each level a length-delimited field (tag = field << 3 | 2, then the length):
+    int64_list = bytes([0x0A, 10]) + minus_one  # Int64List.value (field 1, packed), 12 bytes
+    feature = bytes([0x1A, 12]) + int64_list  # Feature.int64_list (field 3), 14 bytes
+    entry = bytes([0x0A, 1]) + b"k" + bytes([0x12, 14]) + feature  # map key 1, value 2: 19
+    features = bytes([0x0A, 19]) + entry  # Features.feature map entry (field 1): 21 bytes
+    assert encode_example({"k": int64_feature(-1)}) == bytes([0x0A, 21]) + features
+    # Zero is the one-byte varint 0x00 (not a 10-byte two's complement): Int64List 3 bytes,
+    # Feature 5, map entry 3 + 2 + 5 = 10, Features 12, Example 14.
+    zero = bytes([0x0A, 10, 0x0A, 1]) + b"k" + bytes([0x12, 5, 0x1A, 3, 0x0A, 1, 0])
+    assert encode_example({"k": int64_feature(0)}) == bytes([0x0A, 12]) + zero
+
+
+def test_encode_example_rejects_a_value_that_is_not_a_feature():
+    with pytest.raises(ValueError, match="feature 'k' must be a Feature, got int"):
+        encode_example({"k": 3})
+
+
+def test_box_rows_must_all_have_four_values():
+    # A 5-value row next to a 4-value row: the columns are uneven, whatever zip would cut.
+    kwargs = {"encoded": b"x", "height": 1, "width": 1, "label": 1, "synset": "a", "text": "a"}
+    with pytest.raises(ValueError):
+        imagenet_example(**kwargs, filename="a", boxes=[(0.1, 0.2, 0.3, 0.4, 0.5), (0, 0, 1, 1)])
+    with pytest.raises(ValueError, match="boxes must be"):
+        imagenet_example(**kwargs, filename="a", boxes=[(0.1, 0.2, 0.3)])
+
+
+def test_feature_spec_defaults_for_a_record_with_only_image_and_label():
+    import tensorflow as tf
+
+    from cvbench.data.tfrecord import imagenet_feature_spec
+
+    # Records of other builders may carry only the two required keys: the optional ones read
+    # as "" and 0, and the boxes as empty lists.
+    serialized = encode_example(
+        {"image/encoded": bytes_feature(b"jpeg"), "image/class/label": int64_feature(5)}
+    )
+    parsed = tf.io.parse_single_example(serialized, imagenet_feature_spec())
+    assert int(parsed["image/class/label"]) == 5
+    assert [int(parsed[f"image/{k}"]) for k in ("height", "width")] == [0, 0]
+    keys = ("class/synset", "class/text", "filename")
+    assert [parsed[f"image/{k}"].numpy() for k in keys] == [b"", b"", b""]
+    assert parsed["image/object/bbox/xmin"].dense_shape.numpy().tolist() == [0]
+
+
+def test_a_record_whose_data_crc_is_cut_off_is_not_complete(tmp_path):
+    records = [b"a" * 10, b"bcd"]
+    path = tmp_path / "f"
+    _write_records(path, records)
+    # Record 0 takes 16 + 10 = 26 bytes, record 1 16 + 3 = 19; cut the last 2 bytes of record
+    # 1's data CRC: its data is all there, but the record is not complete.
+    (tmp_path / "cut").write_bytes(path.read_bytes()[: 26 + 19 - 2])
+    scan = scan_tfrecord(tmp_path / "cut")
+    assert (scan.num_records, scan.truncated, scan.valid_bytes, scan.file_bytes) == (
+        1,
+        True,
+        26,
+        43,
+    )
+    assert list(iter_tfrecord(tmp_path / "cut")) == records[:1]
