@@ -311,3 +311,30 @@ def test_loss_scale_optimizer_kinds():
     assert (dynamic.initial_scale, dynamic.dynamic_growth_steps) == (64.0, 5)
     with pytest.raises(ValueError, match="dynamic must be True or False, got 'yes'"):
         loss_scale_optimizer(keras.optimizers.SGD(0.1), dynamic="yes", scale=2.0, growth_steps=1)
+
+
+@pytest.mark.backend_agnostic
+def test_static_loss_scale_stateless_apply():
+    # The JAX train step's path (TensorFlow refuses stateless_apply: checked there instead).
+    w, sgd = sgd_w()
+    optimizer = StaticLossScaleOptimizer(sgd, scale=4.0)
+    optimizer.build([w])
+    state = [v.value for v in optimizer.variables]
+    grads = [keras.ops.convert_to_tensor(np.array([4.0, -8.0], "float32"))]
+    if keras.config.backend() == "tensorflow":
+        with pytest.raises(ValueError, match="stateless_apply is not supported"):
+            optimizer.stateless_apply(state, grads, [w.value])
+        return
+    # w - 0.1 * (4, -8) / 4 = (0.9, 2.2); the inner iteration counter moves to 1.
+    (new_w,), new_state = optimizer.stateless_apply(state, grads, [w.value])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(new_w), [0.9, 2.2], rtol=1e-6)
+    assert len(new_state) == len(state)
+    inner_iterations = [i for i, v in enumerate(optimizer.variables) if v is sgd.iterations]
+    assert [int(keras.ops.convert_to_numpy(new_state[i])) for i in inner_iterations] == [1]
+    # A non-finite gradient: weights and state come back unchanged.
+    bad = [keras.ops.convert_to_tensor(np.array([np.inf, 1.0], "float32"))]
+    (same_w,), same_state = optimizer.stateless_apply(new_state, bad, [new_w])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(same_w), [0.9, 2.2], rtol=1e-6)
+    assert [int(keras.ops.convert_to_numpy(same_state[i])) for i in inner_iterations] == [1]
+    with pytest.raises(ValueError, match="shorter"):  # a state list of the wrong length
+        optimizer.stateless_apply(state[:-1], grads, [w.value])
