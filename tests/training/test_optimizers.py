@@ -309,3 +309,12 @@ def test_check_optimizer_args_refuses_the_wrong_kinds(optimizer, schedule, messa
         optimizer = keras.optimizers.SGD(0.1)
     with pytest.raises(ValueError, match=message):
         check_optimizer_args(optimizer, schedule)
+
+
+def test_a_normalization_layer_given_alone_is_excluded():
+    # The object given is classified with its sublayers: a bare LayerNormalization (a layer,
+    # not a Model) has only normalization variables, so both are excluded.
+    layer = keras.layers.LayerNormalization()
+    layer.build((None, 3))
+    excluded = exclude_normalization_and_bias(MomentumSGD(weight_decay=0.1), layer)
+    assert sorted(v.name for v in excluded) == ["beta", "gamma"]
