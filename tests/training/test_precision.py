@@ -338,3 +338,15 @@ def test_static_loss_scale_stateless_apply():
     assert [int(keras.ops.convert_to_numpy(same_state[i])) for i in inner_iterations] == [1]
     with pytest.raises(ValueError, match="shorter"):  # a state list of the wrong length
         optimizer.stateless_apply(state[:-1], grads, [w.value])
+
+
+def test_static_loss_scale_refuses_fewer_gradients_than_variables():
+    # One gradient for two built variables: refused (zip is strict), nothing moves, rather
+    # than the first variable stepping alone.
+    w, sgd = sgd_w()
+    other = keras.Variable(np.array([3.0], "float32"))
+    optimizer = StaticLossScaleOptimizer(sgd, scale=4.0)
+    optimizer.build([w, other])
+    with pytest.raises(ValueError, match="zip.. argument 2 is longer than argument 1"):
+        optimizer.apply([keras.ops.convert_to_tensor(np.array([4.0, -8.0], "float32"))])
+    assert keras.ops.convert_to_numpy(w.value).tolist() == [1.0, 2.0]
