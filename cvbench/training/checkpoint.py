@@ -231,7 +231,9 @@ class CheckpointManager:
         except OSError as e:
             if e.errno not in _NO_SPACE:
                 raise
-            earlier = [p for p in self.checkpoints() if p.name < path.name]
+            # `<=`: an existing file of the same step is intact too (the write went to a
+            # temporary file), and it is the newest, the one a resume loads.
+            earlier = [p for p in self.checkpoints() if p.name <= path.name]
             previous = (
                 f"the previous checkpoint {earlier[-1]} is intact"
                 if earlier

@@ -1,12 +1,18 @@
+import errno
+import json
+import os
+
 import keras
 import numpy as np
 import pytest
 
 from cvbench.training.checkpoint import (
     CheckpointManager,
+    CheckpointWriteError,
     find_checkpoint,
     load_checkpoint,
     restore_variables,
+    save_checkpoint,
 )
 
 pytestmark = pytest.mark.backend_agnostic
@@ -94,3 +100,119 @@ def test_find_checkpoint_accepts_files_and_run_directories(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no valid checkpoint"):
         find_checkpoint(tmp_path / "empty")
+
+
+def test_save_checkpoint_returns_the_path_it_wrote(tmp_path):
+    path = save_checkpoint(tmp_path / "one.npz", model_variables=variables(1))
+    assert path == tmp_path / "one.npz" and path.is_file()
+    meta, arrays = load_checkpoint(path)
+    assert (meta["format"], meta["state"], sorted(arrays)) == (2, {}, ["model/0", "model/1"])
+
+
+def test_format_1_checkpoints_load(tmp_path):
+    # Written before the checksum existed: no "sha256" in the metadata.
+    meta = {"format": 1, "model": [{"path": "k", "shape": [2], "dtype": "float32"}]}
+    meta.update(optimizer=[], state={"step": 3})
+    blob = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    np.savez(tmp_path / "old.npz", **{"model/0": np.ones(2, "float32"), "meta": blob})
+    loaded, arrays = load_checkpoint(tmp_path / "old.npz")
+    assert loaded["state"] == {"step": 3} and arrays["model/0"].tolist() == [1.0, 1.0]
+
+
+def test_arrays_that_differ_from_the_ones_written_fail_the_checksum(tmp_path):
+    # The archive is rewritten with one value changed and the old metadata (consistent
+    # CRC-32s): only the SHA-256 of format 2 sees it.
+    path = save_checkpoint(tmp_path / "ckpt.npz", model_variables=variables(1))
+    with np.load(path) as data:
+        arrays = {key: data[key] for key in data.files}
+    arrays["model/0"] = arrays["model/0"] + np.float32(1.0)
+    np.savez(path, **arrays)
+    with pytest.raises(ValueError, match="not a valid checkpoint: checksum mismatch"):
+        load_checkpoint(path)
+
+
+def test_an_archive_of_pickled_objects_is_refused_without_unpickling(tmp_path):
+    meta = np.frombuffer(json.dumps({"format": 2}).encode(), np.uint8)
+    np.savez(tmp_path / "evil.npz", meta=meta, **{"model/0": np.array([{"a": 1}], dtype=object)})
+    with pytest.raises(ValueError, match="not a valid checkpoint: Object arrays cannot be"):
+        load_checkpoint(tmp_path / "evil.npz")
+
+
+def test_keep_defaults_to_three_and_one_is_allowed(tmp_path):
+    default = CheckpointManager(tmp_path / "default")
+    single = CheckpointManager(tmp_path / "single", keep=1)
+    for step in (1, 2, 3, 4, 5):
+        default.save(step, model_variables=variables(step))
+        single.save(step, model_variables=variables(step))
+    assert [p.name[-7:-4] for p in default.checkpoints()] == ["003", "004", "005"]
+    assert [p.name for p in single.checkpoints()] == ["ckpt-0000000005.npz"]
+    with pytest.raises(ValueError, match="keep must be >= 1, got 0"):
+        CheckpointManager(tmp_path, keep=0)
+
+
+def test_a_directory_not_yet_created_has_no_checkpoints(tmp_path):
+    manager = CheckpointManager(tmp_path / "not-yet")
+    assert manager.checkpoints() == []
+    assert manager.latest() is None
+    manager.remove_temporaries()  # nothing to do, no error
+    assert not (tmp_path / "not-yet").exists()
+
+
+def test_the_skipping_warning_points_at_the_caller(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, model_variables=variables(1)).write_bytes(b"PK\x03\x04 cut")
+    with pytest.warns(UserWarning, match="skipping checkpoint") as caught:
+        assert manager.latest() is None
+    # (numpy leaves the file of a broken archive open: a ResourceWarning may come too.)
+    assert [w.filename for w in caught if w.category is UserWarning] == [__file__]
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """np.savez writes a few bytes, then fails as a full disk (or quota) does."""
+
+    def use(code):
+        def savez(file, **arrays):
+            file.write(b"PK\x03\x04")
+            raise OSError(code, os.strerror(code))
+
+        monkeypatch.setattr(np, "savez", savez)
+
+    return use
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_a_full_disk_names_the_newest_intact_checkpoint(tmp_path, full_disk, code):
+    manager = CheckpointManager(tmp_path, keep=3)
+    manager.save(1, model_variables=variables(1))
+    second = manager.save(2, model_variables=variables(2))
+    full_disk(code)
+    with pytest.raises(CheckpointWriteError) as e:
+        manager.save(3, model_variables=variables(3))
+    assert str(e.value) == (
+        f"{os.strerror(code).lower()} writing checkpoint {tmp_path}/ckpt-0000000003.npz; "
+        f"the previous checkpoint {second} is intact; free space and rerun with resume=True"
+    )
+    assert e.value.errno == errno.ENOSPC
+    # Step 2 again (a skipped step re-saves the same step): the old ckpt-2 is still intact
+    # (the write goes to a temporary file) and it is the newest, the one a resume loads.
+    with pytest.raises(CheckpointWriteError, match=f"the previous checkpoint {second} is"):
+        manager.save(2, model_variables=variables(9))
+    assert [p.name for p in manager.checkpoints()] == [
+        "ckpt-0000000001.npz",
+        "ckpt-0000000002.npz",
+    ]
+    assert manager.latest()[0] == second
+
+
+def test_a_full_disk_before_any_checkpoint_says_so(tmp_path, full_disk):
+    full_disk(errno.ENOSPC)
+    with pytest.raises(CheckpointWriteError, match="; no earlier checkpoint was written; "):
+        CheckpointManager(tmp_path).save(5, model_variables=variables(5))
+
+
+def test_other_write_errors_are_raised_as_they_are(tmp_path, full_disk):
+    full_disk(errno.EACCES)
+    with pytest.raises(PermissionError) as e:
+        CheckpointManager(tmp_path).save(5, model_variables=variables(5))
+    assert not isinstance(e.value, CheckpointWriteError) and e.value.errno == errno.EACCES

@@ -104,3 +104,85 @@ def test_bad_schedule_configs_name_the_value(kwargs, message):
 def test_build_schedule_rejects_bad_sizes():
     with pytest.raises(ValueError, match="steps_per_epoch"):
         build_schedule(ScheduleConfig(), global_batch=256, steps_per_epoch=0, epochs=1)
+
+
+def test_defaults_of_the_schedule_itself():
+    # WarmupSchedule(1.0): no warmup, total_steps=1, cosine to 0: 1.0 at step 0, 0.0 from 1.
+    s = WarmupSchedule(1.0)
+    assert (lr(s, 0), lr(s, 1)) == (pytest.approx(1.0), pytest.approx(0.0, abs=1e-7))
+    # Default power 2: at t = 2/4, (1 - 0.5)^2 = 0.25 (power 3 would give 0.125).
+    assert lr(WarmupSchedule(1.0, total_steps=4, decay="polynomial"), 2) == pytest.approx(0.25)
+    # Default warmup from 0: step 1 of 4 is 2.0 * 1/4 = 0.5.
+    assert lr(WarmupSchedule(2.0, warmup_steps=4, total_steps=8), 1) == pytest.approx(0.5)
+    # Default decay_rate 0.1: 2.0 before the boundary, 2.0 * 0.1 = 0.2 from it.
+    s = WarmupSchedule(2.0, total_steps=8, decay="step", boundaries=[3])
+    assert (lr(s, 2), lr(s, 3)) == (pytest.approx(2.0), pytest.approx(0.2))
+
+
+def test_edge_values_the_checks_accept():
+    # A peak of 0 (a frozen run), a one-step run and no warmup are all valid.
+    assert lr(WarmupSchedule(0.0, total_steps=5), 2) == 0.0
+    assert lr(WarmupSchedule(0.5, total_steps=1, decay="constant"), 3) == pytest.approx(0.5)
+    assert lr(WarmupSchedule(0.5, warmup_steps=0, total_steps=1), 0) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"decay": "linear"}, "decay must be one of .*'linear'"),
+        ({"decay_from": "end"}, "decay_from must be one of .*'end'"),
+        ({"warmup_steps": -1}, "warmup_steps=-1"),
+        ({"total_steps": 0}, "total_steps=0"),
+        ({"peak_lr": -0.1}, "peak_lr must be >= 0, got -0.1"),
+        ({"decay": "step", "boundaries": [5, 5]}, r"increasing, got \[5, 5\]"),  # not strictly
+        ({"decay": "step", "boundaries": [3, 2]}, r"increasing, got \[3, 2\]"),
+        ({"decay": "step"}, "needs boundaries"),
+    ],
+)
+def test_bad_schedule_arguments_name_the_value(kwargs, message):
+    # The schedule's own checks (not the config's): a schedule built by hand.
+    with pytest.raises(ValueError, match=message):
+        WarmupSchedule(**{"peak_lr": 1.0, "total_steps": 10, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "decay, mid", [("cosine", 1.25), ("polynomial", 1.25)], ids=["cosine", "polynomial"]
+)
+def test_end_factor_is_a_fraction_of_a_non_unit_peak(decay, mid):
+    # peak 2.0, end_factor 0.25: end = 0.25 * 2.0 = 0.5 (0.25 / 2.0 = 0.125 would be wrong).
+    # Halfway (t = 5/10): cosine 0.5 + (2.0 - 0.5) * (1 + cos(pi/2)) / 2 = 1.25;
+    # polynomial power 1: 0.5 + 1.5 * (1 - 0.5) = 1.25.
+    s = WarmupSchedule(2.0, total_steps=10, decay=decay, power=1.0, end_factor=0.25)
+    assert lr(s, 0) == pytest.approx(2.0)
+    assert lr(s, 5) == pytest.approx(mid)
+    assert lr(s, 10) == pytest.approx(0.5)
+    assert lr(s, 40) == pytest.approx(0.5)  # clipped at the end rate
+
+
+def test_decay_from_start_spans_the_whole_run():
+    # warmup 20 of 100 steps, linear decay (power 1). decay_from="start": t = step / 100, so
+    # step 20 -> 1 - 0.2 = 0.8 (the rate drops right after the warmup), step 60 -> 0.4.
+    # decay_from="warmup_end": t = (step - 20) / 80, step 20 -> 1.0, step 60 -> 0.5.
+    kwargs = dict(warmup_steps=20, total_steps=100, decay="polynomial", power=1.0)
+    start = WarmupSchedule(1.0, decay_from="start", **kwargs)
+    after = WarmupSchedule(1.0, decay_from="warmup_end", **kwargs)
+    assert (lr(start, 10), lr(after, 10)) == (pytest.approx(0.5), pytest.approx(0.5))
+    assert (lr(start, 20), lr(after, 20)) == (pytest.approx(0.8), pytest.approx(1.0))
+    assert (lr(start, 60), lr(after, 60)) == (pytest.approx(0.4), pytest.approx(0.5))
+
+
+def test_a_one_step_decay_after_the_warmup():
+    # warmup 9 of 10 steps: the decay spans 10 - 9 = 1 step, so step 9 is the peak (t = 0)
+    # and step 10 the end (t = 1/1), not halfway.
+    s = WarmupSchedule(1.0, warmup_steps=9, total_steps=10, decay="cosine")
+    assert lr(s, 9) == pytest.approx(1.0)
+    assert lr(s, 10) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_constant_decay_after_a_one_step_warmup():
+    # warmup_steps=1 starting at 0.5 x peak: step 0 is 0.3 * 0.5 = 0.15; from step 1 on, 0.3.
+    s = WarmupSchedule(
+        0.3, warmup_steps=1, total_steps=10, decay="constant", warmup_start_factor=0.5
+    )
+    assert lr(s, 0) == pytest.approx(0.15)
+    assert [lr(s, k) for k in (1, 5, 10, 50)] == pytest.approx([0.3] * 4)
