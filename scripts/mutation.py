@@ -15,7 +15,9 @@ score, which is killed + timed out over the non-equivalent mutants tried.
 
 Speed: a warm parent imports TensorFlow, Keras, NumPy and pytest once, never cvbench, and
 forks one child per mutant; the child serves the mutated module through an import hook and
-runs pytest in-process (about 1 s instead of a 5 s interpreter start). No file is written.
+runs pytest in-process (about 1 s instead of a 5 s interpreter start). Nothing in the checkout
+is written: the mutant's text goes to a scratch folder, for AutoGraph to read. The modules in
+`ALSO_JAX` have code only the JAX backend runs: their survivors are tried again on JAX.
 
 Why not mutmut or cosmic-ray: mutmut 3 rewrites every function into a trampoline and forks
 after the test modules have run TensorFlow ops, and the data modules' functions are traced by
@@ -32,7 +34,9 @@ import os
 import random
 import select
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -65,7 +69,11 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "data.reader": ("tests/data/test_reader.py", "tests/data/test_reader_units.py"),
 }
 EQUIVALENT_DIR = ROOT / "scripts" / "mutation_equivalent"
-PYTEST_ARGS = ("-x", "-q", "-m", "not slow", "-p", "no:cacheprovider", "-o", "addopts=")
+PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=")
+MARKERS = {"tensorflow": "not slow", "jax": "backend_agnostic and not slow"}
+# Modules with code only the JAX backend runs (TensorFlow refuses `stateless_apply`): their
+# survivors on TensorFlow are run again on JAX, and a mutant either backend kills is killed.
+ALSO_JAX = {"training.precision"}
 
 
 @dataclass
@@ -136,56 +144,32 @@ class _MutantFinder:
         exec(self.code, module.__dict__)
 
 
-def _child(module: str, tests: tuple[str, ...], mutant: tuple | None) -> None:
+def _child(module: str, tests: tuple[str, ...], mutant: tuple | None, run: Run) -> None:
     """In the forked child: install the hook, run the tests, exit with pytest's code.
 
     `mutant`: `(code, text)`, the mutated module compiled and, when it could be made, as
-    text with every line in place; the text goes into `linecache` under the module's path,
-    so that AutoGraph (tf.data maps, tf.function), which re-reads a function's source to
-    convert it, converts the mutant and not the file on disk.
+    text with every line in place. The text is written to a scratch file (outside the
+    checkout) and compiled under that name, so that AutoGraph (tf.data maps, tf.function),
+    which re-reads a function's source file to convert it, converts the mutant and not the
+    module's file. (A `linecache` entry is not enough: TensorFlow refreshes it from disk.)
     """
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     if mutant is not None:
-        import linecache
-
         code, text = mutant
         path = str(ROOT / "cvbench" / (module.replace(".", "/") + ".py"))
         if text is not None:
-            linecache.cache[path] = (len(text), None, text.splitlines(True), path)
-            code = compile(text, path, "exec", dont_inherit=True)
+            source_file = os.path.join(run.scratch, f"{module}.{os.getpid()}.py")
+            with open(source_file, "w", encoding="utf-8") as f:
+                f.write(text)
+            code = compile(text, source_file, "exec", dont_inherit=True)
         sys.meta_path.insert(0, _MutantFinder(f"cvbench.{module}", code, path))
     import pytest
 
     os.chdir(ROOT)
-    rc = pytest.main([*tests, *PYTEST_ARGS])
+    rc = pytest.main([*tests, *run.pytest_args])
     os._exit(int(rc))
-
-
-def run_forked(module: str, tests: tuple[str, ...], code, timeout: float) -> tuple[str, float]:
-    """Runs the tests in a forked child; -> ('pass'|'fail'|'timeout', seconds)."""
-    start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            _child(module, tests, code)
-        finally:
-            os._exit(3)
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() - start > timeout:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return "timeout", time.monotonic() - start
-        select.select([], [], [], 0.02)
-    code_ = os.waitstatus_to_exitcode(status)
-    # 0: every test passed; 5: no test collected (a wrong target, never a kill).
-    if code_ == 5:
-        raise RuntimeError(f"{module}: pytest collected no tests from {tests}")
-    return ("pass" if code_ == 0 else "fail"), time.monotonic() - start
 
 
 def sample_mutants(mutants: list[Mutant], n: int | None, seed: int) -> list[Mutant]:
@@ -196,40 +180,69 @@ def sample_mutants(mutants: list[Mutant], n: int | None, seed: int) -> list[Muta
     return [mutants[i] for i in sorted(chosen)]
 
 
-def run_module(
-    module: str,
-    *,
-    sample: int | None,
-    seed: int,
-    jobs: int,
-    equivalent: dict[str, str],
-    only: set[str] | None,
-    progress,
-) -> ModuleReport:
+@dataclass(frozen=True)
+class Run:
+    """How each child runs: the pytest arguments (per backend) and the scratch folder."""
+
+    pytest_args: tuple[str, ...]
+    scratch: str
+
+
+def _spawn(run: Run, module: str, tests: tuple[str, ...], mutant: tuple | None) -> int:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            _child(module, tests, mutant, run)
+        finally:
+            os._exit(3)
+    return pid
+
+
+def _status(module: str, wait_status: int, what: str) -> str:
+    rc = os.waitstatus_to_exitcode(wait_status)
+    if rc == 5:  # no test collected: a wrong target, never a kill
+        raise RuntimeError(f"{module}: pytest collected no tests ({what})")
+    return "survived" if rc == 0 else "killed"
+
+
+def baseline_seconds(run: Run, module: str, tests: tuple[str, ...]) -> float:
+    """Runs the unmutated tests; their time (an error if they fail or take over 10 min)."""
+    start = time.monotonic()
+    pid = _spawn(run, module, tests, None)
+    while True:
+        done, wait_status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() - start > 600:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise RuntimeError(f"{module}: its tests take over 10 minutes without any mutant")
+        select.select([], [], [], 0.02)
+    if _status(module, wait_status, "unmutated") != "survived":
+        raise RuntimeError(f"{module}: its tests fail without any mutant ({' '.join(tests)})")
+    return time.monotonic() - start
+
+
+def run_mutants(
+    run: Run, module: str, mutants: list[Mutant], *, jobs: int, timeout: float, progress
+) -> dict[str, tuple[str, float]]:
+    """Every mutant in a child, `jobs` at a time: `id -> (status, seconds)`."""
     tests = TARGETS[module]
     path = ROOT / "cvbench" / (module.replace(".", "/") + ".py")
-    mutants = find_mutants(path.read_text(), module)
-    if only is not None:  # any mutant of the module, sampled or not
-        mutants = [m for m in mutants if m.id in only]
-    else:
-        mutants = sample_mutants(mutants, sample, seed)
-    status, baseline = run_forked(module, tests, None, timeout=600)
-    if status != "pass":
-        raise RuntimeError(f"{module}: its tests fail without any mutant ({' '.join(tests)})")
-    report = ModuleReport(module, tests, round(baseline, 2))
-    timeout = 3 * baseline + 10
+    source = path.read_text()
     pending = list(mutants)
     running: dict[int, tuple[Mutant, float]] = {}
-    results: dict[str, Outcome] = {}
-    source = path.read_text()
+    results: dict[str, tuple[str, float]] = {}
+
+    def done(m: Mutant, status: str, seconds: float) -> None:
+        results[m.id] = (status, seconds)
+        progress(m, status)
+
     while pending or running:
         while pending and len(running) < jobs:
             m = pending.pop(0)
             mutant = (compile_mutant(source, m, str(path)), mutated_source(source, m))
-            running[_spawn(module, tests, mutant)] = (
-                m,
-                time.monotonic(),
-            )
+            running[_spawn(run, module, tests, mutant)] = (m, time.monotonic())
         pid, wait_status = os.waitpid(-1, os.WNOHANG)
         now = time.monotonic()
         if pid == 0:
@@ -238,30 +251,64 @@ def run_module(
                     os.kill(p, signal.SIGKILL)
                     os.waitpid(p, 0)
                     del running[p]
-                    results[m.id] = _outcome(m, "timeout", now - t0, equivalent)
-                    progress(module, results[m.id])
+                    done(m, "timeout", now - t0)
             select.select([], [], [], 0.02)
             continue
-        if pid not in running:
-            continue
-        m, t0 = running.pop(pid)
-        rc = os.waitstatus_to_exitcode(wait_status)
-        if rc == 5:
-            raise RuntimeError(f"{module}: pytest collected no tests for mutant {m.id}")
-        results[m.id] = _outcome(m, "survived" if rc == 0 else "killed", now - t0, equivalent)
-        progress(module, results[m.id])
-    report.outcomes = [results[m.id] for m in mutants]
+        if pid in running:
+            m, t0 = running.pop(pid)
+            done(m, _status(module, wait_status, f"mutant {m.id}"), now - t0)
+    return results
+
+
+def jax_pass(module: str, ids: list[str], *, jobs: int) -> dict[str, str]:
+    """The JAX backend's verdict on `ids` (a fresh process: Keras picks its backend once)."""
+    with tempfile.TemporaryDirectory(prefix="cvbench-mutation-jax-") as tmp:
+        report = Path(tmp) / "jax.json"
+        cmd = [sys.executable, __file__, module, "--backend", "jax", "--jobs", str(jobs)]
+        subprocess.run([*cmd, "--json", str(report), "--only", *ids], check=True)
+        outcomes = json.loads(report.read_text())["modules"][0]["outcomes"]
+    return {o["mutant"]: o["status"] for o in outcomes}
+
+
+def run_module(
+    run: Run,
+    module: str,
+    *,
+    sample: int | None,
+    seed: int,
+    jobs: int,
+    equivalent: dict[str, str],
+    only: set[str] | None,
+    progress,
+    backend: str,
+) -> ModuleReport:
+    tests = TARGETS[module]
+    path = ROOT / "cvbench" / (module.replace(".", "/") + ".py")
+    mutants = find_mutants(path.read_text(), module)
+    if only is not None:  # any mutant of the module, sampled or not
+        mutants = [m for m in mutants if m.id in only]
+    else:
+        mutants = sample_mutants(mutants, sample, seed)
+    baseline = baseline_seconds(run, module, tests)
+    report = ModuleReport(module, tests, round(baseline, 2))
+    quiet = module in ALSO_JAX and backend == "tensorflow"  # verdict after the JAX pass
+
+    def show(m: Mutant, status: str) -> None:
+        if not quiet:
+            progress(_outcome(m, status, 0.0, equivalent))
+
+    results = run_mutants(run, module, mutants, jobs=jobs, timeout=3 * baseline + 10, progress=show)
+    if quiet:
+        survivors = [m.id for m in mutants if results[m.id][0] == "survived"]
+        if survivors:
+            print(f"  {len(survivors)} survivors again on JAX (backend_agnostic tests)", flush=True)
+            for mutant_id, status in jax_pass(module, survivors, jobs=jobs).items():
+                if status in ("killed", "timeout", "equivalent-killed"):
+                    results[mutant_id] = ("killed", results[mutant_id][1])
+        for m in mutants:
+            show(m, results[m.id][0])
+    report.outcomes = [_outcome(m, *results[m.id], equivalent) for m in mutants]
     return report
-
-
-def _spawn(module: str, tests: tuple[str, ...], mutant: tuple | None) -> int:
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            _child(module, tests, mutant)
-        finally:
-            os._exit(3)
-    return pid
 
 
 def _outcome(m: Mutant, status: str, seconds: float, equivalent: dict[str, str]) -> Outcome:
@@ -350,15 +397,17 @@ def main(argv: list[str] | None = None) -> int:
     warm_imports(args.backend)
     started = time.monotonic()
 
-    def progress(module: str, o: Outcome) -> None:
+    def progress(o: Outcome) -> None:
         if o.status != "killed":
             print(f"  {o.status:10} {o.mutant}  (line {o.line}: {o.change})", flush=True)
 
     reports = []
-    for module in modules:
-        print(f"{module}: {' '.join(TARGETS[module])}", flush=True)
-        reports.append(
-            run_module(
+    with tempfile.TemporaryDirectory(prefix="cvbench-mutation-") as scratch:
+        run = Run((*PYTEST_ARGS, "-m", MARKERS[args.backend]), scratch)
+        for module in modules:
+            print(f"{module}: {' '.join(TARGETS[module])}", flush=True)
+            report = run_module(
+                run,
                 module,
                 sample=sample,
                 seed=args.seed,
@@ -366,9 +415,10 @@ def main(argv: list[str] | None = None) -> int:
                 equivalent=equivalent,
                 only=set(args.only) if args.only else None,
                 progress=progress,
+                backend=args.backend,
             )
-        )
-        print(format_table(reports[-1:]).splitlines()[2], flush=True)
+            reports.append(report)
+            print(format_table([report]).splitlines()[2], flush=True)
     print()
     print(format_table(reports))
     survivors = format_survivors(reports)

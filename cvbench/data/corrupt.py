@@ -214,8 +214,9 @@ def checked_map(
     pass through unchanged.
 
     What is left per element: slicing it out of its chunk and one more function call (the
-    check); `guarded_map` builds and runs a small dataset per element instead. Up to about four chunks of outputs are buffered (the interleave's
-    two current chunks and the next two).
+    check); `guarded_map` builds and runs a small dataset per element instead. Up to about
+    four chunks of outputs are buffered (the interleave's two current chunks and the next
+    two).
 
     Args:
         ds: elements with a single structure (a dict or a tensor; not an unpacked tuple).
