@@ -265,7 +265,14 @@ def jax_pass(module: str, ids: list[str], *, jobs: int) -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="cvbench-mutation-jax-") as tmp:
         report = Path(tmp) / "jax.json"
         cmd = [sys.executable, __file__, module, "--backend", "jax", "--jobs", str(jobs)]
-        subprocess.run([*cmd, "--json", str(report), "--only", *ids], check=True)
+        done = subprocess.run(
+            [*cmd, "--json", str(report), "--only", *ids],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{module}: the JAX pass failed:\n{done.stdout[-3000:]}")
         outcomes = json.loads(report.read_text())["modules"][0]["outcomes"]
     return {o["mutant"]: o["status"] for o in outcomes}
 
