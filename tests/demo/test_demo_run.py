@@ -101,9 +101,11 @@ def test_second_prepare_reuses_every_file(tmp_path):
     assert paths == DemoData.under(tmp_path)
     files = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()}
     # 12 + 6 classification JPEGs, 3 + 2 detection JPEGs, 2 COCO JSON, 2 specs; 8 + 2 and
-    # 3 + 2 shards (shard counts are capped at the image count); 2 manifests and 2
-    # dataset_info.json; instances_val.json copied next to the records by build-coco.
-    assert len(files) == 18 + 5 + 2 + 2 + 10 + 5 + 2 + 2 + 1
+    # 3 + 2 shards (shard counts are capped at the image count); 8 + 2 DALI index files
+    # (idx/<shard>.idx, written by build-imagenet); 2 manifests and 2 dataset_info.json;
+    # instances_val.json copied next to the records by build-coco.
+    assert len(files) == 18 + 5 + 2 + 2 + 10 + 5 + 10 + 2 + 2 + 1
+    assert len(list((tmp_path / "imagenet" / "idx").glob("*.idx"))) == 10
     prepare_data(tmp_path, config, num_workers=1, progress=False)
     after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()}
     assert set(after) == set(files)
