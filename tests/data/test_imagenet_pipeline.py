@@ -20,13 +20,6 @@ SIZE = 32
 
 
 @pytest.fixture(scope="module")
-def tf():
-    import tensorflow
-
-    return tensorflow
-
-
-@pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("pipeline")
     raw = make_raw(root / "raw")

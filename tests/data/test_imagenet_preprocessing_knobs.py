@@ -29,13 +29,6 @@ WHOLE = ImagePreprocessing(
 
 
 @pytest.fixture(scope="module")
-def tf():
-    import tensorflow
-
-    return tensorflow
-
-
-@pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("knobs")
     raw = make_raw(root / "raw")

@@ -4,27 +4,12 @@ evaluation resize and crop, output shapes and value ranges."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from imagenet_testdata import encode, smooth_image
 
 # Pixels 0..255 normalize to [(0 - 123.68) / 58.395, (255 - 103.53) / 57.385]: the smallest
 # value is channel R at 0, the largest channel B at 255.
 LOWEST = (0 - 123.68) / 58.395  # -2.1180
 HIGHEST = (255 - 103.53) / 57.385  # 2.6395
-
-
-@pytest.fixture(scope="module")
-def tf():
-    import tensorflow
-
-    return tensorflow
-
-
-@pytest.fixture(scope="module")
-def pp():
-    from cvbench.data import preprocessing
-
-    return preprocessing
 
 
 def _seed(tf, a, b=0):

@@ -19,20 +19,6 @@ NO_BOXES = np.zeros([0, 4], np.float32)
 RAW = {"mean": (0, 0, 0), "std": (1, 1, 1)}
 
 
-@pytest.fixture(scope="module")
-def tf():
-    import tensorflow
-
-    return tensorflow
-
-
-@pytest.fixture(scope="module")
-def pp():
-    from cvbench.data import preprocessing
-
-    return preprocessing
-
-
 def _seed(tf, a, b=0):
     return tf.constant([a, b], tf.int64)
 

@@ -10,20 +10,6 @@ from imagenet_testdata import encode, smooth_image
 NO_BOXES = np.zeros([0, 4], np.float32)
 
 
-@pytest.fixture(scope="module")
-def tf():
-    import tensorflow
-
-    return tensorflow
-
-
-@pytest.fixture(scope="module")
-def pp():
-    from cvbench.data import preprocessing
-
-    return preprocessing
-
-
 def _seed(tf, a, b=0):
     return tf.constant([a, b], tf.int64)
 
