@@ -40,7 +40,7 @@ from cvbench.data._distributed import resolve_shards
 from cvbench.data.dali import DTYPES, imagenet_dali_pipeline, import_dali
 from cvbench.data.dali_index import read_index
 from cvbench.data.image_preprocessing import ImagePreprocessing
-from cvbench.data.reader import eval_steps, list_split_files
+from cvbench.data.reader import eval_steps, list_split_files, rank_segments
 from cvbench.data.worker_pool import default_num_workers
 
 
@@ -302,8 +302,8 @@ def imagenet_dali_dataset(
     if training:  # built now: bad arguments or data fail here, not at the first batch
         return DaliBatches(make, first=make(), **common)
     files = list_split_files(data_dir, split, file_pattern)
-    total = sum(len(read_index(f, index_dir)) for f in files)
-    mine = (shard_index + 1) * total // num_shards - shard_index * total // num_shards
-    steps = eval_steps(-(-total // num_shards), batch_size)
+    counts = [len(read_index(f, index_dir)) for f in files]
+    mine = sum(s.take for s in rank_segments(files, counts, num_shards, shard_index))
+    steps = eval_steps(-(-sum(counts) // num_shards), batch_size)
     first = make() if mine else None
     return DaliBatches(make, steps=steps, num_records=mine, first=first, **common)
