@@ -147,11 +147,12 @@ class _MutantFinder:
 def _child(module: str, tests: tuple[str, ...], mutant: tuple | None, run: Run) -> None:
     """In the forked child: install the hook, run the tests, exit with pytest's code.
 
-    `mutant`: `(code, text)`, the mutated module compiled and, when it could be made, as
-    text with every line in place. The text is written to a scratch file (outside the
-    checkout) and compiled under that name, so that AutoGraph (tf.data maps, tf.function),
-    which re-reads a function's source file to convert it, converts the mutant and not the
-    module's file. (A `linecache` entry is not enough: TensorFlow refreshes it from disk.)
+    `mutant`: `(code, text)`: the mutated module as text with every line in place (code
+    None), or, when no such text could be made, only compiled from its tree. The text is
+    written to a scratch file (outside the checkout) and compiled under that name, so that
+    AutoGraph (tf.data maps, tf.function), which re-reads a function's source file to
+    convert it, converts the mutant and not the module's file. (A `linecache` entry is not
+    enough: TensorFlow refreshes it from disk.)
     """
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
@@ -241,7 +242,8 @@ def run_mutants(
     while pending or running:
         while pending and len(running) < jobs:
             m = pending.pop(0)
-            mutant = (compile_mutant(source, m, str(path)), mutated_source(source, m))
+            text = mutated_source(source, m)  # compiled in the child
+            mutant = (None if text is not None else compile_mutant(source, m, str(path)), text)
             running[_spawn(run, module, tests, mutant)] = (m, time.monotonic())
         pid, wait_status = os.waitpid(-1, os.WNOHANG)
         now = time.monotonic()

@@ -240,7 +240,7 @@ def _candidates(tree: ast.Module) -> list[_Candidate]:
     return list(_walk(tree, []))
 
 
-def _describe(source: str, c: _Candidate) -> str:
+def _describe(c: _Candidate) -> str:
     before = c.shown(c.node)
     mutated = copy.deepcopy(c.node)
     c.apply(mutated)
@@ -259,7 +259,7 @@ def find_mutants(source: str, module: str) -> list[Mutant]:
         seen[(c.qualname, c.kind)] = k + 1
         line = getattr(c.shown(c.node), "lineno", getattr(c.node, "lineno", 0))
         mutant_id = f"{module}:{c.qualname}:{c.kind}:{k}"
-        mutants.append(Mutant(mutant_id, index, line, _describe(source, c)))
+        mutants.append(Mutant(mutant_id, index, line, _describe(c)))
     return mutants
 
 
