@@ -3,12 +3,15 @@
 Each area module exposes `register(subparsers)`, which adds its subcommands and sets
 `func` on each: a callable taking the parsed `argparse.Namespace` and returning an exit code.
 Misuse (bad flags, bad values, missing files) prints one line `cvbench: error: ...` and exits
-with code 2, never a traceback. Two kinds of failure at run time print one line
+with code 2, never a traceback. Failures at run time print one line
 `cvbench COMMAND: error: ...` and exit with code 1: corrupt input data (TensorFlow's
 `InvalidArgumentError` raised by cvbench's corrupt-record check, or a `DataLossError`), told
-by the file and record, without TensorFlow's graph and stack text; and a checkpoint that the
-disk had no space for. Hints written for the Python API (`pass skip_corrupt=True`) name the
-command's flags instead (`pass --skip-corrupt`). Any other exception is a bug and keeps its
+by the file and record, without TensorFlow's graph and stack text; a checkpoint that the
+disk had no space for; a bad input file (`cvbench.utils.errors.BadFileError`: malformed, of
+another kind, or over a size limit, named with the limit's flag); and any other `OSError` (a
+read-only folder, a file where a folder is expected, a full disk), named by its path. Hints
+written for the Python API (`pass skip_corrupt=True`) name the command's flags instead
+(`pass --skip-corrupt`). Any other exception is a bug and keeps its
 traceback; `cvbench --debug COMMAND ...` or `CVBENCH_DEBUG=1` shows the traceback of every
 error.
 """
@@ -23,6 +26,7 @@ import sys
 from collections.abc import Sequence
 
 from cvbench.cli.tf_startup import quiet_tensorflow_startup
+from cvbench.utils.errors import BadFileError, describe_os_error
 
 # Explicit list of the modules that contribute subcommands (no import side effects).
 _COMMAND_MODULES = (
@@ -113,9 +117,15 @@ def known_error(error: BaseException, *, command: str) -> tuple[str, int] | None
     Example:
         >>> known_error(ValueError("epochs must be >= 1, got 0"), command="train")
         ('cvbench: error: epochs must be >= 1, got 0', 2)
+        >>> known_error(PermissionError(13, "Permission denied", "/ro"), command="export")
+        ('cvbench export: error: /ro: Permission denied', 1)
+        >>> known_error(BadFileError("m.keras: no config.json"), command="predict")
+        ('cvbench predict: error: m.keras: no config.json', 1)
         >>> known_error(KeyError("x"), command="train") is None
         True
     """
+    if isinstance(error, BadFileError):
+        return f"cvbench {command}: error: {for_command_line(str(error))}", RUN_ERROR
     if isinstance(error, (CLIError, ValueError, FileNotFoundError, FileExistsError)):
         return f"cvbench: error: {for_command_line(str(error))}", USAGE_ERROR
     checkpoint = sys.modules.get("cvbench.training.checkpoint")  # loaded if it wrote one
@@ -124,6 +134,8 @@ def known_error(error: BaseException, *, command: str) -> tuple[str, int] | None
     message = _data_error(error)
     if message is not None:
         return f"cvbench {command}: error: {for_command_line(message)}", RUN_ERROR
+    if isinstance(error, OSError):
+        return f"cvbench {command}: error: {describe_os_error(error)}", RUN_ERROR
     return None
 
 

@@ -5,7 +5,9 @@ Write to a temporary file in the destination's directory, flush and fsync it, th
 
 The result gets the permissions a plain `open()` (or `os.mkdir`) would give a new file under
 the process's umask: `0o666 & ~umask` for a file, `0o777 & ~umask` for a directory (the
-temporary from `tempfile.mkstemp` is private, 0o600, until it is complete).
+temporary from `tempfile.mkstemp` is private, 0o600, until it is complete). Replacing an
+existing file of the same kind keeps that file's mode (a file the user made 0o600 stays
+0o600), as rewriting it in place with `open(path, "w")` would.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -44,9 +47,19 @@ def current_umask() -> int:
     return mask
 
 
-def _publish_mode(path: Path) -> None:
-    """Gives `path` the mode a new file or directory gets under the current umask."""
-    base = 0o777 if path.is_dir() else 0o666
+def _publish_mode(path: Path, replacing: Path | None = None) -> None:
+    """Gives `path` the mode of `replacing` when that exists and is of the same kind (file
+    or directory, not a link), else the mode a new one gets under the current umask."""
+    is_dir = path.is_dir()
+    if replacing is not None:
+        try:
+            old = os.lstat(replacing)
+        except OSError:
+            old = None
+        if old is not None and (stat.S_ISDIR(old.st_mode) if is_dir else stat.S_ISREG(old.st_mode)):
+            os.chmod(path, stat.S_IMODE(old.st_mode))
+            return
+    base = 0o777 if is_dir else 0o666
     os.chmod(path, base & ~current_umask())
 
 
@@ -58,8 +71,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     Use this for writers that want a file name (tf.io.TFRecordWriter, model.save). The
     writer may also replace the temporary file with a directory.
 
-    Before the rename the result gets the mode of a new file (`0o666 & ~umask`) or directory
-    (`0o777 & ~umask`); missing parent directories are created with `0o777 & ~umask`.
+    Before the rename the result gets the mode of the file it replaces, or else of a new file
+    (`0o666 & ~umask`) or directory (`0o777 & ~umask`); missing parent directories are
+    created with `0o777 & ~umask`.
 
     Args:
         path: the final destination.
@@ -79,7 +93,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         if tmp_path.is_file():
             with open(tmp_path, "rb") as f:
                 os.fsync(f.fileno())
-        _publish_mode(tmp_path)
+        _publish_mode(tmp_path, replacing=path)
         os.replace(tmp_path, path)
     except BaseException:
         if tmp_path.is_dir() and not tmp_path.is_symlink():

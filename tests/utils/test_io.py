@@ -93,15 +93,35 @@ def test_atomic_writes_get_the_mode_open_would_give(umask, tmp_path):
     assert _mode(tmp_path / "shard-00000-of-00001") == FILE_MODES[umask]
 
 
-def test_replacing_a_file_gives_the_new_file_mode(umask, tmp_path):
-    # The mkstemp temporary was 0o600 before the fix, whatever the destination had.
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o664])
+def test_replacing_a_file_keeps_its_mode(umask, mode, tmp_path):
+    # As open(dst, "w") would: the user's 0o600 stays 0o600 (it became 0o644 under umask 022
+    # before), whatever the umask; a new file still gets the umask's mode.
     dst = tmp_path / "ckpt.bin"
     dst.write_bytes(b"old")
-    os.chmod(dst, 0o600)
+    os.chmod(dst, mode)
     with atomic_open(dst, "wb") as f:
         f.write(b"new")
     assert dst.read_bytes() == b"new"
-    assert _mode(dst) == FILE_MODES[umask]
+    assert _mode(dst) == mode
+    with atomic_open(tmp_path / "fresh.bin", "wb") as f:
+        f.write(b"new")
+    assert _mode(tmp_path / "fresh.bin") == FILE_MODES[umask]
+
+
+def test_replacing_a_directory_or_link_does_not_borrow_its_mode(umask, tmp_path):
+    # A file replacing a folder's name (never happens through atomic_open: os.replace refuses)
+    # is not given the folder's mode; a link's target mode is not followed either.
+    target = tmp_path / "target"
+    target.write_bytes(b"t")
+    os.chmod(target, 0o600)
+    link = tmp_path / "link.bin"
+    link.symlink_to(target)
+    with atomic_open(link, "wb") as f:
+        f.write(b"new")
+    assert not link.is_symlink() and link.read_bytes() == b"new"
+    assert _mode(link) == FILE_MODES[umask]
+    assert target.read_bytes() == b"t"
 
 
 def test_atomic_path_directory_gets_the_mkdir_mode(umask, tmp_path):
