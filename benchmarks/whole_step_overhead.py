@@ -24,7 +24,10 @@ from cvbench.training.training_model import TrainingModel
 
 
 class KerasStep(TrainingModel):
-    """The same wrapper with Keras' own train step."""
+    """The same wrapper with Keras' own train step (and, on TensorFlow, train function)."""
+
+    def make_train_function(self, force: bool = False):
+        return keras.Model.make_train_function(self, force)
 
     def train_step(self, *args):
         return keras.Model.train_step(self, *args)

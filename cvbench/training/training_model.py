@@ -13,23 +13,33 @@ the scale) on non-finite gradients, but the forward pass has by then written the
 statistics into the batch-norm moving means and variances: a forward overflow (an activation
 beyond float16's 65,504) left them NaN for good. Here:
 
-- the step counts as *applied* when the optimizer's `iterations` advanced (under
-  `LossScaleOptimizer`: the inner optimizer's, which advances only on finite gradients);
-  without loss scaling the update itself runs only when the gradients are finite;
-- the gradients it decides on are the ones averaged over Horovod ranks (the average is non-
-  finite on every rank when it is on any), and a non-finite loss turns one (the smallest)
-  gradient into NaN first, so every rank makes the same decision;
-- on a skipped step the non-trainable variables (moving statistics, seed states) and the
-  metric states are put back to their values from before the step; trainable variables and
-  optimizer state were never touched (except the loss scale and its counter, which
-  `LossScaleOptimizer` updates on purpose);
+- the step counts as *applied* when its gradients, averaged over Horovod ranks, are all
+  finite (the average is non-finite on every rank when it is on any), and a non-finite loss
+  turns one (the smallest) gradient into NaN first, so every rank makes the same decision;
+- only an applied step runs the optimizer's update (under `LossScaleOptimizer`: unscale,
+  inner update, count towards the next scale growth); a skipped step halves a dynamic loss
+  scale and puts the non-trainable variables (moving statistics, seed states) and the metric
+  states back to their values from before the step; trainable variables and optimizer state
+  are never touched by it;
 - the step's logs carry `skipped` (1.0 or 0.0) next to the step's own loss and metrics.
 
+On TensorFlow the step is two graphs (`make_train_function`): one computes the loss, the
+averaged gradients, their finite check and the metrics; the other applies the update, and is
+called only when the first says the gradients are finite. The choice is made in Python, not
+with `tf.cond`, because TensorFlow does not run an optimizer update under a conditional
+reproducibly: with the update inside `ops.cond(finite, apply, noop)` (this module until
+2026-12-02, and Keras' own `LossScaleOptimizer.apply`), two `--deterministic` runs of the same
+command ended 0.2 apart after 6 steps, and the same step repeated in one process from the same
+variables, with bit-identical gradients, gave different variables (the L2 weight-decay read of
+each weight is part of it: without weight decay, or without the conditional, every repeat was
+identical). `tests/reliability/test_deterministic_runs.py` keeps two runs bit-identical. On
+JAX the step is one stateless function, the update selected with `where`.
+
 Cost, measured with `KERAS_BACKEND=tensorflow python benchmarks/whole_step_overhead.py`
-(ResNet-18, 32 x 32 images, batch 8, float32, a 2-core CPU shared with other work): Keras'
-step 53.0 / 56.6 ms, this one 54.7 / 59.9 ms in two runs, i.e. +1.7 to +3.3 ms (3-6 %),
-nearly all of it the finite check of the gradients; JAX: 125.2 -> 127.5 ms (+1.8 %). Under
-mixed_float16 that check is `LossScaleOptimizer`'s own and this step adds no second one.
+(ResNet-18, 32 x 32 images, batch 8, float32, a 2-core CPU shared with other work), with
+the update still under `tf.cond`: Keras' step 53.0 / 56.6 ms, this one 54.7 / 59.9 ms in two
+runs, i.e. +1.7 to +3.3 ms (3-6 %), nearly all of it the finite check of the gradients; JAX:
+125.2 -> 127.5 ms (+1.8 %).
 
 The wrapper shares the user's variables; the user's model itself is never compiled or changed.
 Callbacks see the wrapper (so `model.optimizer` and `model.stop_training` work); its `save`,
@@ -100,23 +110,68 @@ class TrainingModel(keras.Model):
     def train_step(self, *args):
         """Keras' train step with whole-step semantics (see the module docstring).
 
-        TensorFlow: `train_step(data) -> logs`; JAX: `train_step(state, data) -> (logs,
-        state)`; other backends: Keras' own step.
+        JAX: `train_step(state, data) -> (logs, state)`; TensorFlow steps go through
+        `make_train_function` (two graphs, see `_tf_step`); other backends: Keras' own step.
         """
         if not self.trainable_variables:
             return super().train_step(*args)
         backend = keras.config.backend()
         if backend == "tensorflow":
-            return self._tf_train_step(*args)
+            raise NotImplementedError(
+                "on TensorFlow TrainingModel trains through make_train_function "
+                "(train_on_batch, fit), whose step is not one graph"
+            )
         if backend == "jax":
             return self._jax_train_step(*args)
         return super().train_step(*args)
 
-    def _tf_train_step(self, data):
+    def make_train_function(self, force: bool = False):
+        """On TensorFlow, the whole-step train function (see `_tf_step`); elsewhere Keras'."""
+        if keras.config.backend() != "tensorflow" or not self.trainable_variables:
+            return super().make_train_function(force)
+        if self.train_function is not None and not force:
+            return self.train_function
+        import tensorflow as tf
+
+        gradients = tf.function(
+            self._tf_gradients, reduce_retracing=True, jit_compile=self.jit_compile
+        )
+        apply = tf.function(self._tf_apply, jit_compile=self.jit_compile)
+
+        def train_function(iterator):
+            logs = None
+            for data in iterator:
+                logs = self._tf_step(gradients, apply, data)
+            return logs
+
+        self.train_function = train_function
+        return train_function
+
+    def _tf_step(self, gradients, apply, data) -> dict:
+        """One whole step on TensorFlow, in two graphs: `gradients` (forward, loss, gradients
+        averaged over ranks, their finite check, metrics) then, only when they are finite,
+        `apply` (the optimizer's update). The decision between them is made here, in Python,
+        so no graph has a variable update inside a conditional: TensorFlow does not run an
+        optimizer update under `tf.cond` reproducibly (see the module docstring)."""
+        grads, applied, logs, before = gradients(data)
+        applied = bool(applied)
+        if applied:
+            apply(grads)
+        else:
+            for variable, value in zip(self._tf_kept, before, strict=True):
+                variable.assign(value)
+            if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+                self.optimizer._stateful_handle_non_finite_grads()  # halves a dynamic scale
+        return dict(logs, skipped=0.0 if applied else 1.0)
+
+    def _tf_gradients(self, data):
         import tensorflow as tf
 
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        # The variables a skipped step puts back, as they are when the graph is traced (metric
+        # variables made during the first trace start at zero and are reset each step anyway).
         kept = list(self.non_trainable_variables) + list(self.metrics_variables)
+        self._tf_kept = kept
         before = [tf.identity(v.value) for v in kept]  # values, not the variables
         variables = list(self.trainable_variables)
         with tf.GradientTape() as tape:
@@ -127,24 +182,21 @@ class TrainingModel(keras.Model):
             self._loss_tracker.update_state(loss, sample_weight=tf.shape(_first(x))[0])
             scaled = self.optimizer.scale_loss(loss)
         grads = _poison_if_not_finite(tape.gradient(scaled, variables), loss)
+        reduce, _ = distributed.split_gradient_reduction(self.optimizer)
+        grads = reduce(grads)
+        logs = self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        return grads, _all_finite(grads), logs, before
+
+    def _tf_apply(self, grads) -> None:
+        """The update of a step whose (averaged) gradients are finite."""
+        variables = list(self.trainable_variables)
         optimizer = self.optimizer
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-            start = tf.identity(optimizer.iterations.value)
-            optimizer.apply(grads, variables)
-            applied = ops.greater(tf.identity(optimizer.iterations.value), start)
+            # Unscales, applies the inner optimizer, counts towards the next scale growth.
+            optimizer._stateful_handle_finite_grads(grads, variables)
         else:
-            reduce, apply = distributed.split_gradient_reduction(optimizer)
-            grads = reduce(grads)
-            applied = _all_finite(grads)
-            ops.cond(applied, lambda: apply(grads, variables), lambda: None)
-        logs = self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
-
-        def restore() -> None:
-            for variable, value in zip(kept, before, strict=True):
-                variable.assign(value)
-
-        ops.cond(applied, lambda: None, restore)
-        return dict(logs, skipped=ops.cast(ops.logical_not(applied), "float32"))
+            _, apply = distributed.split_gradient_reduction(optimizer)
+            apply(grads, variables)
 
     def _jax_train_step(self, state, data):
         import jax

@@ -8,6 +8,10 @@ and sleep, so that a test can send it a real SIGKILL at that exact moment:
 - `after_write`: the checkpoint of `<step>` has just been renamed into place;
 - `after_step`: step `<step>` has been trained and logged (run with `--log-every 1`).
 
+`CVBENCH_TEST_NAN_STEPS=<k>[,<k>...]` makes the batches of those training steps (counted from
+1 in this process) NaN, so that the real command meets a step whose loss and gradients are not
+finite (it must skip it, changing no variable).
+
 Everything else is the real command (`cvbench.cli.main`).
 """
 
@@ -50,7 +54,33 @@ def _install_hold(moment: str, step: int) -> None:
         RunLog.record = record
 
 
+def _install_nan_steps(steps: set[int]) -> None:
+    import numpy as np
+
+    from cvbench.training.training_model import TrainingModel
+
+    real = TrainingModel.train_on_batch
+    calls = [0]
+
+    def nan_floats(value):
+        array = np.asarray(value)
+        return np.full_like(array, np.nan) if array.dtype.kind == "f" else value
+
+    def train_on_batch(self, x, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] in steps:
+            import keras
+
+            x = keras.tree.map_structure(nan_floats, x)
+        return real(self, x, *args, **kwargs)
+
+    TrainingModel.train_on_batch = train_on_batch
+
+
 if __name__ == "__main__":
+    nan_steps = os.environ.get("CVBENCH_TEST_NAN_STEPS")
+    if nan_steps:
+        _install_nan_steps({int(k) for k in nan_steps.split(",")})
     hold = os.environ.get("CVBENCH_TEST_HOLD")
     if hold:
         moment, step = hold.split(":")
