@@ -10,6 +10,9 @@ The format `pycocotools.coco.COCO.loadRes` reads and the COCO evaluation server 
 * category ids: where every class name of the model is a COCO 2017 category name, its COCO id
   (`cvbench.data.coco_labels.COCO_2017_CATEGORIES`; "person" -> 1, "dog" -> 18); else the
   ids you pass, one per class index; else class index + 1 (COCO numbers from 1).
+
+A detection whose score or box is not finite (a model that outputs NaN) has no place in a
+results file (strict JSON has no NaN) and is left out.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from cvbench.data.coco_labels import COCO_2017_CATEGORIES
 from cvbench.inference.box_formats import from_yxyx, to_yxyx
@@ -73,6 +78,8 @@ def coco_results(
     for image_id, det in zip(ids, detections, strict=True):
         boxes = from_yxyx(to_yxyx(det.boxes, det.box_format), "xywh")
         for box, cls, score in zip(boxes, det.class_ids, det.scores, strict=True):
+            if not (np.isfinite(score) and np.isfinite(box).all()):
+                continue
             out.append(
                 {
                     "image_id": int(image_id),
