@@ -9,6 +9,7 @@ until the new one is complete.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from cvbench.cli import CLIError
@@ -58,8 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handler(args: argparse.Namespace) -> int:
-    from cvbench.inference.export import export_model
-    from cvbench.utils.model_file import MAX_INPUT_SIDE
+    from cvbench.inference.outputs import check_parent_path, check_replaceable
+    from cvbench.utils.model_file import MAX_INPUT_SIDE, read_model_info
 
     model = Path(args.model)
     if not model.is_file():
@@ -68,6 +69,14 @@ def handler(args: argparse.Namespace) -> int:
         raise CLIError("--output is empty: name the folder or file to write")
     side = MAX_INPUT_SIDE if args.max_input_side is None else args.max_input_side
     try:
+        # Before TensorFlow is imported: refusals take a fraction of a second.
+        check_replaceable(
+            Path(os.path.abspath(args.output)), overwrite=args.overwrite, label=args.output
+        )
+        check_parent_path(args.output)
+        read_model_info(model, max_input_side=side)
+        from cvbench.inference.export import export_model
+
         written = export_model(
             model,
             args.output,

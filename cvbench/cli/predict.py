@@ -191,26 +191,31 @@ def handler(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from cvbench.inference.classification import classify
-    from cvbench.inference.coco_results import write_coco_results
-    from cvbench.inference.detection import SCORE_THRESHOLD, detect
-    from cvbench.inference.draw import draw_results
+    # The model file's info and the outputs are checked before Keras is imported.
     from cvbench.inference.images import MAX_IMAGE_PIXELS, image_paths
-    from cvbench.utils.model_file import MAX_INPUT_SIDE, load_model
+    from cvbench.utils.model_file import MAX_INPUT_SIDE, read_model_info
 
     model_path = Path(args.model)
     if not model_path.is_file():
         raise CLIError(f"no model file {model_path}")
-    inputs = image_paths(args.inputs)
-    _check_outputs(args, inputs)
     side = MAX_INPUT_SIDE if args.max_input_side is None else args.max_input_side
-    model, info = load_model(model_path, max_input_side=side)
+    info = read_model_info(model_path, max_input_side=side)
     if info is None:
         raise CLIError(
             f"{model_path} carries no ModelInfo (no cvbench.json entry); write it with "
             "cvbench.inference.save_model(model, path, info)"
         )
     _check_flags(args, info.task)
+    inputs = image_paths(args.inputs)
+    _check_outputs(args, inputs)
+
+    from cvbench.inference.classification import classify
+    from cvbench.inference.coco_results import write_coco_results
+    from cvbench.inference.detection import SCORE_THRESHOLD, detect
+    from cvbench.inference.draw import draw_results
+    from cvbench.utils.model_file import load_model
+
+    model, info = load_model(model_path, max_input_side=side)
     skipped = []
 
     def warn(error: BadFileError) -> None:

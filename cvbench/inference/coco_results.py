@@ -27,6 +27,7 @@ import numpy as np
 from cvbench.data.coco_labels import COCO_2017_CATEGORIES
 from cvbench.inference.box_formats import from_yxyx, to_yxyx
 from cvbench.inference.detection import Detection
+from cvbench.inference.outputs import errors_naming
 from cvbench.utils.io import write_json_atomic
 
 
@@ -104,6 +105,7 @@ def write_coco_results(
         detections, class_names=class_names, image_ids=image_ids, category_ids=category_ids
     )
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, results)
+    with errors_naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, results)
     return path

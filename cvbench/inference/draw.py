@@ -24,7 +24,7 @@ from cvbench.inference.box_formats import from_yxyx, to_yxyx
 from cvbench.inference.classification import Classification
 from cvbench.inference.detection import Detection
 from cvbench.inference.images import MAX_IMAGE_PIXELS, image_paths, iter_images, read_image
-from cvbench.inference.outputs import check_folder_path, check_output_files
+from cvbench.inference.outputs import check_folder_path, check_output_files, errors_naming
 from cvbench.utils.io import atomic_path
 
 #: Box colours, cycled by class index.
@@ -165,7 +165,8 @@ def draw_results(
     by_path = bool(sources) and all(isinstance(s, str) for s in sources)
     check_folder_path(directory)
     check_drawing_paths(paths, input_files=_input_files(inputs), overwrite=overwrite)
-    directory.mkdir(parents=True, exist_ok=True)
+    with errors_naming(directory):
+        directory.mkdir(parents=True, exist_ok=True)
     written = []
     images = None if by_path else iter_images(inputs)
     for result, path in zip(results, paths, strict=True):
@@ -182,7 +183,7 @@ def draw_results(
             picture = draw_detection(image, result)
         else:
             picture = draw_classification(image, result)
-        with atomic_path(path) as tmp:
+        with errors_naming(path), atomic_path(path) as tmp:
             picture.save(tmp, format="PNG")
         written.append(path)
     return written

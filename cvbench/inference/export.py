@@ -11,13 +11,14 @@ backend it raises (the `.keras` file loads on TensorFlow: run the export there).
 An export is written beside its destination under a temporary name and renamed into place;
 `overwrite=True` then swaps it with the previous one (renamed aside, deleted once the new one
 is in place, renamed back if that fails). It only ever replaces a previous cvbench export
-(`is_cvbench_export`: a SavedModel folder holding exactly what export writes, with its
-`EXPORT_MARKER`; or a TFLite file), never another file or folder, and never the current
-folder, a parent of it, the home folder or `/` (`cvbench.inference.outputs.protected_folder`).
+(`cvbench.inference.outputs.is_cvbench_export`: a SavedModel folder holding exactly what
+export writes, with its `EXPORT_MARKER`; or a TFLite file), never another file or folder, and
+never the current folder, a parent of it, the home folder or `/` (`protected_folder`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -28,18 +29,17 @@ from typing import Any
 from cvbench.detection.anchors import multiscale_anchors
 from cvbench.inference import serving
 from cvbench.inference.fold_batchnorm import fold_batchnorm
-from cvbench.inference.outputs import check_parent_path, protected_folder
+from cvbench.inference.outputs import (
+    EXPORT_MARKER,
+    check_parent_path,
+    check_replaceable,
+    errors_naming,
+)
 from cvbench.utils.model_file import MAX_INPUT_SIDE, ModelInfo, load_model
 
 FORMATS = ("saved_model", "tflite")
 #: Name of the serving signature (TF Serving's default).
 SIGNATURE = "serving_default"
-#: The file in a SavedModel folder that says cvbench exported it (TF Serving ignores it).
-EXPORT_MARKER = "cvbench_export.json"
-#: What a SavedModel export holds: the marker, the graph, its fingerprint, the variables.
-_SAVED_MODEL_ENTRIES = {EXPORT_MARKER, "saved_model.pb", "fingerprint.pb", "variables", "assets"}
-#: The file identifier of a TFLite flatbuffer (bytes 4 to 8).
-_TFLITE_IDENTIFIER = b"TFL3"
 
 
 def export_model(
@@ -124,14 +124,26 @@ def export_model(
         score_threshold=score_threshold,
         probabilities=_ends_in_softmax(model),
     )
+    with errors_naming(label):
+        _write_export(served, fn, out, format=format, task=info.task)
+    return Path(label)
+
+
+def _write_export(served: Any, fn: Any, out: Path, *, format: str, task: str) -> None:
+    """Writes the export in a temporary folder beside `out`, then swaps it into place."""
+    import tensorflow as tf
+
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         saved = staging / "saved_model"
-        _write_saved_model(served, fn, saved)
+        try:
+            _write_saved_model(served, fn, saved)
+        except tf.errors.OpError as err:  # TensorFlow's file system: a full or read-only disk
+            raise _os_error(err) from None
         if format == "saved_model":
             result = saved
-            marker = {"cvbench_export": 1, "format": format, "task": info.task}
+            marker = {"cvbench_export": 1, "format": format, "task": task}
             (saved / EXPORT_MARKER).write_text(json.dumps(marker) + "\n", encoding="utf-8")
         else:
             result = staging / "model.tflite"
@@ -140,50 +152,15 @@ def export_model(
         _swap_into_place(result, out, aside=staging / "previous")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return Path(label)
 
 
-def is_cvbench_export(path: str | os.PathLike) -> bool:
-    """Whether `path` is what `export_model` writes: a SavedModel folder holding its
-    `EXPORT_MARKER` and nothing but what export writes there, or a TFLite file (not a
-    symbolic link either way)."""
-    path = Path(path)
-    if path.is_symlink():
-        return False
-    if path.is_file():
-        with open(path, "rb") as f:
-            return f.read(8)[4:8] == _TFLITE_IDENTIFIER
-    if not path.is_dir():
-        return False
-    names = {p.name for p in path.iterdir()}
-    if EXPORT_MARKER not in names or not names <= _SAVED_MODEL_ENTRIES:
-        return False
-    try:
-        marker = json.loads((path / EXPORT_MARKER).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    return isinstance(marker, dict) and marker.get("cvbench_export") == 1
-
-
-def check_replaceable(out: Path, *, overwrite: bool, label: str | None = None) -> None:
-    """Checks that writing an export at `out` replaces nothing, or (with `overwrite`) a
-    previous cvbench export that is not a protected folder (module docstring).
-
-    Raises:
-        FileExistsError: for an existing `out` without `overwrite`.
-        ValueError: for an `out` that `overwrite` may not replace, saying nothing was deleted.
-    """
-    label = label or str(out)
-    if not os.path.lexists(out):
-        return
-    if not overwrite:
-        raise FileExistsError(f"{label} exists; pass overwrite=True to replace it")
-    why = protected_folder(out) if out.is_dir() and not out.is_symlink() else None
-    if why is not None:
-        raise ValueError(f"{label} is {why}, which is never replaced; nothing was deleted")
-    if not is_cvbench_export(out):
-        kind = "folder" if out.is_dir() and not out.is_symlink() else "file"
-        raise ValueError(f"the {kind} {label} is not a cvbench export; nothing was deleted")
+def _os_error(error: Any) -> OSError:
+    """The `OSError` a TensorFlow file-system error stands for (its message has the reason)."""
+    message = str(getattr(error, "message", error))
+    for code in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EIO):
+        if os.strerror(code) in message:
+            return OSError(code, os.strerror(code))
+    return OSError(errno.EIO, message.strip().splitlines()[0] if message.strip() else "I/O error")
 
 
 def _swap_into_place(new: Path, out: Path, *, aside: Path) -> None:

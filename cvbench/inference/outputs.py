@@ -4,15 +4,25 @@ A command that would fail at its last step, after minutes of work, or that would
 file it must not, is stopped before it starts: an output folder whose path runs through a
 file (`NotADirectoryError`, an `OSError` naming the file), an output file that is an input
 image, an existing output file without `overwrite`, a folder that is never replaced (the
-current folder, one of its parents, the home folder, `/`).
+current folder, one of its parents, the home folder, `/`), or that is not a previous
+cvbench export where `cvbench export --overwrite` would replace it (`check_replaceable`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+#: The file in a SavedModel folder that says cvbench exported it (TF Serving ignores it).
+EXPORT_MARKER = "cvbench_export.json"
+#: What a SavedModel export holds: the marker, the graph, its fingerprint, the variables.
+_SAVED_MODEL_ENTRIES = {EXPORT_MARKER, "saved_model.pb", "fingerprint.pb", "variables", "assets"}
+#: The file identifier of a TFLite flatbuffer (bytes 4 to 8).
+_TFLITE_IDENTIFIER = b"TFL3"
 
 
 def check_folder_path(path: str | os.PathLike) -> None:
@@ -113,3 +123,68 @@ def protected_folder(path: str | os.PathLike) -> str | None:
     if home != "~" and target == Path(home).resolve():
         return "the home folder"
     return None
+
+
+@contextlib.contextmanager
+def errors_naming(path: str | os.PathLike) -> Iterator[None]:
+    """Re-raises an `OSError` of the block (a read-only or full disk met while writing a
+    temporary file beside `path`) as the same error naming `path`, the file the user asked
+    for, instead of the temporary name.
+
+    Example:
+        >>> with errors_naming("out.json"):
+        ...     raise OSError(errno.EROFS, "Read-only file system", ".out.json.x1.tmp")
+        Traceback (most recent call last):
+        ...
+        OSError: [Errno 30] Read-only file system: 'out.json'
+    """
+    try:
+        yield
+    except OSError as err:
+        if err.errno is None:
+            raise
+        reason = err.strerror or os.strerror(err.errno)
+        raise type(err)(err.errno, reason, os.fspath(path)) from None
+
+
+def is_cvbench_export(path: str | os.PathLike) -> bool:
+    """Whether `path` is what `export_model` writes: a SavedModel folder holding its
+    `EXPORT_MARKER` and nothing but what export writes there, or a TFLite file (not a
+    symbolic link either way)."""
+    path = Path(path)
+    if path.is_symlink():
+        return False
+    if path.is_file():
+        with open(path, "rb") as f:
+            return f.read(8)[4:8] == _TFLITE_IDENTIFIER
+    if not path.is_dir():
+        return False
+    names = {p.name for p in path.iterdir()}
+    if EXPORT_MARKER not in names or not names <= _SAVED_MODEL_ENTRIES:
+        return False
+    try:
+        marker = json.loads((path / EXPORT_MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(marker, dict) and marker.get("cvbench_export") == 1
+
+
+def check_replaceable(out: Path, *, overwrite: bool, label: str | None = None) -> None:
+    """Checks that writing an export at `out` replaces nothing, or (with `overwrite`) a
+    previous cvbench export that is not a protected folder (module docstring).
+
+    Raises:
+        FileExistsError: for an existing `out` without `overwrite`.
+        ValueError: for an `out` that `overwrite` may not replace, saying nothing was deleted.
+    """
+    label = label or str(out)
+    if not os.path.lexists(out):
+        return
+    if not overwrite:
+        raise FileExistsError(f"{label} exists; pass overwrite=True to replace it")
+    why = protected_folder(out) if out.is_dir() and not out.is_symlink() else None
+    if why is not None:
+        raise ValueError(f"{label} is {why}, which is never replaced; nothing was deleted")
+    if not is_cvbench_export(out):
+        kind = "symbolic link" if out.is_symlink() else "folder" if out.is_dir() else "file"
+        raise ValueError(f"the {kind} {label} is not a cvbench export; nothing was deleted")
