@@ -15,17 +15,19 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from cvbench.inference.box_formats import from_yxyx, to_yxyx
-from cvbench.inference.classification import Classification
-from cvbench.inference.detection import Detection
 from cvbench.inference.images import MAX_IMAGE_PIXELS, image_paths, iter_images, read_image
 from cvbench.inference.outputs import check_folder_path, check_output_files, errors_naming
 from cvbench.utils.io import atomic_path
+
+if TYPE_CHECKING:  # not imported at run time: they load Keras, which the path checks need not
+    from cvbench.inference.classification import Classification
+    from cvbench.inference.detection import Detection
 
 #: Box colours, cycled by class index.
 PALETTE = (
@@ -159,6 +161,8 @@ def draw_results(
             replace an input image or (without `overwrite`) an existing file; nothing is
             written then.
     """
+    from cvbench.inference.detection import Detection
+
     directory = Path(directory)
     sources = [r.source for r in results]
     paths = drawing_paths(sources, directory)
