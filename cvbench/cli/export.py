@@ -1,13 +1,20 @@
 """`cvbench export`: a serving SavedModel or TFLite file of a `.keras` model file (see
-`cvbench.inference.export`)."""
+`cvbench.inference.export`).
+
+`--overwrite` replaces only a previous cvbench export (never another folder or file, nor the
+current folder, a parent of it, the home folder or `/`), atomically: the old export stays
+until the new one is complete.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from cvbench.cli import CLIError
 from cvbench.cli.args import positive_int
+from cvbench.cli.predict import with_flag_hints
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,17 +43,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="T",
         help="detectors: keep boxes scoring above T (default: the model file's)",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --output")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --output that is a previous cvbench export",
+    )
+    p.add_argument(
+        "--max-input-side",
+        type=positive_int,
+        metavar="N",
+        default=None,
+        help="largest model input side a model file may declare, in pixels (8192)",
+    )
     p.set_defaults(func=handler)
 
 
 def handler(args: argparse.Namespace) -> int:
-    from cvbench.inference.export import export_model
+    from cvbench.inference.outputs import check_parent_path, check_replaceable
+    from cvbench.utils.model_file import MAX_INPUT_SIDE, read_model_info
 
     model = Path(args.model)
     if not model.is_file():
         raise CLIError(f"no model file {model}")
+    if not args.output:
+        raise CLIError("--output is empty: name the folder or file to write")
+    side = MAX_INPUT_SIDE if args.max_input_side is None else args.max_input_side
     try:
+        # Before TensorFlow is imported: refusals take a fraction of a second.
+        check_replaceable(
+            Path(os.path.abspath(args.output)), overwrite=args.overwrite, label=args.output
+        )
+        check_parent_path(args.output)
+        read_model_info(model, max_input_side=side)
+        from cvbench.inference.export import export_model
+
         written = export_model(
             model,
             args.output,
@@ -54,9 +84,10 @@ def handler(args: argparse.Namespace) -> int:
             top_k=args.top_k,
             score_threshold=args.score_threshold,
             overwrite=args.overwrite,
+            max_input_side=side,
         )
-    except FileExistsError as e:
-        raise CLIError(f"{e}".replace("overwrite=True", "--overwrite")) from None
+    except (FileExistsError, ValueError) as e:
+        raise with_flag_hints(e) from None
     except RuntimeError as e:  # another Keras backend
         raise CLIError(str(e)) from None
     print(f"wrote {written}")

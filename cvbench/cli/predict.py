@@ -6,19 +6,48 @@ The model file's `ModelInfo` says what it is: a classifier prints its top-k clas
 table (the `to_dict` of `cvbench.inference.Classification` / `Detection`); `--coco-json FILE`
 writes the detections as a COCO results file; `--draw DIR` writes a PNG per image with the
 labelled boxes or the top-k caption.
+
+Nothing is predicted before the outputs are checked: a drawing or results file never replaces
+an input image, nor an existing file without `--overwrite`. An image file that cannot be read
+or is over `--max-image-pixels` stops the run with one line naming it (exit 1, nothing
+written), or with `--skip-corrupt` is skipped with one warning line each and counted at the
+end (on stderr, so that `--json` output stays JSON lines). A score or box that is not finite is
+`null` in the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from cvbench.cli import CLIError
+from cvbench.cli import CLIError, for_command_line
 from cvbench.cli.args import positive_int
+from cvbench.utils.errors import BadFileError
 
 _BOX_FORMATS = ("xyxy", "xywh", "yxyx")
+#: Hints of the Python API's messages and the flags that say the same to `predict` / `export`.
+_FLAG_HINTS = (
+    ("pass overwrite=True", "pass --overwrite"),
+    ("pass max_image_pixels=N", "pass --max-image-pixels N"),
+    ("pass max_input_side=N", "pass --max-input-side N"),
+)
+
+
+def with_flag_hints(error: ValueError) -> Exception:
+    """The error to raise for a `ValueError` of the Python API, its hints naming flags: a
+    `BadFileError` stays one (exit 1), anything else becomes a `CLIError` (exit 2).
+
+    Example:
+        >>> str(with_flag_hints(ValueError("out exists; pass overwrite=True to replace it")))
+        'out exists; pass --overwrite to replace it'
+    """
+    message = str(error)
+    for api, flag in _FLAG_HINTS:
+        message = message.replace(api, flag)
+    return BadFileError(message) if isinstance(error, BadFileError) else CLIError(message)
 
 
 def _score_threshold(text: str) -> float:
@@ -69,6 +98,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--draw", metavar="DIR", default=None, help="write annotated PNGs into DIR")
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace existing files of --draw and --coco-json (never an input image)",
+    )
+    p.add_argument(
+        "--skip-corrupt",
+        action="store_true",
+        help="skip image files that cannot be read or are too large, with a warning each",
+    )
+    p.add_argument(
+        "--max-image-pixels",
+        type=positive_int,
+        metavar="N",
+        default=None,
+        help="largest image read, width x height (64000000)",
+    )
+    p.add_argument(
+        "--max-input-side",
+        type=positive_int,
+        metavar="N",
+        default=None,
+        help="largest model input side a model file may declare, in pixels (8192)",
+    )
+    p.add_argument(
         "--batch-size", type=positive_int, metavar="N", default=8, help="images per model call (8)"
     )
     p.set_defaults(func=handler)
@@ -107,43 +160,104 @@ def _print_table(results: list[Any], task: str) -> None:
             print(f"  {name:<16} {score:.3f}  [{coords}]")
 
 
+def _check_outputs(args: argparse.Namespace, inputs: list[Path]) -> None:
+    """Refuses, before anything is loaded or predicted, outputs that would replace an input
+    image, an existing file without --overwrite, or that a file stands in the way of."""
+    from cvbench.inference.draw import check_drawing_paths, drawing_paths
+    from cvbench.inference.outputs import check_folder_path, check_output_files
+
+    for flag, value in (("--draw", args.draw), ("--coco-json", args.coco_json)):
+        if value == "":
+            raise CLIError(f"{flag} is empty: name the {'folder' if flag == '--draw' else 'file'}")
+    if args.draw is not None:
+        check_folder_path(args.draw)
+        paths = drawing_paths([str(p) for p in inputs], args.draw)
+        check_drawing_paths(paths, input_files=inputs, overwrite=args.overwrite)
+    if args.coco_json is not None:
+        check_output_files(
+            [args.coco_json], input_files=inputs, overwrite=args.overwrite, what="--coco-json file"
+        )
+
+
 def handler(args: argparse.Namespace) -> int:
-    from cvbench.inference.classification import classify
-    from cvbench.inference.coco_results import write_coco_results
-    from cvbench.inference.detection import SCORE_THRESHOLD, detect
-    from cvbench.inference.draw import draw_results
-    from cvbench.utils.model_file import load_model
+    try:
+        return _predict(args)
+    except FileExistsError as e:
+        if e.errno is not None:  # from the disk: one line naming the path, exit 1
+            raise
+        raise with_flag_hints(e) from None
+    except ValueError as e:
+        raise with_flag_hints(e) from None
+
+
+def _predict(args: argparse.Namespace) -> int:
+    # The model file's info and the outputs are checked before Keras is imported.
+    from cvbench.inference.images import MAX_IMAGE_PIXELS, image_paths
+    from cvbench.utils.model_file import MAX_INPUT_SIDE, read_model_info
 
     model_path = Path(args.model)
     if not model_path.is_file():
         raise CLIError(f"no model file {model_path}")
-    model, info = load_model(model_path)
+    side = MAX_INPUT_SIDE if args.max_input_side is None else args.max_input_side
+    info = read_model_info(model_path, max_input_side=side)
     if info is None:
         raise CLIError(
             f"{model_path} carries no ModelInfo (no cvbench.json entry); write it with "
             "cvbench.inference.save_model(model, path, info)"
         )
     _check_flags(args, info.task)
+    inputs = image_paths(args.inputs)
+    _check_outputs(args, inputs)
+
+    from cvbench.inference.classification import classify
+    from cvbench.inference.coco_results import write_coco_results
+    from cvbench.inference.detection import SCORE_THRESHOLD, detect
+    from cvbench.inference.draw import draw_results
+    from cvbench.utils.model_file import load_model
+
+    model, info = load_model(model_path, max_input_side=side)
+    skipped = []
+
+    def warn(error: BadFileError) -> None:
+        skipped.append(error)
+        print(f"cvbench predict: warning: skipped {for_command_line(str(error))}", file=sys.stderr)
+
+    reading = {
+        "batch_size": args.batch_size,
+        "skip_corrupt": args.skip_corrupt,
+        "on_skip": warn,
+        "max_image_pixels": args.max_image_pixels or MAX_IMAGE_PIXELS,
+    }
+    files = [str(p) for p in inputs]
     if info.task == "classification":
         top_k = 5 if args.top_k is None else args.top_k
-        results = classify(model, args.inputs, info=info, top_k=top_k, batch_size=args.batch_size)
+        results = classify(model, files, info=info, top_k=top_k, **reading)
     else:
         threshold = SCORE_THRESHOLD if args.score_threshold is None else args.score_threshold
+        box_format = args.box_format
         results = detect(
-            model,
-            args.inputs,
-            info=info,
-            score_threshold=threshold,
-            box_format=args.box_format,
-            batch_size=args.batch_size,
+            model, files, info=info, score_threshold=threshold, box_format=box_format, **reading
         )
     if args.json:
         for r in results:
-            print(json.dumps(r.to_dict()))
+            print(json.dumps(r.to_dict(), allow_nan=False))
     else:
         _print_table(results, info.task)
     if args.coco_json is not None:
         write_coco_results(results, args.coco_json, class_names=info.class_names)
     if args.draw is not None:
-        draw_results(results, args.inputs, args.draw)
+        draw_results(
+            results,
+            files,
+            args.draw,
+            overwrite=args.overwrite,
+            max_image_pixels=reading["max_image_pixels"],
+        )
+    if skipped:
+        n = len(skipped)
+        print(
+            f"cvbench predict: skipped {n} bad image file{'s' * (n != 1)} of {len(files)} "
+            "(--skip-corrupt)",
+            file=sys.stderr,
+        )
     return 0

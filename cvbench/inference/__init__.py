@@ -6,30 +6,45 @@
 - `classify` / `detect` on paths, folders, arrays or a tf.data dataset; `write_coco_results`;
   `draw_results`;
   `export_model` (SavedModel / TFLite with softmax + top-k or decoding + NMS in the graph).
+
+The names are imported on first use, so that importing a light module of this package
+(`cvbench.inference.images`, `.outputs`) does not load Keras: `cvbench predict` refuses a bad
+model file or output path in a fraction of a second.
 """
 
-from cvbench.inference.classification import Classification, classify
-from cvbench.inference.coco_results import coco_results, write_coco_results
-from cvbench.inference.detection import Detection, detect
-from cvbench.inference.draw import draw_classification, draw_detection, draw_results
-from cvbench.inference.export import export_model
-from cvbench.inference.resolve import default_info
-from cvbench.utils.model_file import ModelInfo, load_model, read_model_info, save_model
+from __future__ import annotations
 
-__all__ = [
-    "Classification",
-    "Detection",
-    "ModelInfo",
-    "classify",
-    "coco_results",
-    "default_info",
-    "detect",
-    "draw_classification",
-    "draw_detection",
-    "draw_results",
-    "export_model",
-    "load_model",
-    "read_model_info",
-    "save_model",
-    "write_coco_results",
-]
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Classification": "cvbench.inference.classification",
+    "classify": "cvbench.inference.classification",
+    "coco_results": "cvbench.inference.coco_results",
+    "write_coco_results": "cvbench.inference.coco_results",
+    "Detection": "cvbench.inference.detection",
+    "detect": "cvbench.inference.detection",
+    "draw_classification": "cvbench.inference.draw",
+    "draw_detection": "cvbench.inference.draw",
+    "draw_results": "cvbench.inference.draw",
+    "export_model": "cvbench.inference.export",
+    "default_info": "cvbench.inference.resolve",
+    "ModelInfo": "cvbench.utils.model_file",
+    "load_model": "cvbench.utils.model_file",
+    "read_model_info": "cvbench.utils.model_file",
+    "save_model": "cvbench.utils.model_file",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'cvbench.inference' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(_LAZY) | {n for n in globals() if n.startswith("__")})

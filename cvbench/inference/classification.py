@@ -18,12 +18,13 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from cvbench.inference.images import Source, iter_batches
+from cvbench.inference.images import MAX_IMAGE_PIXELS, OnSkip, Source, iter_batches
 from cvbench.inference.resolve import resolve_model
 from cvbench.utils.model_file import ModelInfo
 
@@ -47,15 +48,27 @@ class Classification:
     image_size: tuple[int, int]
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the line `cvbench predict --json` prints)."""
+        """A JSON-ready dict (the line `cvbench predict --json` prints); a score that is not
+        finite (a model that outputs NaN) is None (JSON `null`)."""
         return {
             "source": self.source,
             "image_size": list(self.image_size),
             "classes": [
-                {"class_id": i, "class_name": n, "score": s}
+                {"class_id": i, "class_name": n, "score": finite_or_none(s)}
                 for i, n, s in zip(self.class_ids, self.class_names, self.scores, strict=True)
             ],
         }
+
+
+def finite_or_none(value: float) -> float | None:
+    """`value` as a float, or None when it is NaN or infinite (strict JSON has neither).
+
+    Example:
+        >>> finite_or_none(0.5), finite_or_none(float("nan")), finite_or_none(float("-inf"))
+        (0.5, None, None)
+    """
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -79,6 +92,9 @@ def classify(
     info: ModelInfo | None = None,
     top_k: int = 5,
     batch_size: int = 32,
+    skip_corrupt: bool = False,
+    on_skip: OnSkip | None = None,
+    max_image_pixels: int = MAX_IMAGE_PIXELS,
 ) -> list[Classification]:
     """Classifies images with a classifier.
 
@@ -91,6 +107,12 @@ def classify(
             `default_info` (its input size, "center_crop", classes named "0", "1", ...).
         top_k: classes kept per image (at most the number of classes).
         batch_size: images per model call.
+        skip_corrupt: skip image files that cannot be read or are over `max_image_pixels`
+            (no result for them) instead of raising.
+        on_skip: called with the `cvbench.inference.images.ImageFileError` of each file
+            skipped.
+        max_image_pixels: the largest width x height of an image file decoded (checked from
+            its header first).
 
     Returns:
         One `Classification` per image, in input order.
@@ -99,13 +121,23 @@ def classify(
         ValueError: for `top_k < 1`, a detector, a model file without `ModelInfo`, a model
             output that is not `(B, num_classes)`, or bad inputs (naming the file).
         FileNotFoundError: for a missing model or image file.
+        BadFileError: (a `ValueError`) for a malformed model file, or an image file that
+            cannot be read or is over `max_image_pixels` (unless `skip_corrupt`).
     """
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be an int >= 1; got {top_k!r}")
     model, info = resolve_model(model, info=info, task="classification")
     k = min(top_k, info.num_classes)
     results = []
-    for batch in iter_batches(inputs, info, batch_size=batch_size):
+    batches = iter_batches(
+        inputs,
+        info,
+        batch_size=batch_size,
+        skip_corrupt=skip_corrupt,
+        on_skip=on_skip,
+        max_image_pixels=max_image_pixels,
+    )
+    for batch in batches:
         logits = np.asarray(model.predict_on_batch(batch.images))
         if logits.shape != (len(batch.sources), info.num_classes):
             raise ValueError(

@@ -10,6 +10,9 @@ The format `pycocotools.coco.COCO.loadRes` reads and the COCO evaluation server 
 * category ids: where every class name of the model is a COCO 2017 category name, its COCO id
   (`cvbench.data.coco_labels.COCO_2017_CATEGORIES`; "person" -> 1, "dog" -> 18); else the
   ids you pass, one per class index; else class index + 1 (COCO numbers from 1).
+
+A detection whose score or box is not finite (a model that outputs NaN) has no place in a
+results file (strict JSON has no NaN) and is left out.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from cvbench.data.coco_labels import COCO_2017_CATEGORIES
 from cvbench.inference.box_formats import from_yxyx, to_yxyx
 from cvbench.inference.detection import Detection
+from cvbench.inference.outputs import errors_naming
 from cvbench.utils.io import write_json_atomic
 
 
@@ -73,6 +79,8 @@ def coco_results(
     for image_id, det in zip(ids, detections, strict=True):
         boxes = from_yxyx(to_yxyx(det.boxes, det.box_format), "xywh")
         for box, cls, score in zip(boxes, det.class_ids, det.scores, strict=True):
+            if not (np.isfinite(score) and np.isfinite(box).all()):
+                continue
             out.append(
                 {
                     "image_id": int(image_id),
@@ -97,6 +105,7 @@ def write_coco_results(
         detections, class_names=class_names, image_ids=image_ids, category_ids=category_ids
     )
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, results)
+    with errors_naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, results)
     return path

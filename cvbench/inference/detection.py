@@ -25,7 +25,8 @@ import numpy as np
 from cvbench.detection.anchors import multiscale_anchors
 from cvbench.detection.postprocess import postprocess
 from cvbench.inference.box_formats import check_box_format, from_yxyx
-from cvbench.inference.images import Source, iter_batches
+from cvbench.inference.classification import finite_or_none
+from cvbench.inference.images import MAX_IMAGE_PIXELS, OnSkip, Source, iter_batches
 from cvbench.inference.resolve import resolve_model
 from cvbench.utils.model_file import ModelInfo
 
@@ -57,17 +58,18 @@ class Detection:
     box_format: str
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the line `cvbench predict --json` prints)."""
+        """A JSON-ready dict (the line `cvbench predict --json` prints); a box coordinate or
+        score that is not finite (a model that outputs NaN) is None (JSON `null`)."""
         return {
             "source": self.source,
             "image_size": list(self.image_size),
             "box_format": self.box_format,
             "detections": [
                 {
-                    "box": [float(v) for v in box],
+                    "box": [finite_or_none(v) for v in box],
                     "class_id": int(c),
                     "class_name": name,
-                    "score": float(s),
+                    "score": finite_or_none(s),
                 }
                 for box, c, name, s in zip(
                     self.boxes, self.class_ids, self.class_names, self.scores, strict=True
@@ -84,6 +86,9 @@ def detect(
     score_threshold: float = SCORE_THRESHOLD,
     box_format: str = "xyxy",
     batch_size: int = 8,
+    skip_corrupt: bool = False,
+    on_skip: OnSkip | None = None,
+    max_image_pixels: int = MAX_IMAGE_PIXELS,
 ) -> list[Detection]:
     """Detects objects in images with an SSD.
 
@@ -99,6 +104,12 @@ def detect(
         box_format: "xyxy" (`[xmin, ymin, xmax, ymax]`), "xywh" (COCO
             `[xmin, ymin, width, height]`) or "yxyx" (`[ymin, xmin, ymax, xmax]`), pixels.
         batch_size: images per model call.
+        skip_corrupt: skip image files that cannot be read or are over `max_image_pixels`
+            (no result for them) instead of raising.
+        on_skip: called with the `cvbench.inference.images.ImageFileError` of each file
+            skipped.
+        max_image_pixels: the largest width x height of an image file decoded (checked from
+            its header first).
 
     Returns:
         One `Detection` per image, in input order; at most the info's `max_total` boxes each.
@@ -107,6 +118,8 @@ def detect(
         ValueError: for a bad `score_threshold` or `box_format`, a classifier, a model file
             without `ModelInfo`, or bad inputs (naming the file).
         FileNotFoundError: for a missing model or image file.
+        BadFileError: (a `ValueError`) for a malformed model file, or an image file that
+            cannot be read or is over `max_image_pixels` (unless `skip_corrupt`).
     """
     check_box_format(box_format)
     if isinstance(score_threshold, bool) or not 0.0 <= float(score_threshold) < 1.0:
@@ -119,8 +132,21 @@ def detect(
     nms["score_threshold"] = max(float(score_threshold), float(nms.get("score_threshold", 0.0)))
     height, width = info.image_size
     results = []
-    for batch in iter_batches(inputs, info, batch_size=batch_size):
+    batches = iter_batches(
+        inputs,
+        info,
+        batch_size=batch_size,
+        skip_corrupt=skip_corrupt,
+        on_skip=on_skip,
+        max_image_pixels=max_image_pixels,
+    )
+    for batch in batches:
         outputs = model.predict_on_batch(batch.images)
+        if np.shape(outputs["classes"])[-1] != info.num_classes:
+            raise ValueError(
+                f"the detector outputs {np.shape(outputs['classes'])[-1]} class logits per "
+                f"anchor for {info.num_classes} class names"
+            )
         dets = postprocess(
             outputs["boxes"], outputs["classes"], anchors, scales=settings["scales"], **nms
         )

@@ -5,7 +5,9 @@
 (`cvbench.inference.images.iter_images`) and writes one PNG per result into a folder, named
 after the image file (`photo.jpg` -> `photo.png`; a second `photo.*` from another folder gets
 `photo-1.png`) or after the index (`000003.png`) for array and dataset inputs. Files are
-written atomically.
+written atomically, and only once every name has been checked: a drawing never replaces an
+input image (a folder of inputs is no place for their drawings), nor an existing file unless
+`overwrite=True` (`check_drawing_paths`).
 """
 
 from __future__ import annotations
@@ -13,16 +15,19 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from cvbench.inference.box_formats import from_yxyx, to_yxyx
-from cvbench.inference.classification import Classification
-from cvbench.inference.detection import Detection
-from cvbench.inference.images import iter_images
+from cvbench.inference.images import MAX_IMAGE_PIXELS, image_paths, iter_images, read_image
+from cvbench.inference.outputs import check_folder_path, check_output_files, errors_naming
 from cvbench.utils.io import atomic_path
+
+if TYPE_CHECKING:  # not imported at run time: they load Keras, which the path checks need not
+    from cvbench.inference.classification import Classification
+    from cvbench.inference.detection import Detection
 
 #: Box colours, cycled by class index.
 PALETTE = (
@@ -107,29 +112,73 @@ def _names(sources: Sequence[Any]) -> list[str]:
     return names
 
 
+def drawing_paths(sources: Sequence[Any], directory: str | os.PathLike) -> list[Path]:
+    """The PNG `draw_results` writes for each source (module docstring), in `directory`.
+
+    Example:
+        >>> [str(p) for p in drawing_paths(["a/photo.jpg", "b/photo.png", 3], "out")]
+        ['out/photo.png', 'out/photo-1.png', 'out/000003.png']
+    """
+    return [Path(directory) / name for name in _names(sources)]
+
+
+def check_drawing_paths(
+    paths: Sequence[Path], *, input_files: Sequence[Path] = (), overwrite: bool = False
+) -> None:
+    """Checks, before anything is written, that the drawings at `paths` replace no input
+    image (the same file, through any link), no folder, and no existing file unless
+    `overwrite` (`cvbench.inference.outputs.check_output_files`).
+
+    Raises:
+        ValueError: naming the first path that may not be written.
+    """
+    check_output_files(paths, input_files=input_files, overwrite=overwrite, what="drawing")
+
+
 def draw_results(
-    results: Sequence[Detection | Classification], inputs: Any, directory: str | os.PathLike
+    results: Sequence[Detection | Classification],
+    inputs: Any,
+    directory: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    max_image_pixels: int = MAX_IMAGE_PIXELS,
 ) -> list[Path]:
     """Writes one PNG per result into `directory` (created if needed).
 
     Args:
         results: what `detect` or `classify` returned for `inputs`.
-        inputs: the same inputs (read again for the original pixels).
+        inputs: the same inputs (read again for the original pixels; image files are read
+            by the results' sources, so files that `skip_corrupt` skipped are not met).
         directory: the output folder.
+        overwrite: replace existing files (never an input image).
+        max_image_pixels: as `read_image`.
 
     Returns:
         The paths written, in the order of `results`.
 
     Raises:
-        ValueError: when `inputs` do not give one image per result.
+        ValueError: when `inputs` do not give one image per result, or a drawing would
+            replace an input image or (without `overwrite`) an existing file; nothing is
+            written then.
     """
+    from cvbench.inference.detection import Detection
+
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    names = _names([r.source for r in results])
+    sources = [r.source for r in results]
+    paths = drawing_paths(sources, directory)
+    by_path = bool(sources) and all(isinstance(s, str) for s in sources)
+    check_folder_path(directory)
+    check_drawing_paths(paths, input_files=_input_files(inputs), overwrite=overwrite)
+    with errors_naming(directory):
+        directory.mkdir(parents=True, exist_ok=True)
     written = []
-    images = iter_images(inputs)
-    for result, name in zip(results, names, strict=True):
-        source, image = next(images, (None, None))
+    images = None if by_path else iter_images(inputs)
+    for result, path in zip(results, paths, strict=True):
+        if by_path:
+            source = result.source
+            image = read_image(source, max_image_pixels=max_image_pixels)
+        else:
+            source, image = next(images, (None, None))
         if source != result.source:
             raise ValueError(
                 f"inputs give image {source!r} where the results have {result.source!r}"
@@ -138,8 +187,18 @@ def draw_results(
             picture = draw_detection(image, result)
         else:
             picture = draw_classification(image, result)
-        path = directory / name
-        with atomic_path(path) as tmp:
+        with errors_naming(path), atomic_path(path) as tmp:
             picture.save(tmp, format="PNG")
         written.append(path)
     return written
+
+
+def _input_files(inputs: Any) -> list[Path]:
+    """The image files of path inputs (none for arrays and datasets)."""
+    if isinstance(inputs, str | os.PathLike) or (
+        isinstance(inputs, Sequence)
+        and inputs
+        and all(isinstance(x, str | os.PathLike) for x in inputs)
+    ):
+        return image_paths(inputs)
+    return []

@@ -7,10 +7,19 @@ detectors), scores, classes and counts for SSDs.
 The exported graph runs the model with its batch norms folded into the convolutions before
 them (`cvbench.inference.fold_batchnorm`). Export needs TensorFlow: under another Keras
 backend it raises (the `.keras` file loads on TensorFlow: run the export there).
+
+An export is written beside its destination under a temporary name and renamed into place;
+`overwrite=True` then swaps it with the previous one (renamed aside, deleted once the new one
+is in place, renamed back if that fails). It only ever replaces a previous cvbench export
+(`cvbench.inference.outputs.is_cvbench_export`: a SavedModel folder holding exactly what
+export writes, with its `EXPORT_MARKER`; or a TFLite file), never another file or folder, and
+never the current folder, a parent of it, the home folder or `/` (`protected_folder`).
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import shutil
 import tempfile
@@ -20,7 +29,13 @@ from typing import Any
 from cvbench.detection.anchors import multiscale_anchors
 from cvbench.inference import serving
 from cvbench.inference.fold_batchnorm import fold_batchnorm
-from cvbench.utils.model_file import ModelInfo, load_model
+from cvbench.inference.outputs import (
+    EXPORT_MARKER,
+    check_parent_path,
+    check_replaceable,
+    errors_naming,
+)
+from cvbench.utils.model_file import MAX_INPUT_SIDE, ModelInfo, load_model
 
 FORMATS = ("saved_model", "tflite")
 #: Name of the serving signature (TF Serving's default).
@@ -37,6 +52,7 @@ def export_model(
     score_threshold: float | None = None,
     fold: bool = True,
     overwrite: bool = False,
+    max_input_side: int = MAX_INPUT_SIDE,
 ) -> Path:
     """Writes a serving export of a classifier or an SSD.
 
@@ -51,16 +67,21 @@ def export_model(
         top_k: classifiers: classes returned per image (at most the class count).
         score_threshold: SSDs: replaces the stored post-processing's score threshold.
         fold: fold the batch norms into the convolutions (`fold_batchnorm`).
-        overwrite: replace an existing `out`.
+        overwrite: replace an existing `out` that is a previous cvbench export (module
+            docstring).
+        max_input_side: the largest input side a model file may declare, in pixels.
 
     Returns:
         The path written.
 
     Raises:
         RuntimeError: under a Keras backend other than TensorFlow.
-        ValueError: for a bad format, `top_k` or threshold, a missing `info`, or an
-            `info.image_size` that is not the model's input size.
+        ValueError: for a bad format, `top_k` or threshold, a missing `info`, an
+            `info.image_size` that is not the model's input size, an empty `out`, or an
+            existing `out` that `overwrite` may not replace (nothing is deleted then).
         FileExistsError: if `out` exists and `overwrite` is False.
+        OSError: when writing fails (a read-only or full disk, a file where a folder is
+            expected); a previous export at `out` is left as it was.
     """
     if _backend() != "tensorflow":
         raise RuntimeError(
@@ -69,15 +90,18 @@ def export_model(
         )
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}; got {format!r}")
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; pass overwrite=True to replace it")
+    label = os.fspath(out)
+    if not label:
+        raise ValueError("the export path is empty: name the folder or file to write")
+    out = Path(os.path.abspath(label))  # ".." and "." resolved, links kept
+    check_replaceable(out, overwrite=overwrite, label=label)
+    check_parent_path(out)
     model = model_or_path
     if isinstance(model_or_path, (str, os.PathLike)):
         import cvbench.detection.ssd  # noqa: F401  (registers the layers a model file may hold)
         import cvbench.models  # noqa: F401
 
-        model, stored = load_model(model_or_path)
+        model, stored = load_model(model_or_path, max_input_side=max_input_side)
         info = info or stored
         if info is None:
             raise ValueError(
@@ -100,23 +124,57 @@ def export_model(
         score_threshold=score_threshold,
         probabilities=_ends_in_softmax(model),
     )
+    with errors_naming(label):
+        _write_export(served, fn, out, format=format, task=info.task)
+    return Path(label)
+
+
+def _write_export(served: Any, fn: Any, out: Path, *, format: str, task: str) -> None:
+    """Writes the export in a temporary folder beside `out`, then swaps it into place."""
+    import tensorflow as tf
+
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         saved = staging / "saved_model"
-        _write_saved_model(served, fn, saved)
+        try:
+            _write_saved_model(served, fn, saved)
+        except tf.errors.OpError as err:  # TensorFlow's file system: a full or read-only disk
+            raise _os_error(err) from None
         if format == "saved_model":
             result = saved
+            marker = {"cvbench_export": 1, "format": format, "task": task}
+            (saved / EXPORT_MARKER).write_text(json.dumps(marker) + "\n", encoding="utf-8")
         else:
             result = staging / "model.tflite"
             result.write_bytes(to_tflite(saved))
         _chmod_for_umask(result)
-        if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        result.rename(out)
+        _swap_into_place(result, out, aside=staging / "previous")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return out
+
+
+def _os_error(error: Any) -> OSError:
+    """The `OSError` a TensorFlow file-system error stands for (its message has the reason)."""
+    message = str(getattr(error, "message", error))
+    for code in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EIO):
+        if os.strerror(code) in message:
+            return OSError(code, os.strerror(code))
+    return OSError(errno.EIO, message.strip().splitlines()[0] if message.strip() else "I/O error")
+
+
+def _swap_into_place(new: Path, out: Path, *, aside: Path) -> None:
+    """Renames `new` onto `out`; an existing `out` is first renamed to `aside` (deleted with
+    its folder by the caller) and renamed back if the second rename fails."""
+    if not os.path.lexists(out):
+        os.rename(new, out)
+        return
+    os.rename(out, aside)
+    try:
+        os.rename(new, out)
+    except BaseException:
+        os.rename(aside, out)
+        raise
 
 
 def serving_function(

@@ -10,10 +10,25 @@ Inputs, in the order they are read (`iter_images`):
 * a `tf.data.Dataset` of images `(H, W, 3)` or of batches `(B, H, W, 3)` (elements that are
   tuples or dicts give their first entry or their `"image"` entry); the source is the index.
 
-Files are decoded with Pillow (any format it reads; palette, grayscale, CMYK and 16-bit
-modes to RGB, transparent pixels over white) and their EXIF orientation is not applied, as in
-training. TensorFlow is imported only to read a `tf.data.Dataset`, which needs it loaded
-already.
+Files are decoded with Pillow (any format it reads; palette, grayscale, CMYK modes to RGB,
+transparent pixels over white) and their EXIF orientation is not applied, as in training.
+Pixels wider than 8 bits are brought to `[0, 255]` by a fixed rule:
+
+* float (Pillow mode "F", e.g. a float32 TIFF): taken to be in `[0, 1]`, multiplied by 255 and
+  clipped to `[0, 255]` (NaN gives 0);
+* unsigned 16-bit ("I;16", "I;16B", ...: 16-bit PNG and TIFF): scaled from the full range of
+  the type, `v * 255 / 65535`;
+* 32-bit and signed integers ("I", "I;16S", ...: int32 TIFF), whose type range says nothing
+  about the data: kept as they are when every value is in `[0, 255]`, scaled by
+  `255 / 65535` when every value is in `[0, 65535]`, else scaled from the image's own
+  minimum and maximum to `[0, 255]`;
+
+then rounded to uint8 (one grey channel repeated to RGB). A file's width and height are read
+from its header and checked against `max_image_pixels` (`MAX_IMAGE_PIXELS`, 64 megapixels)
+before it is decoded. A file that cannot be read or is over the limit raises `ImageFileError`
+(a `cvbench.utils.errors.BadFileError`) naming it; `skip_corrupt=True` skips such files
+instead, reporting each to `on_skip`. TensorFlow is imported only to read a
+`tf.data.Dataset`, which needs it loaded already.
 
 Each image is brought to the model's input size by its `ModelInfo.resize` rule (bilinear,
 on float32 values, so nothing is rounded to integers):
@@ -32,7 +47,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,12 +58,28 @@ import numpy as np
 from PIL import Image
 
 from cvbench.data.image_io import ImageError, to_rgb
+from cvbench.utils.errors import BadFileError
 from cvbench.utils.model_file import ModelInfo
 
 #: File extensions read from a folder (compared in lower case).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+#: Largest image file decoded by default, in pixels (width x height): 64 megapixels, a
+#: 192 MB RGB array (768 MB as the float32 the resize works on).
+MAX_IMAGE_PIXELS = 64_000_000
+#: Pillow's own limit is a process-wide setting; it is lifted only while a header is read.
+_PILLOW_LIMIT_LOCK = threading.Lock()
 
 Source = str | int
+#: Called with each image file `skip_corrupt=True` skips.
+OnSkip = Callable[["ImageFileError"], None]
+
+
+class ImageFileError(BadFileError, ImageError):
+    """An image file that cannot be read, or is over the pixel limit; the message names it."""
+
+
+class ImageTooLargeError(ImageFileError):
+    """An image file over `max_image_pixels`; the message names the limit and how to raise it."""
 
 
 @dataclass(frozen=True)
@@ -159,29 +192,92 @@ def resize_image(image: np.ndarray, info: ModelInfo) -> tuple[np.ndarray, Geomet
     return resized, Geometry((height, width), (new_h / height, new_w / width), (top, left))
 
 
-def read_image(path: str | os.PathLike) -> np.ndarray:
-    """Decodes an image file to `(H, W, 3)` uint8 RGB.
+def read_image(path: str | os.PathLike, *, max_image_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
+    """Decodes an image file to `(H, W, 3)` uint8 RGB (module docstring: wide pixels).
+
+    Args:
+        path: the image file.
+        max_image_pixels: the largest width x height decoded, checked from the header first.
 
     Raises:
         FileNotFoundError: for a missing file.
-        ImageError: (a `ValueError`) naming the file, when Pillow cannot read it.
+        ImageTooLargeError: (an `ImageFileError`) for a file over `max_image_pixels`.
+        ImageFileError: (a `BadFileError` and a `cvbench.data.image_io.ImageError`) naming
+            the file, when Pillow cannot read it.
+        OSError: when the disk cannot be read (not a problem of the file's content).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no image file {path}")
     try:
-        with Image.open(path) as image:
+        with _open_header(path) as image:
+            width, height = image.size
+            if width * height > max_image_pixels:
+                raise ImageTooLargeError(
+                    f"{path}: image of {width} x {height} = {width * height} pixels is over the "
+                    f"limit of {max_image_pixels} pixels; pass max_image_pixels=N to raise it"
+                )
             image.load()
-            return np.asarray(to_rgb(image), dtype=np.uint8)
-    except Image.DecompressionBombError as err:
-        raise ImageError(f"{path}: image too large: {err}") from None
+            return to_rgb_array(image)
     except (Image.UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        if isinstance(err, ImageFileError):
+            raise
+        if isinstance(err, OSError) and err.errno is not None:
+            raise  # the disk or the permissions, not the content: one line naming the path
         reason = (
             "not an image Pillow can read"
             if isinstance(err, Image.UnidentifiedImageError)
             else f"unreadable image: {err}"
         )
-        raise ImageError(f"{path}: {reason}") from None
+        raise ImageFileError(f"{path}: {reason}") from None
+
+
+def _open_header(path: Path) -> Image.Image:
+    """`Image.open(path)` (the header only) without Pillow's process-wide pixel limit and its
+    warning: `read_image` checks its own limit before decoding."""
+    with _PILLOW_LIMIT_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+        try:
+            return Image.open(path)
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+
+
+def to_rgb_array(image: Image.Image) -> np.ndarray:
+    """A decoded Pillow image as `(H, W, 3)` uint8 RGB, wide pixels brought to `[0, 255]` by
+    the rule of the module docstring.
+
+    Example:
+        >>> to_rgb_array(Image.fromarray(np.full((1, 2), 0.5, np.float32), mode="F"))[0, 0]
+        array([128, 128, 128], dtype=uint8)
+        >>> to_rgb_array(Image.fromarray(np.array([[0, 65535]], np.uint16)))[0, :, 0]
+        array([  0, 255], dtype=uint8)
+        >>> to_rgb_array(Image.fromarray(np.array([[7, 200]], np.int32), mode="I"))[0, :, 0]
+        array([  7, 200], dtype=uint8)
+    """
+    if getattr(image, "n_frames", 1) > 1:
+        image.seek(0)
+    mode = image.mode
+    if mode == "F":
+        values = np.nan_to_num(np.asarray(image, dtype=np.float64), nan=0.0) * 255.0
+    elif mode in ("I;16", "I;16B", "I;16L", "I;16N"):
+        values = np.asarray(image.convert("I"), dtype=np.float64) * (255.0 / 65535.0)
+    elif mode == "I" or mode.startswith("I;"):
+        values = _integer_to_255(np.asarray(image.convert("I"), dtype=np.float64))
+    else:
+        return np.asarray(to_rgb(image), dtype=np.uint8)
+    grey = np.clip(values, 0.0, 255.0).round().astype(np.uint8)
+    return np.repeat(grey[..., None], 3, axis=-1)
+
+
+def _integer_to_255(values: np.ndarray) -> np.ndarray:
+    low, high = float(values.min()), float(values.max())
+    if low >= 0 and high <= 255:
+        return values
+    if low >= 0 and high <= 65535:
+        return values * (255.0 / 65535.0)
+    return (values - low) * (255.0 / (high - low))
 
 
 def list_image_files(folder: str | os.PathLike) -> list[Path]:
@@ -228,13 +324,56 @@ def _paths(inputs: Iterable[str | os.PathLike]) -> Iterator[Path]:
             raise FileNotFoundError(f"no image file or folder {path}")
 
 
-def iter_images(inputs: Any) -> Iterator[tuple[Source, np.ndarray]]:
+def image_paths(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+    """The image files that path inputs name, in the order `iter_images` reads them.
+
+    Raises:
+        ValueError: for a folder without images.
+        FileNotFoundError: for a missing path.
+    """
+    if isinstance(inputs, str | os.PathLike):
+        inputs = [inputs]
+    return list(_paths(inputs))
+
+
+def _read_paths(
+    paths: Iterable[Path], *, skip_corrupt: bool, on_skip: OnSkip | None, max_image_pixels: int
+) -> Iterator[tuple[Source, np.ndarray]]:
+    for path in paths:
+        try:
+            image = read_image(path, max_image_pixels=max_image_pixels)
+        except ImageFileError as err:
+            if skip_corrupt:
+                if on_skip is not None:
+                    on_skip(err)
+                continue
+            if isinstance(err, ImageTooLargeError):
+                raise
+            raise ImageFileError(f"{err}; pass skip_corrupt=True to skip such files") from None
+        yield str(path), image
+
+
+def iter_images(
+    inputs: Any,
+    *,
+    skip_corrupt: bool = False,
+    on_skip: OnSkip | None = None,
+    max_image_pixels: int = MAX_IMAGE_PIXELS,
+) -> Iterator[tuple[Source, np.ndarray]]:
     """Every input image with its source (module docstring), decoded, in input order.
+
+    Args:
+        inputs: paths, folders, arrays or a dataset (module docstring).
+        skip_corrupt: skip image files that cannot be read or are over `max_image_pixels`
+            instead of raising.
+        on_skip: called with the `ImageFileError` of each file skipped.
+        max_image_pixels: the largest width x height of an image file decoded.
 
     Raises:
         ValueError: for an input of no supported kind, or a folder without images.
         FileNotFoundError: for a missing path.
-        ImageError: (a `ValueError`) for a file that is not an image, naming it.
+        ImageFileError: (a `BadFileError`) for a file that is not an image or is over
+            `max_image_pixels`, naming it (unless `skip_corrupt`).
     """
     if isinstance(inputs, str | os.PathLike):
         inputs = [inputs]
@@ -254,8 +393,12 @@ def iter_images(inputs: Any) -> Iterator[tuple[Source, np.ndarray]]:
         and inputs
         and all(isinstance(x, str | os.PathLike) for x in inputs)
     ):
-        for path in _paths(inputs):
-            yield str(path), read_image(path)
+        yield from _read_paths(
+            _paths(inputs),
+            skip_corrupt=skip_corrupt,
+            on_skip=on_skip,
+            max_image_pixels=max_image_pixels,
+        )
     elif isinstance(inputs, Sequence) and inputs and all(isinstance(x, np.ndarray) for x in inputs):
         yield from enumerate(inputs)
     else:
@@ -265,9 +408,17 @@ def iter_images(inputs: Any) -> Iterator[tuple[Source, np.ndarray]]:
         )
 
 
-def iter_batches(inputs: Any, info: ModelInfo, *, batch_size: int) -> Iterator[Batch]:
+def iter_batches(
+    inputs: Any,
+    info: ModelInfo,
+    *,
+    batch_size: int,
+    skip_corrupt: bool = False,
+    on_skip: OnSkip | None = None,
+    max_image_pixels: int = MAX_IMAGE_PIXELS,
+) -> Iterator[Batch]:
     """`iter_images` resized by `info` and grouped in batches of `batch_size` (the last one
-    may be smaller).
+    may be smaller); `skip_corrupt`, `on_skip` and `max_image_pixels` as `iter_images`.
 
     Raises:
         ValueError: for `batch_size < 1`, and as `iter_images` and `resize_image`.
@@ -275,7 +426,10 @@ def iter_batches(inputs: Any, info: ModelInfo, *, batch_size: int) -> Iterator[B
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1; got {batch_size!r}")
     sources, images, geometries = [], [], []
-    for source, image in iter_images(inputs):
+    images_in = iter_images(
+        inputs, skip_corrupt=skip_corrupt, on_skip=on_skip, max_image_pixels=max_image_pixels
+    )
+    for source, image in images_in:
         resized, geometry = resize_image(image, info)
         sources.append(source)
         images.append(resized)

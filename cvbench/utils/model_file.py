@@ -11,6 +11,16 @@ already resized to `ModelInfo.image_size` by the rule `ModelInfo.resize`; the mo
 normalizes them itself. Outputs: classifiers `(B, num_classes)` logits; SSDs
 `{"boxes": (B, N, 4) box codes, "classes": (B, N, C) logits}` (decode and NMS with
 `ModelInfo.detection`, see `cvbench.detection.postprocess`).
+
+A model file is a user's input, so it is checked before anything is read or allocated from
+it: a file that is not a zip archive, lacks `config.json`, holds an archive member larger than
+its limit (`cvbench.json` and `metadata.json` at most `MAX_JSON_BYTES`, `config.json` at most
+`MAX_CONFIG_BYTES`, any other member at most `MAX_EXPANSION` times the bytes it stores once
+over `MAX_CONFIG_BYTES`; declared sizes, read from the zip directory), a `cvbench.json` that is
+not a JSON object with the fields of `ModelInfo`, an `image_size` over `MAX_INPUT_SIDE` pixels
+per side (`max_input_side=` raises it), or a model whose input size or class count differs
+from its `ModelInfo` raises `cvbench.utils.errors.BadFileError` naming the file and what is
+wrong.
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cvbench.utils.errors import BadFileError
+
 #: The archive entry holding the `ModelInfo`.
 INFO_ENTRY = "cvbench.json"
 #: Version of the `cvbench.json` layout.
@@ -34,6 +46,18 @@ TASKS = ("classification", "detection")
 #: then crop the center `image_size` (ImageNet evaluation); "stretch": resize to
 #: `image_size` ignoring the aspect ratio (SSD; boxes then scale back per axis).
 RESIZE_RULES = ("center_crop", "stretch")
+#: The Keras model description inside a `.keras` archive.
+CONFIG_ENTRY = "config.json"
+#: Largest `cvbench.json` / `metadata.json` accepted, in bytes (declared, uncompressed).
+MAX_JSON_BYTES = 1 << 20
+#: Largest `config.json` accepted, in bytes (a ResNet-152's is about 0.3 MiB).
+MAX_CONFIG_BYTES = 64 << 20
+#: Largest ratio of declared to stored bytes of another member (the weights) once it is over
+#: `MAX_CONFIG_BYTES` (Keras stores its members uncompressed, ratio 1).
+MAX_EXPANSION = 100
+#: Largest model input side (`ModelInfo.image_size`) a model file may declare, in pixels.
+MAX_INPUT_SIDE = 8192
+_JSON_LIMITS = {INFO_ENTRY: MAX_JSON_BYTES, "metadata.json": MAX_JSON_BYTES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,39 +176,180 @@ def save_model(model: Any, path: str | os.PathLike, info: ModelInfo | None = Non
     return path
 
 
-def read_model_info(path: str | os.PathLike) -> ModelInfo | None:
-    """The `ModelInfo` stored in a `.keras` file, or None when it has none.
+def _check_members(path: Path, archive: zipfile.ZipFile) -> None:
+    members = {m.filename: m for m in archive.infolist()}
+    if CONFIG_ENTRY not in members:
+        raise BadFileError(f"{path} is not a .keras model file (no {CONFIG_ENTRY} in it)")
+    for name, member in members.items():
+        limit = _JSON_LIMITS.get(name, MAX_CONFIG_BYTES if name == CONFIG_ENTRY else None)
+        if limit is not None and member.file_size > limit:
+            raise BadFileError(
+                f"{path}: archive member {name} declares {member.file_size} bytes, over the "
+                f"limit of {limit} bytes"
+            )
+        stored = max(member.compress_size, 1)
+        if member.file_size > max(MAX_CONFIG_BYTES, MAX_EXPANSION * stored):
+            raise BadFileError(
+                f"{path}: archive member {name} declares {member.file_size} bytes but stores "
+                f"{member.compress_size}, over the limit of {MAX_EXPANSION}x (a zip bomb?)"
+            )
+
+
+def _read_info_entry(path: Path, archive: zipfile.ZipFile) -> Any:
+    with archive.open(INFO_ENTRY) as f:
+        data = f.read(MAX_JSON_BYTES + 1)  # the declared size was checked; this bounds a liar
+    if len(data) > MAX_JSON_BYTES:
+        raise BadFileError(f"{path}: {INFO_ENTRY} is over the limit of {MAX_JSON_BYTES} bytes")
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BadFileError(f"{path}: {INFO_ENTRY} is not valid JSON ({err})") from None
+
+
+def info_from_json(
+    data: Any, *, path: str | os.PathLike, max_input_side: int = MAX_INPUT_SIDE
+) -> ModelInfo:
+    """The `ModelInfo` of a decoded `cvbench.json`, checked.
+
+    Args:
+        data: the decoded JSON.
+        path: the model file, for the messages.
+        max_input_side: the largest `image_size` side accepted, in pixels.
 
     Raises:
-        ValueError: for a file that is not a `.keras` archive, naming it.
+        BadFileError: for a value that is not an object with valid `ModelInfo` fields, or an
+            image size over `max_input_side`, naming the file.
+
+    Example:
+        >>> info_from_json([1], path="m.keras")
+        Traceback (most recent call last):
+        ...
+        cvbench.utils.errors.BadFileError: m.keras: cvbench.json is not a JSON object (got a list)
+    """
+    where = f"{path}: {INFO_ENTRY}"
+    if not isinstance(data, dict):
+        kind = "null" if data is None else f"a {type(data).__name__}"
+        raise BadFileError(f"{where} is not a JSON object (got {kind})")
+    required = {f.name for f in dataclasses.fields(ModelInfo)} - {
+        f.name for f in dataclasses.fields(ModelInfo) if f.default is not dataclasses.MISSING
+    }
+    missing = sorted(required - set(data))
+    if missing:
+        raise BadFileError(f"{where} lacks {', '.join(missing)}")
+    size = data["image_size"]
+    if isinstance(size, list) and any(
+        isinstance(s, int) and not isinstance(s, bool) and s > max_input_side for s in size
+    ):
+        raise BadFileError(
+            f"{where} image_size {size} is over the limit of {max_input_side} pixels per "
+            "side; pass max_input_side=N to raise it"
+        )
+    try:
+        return ModelInfo.from_dict(data)
+    except (TypeError, ValueError, AttributeError) as err:
+        raise BadFileError(f"{where}: {err}") from None
+
+
+def read_model_info(
+    path: str | os.PathLike, *, max_input_side: int = MAX_INPUT_SIDE
+) -> ModelInfo | None:
+    """The `ModelInfo` stored in a `.keras` file, or None when it has none.
+
+    Args:
+        path: the model file.
+        max_input_side: the largest `image_size` side accepted, in pixels.
+
+    Raises:
+        BadFileError: (a `ValueError`) for a file that is not a `.keras` archive, is over a
+            size limit, or holds a malformed `cvbench.json` (module docstring), naming it.
     """
     path = Path(path)
     try:
         with zipfile.ZipFile(path) as archive:
+            _check_members(path, archive)
             if INFO_ENTRY not in archive.namelist():
                 return None
-            return ModelInfo.from_dict(json.loads(archive.read(INFO_ENTRY)))
-    except zipfile.BadZipFile as err:
-        raise ValueError(f"{path} is not a .keras model file ({err})") from None
+            data = _read_info_entry(path, archive)
+    except zipfile.BadZipFile:
+        raise BadFileError(f"{path} is not a .keras model file (not a zip archive)") from None
+    return info_from_json(data, path=path, max_input_side=max_input_side)
 
 
-def load_model(path: str | os.PathLike, *, compile: bool = False) -> tuple[Any, ModelInfo | None]:
-    """Loads a `.keras` file (safe mode) and its `ModelInfo`.
+def load_model(
+    path: str | os.PathLike, *, compile: bool = False, max_input_side: int = MAX_INPUT_SIDE
+) -> tuple[Any, ModelInfo | None]:
+    """Loads a `.keras` file (safe mode) and its `ModelInfo`, checked against each other.
+
+    Args:
+        path: the model file.
+        compile: passed to `keras.saving.load_model`.
+        max_input_side: the largest `image_size` side accepted, in pixels.
 
     Returns:
         `(model, info)`; `info` is None for a file without `cvbench.json`.
 
     Raises:
         FileNotFoundError: for a missing file.
-        ValueError: for a file that is not a `.keras` archive.
+        BadFileError: (a `ValueError`) for a file that is not a `.keras` archive, over a size
+            limit, with a malformed `cvbench.json`, that Keras cannot load, or whose model's
+            input size or class count differs from its `ModelInfo`.
     """
     import keras
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no model file {path}")
-    info = read_model_info(path)
-    return keras.saving.load_model(path, compile=compile, safe_mode=True), info
+    info = read_model_info(path, max_input_side=max_input_side)
+    try:
+        model = keras.saving.load_model(path, compile=compile, safe_mode=True)
+    except OSError as err:
+        if err.errno is not None:  # the disk, not the file's content
+            raise
+        raise BadFileError(f"{path}: Keras cannot load it ({_first_line(err)})") from None
+    except Exception as err:  # noqa: BLE001 (what Keras raises for a bad file varies)
+        raise BadFileError(f"{path}: Keras cannot load it ({_first_line(err)})") from None
+    if info is not None:
+        check_model_matches_info(model, info, path=path)
+    return model, info
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def check_model_matches_info(model: Any, info: ModelInfo, *, path: str | os.PathLike) -> None:
+    """Checks that `model` takes `info.image_size` inputs (where its size is fixed) and gives
+    one output per class name (`(B, C)` logits, or a detector's `{"classes": (B, N, C)}`).
+
+    Raises:
+        BadFileError: naming the file and the difference.
+    """
+    where = f"{path}: {INFO_ENTRY}"
+    shape = getattr(model, "input_shape", None)
+    if isinstance(shape, tuple) and len(shape) == 4:
+        size = tuple(shape[1:3])
+        if None not in size and size != tuple(info.image_size):
+            raise BadFileError(
+                f"{where} image_size {list(info.image_size)} differs from the model's input "
+                f"size {list(size)}"
+            )
+    outputs = getattr(model, "output", None)
+    if info.task == "detection":
+        if not isinstance(outputs, dict) or "classes" not in outputs or "boxes" not in outputs:
+            raise BadFileError(
+                f'{where} says detection, but the model does not output {{"boxes", "classes"}}'
+            )
+        count = outputs["classes"].shape[-1]
+    else:
+        if isinstance(outputs, dict | list | tuple):
+            raise BadFileError(f"{where} says classification, but the model has several outputs")
+        count = getattr(outputs, "shape", (None,))[-1]
+    if count is not None and int(count) != info.num_classes:
+        raise BadFileError(
+            f"{where} has {info.num_classes} class name{'s' * (info.num_classes != 1)} but "
+            f"the model outputs {int(count)} classes"
+        )
 
 
 def class_names_or_default(info: ModelInfo | None, num_classes: int) -> Sequence[str]:

@@ -104,7 +104,6 @@ def test_errors_are_one_line(tmp_path, images, capsys):
     cases = {
         ("predict", str(tmp_path / "none.keras"), str(images)): "no model file",
         ("predict", str(plain), str(images)): "plain.keras carries no ModelInfo",
-        ("predict", str(cls), str(bad)): "notes.jpg: not an image",
         ("predict", str(cls), str(tmp_path / "gone.png")): "no image file or folder",
         ("predict", str(det), str(images), "--top-k", "3"): "is a detector: --top-k",
         ("predict", str(cls), str(images), "--coco-json", "x.json"): "is a classifier: --coco",
@@ -114,6 +113,13 @@ def test_errors_are_one_line(tmp_path, images, capsys):
         assert code == 2 and out == "", argv
         assert len(err.splitlines()) == 1 and err.startswith("cvbench: error: "), err
         assert message in err, err
+    # A bad input file (not a bad argument): exit 1, like a corrupt record in train / eval.
+    code, out, err = _main(["predict", str(cls), str(bad)], capsys)
+    assert (code, out) == (1, "")
+    assert err == (
+        f"cvbench predict: error: {bad}: not an image Pillow can read; pass --skip-corrupt "
+        "to skip such files\n"
+    )
 
 
 def test_a_bad_score_threshold_is_a_usage_error(tmp_path, images, capsys):

@@ -1,0 +1,190 @@
+"""Checks made on output paths before anything is computed or written.
+
+A command that would fail at its last step, after minutes of work, or that would replace a
+file it must not, is stopped before it starts: an output folder whose path runs through a
+file (`NotADirectoryError`, an `OSError` naming the file), an output file that is an input
+image, an existing output file without `overwrite`, a folder that is never replaced (the
+current folder, one of its parents, the home folder, `/`), or that is not a previous
+cvbench export where `cvbench export --overwrite` would replace it (`check_replaceable`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+#: The file in a SavedModel folder that says cvbench exported it (TF Serving ignores it).
+EXPORT_MARKER = "cvbench_export.json"
+#: What a SavedModel export holds: the marker, the graph, its fingerprint, the variables.
+_SAVED_MODEL_ENTRIES = {EXPORT_MARKER, "saved_model.pb", "fingerprint.pb", "variables", "assets"}
+#: The file identifier of a TFLite flatbuffer (bytes 4 to 8).
+_TFLITE_IDENTIFIER = b"TFL3"
+
+
+def check_folder_path(path: str | os.PathLike) -> None:
+    """Checks that a folder can be at `path`: nothing there but a folder, and no file in
+    the way of creating it.
+
+    Raises:
+        NotADirectoryError: naming `path` or the ancestor that is not a folder.
+    """
+    path = Path(path)
+    if os.path.lexists(path) and not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+    check_parent_path(path)
+
+
+def check_parent_path(path: str | os.PathLike) -> None:
+    """Checks that the folders above `path` are folders where they exist (so that they can
+    be created where they do not).
+
+    Raises:
+        NotADirectoryError: naming the first ancestor that is not a folder.
+    """
+    for parent in Path(os.path.abspath(path)).parents:
+        if os.path.lexists(parent):
+            if not parent.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(parent))
+            return
+
+
+def _file_key(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def check_output_files(
+    paths: Sequence[str | os.PathLike],
+    *,
+    input_files: Sequence[str | os.PathLike] = (),
+    overwrite: bool = False,
+    what: str = "output",
+) -> None:
+    """Checks that writing `paths` replaces no input file (the same file, through any link),
+    no folder, and no existing file unless `overwrite`.
+
+    Args:
+        paths: the files to write.
+        input_files: the files read.
+        overwrite: replace existing files (never an input, never a folder).
+        what: what the files are, for the messages ("drawing").
+
+    Raises:
+        ValueError: naming the first path that may not be written.
+
+    Example:
+        >>> check_output_files(["/"], what="drawing")
+        Traceback (most recent call last):
+        ...
+        ValueError: the drawing / exists and is not a file
+    """
+    inputs = {key: Path(p) for p in input_files if (key := _file_key(Path(p))) is not None}
+    for path in map(Path, paths):
+        if not os.path.lexists(path):
+            check_parent_path(path)
+            continue
+        hit = inputs.get(_file_key(path))
+        if hit is not None:
+            raise ValueError(
+                f"the {what} {path} would overwrite the input image {hit}; write it elsewhere"
+            )
+        if path.is_dir() or not (path.is_symlink() or path.is_file()):
+            raise ValueError(f"the {what} {path} exists and is not a file")
+        if not overwrite:
+            raise ValueError(f"the {what} {path} exists; pass overwrite=True to replace it")
+
+
+def protected_folder(path: str | os.PathLike) -> str | None:
+    """Why the folder `path` is never replaced, or None: the current folder, a parent of it,
+    the home folder or `/` (symbolic links resolved).
+
+    Example:
+        >>> protected_folder(".")
+        'the current folder'
+        >>> protected_folder("/")
+        'the root folder'
+    """
+    target = Path(path).resolve()
+    cwd = Path.cwd().resolve()
+    if target == Path(target.anchor):
+        return "the root folder"
+    if target == cwd:
+        return "the current folder"
+    if target in cwd.parents:
+        return "a parent of the current folder"
+    home = os.path.expanduser("~")
+    if home != "~" and target == Path(home).resolve():
+        return "the home folder"
+    return None
+
+
+@contextlib.contextmanager
+def errors_naming(path: str | os.PathLike) -> Iterator[None]:
+    """Re-raises an `OSError` of the block (a read-only or full disk met while writing a
+    temporary file beside `path`) as the same error naming `path`, the file the user asked
+    for, instead of the temporary name.
+
+    Example:
+        >>> with errors_naming("out.json"):
+        ...     raise OSError(errno.EROFS, "Read-only file system", ".out.json.x1.tmp")
+        Traceback (most recent call last):
+        ...
+        OSError: [Errno 30] Read-only file system: 'out.json'
+    """
+    try:
+        yield
+    except OSError as err:
+        if err.errno is None:
+            raise
+        reason = err.strerror or os.strerror(err.errno)
+        raise type(err)(err.errno, reason, os.fspath(path)) from None
+
+
+def is_cvbench_export(path: str | os.PathLike) -> bool:
+    """Whether `path` is what `export_model` writes: a SavedModel folder holding its
+    `EXPORT_MARKER` and nothing but what export writes there, or a TFLite file (not a
+    symbolic link either way)."""
+    path = Path(path)
+    if path.is_symlink():
+        return False
+    if path.is_file():
+        with open(path, "rb") as f:
+            return f.read(8)[4:8] == _TFLITE_IDENTIFIER
+    if not path.is_dir():
+        return False
+    names = {p.name for p in path.iterdir()}
+    if EXPORT_MARKER not in names or not names <= _SAVED_MODEL_ENTRIES:
+        return False
+    try:
+        marker = json.loads((path / EXPORT_MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(marker, dict) and marker.get("cvbench_export") == 1
+
+
+def check_replaceable(out: Path, *, overwrite: bool, label: str | None = None) -> None:
+    """Checks that writing an export at `out` replaces nothing, or (with `overwrite`) a
+    previous cvbench export that is not a protected folder (module docstring).
+
+    Raises:
+        FileExistsError: for an existing `out` without `overwrite`.
+        ValueError: for an `out` that `overwrite` may not replace, saying nothing was deleted.
+    """
+    label = label or str(out)
+    if not os.path.lexists(out):
+        return
+    if not overwrite:
+        raise FileExistsError(f"{label} exists; pass overwrite=True to replace it")
+    why = protected_folder(out) if out.is_dir() and not out.is_symlink() else None
+    if why is not None:
+        raise ValueError(f"{label} is {why}, which is never replaced; nothing was deleted")
+    if not is_cvbench_export(out):
+        kind = "symbolic link" if out.is_symlink() else "folder" if out.is_dir() else "file"
+        raise ValueError(f"the {kind} {label} is not a cvbench export; nothing was deleted")
