@@ -38,6 +38,7 @@ from cvbench.data.dataset_info import (
     write_dataset_info,
 )
 from cvbench.data.image_io import ImageError, Resize, check_resize, to_rgb_jpeg
+from cvbench.data.safe_paths import is_inside
 from cvbench.data.sharded_writer import (
     Skip,
     SplitSpec,
@@ -248,13 +249,24 @@ def build_imagenet(
     Raises:
         FileNotFoundError: missing folders or files (the message says what was looked for).
         FileExistsError: `out_dir` holds a different data set and `overwrite` is False.
-        ValueError: bad arguments, inconsistent label files, or (with `strict`) a class
-            folder without images.
+        ValueError: bad arguments (an output folder inside the raw data), inconsistent label
+            files, or (with `strict`) a class folder without images.
+        BadFileError: a symbolic link to a folder that would make images be read twice (see
+            `cvbench.data.imagenet_layout`).
     """
     resize = check_resize(resize)
     if not 1 <= quality <= 100:
         raise ValueError(f"quality must be in 1..100, got {quality}")
     raw = Path(raw_dir)
+    for folder, what in ((raw, "raw"), (train_dir, "training"), (validation_dir, "validation")):
+        if folder is not None and is_inside(out_dir, folder):
+            same = Path(out_dir).resolve() == Path(folder).resolve()
+            raise ValueError(
+                f"the output folder {out_dir} is {'' if same else 'inside '}the {what} folder "
+                f"{folder}: what it "
+                "writes would become raw data of the next build (a class folder, or images); "
+                "choose an output folder outside it"
+            )
     found = layout.discover(
         raw,
         train_dir=train_dir,

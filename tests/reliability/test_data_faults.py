@@ -1,0 +1,159 @@
+"""Bad raw data and bad disks seen by the real `cvbench` data commands (`build-imagenet`,
+`build-coco`, `extract-imagenet`, `dali-index`, `eval`): one error line naming the file (and
+the entry, link or limit), the exit status (1 for bad input files and `OSError`s, 2 for bad
+arguments), no traceback, and every file that was there before byte for byte the same.
+
+Read-only folders are read-only tmpfs mounts and full disks small tmpfs mounts (we run as
+root, which ignores permission bits); without root those tests are skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from small_disk import SmallDisk
+
+# cvbench quiets TensorFlow's start-up messages itself unless TF_CPP_MIN_LOG_LEVEL is set.
+ENV = {k: v for k, v in os.environ.items() if k not in ("CVBENCH_DEBUG", "TF_CPP_MIN_LOG_LEVEL")}
+ENV.update(KERAS_BACKEND="tensorflow", PYTHONUNBUFFERED="1")
+
+
+def cvbench(*argv: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "cvbench", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=600,
+    )
+
+
+def error_line(run: subprocess.CompletedProcess, code: int) -> str:
+    """The only line of stderr, checked: exit status `code`, no traceback."""
+    assert run.returncode == code, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    return lines[0]
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every entry under `root` (itself included): file -> SHA-256, link -> target, folder."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                out[rel] = "link " + os.readlink(path)
+            elif path.is_dir():
+                out[rel] = "folder"
+            else:
+                out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def jpeg(seed: int, size: tuple[int, int] = (8, 6)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, (seed * 40 % 256, 20, 200)).save(buf, format="JPEG")
+    return buf.getvalue()
+
+
+def raw_folder(root: Path) -> Path:
+    """train/a and train/b, two tiny JPEGs each."""
+    for cls in ("a", "b"):
+        folder = root / "train" / cls
+        folder.mkdir(parents=True)
+        for i in range(2):
+            (folder / f"{cls}{i}.jpg").write_bytes(jpeg(i))
+    return root
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG that claims `width` x `height` pixels but holds 4 rows: refused by the pixel
+    limit from its header, else 'corrupt or truncated' once decoded."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = struct.pack(">I", zlib.crc32(kind + data))
+        return struct.pack(">I", len(data)) + kind + data + crc
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    pixels = zlib.compressobj()
+    rows = pixels.compress(b"\0" * (3 * width + 1) * 4) + pixels.flush(zlib.Z_SYNC_FLUSH)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", rows)
+
+
+BUILD = ["--train-shards", "1", "--workers", "1", "--no-progress"]
+
+
+@pytest.fixture
+def disk(tmp_path):
+    """A tmpfs at tmp_path/mnt: `disk.mount(size)`; unmounted at the end."""
+    small = SmallDisk(tmp_path / "mnt")
+    try:
+        yield small
+    finally:
+        small.unmount()
+
+
+def read_only(disk: SmallDisk) -> Path:
+    """Remounts the mounted tmpfs read-only (after the test wrote its files there)."""
+    result = subprocess.run(["mount", "-o", "remount,ro", str(disk.path)], capture_output=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot remount a tmpfs read-only here: {result.stderr!r}")
+    with pytest.raises(OSError):  # the premise: it is read-only, also for root
+        (disk.path / "probe").write_bytes(b"")
+    return disk.path
+
+
+# --- 1. build-imagenet: symbolic links and an output folder inside the raw data ----------
+
+
+def test_a_class_folder_linking_to_its_own_folder_is_refused(tmp_path):
+    # The fault: train/x -> . became a class holding a second copy of every image.
+    raw = raw_folder(tmp_path / "raw")
+    (raw / "train" / "x").symlink_to(".")
+    before = tree(tmp_path)
+    run = cvbench("build-imagenet", "--raw-dir", raw, "--output-dir", tmp_path / "out", *BUILD)
+    assert error_line(run, 1) == (
+        f"cvbench build-imagenet: error: {raw}/train/x is a symbolic link to {raw}/train, a "
+        "folder that holds it (a loop: every image would be read again); remove it"
+    )
+    assert tree(tmp_path) == before  # nothing written, not even the output folder
+
+
+def test_a_class_folder_linking_into_the_raw_data_is_refused(tmp_path):
+    raw = raw_folder(tmp_path / "raw")
+    (raw / "train" / "c").symlink_to(raw / "train" / "a")  # a second copy of class a
+    run = cvbench("build-imagenet", "--raw-dir", raw, "--output-dir", tmp_path / "out", *BUILD)
+    assert error_line(run, 1) == (
+        f"cvbench build-imagenet: error: {raw}/train/c is a symbolic link to {raw}/train/a, "
+        f"inside the raw data folder {raw} (its images would be read twice); remove it (a "
+        "class folder may link to a folder outside the raw data)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("inside", ["train/out", "out", "."])
+def test_an_output_folder_inside_the_raw_folder_is_refused(tmp_path, inside):
+    # The fault: --output-dir RAW/train/out was accepted; the next run found a class "out".
+    raw = raw_folder(tmp_path / "raw")
+    out = raw / inside
+    before = tree(tmp_path)
+    run = cvbench("build-imagenet", "--raw-dir", raw, "--output-dir", out, *BUILD)
+    where = "" if inside == "." else "inside "
+    assert error_line(run, 2) == (
+        f"cvbench: error: the output folder {out} is {where}the raw folder {raw}: what it "
+        "writes would become raw data of the next build (a class folder, or images); choose "
+        "an output folder outside it"
+    )
+    assert tree(tmp_path) == before
