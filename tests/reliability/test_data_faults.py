@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import struct
 import subprocess
@@ -157,3 +158,72 @@ def test_an_output_folder_inside_the_raw_folder_is_refused(tmp_path, inside):
         "an output folder outside it"
     )
     assert tree(tmp_path) == before
+
+
+# --- 2, 3. build-coco: malformed annotation files; eval's category range ------------------
+
+
+def coco_set(root: Path, **change) -> tuple[Path, Path]:
+    """One 16 x 12 image with one box; `change` replaces top-level keys of the JSON."""
+    images = root / "images"
+    images.mkdir(parents=True)
+    (images / "a.jpg").write_bytes(jpeg(1, (16, 12)))
+    doc = {
+        "images": [{"id": 1, "file_name": "a.jpg", "height": 12, "width": 16}],
+        "annotations": [
+            {"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 4, 4], "area": 16}
+        ],
+        "categories": [{"id": 1, "name": "thing"}],
+        **change,
+    }
+    path = root / "instances_val.json"
+    path.write_text(json.dumps(doc))
+    return path, images
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"categories": [{"id": 10**9, "name": "thing"}]},
+            "categories[0]: category id 1000000000 is not an integer in 1..10000 (the largest "
+            "id sets a detector's width: its class index is id - 1); renumber the categories",
+        ),
+        ({"categories": None}, "'categories' must be a list, got null"),
+        ({"categories": [{"name": "thing"}]}, 'categories[0]: no \'id\' in {"name": "thing"}'),
+        ({"annotations": None}, "'annotations' must be a list, got null"),
+        (
+            {"images": [{"file_name": "a.jpg", "height": 12, "width": 16}]},
+            'images[0]: no \'id\' in {"file_name": "a.jpg", "height": 12, "width": 16}',
+        ),
+        (
+            {"images": [{"id": 1, "file_name": "../../a.jpg", "height": 12, "width": 16}]},
+            'images[0] (id 1): file_name "../../a.jpg" is not a relative path inside the '
+            "image folder",
+        ),
+    ],
+    ids=["id-1e9", "categories-null", "category-without-id", "annotations-null",
+         "image-without-id", "file-name-outside"],
+)  # fmt: skip
+def test_a_malformed_coco_file_is_one_line_and_exit_1(tmp_path, change, message):
+    annotations, images = coco_set(tmp_path / "coco", **change)
+    out = tmp_path / "out"
+    before = tree(tmp_path)
+    run = cvbench("build-coco", out, "--annotations", annotations, "--images", images,
+                  "--split", "val", "--workers", "1", "--no-progress")  # fmt: skip
+    assert error_line(run, 1) == f"cvbench build-coco: error: {annotations}: {message}"
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.slow  # imports TensorFlow and builds the detection task
+def test_eval_refuses_a_category_id_above_the_limit_before_building_its_range(tmp_path):
+    # The fault: a dataset_info.json with category id 1e9 made the detection task build
+    # range(1, 1e9 + 1) (index = id - 1). 10001 is just above the limit.
+    info = {"format": 1, "kind": "coco", "classes": [{"id": 1}, {"id": 10001}]}
+    (tmp_path / "dataset_info.json").write_text(json.dumps(info))
+    run = cvbench("eval", "--model", "ssd320", "--data-dir", tmp_path, "--checkpoint", tmp_path)
+    assert error_line(run, 1) == (
+        f"cvbench eval: error: {tmp_path}/dataset_info.json is not a valid dataset metadata "
+        "file: COCO classes must have int category ids in 1..10000 in increasing order, got "
+        "[1, 10001]"
+    )
