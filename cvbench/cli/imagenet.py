@@ -8,7 +8,7 @@ import tempfile
 
 from cvbench.cli import CLIError
 from cvbench.cli.args import positive_int
-from cvbench.data.image_io import parse_resize
+from cvbench.data.image_io import DEFAULT_MAX_PIXELS, parse_resize
 
 
 def _resize(text: str) -> int | tuple[int, int]:
@@ -62,7 +62,19 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
         help="fail (before writing anything) on a class folder without images, instead of "
         "keeping it as a class with 0 images and a warning",
     )
+    add_max_pixels_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_max_pixels_argument(parser: argparse.ArgumentParser) -> None:
+    """`--max-pixels`, the image size limit of the builders (`build-imagenet`, `build-coco`)."""
+    parser.add_argument(
+        "--max-pixels",
+        type=positive_int,
+        default=DEFAULT_MAX_PIXELS,
+        help="skip (and list) images with more pixels than this, width x height read from "
+        f"the header before decoding (default {DEFAULT_MAX_PIXELS:,}: 64 megapixels)",
+    )
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -87,6 +99,7 @@ def run_build(args: argparse.Namespace) -> int:
             train_dir=args.train_dir,
             validation_dir=args.val_dir,
             strict=args.strict,
+            max_pixels=args.max_pixels,
             progress=not args.no_progress,
         )
     except DiskFullError as e:  # one line, like the other errors

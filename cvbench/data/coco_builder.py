@@ -39,7 +39,13 @@ from cvbench.data.dataset_info import (
     dataset_info_path,
     write_dataset_info,
 )
-from cvbench.data.image_io import ImageError, to_rgb_jpeg
+from cvbench.data.image_io import (
+    DEFAULT_MAX_PIXELS,
+    ImageError,
+    check_max_pixels,
+    read_image_file,
+    to_rgb_jpeg,
+)
 from cvbench.data.sharded_writer import (
     DiskFullError,
     Skip,
@@ -75,21 +81,19 @@ class CocoItem:
         return f"{self.image.file_name} (id {self.image.image_id})"
 
 
-def encode_coco_item(item: CocoItem, *, quality: int) -> bytes | Skip:
+def encode_coco_item(
+    item: CocoItem, *, quality: int, max_pixels: int | None = DEFAULT_MAX_PIXELS
+) -> bytes | Skip:
     """Reads and checks one image; returns its serialized record or `Skip(reason)`.
 
     RGB and grayscale JPEGs are stored byte for byte (TensorFlow's JPEG decoder expands
     grayscale to RGB); anything else (PNG behind a .jpg name, CMYK) is re-encoded as an RGB
     JPEG at `quality`. Every image is fully decoded once, so a corrupt file is skipped here
-    and never reaches tf.data.
+    and never reaches tf.data; so is one over `max_pixels` (width x height, from its header).
     """
     try:
-        with open(item.path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        return Skip(f"cannot read file: {e.strerror or e}")
-    try:
-        decoded = to_rgb_jpeg(data, quality=quality)
+        data = read_image_file(item.path)
+        decoded = to_rgb_jpeg(data, quality=quality, max_pixels=max_pixels)
     except ImageError as e:
         return Skip(str(e))
     ann = item.image
@@ -134,6 +138,7 @@ def build_coco_splits(
     overwrite: bool = False,
     progress: bool = True,
     copy_annotations: bool = True,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> BuildSummary:
     """Builds the TFRecords of several splits in one go (one manifest for the directory).
 
@@ -153,6 +158,8 @@ def build_coco_splits(
         copy_annotations: copy the annotation file of every split but "train" next to the
             records as `instances_<split>.json`, where the evaluation finds its ground truth
             (the training file is large and never needed there).
+        max_pixels: images with more pixels (width x height, from the header, before
+            decoding) are skipped and listed like unreadable ones; None for no limit.
 
     Returns:
         A `BuildSummary`.
@@ -166,6 +173,7 @@ def build_coco_splits(
         raise ValueError("sources must name at least one split")
     if not 1 <= quality <= 100:
         raise ValueError(f"quality must be in 1..100, got {quality}")
+    max_pixels = check_max_pixels(max_pixels)
     specs, reports = [], {}
     for split, (annotations_file, image_dir) in sources.items():
         image_root = Path(image_dir)
@@ -188,7 +196,7 @@ def build_coco_splits(
     summary = write_sharded(
         output_dir,
         specs,
-        functools.partial(encode_coco_item, quality=quality),
+        functools.partial(encode_coco_item, quality=quality, max_pixels=max_pixels),
         dataset="coco-tfod",
         options={"quality": quality, "seed": seed},
         item_key=CocoItem.key,
@@ -259,6 +267,7 @@ def build_coco(
     quality: int = 95,
     overwrite: bool = False,
     progress: bool = True,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> BuildSummary:
     """Builds `coco_<split>.record-NNNNN-of-NNNNN` from one annotation file and image folder.
 
@@ -272,7 +281,8 @@ def build_coco(
         output_dir: the output folder.
         split: the split name ("train" gives 100 shards, "val" 10 by default).
         num_shards: shard count instead of the default.
-        num_workers, seed, quality, overwrite, progress: as in `build_coco_splits`.
+        num_workers, seed, quality, overwrite, progress, max_pixels: as in
+            `build_coco_splits`.
 
     The annotation file of a split other than "train" is copied next to the records
     (`instances_<split>.json`) for the evaluation.
@@ -294,4 +304,5 @@ def build_coco(
         quality=quality,
         overwrite=overwrite,
         progress=progress,
+        max_pixels=max_pixels,
     )

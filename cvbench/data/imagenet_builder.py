@@ -37,7 +37,15 @@ from cvbench.data.dataset_info import (
     dataset_info_path,
     write_dataset_info,
 )
-from cvbench.data.image_io import ImageError, Resize, check_resize, to_rgb_jpeg
+from cvbench.data.image_io import (
+    DEFAULT_MAX_PIXELS,
+    ImageError,
+    Resize,
+    check_max_pixels,
+    check_resize,
+    read_image_file,
+    to_rgb_jpeg,
+)
 from cvbench.data.safe_paths import is_inside
 from cvbench.data.sharded_writer import (
     Skip,
@@ -77,19 +85,22 @@ class ImageItem:
         return f"{self.relpath}\t{self.label}\t{self.synset}\t{self.text}\t{self.boxes}"
 
 
-def encode_image_item(item: ImageItem, *, resize: Resize | None, quality: int) -> bytes | Skip:
+def encode_image_item(
+    item: ImageItem,
+    *,
+    resize: Resize | None,
+    quality: int,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+) -> bytes | Skip:
     """Reads, checks and (if needed) re-encodes one image; returns the serialized record.
 
     Returns:
-        The `tf.train.Example` bytes, or `Skip(reason)` for an unreadable file or image.
+        The `tf.train.Example` bytes, or `Skip(reason)` for an unreadable file or image (one
+        over `max_pixels` included).
     """
     try:
-        with open(item.path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        return Skip(f"cannot read file: {e.strerror or e}")
-    try:
-        image = to_rgb_jpeg(data, resize=resize, quality=quality)
+        data = read_image_file(item.path)
+        image = to_rgb_jpeg(data, resize=resize, quality=quality, max_pixels=max_pixels)
     except ImageError as e:
         return Skip(str(e))
     return imagenet_example(
@@ -216,6 +227,7 @@ def build_imagenet(
     train_dir: str | os.PathLike | None = None,
     validation_dir: str | os.PathLike | None = None,
     strict: bool = False,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
     progress: bool = True,
 ) -> BuildSummary:
     """Builds ImageNet-format TFRecords from a folder-per-class image set.
@@ -241,6 +253,8 @@ def build_imagenet(
         validation_dir: validation folder if not `raw_dir/validation` or `raw_dir/val`.
         strict: refuse (before writing anything) a training class folder with no images,
             instead of keeping it as a class with 0 images and a warning.
+        max_pixels: images with more pixels (width x height, read from the header before
+            decoding) are skipped and listed like unreadable ones; None for no limit.
         progress: print what was found and a progress bar to stderr.
 
     Returns:
@@ -255,6 +269,7 @@ def build_imagenet(
             `cvbench.data.imagenet_layout`).
     """
     resize = check_resize(resize)
+    max_pixels = check_max_pixels(max_pixels)
     if not 1 <= quality <= 100:
         raise ValueError(f"quality must be in 1..100, got {quality}")
     raw = Path(raw_dir)
@@ -327,7 +342,7 @@ def build_imagenet(
     summary = write_sharded(
         out_dir,
         splits,
-        functools.partial(encode_image_item, resize=resize, quality=quality),
+        functools.partial(encode_image_item, resize=resize, quality=quality, max_pixels=max_pixels),
         dataset="imagenet",
         options=options,
         metadata=metadata,

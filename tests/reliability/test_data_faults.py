@@ -227,3 +227,35 @@ def test_eval_refuses_a_category_id_above_the_limit_before_building_its_range(tm
         "file: COCO classes must have int category ids in 1..10000 in increasing order, got "
         "[1, 10001]"
     )
+
+
+# --- 4. the pixel limit of the builders ---------------------------------------------------
+
+
+def test_an_image_over_the_pixel_limit_is_skipped_from_its_header(tmp_path):
+    # The fault: a 13000 x 13000 PNG (below Pillow's limit) cost 4.6 GB to decode. The file
+    # claims that size but holds 4 rows: decoded, it would be skipped as truncated instead.
+    raw = raw_folder(tmp_path / "raw")
+    (raw / "train" / "a" / "huge.png").write_bytes(png_header(13000, 13000))
+    run = cvbench("build-imagenet", "--raw-dir", raw, "--output-dir", tmp_path / "out", *BUILD)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (
+        "  skipped: 1\n    train: train/a/huge.png: image of 13000 x 13000 = 169,000,000 "
+        "pixels, over the limit of 64,000,000 (max_pixels, --max-pixels)\n" in run.stdout
+    )
+    raised = cvbench("build-imagenet", "--raw-dir", raw, "--output-dir", tmp_path / "out2",
+                     *BUILD, "--max-pixels", "170000000")  # fmt: skip
+    assert raised.returncode == 0, raised.stderr[-3000:]
+    assert "train/a/huge.png: corrupt or truncated image" in raised.stdout
+
+
+def test_build_coco_has_the_pixel_limit_too(tmp_path):
+    annotations, images = coco_set(tmp_path / "coco")
+    run = cvbench("build-coco", tmp_path / "out", "--annotations", annotations, "--images",
+                  images, "--split", "val", "--workers", "1", "--no-progress",
+                  "--max-pixels", "100")  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (
+        "val: a.jpg (id 1): image of 16 x 12 = 192 pixels, over the limit of 100 "
+        "(max_pixels, --max-pixels)" in run.stdout
+    )
