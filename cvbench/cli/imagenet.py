@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from cvbench.cli import CLIError
 from cvbench.cli.args import positive_int
 from cvbench.data.image_io import DEFAULT_MAX_PIXELS, parse_resize
 
@@ -80,30 +79,26 @@ def add_max_pixels_argument(parser: argparse.ArgumentParser) -> None:
 def run_build(args: argparse.Namespace) -> int:
     """Handler of `build-imagenet`."""
     from cvbench.data.imagenet_builder import build_imagenet
-    from cvbench.data.sharded_writer import DiskFullError
 
-    try:
-        summary = build_imagenet(
-            args.raw_dir,
-            args.output_dir,
-            train_shards=args.train_shards,
-            val_shards=args.val_shards,
-            resize=args.resize,
-            quality=args.quality,
-            num_workers=args.workers,
-            seed=args.seed,
-            overwrite=args.overwrite,
-            validation_labels=args.val_labels,
-            class_texts=args.class_texts,
-            boxes=args.boxes,
-            train_dir=args.train_dir,
-            validation_dir=args.val_dir,
-            strict=args.strict,
-            max_pixels=args.max_pixels,
-            progress=not args.no_progress,
-        )
-    except DiskFullError as e:  # one line, like the other errors
-        raise CLIError(str(e)) from e
+    summary = build_imagenet(  # a full disk is an OSError: one line, exit status 1
+        args.raw_dir,
+        args.output_dir,
+        train_shards=args.train_shards,
+        val_shards=args.val_shards,
+        resize=args.resize,
+        quality=args.quality,
+        num_workers=args.workers,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        validation_labels=args.val_labels,
+        class_texts=args.class_texts,
+        boxes=args.boxes,
+        train_dir=args.train_dir,
+        validation_dir=args.val_dir,
+        strict=args.strict,
+        max_pixels=args.max_pixels,
+        progress=not args.no_progress,
+    )
     print(summary.format())
     return 0
 
@@ -112,16 +107,14 @@ def run_dali_index(args: argparse.Namespace) -> int:
     """Handler of `dali-index`: index files for the shards of DATA_DIR (every split)."""
     from cvbench.data.dali_index import shard_files, write_indexes
 
-    try:
-        files = shard_files(args.data_dir)
-        summary = write_indexes(
-            files,
-            index_dir=args.index_dir,
-            overwrite=args.overwrite,
-            progress=not args.no_progress,
-        )
-    except (FileNotFoundError, ValueError) as e:
-        raise CLIError(str(e)) from e
+    # A missing folder: exit status 2; a truncated shard (BadFileError) or an OSError: 1.
+    files = shard_files(args.data_dir)
+    summary = write_indexes(
+        files,
+        index_dir=args.index_dir,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+    )
     print(summary.format())
     return 0
 

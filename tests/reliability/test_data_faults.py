@@ -16,9 +16,11 @@ import os
 import struct
 import subprocess
 import sys
+import tarfile
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 from small_disk import SmallDisk
@@ -259,3 +261,226 @@ def test_build_coco_has_the_pixel_limit_too(tmp_path):
         "val: a.jpg (id 1): image of 16 x 12 = 192 pixels, over the limit of 100 "
         "(max_pixels, --max-pixels)" in run.stdout
     )
+
+
+# --- 5, 6. extract-imagenet: crafted devkits, truncated archives --------------------------
+
+
+def tar_bytes(members: dict[str, bytes], mode: str = "w") -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode=mode) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def devkit(path: Path, wnids: list[str], ground_truth: list[int]) -> Path:
+    """The devkit's layout: data/meta.mat (written with scipy) and the ground-truth ids."""
+    import scipy.io
+
+    dtype = [("ILSVRC2012_ID", "O"), ("WNID", "O"), ("words", "O"), ("num_children", "O")]
+    synsets = np.array([(i + 1, w, f"class {i + 1}", 0) for i, w in enumerate(wnids)], dtype)
+    meta = io.BytesIO()
+    scipy.io.savemat(meta, {"synsets": synsets})
+    data = "ILSVRC2012_devkit_t12/data/"
+    members = {
+        data + "ILSVRC2012_validation_ground_truth.txt": "".join(
+            f"{i}\n" for i in ground_truth
+        ).encode(),
+        data + "meta.mat": meta.getvalue(),
+    }
+    path.write_bytes(tar_bytes(members, "w:gz"))
+    return path
+
+
+def val_tar(path: Path, count: int) -> Path:
+    names = {f"ILSVRC2012_val_{k:08d}.JPEG": jpeg(k) for k in range(1, count + 1)}
+    path.write_bytes(tar_bytes(names))
+    return path
+
+
+def train_tar(path: Path, per_class: dict[str, list[bytes]]) -> Path:
+    inner = {
+        f"{synset}.tar": tar_bytes({f"{synset}_{i}.JPEG": d for i, d in enumerate(images)})
+        for synset, images in per_class.items()
+    }
+    path.write_bytes(tar_bytes(inner))
+    return path
+
+
+@pytest.mark.parametrize("wnid", ["../../../evil", "/tmp/evil", "n0144076\n"])
+def test_a_devkit_wnid_that_is_no_wnid_is_refused_before_writing(tmp_path, wnid):
+    # The fault: a meta.mat naming WNID ../../../evil wrote validation images there.
+    out = tmp_path / "a" / "b" / "out"
+    out.mkdir(parents=True)
+    kit = devkit(tmp_path / "devkit.tar.gz", [wnid, "n01443537"], [1, 2])
+    tar = val_tar(tmp_path / "val.tar", 2)
+    before = tree(tmp_path)
+    run = cvbench("extract-imagenet", out, "--val-tar", tar, "--devkit", kit, "--no-progress")
+    assert error_line(run, 1) == (
+        f"cvbench extract-imagenet: error: {kit}: data/meta.mat: ILSVRC2012_ID 1 has WNID "
+        f"{wnid!r}, not a WNID like n01440764"
+    )
+    assert tree(tmp_path) == before
+
+
+def test_a_truncated_train_tar_stops_and_keeps_what_was_extracted(tmp_path):
+    out = tmp_path / "out"
+    tar = train_tar(tmp_path / "train.tar", {"n01440764": [jpeg(1)], "n01443537": [jpeg(2)]})
+    assert cvbench("extract-imagenet", out, "--train-tar", tar, "--no-progress").returncode == 0
+    # A new archive with a third class, cut in the middle of its class tar.
+    data = train_tar(tmp_path / "full.tar", {"n01484850": [jpeg(3, (64, 64))]}).read_bytes()
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(data[:1600])
+    before = tree(out)
+    run = cvbench("extract-imagenet", out, "--train-tar", cut, "--no-progress")
+    assert error_line(run, 1) == (
+        f"cvbench extract-imagenet: error: {cut} (member n01484850.tar): not a complete tar "
+        "archive (unexpected end of data); download it again"
+    )
+    assert tree(out) == before  # the two classes, and no partial third one
+
+
+@pytest.mark.parametrize("kind", ["truncated", "not a tar"])
+def test_a_bad_val_tar_is_one_line_and_keeps_earlier_output(tmp_path, kind):
+    out = tmp_path / "out"
+    tar = train_tar(tmp_path / "train.tar", {"n01440764": [jpeg(1)]})
+    assert cvbench("extract-imagenet", out, "--train-tar", tar, "--no-progress").returncode == 0
+    labels = tmp_path / "labels.txt"
+    labels.write_text("n01440764\nn01440764\n")
+    bad = tmp_path / "val.tar"
+    if kind == "truncated":
+        bad.write_bytes(val_tar(tmp_path / "full.tar", 2).read_bytes()[:700])
+        reason = "unexpected end of data"
+    else:
+        bad.write_bytes(b"<html>not found</html>\n")
+        reason = "truncated header"
+    before = tree(out)
+    run = cvbench("extract-imagenet", out, "--val-tar", bad, "--val-labels", labels,
+                  "--no-progress")  # fmt: skip
+    assert error_line(run, 1) == (
+        f"cvbench extract-imagenet: error: {bad}: not a complete tar archive ({reason}); "
+        "download it again"
+    )
+    after = tree(out)
+    assert {k: v for k, v in after.items() if k != "val"} == before  # no staging left either
+    assert after.get("val") in (None, "folder") and not list((out / "val").rglob("*"))
+
+
+def test_a_truncated_devkit_is_one_line(tmp_path):
+    kit = devkit(tmp_path / "devkit.tar.gz", ["n01440764"], [1])
+    kit.write_bytes(kit.read_bytes()[:100])
+    tar = val_tar(tmp_path / "val.tar", 1)
+    run = cvbench("extract-imagenet", tmp_path / "out", "--val-tar", tar, "--devkit", kit,
+                  "--no-progress")  # fmt: skip
+    assert error_line(run, 1) == (
+        f"cvbench extract-imagenet: error: {kit}: not a complete tar archive (Compressed file "
+        "ended before the end-of-stream marker was reached); download it again"
+    )
+
+
+# --- 7. OSErrors: a file where a folder should be, read-only folders, full disks ----------
+
+
+def shards(root: Path) -> Path:
+    """A built ImageNet-format folder (one train shard) to index."""
+    from cvbench.data.imagenet_builder import build_imagenet
+
+    raw = raw_folder(root / "raw")
+    out = root / "records"
+    build_imagenet(raw, out, train_shards=1, num_workers=1, progress=False)
+    return out
+
+
+@pytest.mark.parametrize("command", ["build-imagenet", "extract-imagenet", "dali-index"])
+@pytest.mark.parametrize("what", ["file", "dangling link"])
+def test_a_file_where_the_output_folder_should_be(tmp_path, command, what):
+    target = tmp_path / "target"
+    if what == "file":
+        target.write_text("mine\n")
+    else:
+        target.symlink_to(tmp_path / "nowhere")
+    if command == "build-imagenet":
+        raw = raw_folder(tmp_path / "raw")
+        argv = ["build-imagenet", "--raw-dir", raw, "--output-dir", target, *BUILD]
+    elif command == "extract-imagenet":
+        tar = train_tar(tmp_path / "train.tar", {"n01440764": [jpeg(1)]})
+        argv = ["extract-imagenet", target, "--train-tar", tar, "--no-progress"]
+    else:
+        argv = ["dali-index", shards(tmp_path), "--index-dir", target, "--no-progress"]
+    before = tree(tmp_path)
+    is_what = "a file" if what == "file" else "a symbolic link to nothing"
+    line = error_line(cvbench(*argv), 1)
+    assert line == f"cvbench {command}: error: {target}: is {is_what}, not a folder"
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", ["build-imagenet", "extract-imagenet", "dali-index"])
+def test_a_read_only_output_folder(tmp_path, disk, command):
+    mnt = disk.mount(1 << 20)
+    if command == "dali-index":
+        records = shards(tmp_path)
+        for p in records.glob("train-*"):
+            (mnt / p.name).write_bytes(p.read_bytes())
+        argv, failing = ["dali-index", mnt, "--no-progress"], mnt / "idx"
+    elif command == "extract-imagenet":
+        tar = train_tar(tmp_path / "train.tar", {"n01440764": [jpeg(1)]})
+        argv, failing = ["extract-imagenet", mnt, "--train-tar", tar], mnt / ".cvbench-extract"
+    else:
+        raw = raw_folder(tmp_path / "raw")
+        argv = ["build-imagenet", "--raw-dir", raw, "--output-dir", mnt / "out", *BUILD]
+        failing = mnt / "out"
+    read_only(disk)
+    before = tree(mnt)
+    line = error_line(cvbench(*argv, "--no-progress"), 1)
+    assert line == f"cvbench {command}: error: {failing}: Read-only file system"
+    assert tree(mnt) == before
+
+
+def test_a_full_disk_in_extract_imagenet_names_the_file_and_keeps_finished_classes(tmp_path, disk):
+    small = [jpeg(i) for i in range(2)]  # a page each
+    noise = np.random.default_rng(0).integers(0, 255, (300, 300, 3), dtype=np.uint8)
+    big = io.BytesIO()
+    Image.fromarray(noise).save(big, "JPEG", quality=95)  # about 100 KB: it cannot fit
+    tar = train_tar(tmp_path / "train.tar", {"n01440764": small, "n01443537": [big.getvalue()]})
+    mnt = disk.mount(64 << 10)
+    run = cvbench("extract-imagenet", mnt / "out", "--train-tar", tar, "--no-progress")
+    partial = mnt / "out" / ".cvbench-extract" / "staging" / "n01443537" / "n01443537_0.JPEG"
+    assert error_line(run, 1) == (
+        f"cvbench extract-imagenet: error: {partial}: No space left on device"
+    )
+    first = mnt / "out" / "train" / "n01440764"
+    assert [p.read_bytes() for p in sorted(first.iterdir())] == small  # whole and in place
+    assert not (mnt / "out" / "train" / "n01443537").exists()
+    assert not partial.parent.exists()  # the partial class is gone
+    disk.mount(4 << 20)  # space is back: the rerun extracts the rest
+    rerun = cvbench("extract-imagenet", mnt / "out", "--train-tar", tar, "--no-progress")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "train: 1 classes (1 images) extracted, 1 already done" in rerun.stdout
+    second = mnt / "out" / "train" / "n01443537" / "n01443537_0.JPEG"
+    assert second.read_bytes() == big.getvalue()
+
+
+def test_a_full_disk_in_dali_index_names_the_index_file(tmp_path, disk):
+    records = shards(tmp_path)
+    mnt = disk.mount(8 << 10)  # two pages: the shard, then the disk is full
+    shard = mnt / "train-00000-of-00001"
+    shard.write_bytes((records / shard.name).read_bytes())
+    assert shard.stat().st_size <= 8 << 10
+    fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
+    try:  # fill what is left
+        while os.write(fd, b"x" * 512):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    before = tree(mnt)
+    run = cvbench("dali-index", mnt, "--no-progress")
+    assert error_line(run, 1) == (
+        f"cvbench dali-index: error: {mnt}/idx/{shard.name}.idx: No space left on device"
+    )
+    after = tree(mnt)
+    assert after == {**before, "idx": "folder"}  # no partial index file
