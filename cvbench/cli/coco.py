@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cvbench.cli import CLIError
 from cvbench.cli.args import positive_int
+from cvbench.cli.imagenet import add_max_pixels_argument
 
 _COCO_SPLITS = ("train", "val")
 
@@ -69,6 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--quality", type=positive_int, default=95, help="JPEG quality of re-encoded images"
     )
     p.add_argument("--overwrite", action="store_true", help="replace a different data set in OUT")
+    add_max_pixels_argument(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=build_coco_command)
 
@@ -116,6 +118,7 @@ def build_coco_command(args: argparse.Namespace) -> int:
         seed=args.seed,
         quality=args.quality,
         overwrite=args.overwrite,
+        max_pixels=args.max_pixels,
         progress=not args.no_progress,
     )
     print(summary.format())

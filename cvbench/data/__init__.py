@@ -40,7 +40,8 @@ Where each concept lives:
     coco_labels.py      `CocoLabelMap` and the COCO 2017 categories (no TensorFlow).
     imagenet_builder.py, coco_builder.py
                         the builders (named so that `build_imagenet` / `build_coco` here are
-                        always the functions, never the modules).
+                        always the functions, never the modules); coco_annotations.py the
+                        annotation files they read, checked.
     dataset_info.py     the metadata file the builders write beside the records.
     mixup.py            DLE's batch mixup (a Beta weight per image, reversed partners;
                         `cvbench.data.mixup.mixup`: the module keeps its name).
@@ -48,7 +49,8 @@ Where each concept lives:
                         `SplitSpec`, `Skip`, `WriteSummary`) the builders share;
                         worker_pool.py its in-order `map` on worker processes.
     imagenet_layout.py, image_io.py, extract_imagenet.py, download.py
-                        raw folders, image files, archives and downloads.
+                        raw folders, image files, archives and downloads; safe_paths.py
+                        the checks that keep names read from them inside their folders.
     dali.py, dali_dataset.py, dali_index.py
                         the DALI path: its pipeline (same recipe), the batches, the index
                         files DALI's reader needs (`DATA_DIR/idx/<shard>.idx`).

@@ -5,10 +5,9 @@ Input: a COCO annotation JSON (`instances_train2017.json`) and its image folder
 `coco_val.record-00000-of-00010` … (10 shards), one `tf.train.Example` per image, in the
 layout `cvbench.data.coco_schema` defines (and `coco_schema.coco_example` writes).
 
-Annotations are checked before anything is written. Skipped and counted (the OD API rules):
-boxes with zero width or height, boxes outside the image (x < 0, y < 0, x + w > width or
-y + h > height); also annotations naming an unknown category or image, and malformed ones.
-Images without boxes are kept (COCOeval counts them) and counted.
+Annotations are checked before anything is written (`cvbench.data.coco_annotations`): bad
+boxes are skipped and counted, a malformed file is refused naming the entry. Images without
+boxes are kept (COCOeval counts them) and counted.
 
 Beside the records goes `dataset_info.json` (`cvbench.data.dataset_info`): the categories of
 the annotation files in id order with their names (class index = rank of the id), the images
@@ -25,24 +24,28 @@ import collections
 import dataclasses
 import errno
 import functools
-import json
-import math
 import os
 import random
 import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from cvbench.data.coco_schema import SHARD_PATTERN, CocoImage, CocoObject, coco_example
+from cvbench.data.coco_annotations import AnnotationReport, load_coco_annotations
+from cvbench.data.coco_schema import SHARD_PATTERN, CocoImage, coco_example
 from cvbench.data.dataset_info import (
     ClassInfo,
     DatasetInfo,
     dataset_info_path,
     write_dataset_info,
 )
-from cvbench.data.image_io import ImageError, to_rgb_jpeg
+from cvbench.data.image_io import (
+    DEFAULT_MAX_PIXELS,
+    ImageError,
+    check_max_pixels,
+    read_image_file,
+    to_rgb_jpeg,
+)
 from cvbench.data.sharded_writer import (
     DiskFullError,
     Skip,
@@ -55,157 +58,6 @@ from cvbench.utils.io import atomic_path
 
 #: Shard counts of the reference layout; other split names default to 10.
 DEFAULT_SHARDS: dict[str, int] = {"train": 100, "val": 10}
-
-SKIP_REASONS: tuple[str, ...] = (
-    "zero_size",
-    "outside_image",
-    "unknown_category",
-    "unknown_image",
-    "malformed",
-)
-
-
-@dataclasses.dataclass
-class AnnotationReport:
-    """What parsing kept and skipped.
-
-    Attributes:
-        num_images: images in the file.
-        num_annotations: annotations in the file.
-        num_boxes: annotations kept.
-        images_without_boxes: images left with no kept box (still written).
-        skipped: reason -> count, reasons from `SKIP_REASONS`.
-        examples: reason -> the first few annotation ids skipped for it.
-        categories: category id -> name, from the file's `categories`, in file order.
-    """
-
-    num_images: int = 0
-    num_annotations: int = 0
-    num_boxes: int = 0
-    images_without_boxes: int = 0
-    skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    examples: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
-    categories: dict[int, str] = dataclasses.field(default_factory=dict)
-
-    def skip(self, reason: str, ann_id: Any) -> None:
-        self.skipped[reason] += 1
-        ids = self.examples.setdefault(reason, [])
-        if len(ids) < 5:
-            ids.append(ann_id)
-
-    def summary(self) -> str:
-        """A few human-readable lines."""
-        lines = [
-            f"{self.num_images} images, {self.num_annotations} annotations: "
-            f"{self.num_boxes} boxes kept, {self.images_without_boxes} images without boxes"
-        ]
-        for reason in SKIP_REASONS:
-            if self.skipped[reason]:
-                lines.append(
-                    f"  skipped {self.skipped[reason]} annotations ({reason}), "
-                    f"e.g. ids {self.examples[reason]}"
-                )
-        return "\n".join(lines)
-
-
-def parse_coco_annotations(data: Mapping[str, Any]) -> tuple[list[CocoImage], AnnotationReport]:
-    """Checks a COCO annotation dict and returns its images with their valid boxes.
-
-    Args:
-        data: the loaded annotation JSON (`images`, `annotations`, `categories`; a file with
-            only `images`, such as `image_info_test2017.json`, gives images without boxes).
-
-    Returns:
-        The images in file order, each with its kept objects in file order, and the report.
-
-    Raises:
-        ValueError: on a structurally broken file: a missing `images` list, an image without
-            `id`/`file_name`/`height`/`width` or with a non-positive size, duplicate image or
-            category ids.
-    """
-    if not isinstance(data, Mapping) or not isinstance(data.get("images"), list):
-        raise ValueError("not a COCO annotation file: no 'images' list")
-    categories: dict[int, str] = {}
-    for cat in data.get("categories", []):
-        cat_id = int(cat["id"])
-        if cat_id in categories:
-            raise ValueError(f"duplicate category id {cat_id} in 'categories'")
-        categories[cat_id] = str(cat.get("name", cat_id))
-
-    report = AnnotationReport(num_images=len(data["images"]), categories=dict(categories))
-    sizes: dict[int, tuple[str, int, int]] = {}
-    for img in data["images"]:
-        try:
-            image_id, name = int(img["id"]), str(img["file_name"])
-            height, width = int(img["height"]), int(img["width"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"malformed image entry {img!r}: {e!r}") from None
-        if image_id in sizes:
-            raise ValueError(f"duplicate image id {image_id} in 'images'")
-        if height <= 0 or width <= 0:
-            raise ValueError(f"image {image_id} ({name}) has size {height}x{width}")
-        sizes[image_id] = (name, height, width)
-
-    objects: dict[int, list[CocoObject]] = {i: [] for i in sizes}
-    annotations = data.get("annotations", [])
-    report.num_annotations = len(annotations)
-    for ann in annotations:
-        reason, obj = _check_annotation(ann, sizes, categories)
-        if reason:
-            report.skip(reason, ann.get("id") if isinstance(ann, Mapping) else None)
-        else:
-            objects[int(ann["image_id"])].append(obj)
-            report.num_boxes += 1
-
-    images = [
-        CocoImage(image_id, name, height, width, tuple(objects[image_id]))
-        for image_id, (name, height, width) in sizes.items()
-    ]
-    report.images_without_boxes = sum(1 for im in images if not im.objects)
-    return images, report
-
-
-def _check_annotation(
-    ann: Any, sizes: Mapping[int, tuple[str, int, int]], categories: Mapping[int, str]
-) -> tuple[str | None, CocoObject | None]:
-    """(skip reason, None) or (None, the object) for one annotation."""
-    try:
-        image_id, cat_id = int(ann["image_id"]), int(ann["category_id"])
-        x, y, w, h = (float(v) for v in ann["bbox"])
-    except (KeyError, TypeError, ValueError):
-        return "malformed", None
-    if not all(math.isfinite(v) for v in (x, y, w, h)):
-        return "malformed", None
-    if image_id not in sizes:
-        return "unknown_image", None
-    if cat_id not in categories:
-        return "unknown_category", None
-    _, height, width = sizes[image_id]
-    if w <= 0 or h <= 0:
-        return "zero_size", None
-    if x < 0 or y < 0 or x + w > width or y + h > height:
-        return "outside_image", None
-    try:
-        area = float(ann.get("area", w * h))
-    except (TypeError, ValueError):
-        return "malformed", None
-    box = (y / height, x / width, (y + h) / height, (x + w) / width)
-    return None, CocoObject(cat_id, categories[cat_id], box, bool(ann.get("iscrowd", 0)), area)
-
-
-def load_coco_annotations(path: str | os.PathLike) -> tuple[list[CocoImage], AnnotationReport]:
-    """Reads an annotation JSON and parses it with `parse_coco_annotations`.
-
-    Raises:
-        FileNotFoundError: if `path` does not exist.
-        ValueError: if it is not valid JSON or not a COCO annotation file.
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{os.fspath(path)} is not valid JSON: {e}") from None
-    return parse_coco_annotations(data)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,21 +81,19 @@ class CocoItem:
         return f"{self.image.file_name} (id {self.image.image_id})"
 
 
-def encode_coco_item(item: CocoItem, *, quality: int) -> bytes | Skip:
+def encode_coco_item(
+    item: CocoItem, *, quality: int, max_pixels: int | None = DEFAULT_MAX_PIXELS
+) -> bytes | Skip:
     """Reads and checks one image; returns its serialized record or `Skip(reason)`.
 
     RGB and grayscale JPEGs are stored byte for byte (TensorFlow's JPEG decoder expands
     grayscale to RGB); anything else (PNG behind a .jpg name, CMYK) is re-encoded as an RGB
     JPEG at `quality`. Every image is fully decoded once, so a corrupt file is skipped here
-    and never reaches tf.data.
+    and never reaches tf.data; so is one over `max_pixels` (width x height, from its header).
     """
     try:
-        with open(item.path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        return Skip(f"cannot read file: {e.strerror or e}")
-    try:
-        decoded = to_rgb_jpeg(data, quality=quality)
+        data = read_image_file(item.path)
+        decoded = to_rgb_jpeg(data, quality=quality, max_pixels=max_pixels)
     except ImageError as e:
         return Skip(str(e))
     ann = item.image
@@ -288,6 +138,7 @@ def build_coco_splits(
     overwrite: bool = False,
     progress: bool = True,
     copy_annotations: bool = True,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> BuildSummary:
     """Builds the TFRecords of several splits in one go (one manifest for the directory).
 
@@ -307,6 +158,8 @@ def build_coco_splits(
         copy_annotations: copy the annotation file of every split but "train" next to the
             records as `instances_<split>.json`, where the evaluation finds its ground truth
             (the training file is large and never needed there).
+        max_pixels: images with more pixels (width x height, from the header, before
+            decoding) are skipped and listed like unreadable ones; None for no limit.
 
     Returns:
         A `BuildSummary`.
@@ -320,6 +173,7 @@ def build_coco_splits(
         raise ValueError("sources must name at least one split")
     if not 1 <= quality <= 100:
         raise ValueError(f"quality must be in 1..100, got {quality}")
+    max_pixels = check_max_pixels(max_pixels)
     specs, reports = [], {}
     for split, (annotations_file, image_dir) in sources.items():
         image_root = Path(image_dir)
@@ -342,7 +196,7 @@ def build_coco_splits(
     summary = write_sharded(
         output_dir,
         specs,
-        functools.partial(encode_coco_item, quality=quality),
+        functools.partial(encode_coco_item, quality=quality, max_pixels=max_pixels),
         dataset="coco-tfod",
         options={"quality": quality, "seed": seed},
         item_key=CocoItem.key,
@@ -413,6 +267,7 @@ def build_coco(
     quality: int = 95,
     overwrite: bool = False,
     progress: bool = True,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> BuildSummary:
     """Builds `coco_<split>.record-NNNNN-of-NNNNN` from one annotation file and image folder.
 
@@ -426,7 +281,8 @@ def build_coco(
         output_dir: the output folder.
         split: the split name ("train" gives 100 shards, "val" 10 by default).
         num_shards: shard count instead of the default.
-        num_workers, seed, quality, overwrite, progress: as in `build_coco_splits`.
+        num_workers, seed, quality, overwrite, progress, max_pixels: as in
+            `build_coco_splits`.
 
     The annotation file of a split other than "train" is copied next to the records
     (`instances_<split>.json`) for the evaluation.
@@ -448,4 +304,5 @@ def build_coco(
         quality=quality,
         overwrite=overwrite,
         progress=progress,
+        max_pixels=max_pixels,
     )

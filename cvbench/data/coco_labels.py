@@ -14,6 +14,11 @@ from typing import Any
 
 import numpy as np
 
+#: The largest category id cvbench accepts. A detector's class index is by default the
+#: category id - 1 (SSD320's 90 classes), so the largest id sets its width, and the label
+#: map's `index_table` is as long as the largest id.
+MAX_CATEGORY_ID = 10_000
+
 # The 80 category ids of COCO 2017 detection and their names.
 COCO_2017_CATEGORIES: tuple[tuple[int, str], ...] = (
     (1, "person"), (2, "bicycle"), (3, "car"), (4, "motorcycle"), (5, "airplane"), (6, "bus"),
@@ -54,9 +59,11 @@ class CocoLabelMap:
 
     def __post_init__(self) -> None:
         ids = tuple(int(i) for i in self.category_ids)
-        if not ids or min(ids) < 1 or len(set(ids)) != len(ids):
+        if not ids or min(ids) < 1 or max(ids) > MAX_CATEGORY_ID or len(set(ids)) != len(ids):
+            shown = repr(self.category_ids) if len(ids) <= 20 else f"{len(ids)} ids"
             raise ValueError(
-                f"category_ids must be unique positive integers, got {self.category_ids!r}"
+                f"category_ids must be unique integers in 1..{MAX_CATEGORY_ID} "
+                f"(MAX_CATEGORY_ID), got {shown}"
             )
         object.__setattr__(self, "category_ids", ids)
 

@@ -29,7 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cvbench.data.safe_paths import make_dir, naming
 from cvbench.data.tfrecord import scan_tfrecord
+from cvbench.utils.errors import BadFileError
 from cvbench.utils.io import atomic_open
 
 INDEX_DIR = "idx"
@@ -52,12 +54,12 @@ def record_entries(tfrecord: str | os.PathLike) -> list[Entry]:
     """`(offset, size)` of each record of a TFRecord file, from its length headers.
 
     Raises:
-        ValueError: the file ends inside a record (truncated); the message names the file.
+        BadFileError: the file ends inside a record (truncated); the message names the file.
         FileNotFoundError: no such file.
     """
     scan = scan_tfrecord(tfrecord)
     if scan.truncated:
-        raise ValueError(f"{scan.describe()}; build or copy it again before indexing it")
+        raise BadFileError(f"{scan.describe()}; build or copy it again before indexing it")
     entries, offset = [], 0
     with open(tfrecord, "rb") as f:
         for _ in range(scan.num_records):
@@ -87,11 +89,13 @@ def write_index(
         `(index file, number of records)`.
 
     Raises:
-        ValueError: a truncated file (named).
+        BadFileError: a truncated file (named).
+        NotADirectoryError: a file where the index folder should be.
     """
     entries = record_entries(tfrecord)
     out = Path(index) if index is not None else index_path(tfrecord)
-    with atomic_open(out, "w", encoding="ascii") as f:
+    make_dir(out.parent)
+    with naming(out), atomic_open(out, "w", encoding="ascii") as f:
         f.write(format_entries(entries))
     return out, len(entries)
 
@@ -104,7 +108,8 @@ def shard_files(data_dir: str | os.PathLike) -> list[str]:
     """
     root = Path(data_dir)
     if not root.is_dir():
-        raise FileNotFoundError(f"data directory {root} does not exist")
+        what = "is not a folder" if root.exists() else "does not exist"
+        raise FileNotFoundError(f"data directory {root} {what}")
     files = sorted(p for p in glob.glob(str(root / SHARD_GLOB)) if os.path.isfile(p))
     if not files:
         raise FileNotFoundError(f"no TFRecord shards matching {SHARD_GLOB!r} in {root}")
@@ -173,7 +178,9 @@ def write_indexes(
         An `IndexSummary`.
 
     Raises:
-        ValueError: a truncated file (named); the indexes written before it stay.
+        BadFileError: a truncated file (named); the indexes written before it stay.
+        OSError: an index cannot be written (a read-only folder, a full disk, a file where
+            the index folder should be); the indexes written before it stay.
     """
     from cvbench.utils.progress import progress_bar
 

@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cvbench.data.coco_labels import MAX_CATEGORY_ID
+from cvbench.utils.errors import BadFileError
 from cvbench.utils.io import write_json_atomic
 
 DATASET_INFO_NAME = "dataset_info.json"
@@ -107,11 +109,11 @@ class DatasetInfo:
         ids = [c.id for c in self.classes]
         if len(set(ids)) != len(ids):
             raise ValueError(f"class ids must be unique, got {ids!r}")
-        if self.kind == "coco" and (
-            not all(isinstance(i, int) and i >= 1 for i in ids) or ids != sorted(ids)
-        ):
+        if self.kind == "coco" and (not all(_category_id(i) for i in ids) or ids != sorted(ids)):
+            shown = repr(ids) if len(ids) <= 20 else f"{len(ids)} ids, e.g. {ids[-3:]!r}"
             raise ValueError(
-                f"COCO classes must have positive int category ids in increasing order, got {ids!r}"
+                f"COCO classes must have int category ids in 1..{MAX_CATEGORY_ID} in increasing "
+                f"order, got {shown}"
             )
 
     @property
@@ -176,6 +178,10 @@ class DatasetInfo:
             raise ValueError(f"malformed field: {e!r}") from None
 
 
+def _category_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_CATEGORY_ID
+
+
 def write_dataset_info(data_dir: str | os.PathLike, info: DatasetInfo) -> Path:
     """Writes `info` to `data_dir/dataset_info.json` atomically (the mode of a new file).
 
@@ -197,7 +203,8 @@ def read_dataset_info(data_dir: str | os.PathLike) -> DatasetInfo | None:
     (records written by another tool or an older cvbench).
 
     Raises:
-        ValueError: naming the file, when it cannot be read or is not a valid metadata file.
+        BadFileError: naming the file, when it cannot be read or is not a valid metadata file
+            (a COCO category id above `MAX_CATEGORY_ID` included).
     """
     path = dataset_info_path(data_dir)
     try:
@@ -205,8 +212,8 @@ def read_dataset_info(data_dir: str | os.PathLike) -> DatasetInfo | None:
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read the dataset metadata file {path}: {e}") from None
+        raise BadFileError(f"cannot read the dataset metadata file {path}: {e}") from None
     try:
         return DatasetInfo.from_json(json.loads(text))
     except ValueError as e:  # json.JSONDecodeError is a ValueError
-        raise ValueError(f"{path} is not a valid dataset metadata file: {e}") from None
+        raise BadFileError(f"{path} is not a valid dataset metadata file: {e}") from None

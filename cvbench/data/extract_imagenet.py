@@ -16,20 +16,33 @@ the outer stream, never written to disk, so the extraction needs the images' spa
 twice. Reruns skip finished work: a class is extracted into a staging folder, renamed into
 place, then marked done (`OUT/.cvbench-extract/`); a class without its marker is redone, and a
 validation image is written under a temporary name and renamed, so one that exists is whole.
+
+Every name read from the archives that becomes a path is checked first: a WNID (from
+`meta.mat` or a labels file) must look like `n01440764`, a member name is reduced to its last
+component, so nothing is ever written outside `OUT`. A truncated or corrupt archive stops the
+extraction with `BadFileError` naming it (what was finished before stays); so does a full
+disk or another `OSError`, naming the file being written.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import io
 import os
 import re
 import shutil
 import tarfile
-from collections.abc import Mapping
+import zlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
+from cvbench.data.safe_paths import make_dir, naming, plain_name
+from cvbench.utils.errors import BadFileError
 from cvbench.utils.io import atomic_open
 from cvbench.utils.progress import progress_bar
 
@@ -87,10 +100,48 @@ def _bytes_bar(path: Path, progress: bool, desc: str) -> Any:
     )
 
 
-def _member_file_name(member: tarfile.TarInfo) -> str:
+#: What a truncated or corrupt tar (or .tar.gz) raises while it is read.
+_ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error)
+
+
+@contextlib.contextmanager
+def _reading(archive: Path, what: str = "") -> Iterator[None]:
+    """Turns a truncated or corrupt archive into `BadFileError` naming it (and `what`, a
+    member), a gzip error included."""
+    try:
+        yield
+    except _ARCHIVE_ERRORS as e:
+        raise BadFileError(
+            f"{archive}{what}: not a complete tar archive ({e}); download it again"
+        ) from None
+    except gzip.BadGzipFile as e:
+        raise BadFileError(
+            f"{archive}{what}: not a complete .tar.gz ({e}); download it again"
+        ) from None
+
+
+def _copy_to(source: IO[bytes], path: Path, chunk_size: int = 1 << 20) -> None:
+    """Writes `source` to `path`. An error while writing (a full disk) names `path`; one
+    while reading (a truncated archive) is raised as it is."""
+    f = open(path, "wb")  # noqa: SIM115 (close() is checked: it flushes, and can fail)
+    try:
+        while chunk := source.read(chunk_size):
+            with naming(path):
+                f.write(chunk)
+    finally:
+        with naming(path):
+            f.close()
+
+
+def _write_marker(path: Path, count: int) -> None:
+    with naming(path), atomic_open(path, "w", encoding="ascii") as f:
+        f.write(f"{count}\n")
+
+
+def _member_file_name(archive: Path, member: tarfile.TarInfo) -> str:
     name = os.path.basename(member.name)
-    if not name or name in (".", ".."):
-        raise ValueError(f"unexpected archive member {member.name!r}")
+    if not plain_name(name):
+        raise BadFileError(f"{archive}: unexpected archive member {member.name!r}")
     return name
 
 
@@ -109,16 +160,16 @@ def extract_train(
         `ExtractStats` with `written`, `classes_written` and `classes_skipped` set.
 
     Raises:
-        ValueError: a member of the outer tar is not `<synset>.tar`.
+        BadFileError: a member of the outer tar is not `<synset>.tar`, or the tar (or a
+            class tar in it) is truncated or corrupt; the classes finished before stay.
     """
     train_tar, out_dir = Path(train_tar), Path(out_dir)
-    markers = out_dir / _STATE / "train"
-    staging_root = out_dir / _STATE / "staging"
-    markers.mkdir(parents=True, exist_ok=True)
-    staging_root.mkdir(parents=True, exist_ok=True)
-    (out_dir / "train").mkdir(parents=True, exist_ok=True)
+    markers = make_dir(out_dir / _STATE / "train")
+    staging_root = make_dir(out_dir / _STATE / "staging")
+    make_dir(out_dir / "train")
     written = classes_written = classes_skipped = 0
     with (
+        _reading(train_tar),
         open(train_tar, "rb") as raw,
         _bytes_bar(train_tar, progress, "train classes") as bar,
         tarfile.open(fileobj=_ProgressReader(raw, bar), mode="r|") as outer,
@@ -126,10 +177,10 @@ def extract_train(
         for member in outer:
             if not member.isfile():
                 continue
-            name = _member_file_name(member)
+            name = _member_file_name(train_tar, member)
             synset = name.removesuffix(".tar")
             if not name.endswith(".tar") or not _SYNSET.fullmatch(synset):
-                raise ValueError(
+                raise BadFileError(
                     f"{train_tar}: expected one <synset>.tar per class (like n01440764.tar), "
                     f"found {member.name!r}; is this ILSVRC2012_img_train.tar?"
                 )
@@ -140,23 +191,32 @@ def extract_train(
             staging = staging_root / synset
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
-            count = 0
-            with tarfile.open(fileobj=outer.extractfile(member), mode="r|") as inner:
-                for image in inner:
-                    if not image.isfile():
-                        continue
-                    with open(staging / _member_file_name(image), "wb") as f:
-                        shutil.copyfileobj(inner.extractfile(image), f)
-                    count += 1
+            try:
+                with _reading(train_tar, f" (member {member.name})"):
+                    count = _extract_class(outer.extractfile(member), train_tar, staging)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
             final = out_dir / "train" / synset
             shutil.rmtree(final, ignore_errors=True)  # a partial one from an earlier run
             os.replace(staging, final)
-            marker.write_text(f"{count}\n")
+            _write_marker(marker, count)
             written += count
             classes_written += 1
     return ExtractStats(
         written=written, classes_written=classes_written, classes_skipped=classes_skipped
     )
+
+
+def _extract_class(class_tar: IO[bytes], train_tar: Path, staging: Path) -> int:
+    """Writes the images of one class tar into `staging`; returns how many."""
+    count = 0
+    with tarfile.open(fileobj=class_tar, mode="r|") as inner:
+        for image in inner:
+            if image.isfile():
+                _copy_to(inner.extractfile(image), staging / _member_file_name(train_tar, image))
+                count += 1
+    return count
 
 
 def _val_stem(name: str) -> str:
@@ -172,21 +232,49 @@ def _read_devkit(devkit: str | os.PathLike) -> tuple[list[int], dict[int, tuple[
             "reading the devkit's meta.mat needs scipy (pip install scipy); or pass a labels "
             "file with --val-labels instead of the devkit (one WNID per validation image)"
         ) from e
+    devkit = Path(devkit)
     ground_truth = meta = None
-    with tarfile.open(devkit, mode="r:*") as tar:
+    with _reading(devkit), tarfile.open(devkit, mode="r:*") as tar:
         for member in tar:
-            if member.name.endswith(_GROUND_TRUTH):
-                ground_truth = tar.extractfile(member).read().decode("ascii")
-            elif member.name.endswith(_META):
+            if member.name.endswith(_GROUND_TRUTH) and member.isfile():
+                ground_truth = tar.extractfile(member).read()
+            elif member.name.endswith(_META) and member.isfile():
                 meta = tar.extractfile(member).read()
     if ground_truth is None or meta is None:
-        raise ValueError(f"{devkit}: no {_GROUND_TRUTH} and {_META}; is this the t12 devkit?")
-    synsets = scipy.io.loadmat(io.BytesIO(meta), squeeze_me=True)["synsets"]
-    table = {
-        int(i): (str(w), str(t))
-        for i, w, t in zip(synsets["ILSVRC2012_ID"], synsets["WNID"], synsets["words"], strict=True)
-    }
-    return [int(line) for line in ground_truth.split()], table
+        raise BadFileError(f"{devkit}: no {_GROUND_TRUTH} and {_META}; is this the t12 devkit?")
+    table = _synset_table(devkit, meta, scipy.io)
+    ids = []
+    for number, line in enumerate(ground_truth.splitlines(), start=1):
+        if line.strip():
+            if not line.strip().isdigit():
+                raise BadFileError(
+                    f"{devkit}: {_GROUND_TRUTH} line {number} is not an ILSVRC2012_ID: "
+                    f"{line[:40]!r}"
+                )
+            ids.append(int(line))
+    return ids, table
+
+
+def _synset_table(devkit: Path, meta: bytes, scipy_io: Any) -> dict[int, tuple[str, str]]:
+    """ILSVRC2012_ID -> (WNID, words) from the bytes of `meta.mat`, every WNID checked."""
+    try:
+        synsets = np.atleast_1d(scipy_io.loadmat(io.BytesIO(meta), squeeze_me=True)["synsets"])
+        rows = zip(synsets["ILSVRC2012_ID"], synsets["WNID"], synsets["words"], strict=True)
+        rows = [(int(i), str(w), str(t)) for i, w, t in rows]
+    except (ValueError, TypeError, KeyError, IndexError, OSError) as e:
+        raise BadFileError(
+            f"{devkit}: {_META} is not the devkit's synset table (ILSVRC2012_ID, WNID, words): "
+            f"{e!r}"
+        ) from None
+    table = {}
+    for class_id, wnid, words in rows:
+        if not _SYNSET.fullmatch(wnid):
+            raise BadFileError(
+                f"{devkit}: {_META}: ILSVRC2012_ID {class_id} has WNID {wnid[:40]!r}, not a WNID "
+                "like n01440764"
+            )
+        table[class_id] = (wnid, " ".join(words.split()))  # one line of the class texts
+    return table
 
 
 def load_val_labels_from_devkit(devkit: str | os.PathLike) -> dict[str, str]:
@@ -198,13 +286,17 @@ def load_val_labels_from_devkit(devkit: str | os.PathLike) -> dict[str, str]:
         {"ILSVRC2012_val_00000001": "n01751748", ...}: image name without extension -> WNID.
 
     Raises:
-        ValueError: scipy is missing, or the devkit lacks the ground truth or meta.mat.
+        ValueError: scipy is missing.
+        BadFileError: the devkit lacks the ground truth or meta.mat, is corrupt, or names a
+            WNID that is not one (`n` and 8 digits).
     """
     ids, table = _read_devkit(devkit)
     labels = {}
     for index, class_id in enumerate(ids, start=1):
         if class_id not in table:
-            raise ValueError(f"{devkit}: ground truth names ILSVRC2012_ID {class_id}, not in meta")
+            raise BadFileError(
+                f"{devkit}: ground truth names ILSVRC2012_ID {class_id}, not in meta"
+            )
         labels[_VAL_NAME.format(index)] = table[class_id][0]
     return labels
 
@@ -220,7 +312,7 @@ def write_class_texts(devkit: str | os.PathLike, path: str | os.PathLike) -> int
     """
     _, table = _read_devkit(devkit)
     rows = [table[i] for i in sorted(table) if 1 <= i <= _NUM_CLASSES]
-    with atomic_open(path, "w", encoding="utf-8") as f:
+    with naming(path), atomic_open(path, "w", encoding="utf-8") as f:
         f.writelines(f"{wnid}\t{words}\n" for wnid, words in rows)
     return len(rows)
 
@@ -238,21 +330,30 @@ def load_val_labels_file(path: str | os.PathLike) -> dict[str, str]:
         Image name without extension -> WNID.
 
     Raises:
-        ValueError: a line that is not a WNID, or an empty file.
+        BadFileError: a line that is not a WNID (or not `ImageId,PredictionString`), or an
+            empty file.
     """
     path = Path(path)
-    lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise BadFileError(f"{path}: not a text file of WNIDs ({e})") from None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     labels = {}
     if lines and lines[0].lower().startswith("imageid"):
-        for line in lines[1:]:
-            image_id, prediction = line.split(",", 1)
+        for number, line in enumerate(lines[1:], start=2):
+            image_id, _, prediction = line.partition(",")
+            if not prediction.split():
+                raise BadFileError(
+                    f"{path}: line {number} is not 'ImageId,PredictionString': {line[:60]!r}"
+                )
             labels[image_id.strip()] = prediction.split()[0]
     else:
         for index, wnid in enumerate(lines, start=1):
             labels[_VAL_NAME.format(index)] = wnid
     bad = [w for w in labels.values() if not _SYNSET.fullmatch(w)]
     if bad or not labels:
-        raise ValueError(f"{path}: expected WNIDs like n01440764, got {bad[:3] or 'nothing'}")
+        raise BadFileError(f"{path}: expected WNIDs like n01440764, got {bad[:3] or 'nothing'}")
     return labels
 
 
@@ -276,17 +377,25 @@ def extract_val(
         `ExtractStats` with `written` and `skipped` set.
 
     Raises:
-        ValueError: an image without a label, or labels for images the tar does not hold.
+        ValueError: a label that is not a WNID (`n` and 8 digits).
+        BadFileError: an image without a label, labels for images the tar does not hold, or
+            a truncated or corrupt tar; the images written before stay.
     """
     val_tar, out_dir = Path(val_tar), Path(out_dir)
+    bad = sorted({w for w in labels.values() if not _SYNSET.fullmatch(str(w))})
+    if bad:
+        raise ValueError(f"labels must be WNIDs like n01440764, got {bad[:3]}")
     done = out_dir / _STATE / "val.done"
     if done.exists():
-        return ExtractStats(skipped=int(done.read_text()))
-    staging = out_dir / _STATE / "staging"
-    staging.mkdir(parents=True, exist_ok=True)
+        try:
+            return ExtractStats(skipped=int(done.read_text()))
+        except ValueError:
+            pass  # an unreadable marker: check every image again
+    staging = make_dir(out_dir / _STATE / "staging")
     written = skipped = 0
     seen = set()
     with (
+        _reading(val_tar),
         open(val_tar, "rb") as raw,
         _bytes_bar(val_tar, progress, "val images") as bar,
         tarfile.open(fileobj=_ProgressReader(raw, bar), mode="r|") as tar,
@@ -294,26 +403,30 @@ def extract_val(
         for member in tar:
             if not member.isfile():
                 continue
-            name = _member_file_name(member)
+            name = _member_file_name(val_tar, member)
             stem = _val_stem(name)
             if stem not in labels:
-                raise ValueError(f"{val_tar}: no label for {member.name!r}; wrong labels file?")
+                raise BadFileError(f"{val_tar}: no label for {member.name!r}; wrong labels file?")
             seen.add(stem)
             final = out_dir / "val" / labels[stem] / name
             if final.exists():
                 skipped += 1
                 continue
-            final.parent.mkdir(parents=True, exist_ok=True)
             tmp = staging / name
-            with open(tmp, "wb") as f:
-                shutil.copyfileobj(tar.extractfile(member), f)
+            try:
+                _copy_to(tar.extractfile(member), tmp)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                raise
+            make_dir(final.parent)  # once the image is whole: no empty folder is left
             os.replace(tmp, final)
             written += 1
     if len(seen) != len(labels):
-        raise ValueError(
+        raise BadFileError(
             f"labels name {len(labels)} validation images but {val_tar} holds {len(seen)}"
         )
-    done.write_text(f"{written + skipped}\n")
+    _write_marker(done, written + skipped)
     return ExtractStats(written=written, skipped=skipped)
 
 
@@ -342,8 +455,11 @@ def extract_imagenet(
         {"train": ExtractStats, "val": ExtractStats} for the splits given.
 
     Raises:
-        ValueError: nothing to do, validation without labels, or a malformed archive.
+        ValueError: nothing to do, or validation without labels.
+        BadFileError: a malformed, truncated or corrupt archive or labels file (named).
         FileNotFoundError: a named archive does not exist.
+        OSError: the output cannot be written (named: a read-only folder, a full disk, a
+            file where a folder should be); what was finished before stays.
     """
     if train_tar is None and val_tar is None:
         raise ValueError("give train_tar and/or val_tar")
@@ -352,8 +468,7 @@ def extract_imagenet(
     for path in (train_tar, val_tar, devkit, val_labels):
         if path is not None and not Path(path).is_file():
             raise FileNotFoundError(f"no such file: {path}")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_dir(out_dir)
     if devkit is not None:
         write_class_texts(devkit, out_dir / CLASS_TEXTS)
     stats = {}
@@ -363,8 +478,11 @@ def extract_imagenet(
             if val_labels is not None
             else load_val_labels_from_devkit(devkit)
         )
-        stats["val"] = extract_val(val_tar, out_dir, labels, progress=progress)
-    if train_tar is not None:
-        stats["train"] = extract_train(train_tar, out_dir, progress=progress)
-    shutil.rmtree(out_dir / _STATE / "staging", ignore_errors=True)
+    try:
+        if val_tar is not None:
+            stats["val"] = extract_val(val_tar, out_dir, labels, progress=progress)
+        if train_tar is not None:
+            stats["train"] = extract_train(train_tar, out_dir, progress=progress)
+    finally:  # also after an error: a partial class or image is redone by the next run
+        shutil.rmtree(out_dir / _STATE / "staging", ignore_errors=True)
     return stats

@@ -13,19 +13,29 @@ reads JPEG, so `to_rgb_jpeg` returns RGB JPEG bytes for any image Pillow can rea
   fixed size NVIDIA's builder used (352 x 352, ignoring aspect ratio).
 
 Every image is fully decoded once, so a truncated or corrupt file is found at build time
-(`ImageError`) instead of in the middle of training. No TensorFlow import: builder worker
-processes use this module.
+(`ImageError`) instead of in the middle of training. Before decoding, the size in the
+file's header is checked against `max_pixels` (default `DEFAULT_MAX_PIXELS`, 64 megapixels:
+decoding and converting a 13000 x 13000 PNG takes gigabytes); a larger image is an
+`ImageError` too, which the builders skip and list like a corrupt file (`--max-pixels` raises
+the limit). This check replaces Pillow's own (`Image.MAX_IMAGE_PIXELS`) during the call.
+No TensorFlow import: builder worker processes use this module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from PIL import Image
 
 Resize = int | tuple[int, int]
+
+#: The most pixels (width x height, from the file's header) an image may have by default.
+DEFAULT_MAX_PIXELS = 64_000_000
 
 
 class ImageError(ValueError):
@@ -105,36 +115,101 @@ def resized_shape(height: int, width: int, resize: Resize | None) -> tuple[int, 
     return max(1, round(height * scale)), resize
 
 
-def _open_fully(data: bytes) -> Image.Image:
+def read_image_file(path: str | os.PathLike) -> bytes:
+    """The bytes of an image file.
+
+    Raises:
+        ImageError: the file cannot be read (the reason: missing, a folder, ...).
+    """
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ImageError(f"cannot read file: {e.strerror or e}") from None
+
+
+def check_max_pixels(max_pixels: int | None) -> int | None:
+    """Validates a pixel limit: None (no limit) or a positive int."""
+    if max_pixels is None:
+        return None
+    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1:
+        raise ValueError(f"max_pixels must be None or a positive int, got {max_pixels!r}")
+    return max_pixels
+
+
+@contextlib.contextmanager
+def _without_pillow_limit() -> Iterator[None]:
+    """Pillow's decompression-bomb check off (ours, `max_pixels`, is made instead)."""
+    old = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None
+    try:
+        yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = old
+
+
+def _open_header(data: bytes, max_pixels: int | None) -> Image.Image:
+    """The image, its header read (not decoded), refused when over `max_pixels`."""
     if not data:
         raise ImageError("empty file")
     try:
         image = Image.open(io.BytesIO(data))
     except Image.UnidentifiedImageError:
         raise ImageError("not an image Pillow can read") from None
-    except Image.DecompressionBombError as e:
-        raise ImageError(f"image too large: {e}") from None
     except (OSError, SyntaxError, ValueError) as e:
         raise ImageError(f"unreadable image header: {e}") from None
+    pixels = image.width * image.height
+    if max_pixels is not None and pixels > max_pixels:
+        raise ImageError(
+            f"image of {image.width} x {image.height} = {pixels:,} pixels, over the limit of "
+            f"{max_pixels:,} (max_pixels, --max-pixels)"
+        )
     return image
 
 
-def to_rgb_jpeg(data: bytes, *, resize: Resize | None = None, quality: int = 90) -> EncodedImage:
+def to_rgb_jpeg(
+    data: bytes,
+    *,
+    resize: Resize | None = None,
+    quality: int = 90,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+) -> EncodedImage:
     """Returns `data` as RGB JPEG bytes, re-encoding only when needed (see the module doc).
 
     Args:
         data: the bytes of an image file in any format Pillow reads.
         resize: None, a shorter side in pixels (int), or a fixed (height, width).
         quality: JPEG quality for re-encoded images, 1..100.
+        max_pixels: the most pixels (width x height, read from the header before decoding)
+            the image may have; None for no limit.
 
     Raises:
         ImageError: the reason the bytes are not a readable image (empty, not an image,
-            truncated, corrupt).
+            truncated, corrupt, over `max_pixels`).
+
+    Example:
+        >>> png = io.BytesIO()
+        >>> Image.new("RGB", (300, 200)).save(png, "PNG")
+        >>> try:
+        ...     to_rgb_jpeg(png.getvalue(), max_pixels=50_000)
+        ... except ImageError as e:
+        ...     print(e)
+        image of 300 x 200 = 60,000 pixels, over the limit of 50,000 (max_pixels, --max-pixels)
+        >>> to_rgb_jpeg(png.getvalue(), max_pixels=60_000).reencoded
+        True
     """
     if not 1 <= quality <= 100:
         raise ValueError(f"quality must be in 1..100, got {quality}")
     resize = check_resize(resize)
-    image = _open_fully(data)
+    max_pixels = check_max_pixels(max_pixels)
+    with _without_pillow_limit():
+        return _to_rgb_jpeg(data, resize, quality, max_pixels)
+
+
+def _to_rgb_jpeg(
+    data: bytes, resize: Resize | None, quality: int, max_pixels: int | None
+) -> EncodedImage:
+    image = _open_header(data, max_pixels)
     source_format, source_mode = image.format or "unknown", image.mode
     height, width = image.height, image.width
     target = resized_shape(height, width, resize)
@@ -145,8 +220,6 @@ def to_rgb_jpeg(data: bytes, *, resize: Resize | None = None, quality: int = 90)
         image.load()  # a full decode: truncated or corrupt data raises here
     except (OSError, SyntaxError, ValueError) as e:
         raise ImageError(f"corrupt or truncated image: {e}") from None
-    except Image.DecompressionBombError as e:
-        raise ImageError(f"image too large: {e}") from None
     if source_format == "JPEG" and source_mode == "RGB" and target == (height, width):
         return EncodedImage(data, height, width, source_format, source_mode, reencoded=False)
     rgb = to_rgb(image)

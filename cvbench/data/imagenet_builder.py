@@ -37,7 +37,16 @@ from cvbench.data.dataset_info import (
     dataset_info_path,
     write_dataset_info,
 )
-from cvbench.data.image_io import ImageError, Resize, check_resize, to_rgb_jpeg
+from cvbench.data.image_io import (
+    DEFAULT_MAX_PIXELS,
+    ImageError,
+    Resize,
+    check_max_pixels,
+    check_resize,
+    read_image_file,
+    to_rgb_jpeg,
+)
+from cvbench.data.safe_paths import is_inside
 from cvbench.data.sharded_writer import (
     Skip,
     SplitSpec,
@@ -76,19 +85,22 @@ class ImageItem:
         return f"{self.relpath}\t{self.label}\t{self.synset}\t{self.text}\t{self.boxes}"
 
 
-def encode_image_item(item: ImageItem, *, resize: Resize | None, quality: int) -> bytes | Skip:
+def encode_image_item(
+    item: ImageItem,
+    *,
+    resize: Resize | None,
+    quality: int,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+) -> bytes | Skip:
     """Reads, checks and (if needed) re-encodes one image; returns the serialized record.
 
     Returns:
-        The `tf.train.Example` bytes, or `Skip(reason)` for an unreadable file or image.
+        The `tf.train.Example` bytes, or `Skip(reason)` for an unreadable file or image (one
+        over `max_pixels` included).
     """
     try:
-        with open(item.path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        return Skip(f"cannot read file: {e.strerror or e}")
-    try:
-        image = to_rgb_jpeg(data, resize=resize, quality=quality)
+        data = read_image_file(item.path)
+        image = to_rgb_jpeg(data, resize=resize, quality=quality, max_pixels=max_pixels)
     except ImageError as e:
         return Skip(str(e))
     return imagenet_example(
@@ -215,6 +227,7 @@ def build_imagenet(
     train_dir: str | os.PathLike | None = None,
     validation_dir: str | os.PathLike | None = None,
     strict: bool = False,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
     progress: bool = True,
 ) -> BuildSummary:
     """Builds ImageNet-format TFRecords from a folder-per-class image set.
@@ -240,6 +253,8 @@ def build_imagenet(
         validation_dir: validation folder if not `raw_dir/validation` or `raw_dir/val`.
         strict: refuse (before writing anything) a training class folder with no images,
             instead of keeping it as a class with 0 images and a warning.
+        max_pixels: images with more pixels (width x height, read from the header before
+            decoding) are skipped and listed like unreadable ones; None for no limit.
         progress: print what was found and a progress bar to stderr.
 
     Returns:
@@ -248,13 +263,25 @@ def build_imagenet(
     Raises:
         FileNotFoundError: missing folders or files (the message says what was looked for).
         FileExistsError: `out_dir` holds a different data set and `overwrite` is False.
-        ValueError: bad arguments, inconsistent label files, or (with `strict`) a class
-            folder without images.
+        ValueError: bad arguments (an output folder inside the raw data), inconsistent label
+            files, or (with `strict`) a class folder without images.
+        BadFileError: a symbolic link to a folder that would make images be read twice (see
+            `cvbench.data.imagenet_layout`).
     """
     resize = check_resize(resize)
+    max_pixels = check_max_pixels(max_pixels)
     if not 1 <= quality <= 100:
         raise ValueError(f"quality must be in 1..100, got {quality}")
     raw = Path(raw_dir)
+    for folder, what in ((raw, "raw"), (train_dir, "training"), (validation_dir, "validation")):
+        if folder is not None and is_inside(out_dir, folder):
+            same = Path(out_dir).resolve() == Path(folder).resolve()
+            raise ValueError(
+                f"the output folder {out_dir} is {'' if same else 'inside '}the {what} folder "
+                f"{folder}: what it "
+                "writes would become raw data of the next build (a class folder, or images); "
+                "choose an output folder outside it"
+            )
     found = layout.discover(
         raw,
         train_dir=train_dir,
@@ -315,7 +342,7 @@ def build_imagenet(
     summary = write_sharded(
         out_dir,
         splits,
-        functools.partial(encode_image_item, resize=resize, quality=quality),
+        functools.partial(encode_image_item, resize=resize, quality=quality, max_pixels=max_pixels),
         dataset="imagenet",
         options=options,
         metadata=metadata,

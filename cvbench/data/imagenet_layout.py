@@ -38,6 +38,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cvbench.utils.errors import BadFileError
+
 IMAGE_EXTENSIONS = frozenset(
     {".jpeg", ".jpg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm"}
 )
@@ -110,15 +112,58 @@ def _list_dir(path: Path) -> tuple[list[Path], list[Path]]:
     return sorted(dirs), sorted(files)
 
 
-def _class_images(folder: Path, ignored: list[str]) -> list[str]:
-    images = []
-    for root, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if name.startswith("."):
+class _Walk:
+    """Walks class folders, following symbolic links to folders only where that is safe.
+
+    A linked folder (a class folder, or a folder inside one) is followed when it points
+    outside the raw data; one that points at a folder holding it (a loop: `train/x -> .`
+    would make a class of every image again), into the raw data or above it, or at a folder
+    already read (its images would be read twice) raises `BadFileError` naming the link.
+    """
+
+    def __init__(self, protected: list[Path]) -> None:
+        self._protected = [p.resolve() for p in protected]
+        self._seen: set[Path] = set()
+
+    def _check_link(self, link: Path) -> None:
+        target = link.resolve()
+        if link.parent.resolve().is_relative_to(target):
+            raise BadFileError(
+                f"{link} is a symbolic link to {target}, a folder that holds it (a loop: every "
+                "image would be read again); remove it"
+            )
+        for folder in self._protected:
+            if target.is_relative_to(folder) or folder.is_relative_to(target):
+                raise BadFileError(
+                    f"{link} is a symbolic link to {target}, "
+                    + ("inside" if target.is_relative_to(folder) else "above")
+                    + f" the raw data folder {folder} (its images would be read twice); remove "
+                    "it (a class folder may link to a folder outside the raw data)"
+                )
+        if target in self._seen:
+            raise BadFileError(
+                f"{link} is a symbolic link to {target}, a folder already read (its images "
+                "would be read twice); remove it"
+            )
+
+    def images(self, folder: Path, ignored: list[str]) -> list[str]:
+        """The image files under `folder` in `os.walk` order (a folder's files by name, then
+        its sub-folders by name); other files go to `ignored`."""
+        images = []
+        stack = [folder]
+        while stack:
+            current = stack.pop()
+            if current.is_symlink():
+                self._check_link(current)
+            real = current.resolve()
+            if real in self._seen:
                 continue
-            (images if _is_image(name) else ignored).append(os.path.join(root, name))
-    return images
+            self._seen.add(real)
+            sub_dirs, files = _list_dir(current)
+            for path in files:
+                (images if _is_image(path.name) else ignored).append(str(path))
+            stack.extend(reversed(sub_dirs))
+        return images
 
 
 def find_validation_dir(raw_dir: Path) -> Path | None:
@@ -165,9 +210,11 @@ def discover(
         raise ValueError(f"{train} has no class folders; expected {train}/<class>/<images>")
     ignored = [str(p) for p in stray]
     classes = [d.name for d in class_dirs]
+    val = Path(validation_dir) if validation_dir is not None else find_validation_dir(raw)
+    walk = _Walk([raw, train] + ([val] if val is not None and val.is_dir() else []))
     train_items, empty = [], []
     for d in class_dirs:
-        images = _class_images(d, ignored)
+        images = walk.images(d, ignored)
         train_items += [(p, d.name) for p in images]
         if not images:
             empty.append(str(d))
@@ -176,7 +223,6 @@ def discover(
             f"no image files under {train}/<class>/ (extensions {sorted(IMAGE_EXTENSIONS)})"
         )
 
-    val = Path(validation_dir) if validation_dir is not None else find_validation_dir(raw)
     if val is None:
         source = "no validation folder (train only)"
         return RawImages(classes, train_items, [], LAYOUT_NONE, source, ignored, empty)
@@ -198,7 +244,7 @@ def discover(
             )
         val_items = []
         for d in sub_dirs:
-            val_items += [(p, d.name) for p in _class_images(d, ignored)]
+            val_items += [(p, d.name) for p in walk.images(d, ignored)]
         source = f"validation split into class folders in {val}"
         return RawImages(classes, train_items, val_items, LAYOUT_FOLDERS, source, ignored, empty)
     if not flat_images:

@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cvbench.data.safe_paths import make_dir
 from cvbench.data.worker_pool import ParallelMap, default_num_workers, parallel_map
 from cvbench.utils.io import atomic_path, write_json_atomic
 from cvbench.utils.progress import progress_bar
@@ -90,11 +91,12 @@ class DiskFullError(OSError):
     def __init__(self, path: Path, finished_shards: int) -> None:
         self.path = path
         self.finished_shards = finished_shards
+        # No filename argument: the message names the path (an OSError's one-line
+        # description, `cvbench.utils.errors.describe_os_error`, is the message alone).
         super().__init__(
             errno.ENOSPC,
             f"no space left on device writing {path}; {finished_shards} finished shards are "
             "intact; free space and rerun to resume",
-            str(path),
         )
 
     def __str__(self) -> str:
@@ -428,8 +430,7 @@ def write_sharded(
                 f"one) to run in worker processes: {e}"
             ) from None
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_dir(out_dir)
     identity = _identity(dataset, options or {}, splits, item_key)
     manifest = _prepare_out_dir(out, identity, splits, overwrite)
     manifest.setdefault("shards", {})

@@ -13,9 +13,11 @@ import tensorflow as tf
 from PIL import Image
 
 from cvbench.data import coco
+from cvbench.data import coco_annotations as ca
 from cvbench.data import coco_builder as bc
 from cvbench.data import coco_schema as keys
 from cvbench.data.sharded_writer import MANIFEST_NAME
+from cvbench.utils.errors import BadFileError
 
 H, W = 48, 64
 
@@ -83,7 +85,7 @@ def _feature(ex: tf.train.Example, key: str) -> list:
 
 def test_parse_counts_every_rule(tmp_path):
     path, _, _ = _dataset(tmp_path)
-    images, report = bc.load_coco_annotations(path)
+    images, report = ca.load_coco_annotations(path)
     assert [im.image_id for im in images] == [1, 2, 3, 4, 5, 6, 7]
     assert report.num_images == 7 and report.num_annotations == 10
     assert dict(report.skipped) == {
@@ -109,17 +111,74 @@ def test_parse_counts_every_rule(tmp_path):
 
 def test_parse_rejects_broken_files(tmp_path):
     with pytest.raises(ValueError, match="no 'images' list"):
-        bc.parse_coco_annotations({"annotations": []})
+        ca.parse_coco_annotations({"annotations": []})
     with pytest.raises(ValueError, match="duplicate image id 1"):
-        bc.parse_coco_annotations(
+        ca.parse_coco_annotations(
             {"images": [{"id": 1, "file_name": "a", "height": 1, "width": 1}] * 2}
         )
-    with pytest.raises(ValueError, match="malformed image entry"):
-        bc.parse_coco_annotations({"images": [{"id": 1, "file_name": "a"}]})
+    with pytest.raises(ValueError, match=r"images\[0\]: no 'height', 'width' in \{"):
+        ca.parse_coco_annotations({"images": [{"id": 1, "file_name": "a"}]})
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(ValueError, match="not valid JSON"):
-        bc.load_coco_annotations(bad)
+    with pytest.raises(BadFileError, match="bad.json is not valid JSON"):
+        ca.load_coco_annotations(bad)
+
+
+_IMAGE = {"id": 1, "file_name": "a.jpg", "height": 4, "width": 4}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"categories": None}, "'categories' must be a list, got null"),
+        ({"annotations": {"id": 1}}, "'annotations' must be a list, got {\"id\": 1}"),
+        ({"categories": [{"name": "x"}]}, 'categories[0]: no \'id\' in {"name": "x"}'),
+        ({"categories": ["cat"]}, "categories[0]: expected an object with an 'id', got \"cat\""),
+        (
+            {"categories": [{"id": 1}, {"id": 10**9}]},
+            "categories[1]: category id 1000000000 is not an integer in 1..10000 (the largest "
+            "id sets a detector's width: its class index is id - 1); renumber the categories",
+        ),
+        ({"categories": [{"id": 0}]}, "categories[0]: category id 0 is not an integer in 1.."),
+        ({"categories": [{"id": 2.5}]}, "categories[0]: category id 2.5 is not an integer in"),
+        ({"categories": [{"id": "7"}]}, 'categories[0]: category id "7" is not an integer in'),
+        ({"categories": [{"id": True}]}, "categories[0]: category id true is not an integer in"),
+        ({"categories": [{"id": 3}, {"id": 3}]}, "categories[1]: duplicate category id 3"),
+        ({"images": [{"file_name": "a.jpg"}]}, "images[0]: no 'id', 'height', 'width' in"),
+        ({"images": [None]}, "images[0]: expected an image object, got null"),
+        ({"images": [{**_IMAGE, "id": "x"}]}, 'images[0]: image id "x" is not an integer'),
+        ({"images": [{**_IMAGE, "height": 0}]}, "images[0] (id 1): size 0x4 is not two positive"),
+        (
+            {"images": [{**_IMAGE, "file_name": "../../etc/passwd"}]},
+            'images[0] (id 1): file_name "../../etc/passwd" is not a relative path inside '
+            "the image folder",
+        ),
+        (
+            {"images": [{**_IMAGE, "file_name": "/etc/passwd"}]},
+            'images[0] (id 1): file_name "/etc/passwd" is not a relative path',
+        ),
+        ({"images": [{**_IMAGE, "file_name": 7}]}, "images[0] (id 1): file_name 7 is not a"),
+    ],
+)
+def test_a_malformed_file_is_refused_naming_the_file_and_the_entry(tmp_path, change, message):
+    data = {"images": [_IMAGE], "annotations": [], "categories": [{"id": 1}], **change}
+    path = tmp_path / "instances.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(BadFileError) as caught:
+        ca.load_coco_annotations(path)
+    assert str(caught.value).startswith(f"{path}: {message}")
+
+
+def test_a_bbox_that_is_not_four_numbers_is_skipped_and_counted():
+    data = {"images": [_IMAGE], "categories": [{"id": 1}]}
+    data["annotations"] = [
+        {"id": 5, "image_id": 1, "category_id": 1, "bbox": [1, 1, 2]},
+        {"id": 6, "image_id": 1, "category_id": 1, "bbox": None},
+        {"id": 7, "image_id": 1, "category_id": 1, "bbox": [0, 0, 2, 2]},
+    ]
+    images, report = ca.parse_coco_annotations(data)
+    assert report.skipped["malformed"] == 2 and report.examples["malformed"] == [5, 6]
+    assert len(images[0].objects) == 1
 
 
 def test_build_writes_od_api_records_and_skips_bad_images(tmp_path):

@@ -92,8 +92,10 @@ def test_label_maps():
     np.testing.assert_array_equal(c80.to_indices([13, 12]), [11, -1])
     cats = [{"id": 7, "name": "b"}, {"id": 3, "name": "a"}]
     assert coco.CocoLabelMap.from_categories(cats).category_ids == (3, 7)
-    with pytest.raises(ValueError, match="unique positive"):
+    with pytest.raises(ValueError, match=r"unique integers in 1..10000 \(MAX_CATEGORY_ID\)"):
         coco.CocoLabelMap((1, 1))
+    with pytest.raises(ValueError, match=r"in 1..10000 \(MAX_CATEGORY_ID\), got \(1, 10001\)"):
+        coco.CocoLabelMap((1, 10001))  # index_table would be as long as the largest id
     with pytest.raises(ValueError, match=r"\[0, 80\)"):
         c80.to_coco_ids([80])
 

@@ -21,6 +21,7 @@ from cvbench.data.dataset_info import (
     read_dataset_info,
     write_dataset_info,
 )
+from cvbench.utils.errors import BadFileError
 
 IMAGENET_INFO = DatasetInfo(
     kind="imagenet",
@@ -94,12 +95,15 @@ def test_a_folder_without_the_file_gives_none(tmp_path):
         ('{"format": 1, "kind": "imagenet", "classes": []}', "at least one class"),
         ('{"format": 1, "kind": "imagenet", "classes": [{"id": "a"}, {"id": "a"}]}', "unique"),
         ('{"format": 1, "kind": "coco", "classes": [{"id": 3}, {"id": 1}]}', "increasing order"),
-        ('{"format": 1, "kind": "coco", "classes": [{"id": "1"}]}', "positive int category"),
+        ('{"format": 1, "kind": "coco", "classes": [{"id": "1"}]}', "int category ids in 1.."),
+        # Above MAX_CATEGORY_ID: the detection task would build a range of that length.
+        ('{"format": 1, "kind": "coco", "classes": [{"id": 10001}]}', "ids in 1..10000 in"),
+        ('{"format": 1, "kind": "coco", "classes": [{"id": true}]}', "ids in 1..10000 in"),
     ],
 )
-def test_a_bad_file_is_a_value_error_naming_it(tmp_path, text, why):
+def test_a_bad_file_is_a_bad_file_error_naming_it(tmp_path, text, why):
     (tmp_path / DATASET_INFO_NAME).write_text(text)
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(BadFileError) as e:  # a ValueError; exit status 1 in the command
         read_dataset_info(tmp_path)
     assert str(tmp_path / DATASET_INFO_NAME) in str(e.value) and why in str(e.value)
 

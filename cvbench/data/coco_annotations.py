@@ -1,0 +1,256 @@
+"""COCO annotation files, checked: what `build_coco` keeps, skips and refuses.
+
+`load_coco_annotations(path)` reads an annotation JSON (`instances_val2017.json`) and
+`parse_coco_annotations(data)` checks it, returning the images with their kept boxes
+(`cvbench.data.coco_schema.CocoImage`) and an `AnnotationReport`.
+
+Skipped and counted (the OD API rules): boxes with zero width or height, boxes outside the
+image (x < 0, y < 0, x + w > width or y + h > height); also annotations naming an unknown
+category or image, and malformed ones (a `bbox` that is not 4 finite numbers, a missing
+`image_id`). Images without boxes are kept (COCOeval counts them) and counted.
+
+Refused (`BadFileError` from `load_coco_annotations`, naming the file and the entry, e.g.
+`instances.json: categories[0]: no 'id' in {"name": "x"}`): a file that is not JSON, no
+`images` list, `categories` or `annotations` that are not lists, an image without an integer
+`id`, positive `height`/`width` or a `file_name` that stays inside the image folder (no
+absolute path, no `..`), a category without an integer `id` in 1..`MAX_CATEGORY_ID`
+(`cvbench.data.coco_labels`), duplicate image or category ids.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from cvbench.data.coco_labels import MAX_CATEGORY_ID
+from cvbench.data.coco_schema import CocoImage, CocoObject
+from cvbench.data.safe_paths import relative_name
+from cvbench.utils.errors import BadFileError
+
+SKIP_REASONS: tuple[str, ...] = (
+    "zero_size",
+    "outside_image",
+    "unknown_category",
+    "unknown_image",
+    "malformed",
+)
+
+
+@dataclasses.dataclass
+class AnnotationReport:
+    """What parsing kept and skipped.
+
+    Attributes:
+        num_images: images in the file.
+        num_annotations: annotations in the file.
+        num_boxes: annotations kept.
+        images_without_boxes: images left with no kept box (still written).
+        skipped: reason -> count, reasons from `SKIP_REASONS`.
+        examples: reason -> the first few annotation ids skipped for it.
+        categories: category id -> name, from the file's `categories`, in file order.
+    """
+
+    num_images: int = 0
+    num_annotations: int = 0
+    num_boxes: int = 0
+    images_without_boxes: int = 0
+    skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    examples: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+    categories: dict[int, str] = dataclasses.field(default_factory=dict)
+
+    def skip(self, reason: str, ann_id: Any) -> None:
+        self.skipped[reason] += 1
+        ids = self.examples.setdefault(reason, [])
+        if len(ids) < 5:
+            ids.append(ann_id)
+
+    def summary(self) -> str:
+        """A few human-readable lines."""
+        lines = [
+            f"{self.num_images} images, {self.num_annotations} annotations: "
+            f"{self.num_boxes} boxes kept, {self.images_without_boxes} images without boxes"
+        ]
+        for reason in SKIP_REASONS:
+            if self.skipped[reason]:
+                lines.append(
+                    f"  skipped {self.skipped[reason]} annotations ({reason}), "
+                    f"e.g. ids {self.examples[reason]}"
+                )
+        return "\n".join(lines)
+
+
+def parse_coco_annotations(data: Mapping[str, Any]) -> tuple[list[CocoImage], AnnotationReport]:
+    """Checks a COCO annotation dict and returns its images with their valid boxes.
+
+    Args:
+        data: the loaded annotation JSON (`images`, `annotations`, `categories`; a file with
+            only `images`, such as `image_info_test2017.json`, gives images without boxes).
+
+    Returns:
+        The images in file order, each with its kept objects in file order, and the report.
+
+    Raises:
+        ValueError: on a structurally broken file, naming the entry: a missing `images`
+            list, `categories` or `annotations` that are not lists, an image without
+            `id`/`file_name`/`height`/`width`, with a non-positive size or a `file_name`
+            that leaves the image folder (absolute, or with `..`), a category without an
+            integer `id` in 1..`MAX_CATEGORY_ID`, duplicate image or category ids.
+    """
+    if not isinstance(data, Mapping) or not isinstance(data.get("images"), list):
+        raise ValueError("not a COCO annotation file: no 'images' list")
+    categories = _categories(data)
+    report = AnnotationReport(num_images=len(data["images"]), categories=dict(categories))
+    sizes: dict[int, tuple[str, int, int]] = {}
+    for index, img in enumerate(data["images"]):
+        image_id, name, height, width = _image_entry(img, f"images[{index}]")
+        if image_id in sizes:
+            raise ValueError(f"images[{index}]: duplicate image id {image_id}")
+        sizes[image_id] = (name, height, width)
+
+    objects: dict[int, list[CocoObject]] = {i: [] for i in sizes}
+    annotations = _list_field(data, "annotations")
+    report.num_annotations = len(annotations)
+    for ann in annotations:
+        reason, obj = _check_annotation(ann, sizes, categories)
+        if reason:
+            report.skip(reason, ann.get("id") if isinstance(ann, Mapping) else None)
+        else:
+            objects[int(ann["image_id"])].append(obj)
+            report.num_boxes += 1
+
+    images = [
+        CocoImage(image_id, name, height, width, tuple(objects[image_id]))
+        for image_id, (name, height, width) in sizes.items()
+    ]
+    report.images_without_boxes = sum(1 for im in images if not im.objects)
+    return images, report
+
+
+def _list_field(data: Mapping[str, Any], key: str) -> list:
+    """`data[key]`, a list; `[]` when the key is missing."""
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise ValueError(f"'{key}' must be a list, got {_short(value)}")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if _jsonable(value) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _integer(value: Any) -> int | None:
+    """`value` as an int when it is one (an int, or a float with no fraction), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _categories(data: Mapping[str, Any]) -> dict[int, str]:
+    """Category id -> name, checked (see `parse_coco_annotations`)."""
+    categories: dict[int, str] = {}
+    for index, cat in enumerate(_list_field(data, "categories")):
+        where = f"categories[{index}]"
+        if not isinstance(cat, Mapping):
+            raise ValueError(f"{where}: expected an object with an 'id', got {_short(cat)}")
+        if "id" not in cat:
+            raise ValueError(f"{where}: no 'id' in {_short(cat)}")
+        cat_id = _integer(cat["id"])
+        if cat_id is None or not 1 <= cat_id <= MAX_CATEGORY_ID:
+            raise ValueError(
+                f"{where}: category id {_short(cat['id'])} is not an integer in "
+                f"1..{MAX_CATEGORY_ID} (the largest id sets a detector's width: its class index "
+                "is id - 1); renumber the categories"
+            )
+        if cat_id in categories:
+            raise ValueError(f"{where}: duplicate category id {cat_id}")
+        categories[cat_id] = str(cat.get("name", cat_id))
+    return categories
+
+
+def _image_entry(img: Any, where: str) -> tuple[int, str, int, int]:
+    """(id, file_name, height, width) of one `images` entry, checked."""
+    if not isinstance(img, Mapping):
+        raise ValueError(f"{where}: expected an image object, got {_short(img)}")
+    missing = [k for k in ("id", "file_name", "height", "width") if k not in img]
+    if missing:
+        raise ValueError(f"{where}: no {', '.join(repr(k) for k in missing)} in {_short(img)}")
+    image_id, height, width = (_integer(img[k]) for k in ("id", "height", "width"))
+    name = img["file_name"]
+    if image_id is None:
+        raise ValueError(f"{where}: image id {_short(img['id'])} is not an integer")
+    if height is None or width is None or height <= 0 or width <= 0:
+        raise ValueError(
+            f"{where} (id {image_id}): size {_short(img['height'])}x{_short(img['width'])} is "
+            "not two positive integers"
+        )
+    if not isinstance(name, str) or not relative_name(name):
+        raise ValueError(
+            f"{where} (id {image_id}): file_name {_short(name)} is not a relative path inside "
+            "the image folder"
+        )
+    return image_id, name, height, width
+
+
+def _check_annotation(
+    ann: Any, sizes: Mapping[int, tuple[str, int, int]], categories: Mapping[int, str]
+) -> tuple[str | None, CocoObject | None]:
+    """(skip reason, None) or (None, the object) for one annotation."""
+    try:
+        image_id, cat_id = int(ann["image_id"]), int(ann["category_id"])
+        x, y, w, h = (float(v) for v in ann["bbox"])
+    except (KeyError, TypeError, ValueError):
+        return "malformed", None
+    if not all(math.isfinite(v) for v in (x, y, w, h)):
+        return "malformed", None
+    if image_id not in sizes:
+        return "unknown_image", None
+    if cat_id not in categories:
+        return "unknown_category", None
+    _, height, width = sizes[image_id]
+    if w <= 0 or h <= 0:
+        return "zero_size", None
+    if x < 0 or y < 0 or x + w > width or y + h > height:
+        return "outside_image", None
+    try:
+        area = float(ann.get("area", w * h))
+    except (TypeError, ValueError):
+        return "malformed", None
+    box = (y / height, x / width, (y + h) / height, (x + w) / width)
+    return None, CocoObject(cat_id, categories[cat_id], box, bool(ann.get("iscrowd", 0)), area)
+
+
+def load_coco_annotations(path: str | os.PathLike) -> tuple[list[CocoImage], AnnotationReport]:
+    """Reads an annotation JSON and parses it with `parse_coco_annotations`.
+
+    Raises:
+        FileNotFoundError: if `path` does not exist.
+        BadFileError: naming the file (and the entry), if it is not valid JSON or not a
+            COCO annotation file (see `parse_coco_annotations`).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadFileError(f"{os.fspath(path)} is not valid JSON: {e}") from None
+    try:
+        return parse_coco_annotations(data)
+    except ValueError as e:
+        raise BadFileError(f"{os.fspath(path)}: {e}") from None

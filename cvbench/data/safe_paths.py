@@ -1,0 +1,102 @@
+"""Names and folders the data tools write to: checked so that nothing lands outside its folder.
+
+The data tools turn names read from input files into paths (a WNID from the devkit's
+`meta.mat` becomes `val/<WNID>/`, a tar member name a file name, a COCO `file_name` the image
+to read). `plain_name` and `relative_name` refuse the names that would leave their folder;
+`is_inside` tells whether one folder is inside another (after resolving symbolic links);
+`make_dir` creates an output folder or says in one line why it cannot (a file, or a symbolic
+link to nothing, in its place); `naming(path)` gives the `OSError` of a write that has no
+file name (ENOSPC from `write` or `close`) the file's name. No TensorFlow import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import posixpath
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def is_inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether `path` is `folder` or below it, both resolved (symbolic links followed; a
+    missing path is resolved as far as it exists).
+
+    Example:
+        >>> is_inside("/data/raw/train/out", "/data/raw"), is_inside("/data/out", "/data/raw")
+        (True, False)
+    """
+    return Path(path).resolve().is_relative_to(Path(folder).resolve())
+
+
+def plain_name(name: str) -> bool:
+    """Whether `name` is one path component: not empty, `.`, `..`, and without a separator
+    or a NUL byte.
+
+    Example:
+        >>> plain_name("n01440764"), plain_name("../evil"), plain_name("..")
+        (True, False, False)
+    """
+    return (
+        bool(name)
+        and name not in (".", "..")
+        and "/" not in name
+        and "\0" not in name
+        and (os.sep == "/" or os.sep not in name)
+    )
+
+
+def relative_name(name: str) -> bool:
+    """Whether `name` is a relative '/'-separated path that stays below its folder: no
+    absolute path, no `..` component, no NUL byte (a COCO `file_name` such as
+    `train2017/000000000009.jpg`).
+
+    Example:
+        >>> relative_name("a/b.jpg"), relative_name("../b.jpg"), relative_name("/etc/passwd")
+        (True, False, False)
+    """
+    if not name or "\0" in name or name.startswith(("/", "\\")) or os.path.isabs(name):
+        return False
+    parts = posixpath.normpath(name.replace("\\", "/")).split("/")
+    return ".." not in parts and parts != ["."]
+
+
+def make_dir(path: str | os.PathLike) -> Path:
+    """Creates the folder `path` (and its parents) if missing; returns it.
+
+    Raises:
+        NotADirectoryError: something else has the name: a file, or a symbolic link to
+            nothing (the message names the path).
+        OSError: the folder cannot be created (a read-only file system, ...).
+    """
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        what = "a symbolic link to nothing" if path.is_symlink() else "a file"
+        raise NotADirectoryError(
+            errno.ENOTDIR, f"is {what}, not a folder", os.fspath(path)
+        ) from None
+    return path
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """Re-raises an `OSError` without a file name (a full disk seen by `write` or `close`) as
+    one naming `path`, so that its one-line description says which file it was.
+
+    Example:
+        >>> try:
+        ...     with naming("out/idx/a.idx"):
+        ...         raise OSError(errno.ENOSPC, "No space left on device")
+        ... except OSError as e:
+        ...     print(e.filename, e.strerror)
+        out/idx/a.idx No space left on device
+    """
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror or str(e), os.fspath(path)) from e
