@@ -201,6 +201,19 @@ def test_a_full_disk_mid_run_keeps_the_checkpoint_before_it(small_disk):
 
 
 @pytest.mark.slow
+def test_a_full_disk_writing_the_log_is_one_line_naming_it(small_disk):
+    # Two pages: the lock file's and the TensorBoard events file's; the log's first line
+    # finds no room (tmpfs counts whole pages).
+    disk = small_disk.mount(8192)
+    run = disk / "run"
+    result = cvbench(*FLAGS, "--no-export", "--log-dir", str(run))
+    assert result.returncode == 1
+    assert error_line(result) == (
+        f"cvbench train: error: {run}/train_log.jsonl: No space left on device"
+    )
+
+
+@pytest.mark.slow
 def test_a_full_disk_at_the_export_is_one_line_naming_it(finished_run, small_disk):
     disk = small_disk.mount(160 * MIB)  # the checkpoint and model.keras, not saved_model/
     run = copy_of(finished_run, disk / "run")
