@@ -8,6 +8,7 @@ and the data through `cvbench.tasks.prepare_run` with the flags, and runs it. Un
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from cvbench.cli import CLIError
@@ -18,6 +19,12 @@ from cvbench.cli.task_args import (
     data_backend_kwargs,
     report_corrupt,
     task_from_args,
+)
+
+#: What `cvbench train` without `--log-dir` says first (rank 0, on stderr).
+NO_LOG_DIR = (
+    "cvbench train: no --log-dir: nothing will be saved (no checkpoints, no export); pass "
+    "--log-dir DIR to keep the run"
 )
 
 
@@ -360,6 +367,8 @@ def train_command(args: argparse.Namespace) -> int:
     else:
         run = _prepare_without_recipe(task, args, config)
         epochs = args.epochs or 90
+    if args.log_dir is None and run.trainer.is_chief:
+        print(NO_LOG_DIR, file=sys.stderr, flush=True)
     results = run.fit(epochs=epochs, steps_per_epoch=args.steps_per_epoch, evaluate=args.eval)
     if results is not None:
         _report(run.trainer, results)

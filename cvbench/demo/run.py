@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import platform
 import shutil
@@ -37,6 +36,7 @@ from typing import Any
 from cvbench.demo.config import DemoConfig, demo_precision
 from cvbench.demo.data import DemoData, prepare_data
 from cvbench.demo.shapes import SHAPE_NAMES
+from cvbench.training.run_log import read_run_log
 from cvbench.utils.io import write_json_atomic
 from cvbench.utils.model_file import save_model
 
@@ -47,9 +47,7 @@ COCO_KEYS = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", 
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_run_log(path) if path.is_file() else []  # a partial last line left out
 
 
 def _curve_panels(logs_dir: Path) -> dict[str, dict[str, tuple[list, list]]]:

@@ -72,6 +72,7 @@ class TaskRun:
         recipe = getattr(self.task.options, "recipe", None)
         if recipe is None or self.plan is None:
             return
+        self.trainer.claim_log_dir()  # before the first write: the fit's checks and lock
         log = RunLog(self.trainer.log_dir, enabled=self.trainer.is_chief, progress_bar=False)
         try:
             log.record("recipe", **recipe_record(recipe, self.plan))

@@ -12,6 +12,10 @@ disk space, leaves the previous checkpoint intact. The metadata holds a SHA-256 
 the arrays (format 2), verified on every load on top of the archive's CRC-32s, so a flipped
 bit is detected instead of loaded; a file that fails to load (truncated, bit-flipped) is
 skipped with a warning when looking for the newest valid one.
+
+Before any array is read, the sizes the archive declares are checked against the file
+(`check_archive`): a small file whose zip directory or `.npy` headers ask for gigabytes is
+refused, naming the file and the member, instead of being allocated.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
 import re
 import warnings
@@ -37,6 +42,10 @@ _FORMAT_VERSION = 2  # 2: with the arrays' SHA-256; 1 (no checksum) still loads
 _READABLE_FORMATS = (1, 2)
 _ZIP_MAGIC = b"PK\x03\x04"
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+#: The most bytes deflate can give per compressed byte (its 258-byte matches: 1032:1).
+DEFLATE_MAX_RATIO = 1032
+#: The largest metadata member read; cvbench writes a few KiB (100 bytes per variable).
+META_LIMIT = 16 * 2**20
 
 
 class CheckpointWriteError(OSError):
@@ -113,6 +122,7 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray
             "the ckpt-<step>.npz files the Trainer writes in <log dir>/checkpoints)"
         )
     try:
+        check_archive(path)
         with np.load(path, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
     except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as e:
@@ -140,6 +150,77 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path} is not a valid checkpoint: {e}") from e
     return meta, arrays
+
+
+def check_archive(path: str | os.PathLike) -> None:
+    """Checks the sizes an `.npz` archive declares before anything is allocated: each member
+    lies inside the file, stores as many bytes as its zip entry says (deflate at most
+    `DEFLATE_MAX_RATIO` : 1), its `.npy` header's shape and dtype come to exactly that size,
+    and the metadata member is at most `META_LIMIT` bytes.
+
+    Raises:
+        ValueError: saying which member asks for what (the caller adds the file's name).
+        zipfile.BadZipFile: not a readable zip archive.
+    """
+    file_size = os.path.getsize(path)
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            _check_member(archive, info, file_size)
+
+
+def _check_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, file_size: int) -> None:
+    name, size = info.filename, info.file_size
+    if info.header_offset + info.compress_size > file_size:
+        raise ValueError(
+            f"member {name} says it stores {_size(info.compress_size)} at byte "
+            f"{info.header_offset}, past the end of the {_size(file_size)} file"
+        )
+    if info.compress_type == zipfile.ZIP_STORED and size != info.compress_size:
+        raise ValueError(
+            f"member {name} says it holds {_size(size)} but stores {_size(info.compress_size)} "
+            "uncompressed"
+        )
+    if size > DEFLATE_MAX_RATIO * max(info.compress_size, 1):
+        raise ValueError(
+            f"member {name} says it holds {_size(size)} from {_size(info.compress_size)} "
+            f"compressed, more than deflate can give ({DEFLATE_MAX_RATIO}:1)"
+        )
+    if name == "meta.npy" and size > META_LIMIT:
+        raise ValueError(
+            f"its metadata member {name} is {_size(size)}, over the limit of "
+            f"{_size(META_LIMIT)} (cvbench writes a few KiB)"
+        )
+    if not name.endswith(".npy"):
+        return
+    with archive.open(info) as member:
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+        else:
+            raise ValueError(f"member {name} is a .npy file of version {version}, not 1.0 or 2.0")
+        header = member.tell()
+    if dtype.hasobject:
+        return  # pickled objects: np.load refuses them (allow_pickle=False), unread
+    wanted = math.prod(shape) * dtype.itemsize
+    if header + wanted != size:
+        raise ValueError(
+            f"member {name} has a .npy header asking for shape {tuple(shape)} of {dtype} "
+            f"({_size(wanted)}), but holds {_size(size - header)} of data"
+        )
+
+
+def _size(count: int) -> str:
+    """A byte count for messages: "120 bytes", "5.6 GiB"."""
+    if count < 1024:
+        return f"{count} bytes"
+    value = float(count)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1024:.1f} TiB"
 
 
 def arrays_checksum(arrays: dict[str, np.ndarray]) -> str:

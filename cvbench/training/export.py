@@ -4,8 +4,13 @@ serving on TensorFlow. Pass a model of built-in layers (`Trainer.user_model()`,
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import shutil
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import keras
@@ -32,13 +37,15 @@ def export_model(
     directory.mkdir(parents=True, exist_ok=True)
     written = {}
     keras_path = directory / "model.keras"
-    save_model(model, keras_path, info)
+    with _naming(keras_path):
+        save_model(model, keras_path, info)
     written["keras"] = keras_path
     if keras.config.backend() == "tensorflow":
         final = directory / "saved_model"
         staging = Path(tempfile.mkdtemp(prefix=".saved_model.", dir=directory))
         try:
-            model.export(str(staging / "model"), format="tf_saved_model", verbose=False)
+            with _naming(final):
+                model.export(str(staging / "model"), format="tf_saved_model", verbose=False)
             if final.exists():
                 shutil.rmtree(final)
             (staging / "model").rename(final)
@@ -46,3 +53,28 @@ def export_model(
             shutil.rmtree(staging, ignore_errors=True)
         written["saved_model"] = final
     return written
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An `OSError` without a file name (a full disk while a writer streams), or
+    TensorFlow's error for a full, read-only or forbidden disk (SavedModel), becomes an
+    `OSError` naming `path`."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e
+    except Exception as e:
+        tf = sys.modules.get("tensorflow")
+        if tf is None or not isinstance(e, tf.errors.OpError):
+            raise
+        for code in _TF_DISK_ERRORS:
+            if os.strerror(code) in e.message:
+                raise OSError(code, os.strerror(code), str(path)) from e
+        raise
+
+
+#: The disk errors TensorFlow's writers report as text: full, quota, read-only, forbidden.
+_TF_DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)

@@ -8,6 +8,12 @@ a pipe, where the step lines are the progress (`cvbench.utils.progress.progress_
 so the Trainer calls it unconditionally. TensorBoard uses `tf.summary` and is written only on
 the TensorFlow backend (other backends get a one-time note instead); it needs only
 TensorFlow, not the tensorboard package (which is needed to view the events).
+
+`train_log.jsonl` is appended to one whole line at a time. A run killed in the middle of a
+line leaves a last line without its newline; the next run into the folder (a resume) drops
+that partial line before appending and records a `partial_line_dropped` event with its
+bytes, so that every line parses again (`read_run_log` skips such a line too). A write that
+fails (a full disk) raises an `OSError` naming the log file.
 """
 
 from __future__ import annotations
@@ -44,9 +50,15 @@ class RunLog:
         self._bar = None
         self._jsonl = None
         self._writer = None
+        self._path: Path | None = None
         if enabled and self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            self._jsonl = open(self.log_dir / "train_log.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+            self._path = self.log_dir / LOG_NAME
+            count, head = drop_partial_line(self._path)
+            self._jsonl = open(self._path, "ab", buffering=0)  # noqa: SIM115
+            if count:
+                text = head.decode("utf-8", "replace")
+                self.record("partial_line_dropped", bytes=count, text=text)
             self._writer = _summary_writer(self.log_dir / "tensorboard")
 
     def print(self, line: str) -> None:
@@ -64,8 +76,12 @@ class RunLog:
             return
         entry = {"event": event, "time": round(time.time(), 3)}
         entry.update({k: _jsonable(v) for k, v in fields.items()})
-        self._jsonl.write(json.dumps(entry, sort_keys=True) + "\n")
-        self._jsonl.flush()
+        line = memoryview((json.dumps(entry, sort_keys=True) + "\n").encode("utf-8"))
+        try:
+            while line:  # unbuffered: a short write (a disk filling up) writes the rest
+                line = line[self._jsonl.write(line) :]
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, str(self._path)) from e
 
     def scalars(self, step: int, values: dict[str, float], prefix: str = "") -> None:
         """Writes TensorBoard scalars at `step` (non-finite values included as they are)."""
@@ -118,6 +134,69 @@ class RunLog:
             self._writer = None
 
 
+def drop_partial_line(path: str | os.PathLike, *, keep_text: int = 1000) -> tuple[int, bytes]:
+    """Cuts a last line without its newline (a writer killed mid-line) off the file at
+    `path`.
+
+    Returns:
+        `(bytes cut, their first keep_text bytes)`: `(0, b"")` when the file ends with a
+        newline, is empty or does not exist.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "train_log.jsonl"
+        >>> _ = path.write_bytes(b'{"event": "start"}\\n{"event": "st')
+        >>> drop_partial_line(path), path.read_bytes()
+        ((13, b'{"event": "st'), b'{"event": "start"}\\n')
+    """
+    try:
+        f = open(path, "rb+")  # noqa: SIM115
+    except FileNotFoundError:
+        return 0, b""
+    with f:
+        end = f.seek(0, os.SEEK_END)
+        keep = end
+        while keep > 0:  # back to the last newline, a chunk at a time
+            start = max(keep - _CHUNK, 0)
+            f.seek(start)
+            newline = f.read(keep - start).rfind(b"\n")
+            if newline >= 0:
+                keep = start + newline + 1
+                break
+            keep = start
+        if keep == end:
+            return 0, b""
+        f.seek(keep)
+        head = f.read(min(end - keep, keep_text))
+        f.truncate(keep)
+    return end - keep, head
+
+
+def read_run_log(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The events of a `train_log.jsonl`, oldest first; a last line without its newline (a
+    run killed mid-write, not yet resumed) is left out.
+
+    Raises:
+        BadFileError: a complete line that is not a JSON object, naming the file and line.
+    """
+    from cvbench.utils.errors import BadFileError
+
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")[:-1]  # the part after the last newline is incomplete
+    events = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError as e:
+            raise BadFileError(f"{path}: line {number} is not JSON ({e})") from None
+        if not isinstance(event, dict):
+            raise BadFileError(f"{path}: line {number} is not a JSON object")
+        events.append(event)
+    return events
+
+
 def wants_bar(progress_bar: bool | str, stream: Any = None) -> bool:
     """Whether to show the bar: `progress_bar` itself, or for "auto" whether `stream`
     (default `sys.stderr`) is a terminal or this is a Jupyter kernel.
@@ -133,6 +212,10 @@ def wants_bar(progress_bar: bool | str, stream: Any = None) -> bool:
 
 
 _SCALAR_METADATA = None
+#: The run log's file name, in the log dir.
+LOG_NAME = "train_log.jsonl"
+#: The read size of `drop_partial_line` looking for the last newline.
+_CHUNK = 65536
 
 
 def _summary_writer(directory: Path):

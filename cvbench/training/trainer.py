@@ -17,6 +17,7 @@ around it:
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -44,6 +45,7 @@ from cvbench.training.precision import (
     check_model_policy,
     resolve_precision,
 )
+from cvbench.training.run_dir import RunDirectory
 from cvbench.training.run_log import RunLog
 from cvbench.training.step_timing import benchmark_trainer
 from cvbench.training.throughput import (
@@ -53,6 +55,21 @@ from cvbench.training.training_model import TrainingModel
 from cvbench.utils.model_file import ModelInfo
 
 CHECKPOINT_SUBDIR = "checkpoints"
+
+
+def _holding_log_dir(fit: Callable) -> Callable:
+    """`fit` with the run directory claimed first (`Trainer.claim_log_dir`) and let go at
+    the end, also after an error."""
+
+    @functools.wraps(fit)
+    def run(trainer: Trainer, *args: Any, **kwargs: Any) -> Any:
+        trainer.claim_log_dir()
+        try:
+            return fit(trainer, *args, **kwargs)
+        finally:
+            trainer.release_log_dir()
+
+    return run
 
 
 class Trainer:
@@ -152,6 +169,7 @@ class Trainer:
         self._planned_epochs: int | None = None
         self._compiled = False
         self._synced = False
+        self._run_dir: RunDirectory | None = None  # rank 0's lock on log_dir, once claimed
 
     # ----------------------------------------------------------------- properties
     @property
@@ -340,7 +358,31 @@ class Trainer:
             raise ValueError(state["refused"])
         return state
 
+    # ----------------------------------------------------------------- run directory
+    def claim_log_dir(self) -> None:
+        """Takes `log_dir` for this Trainer's run (`fit` does it first; every rank calls it):
+        rank 0 locks it for as long as the run writes there, and refuses a fresh run
+        (`config.resume` False) into a folder that holds another run's checkpoints,
+        `train_log.jsonl` or `export/`. Later calls (a second `fit`) continue the same run.
+
+        Raises:
+            ValueError: a fresh run into a folder holding a run (resume it, or use another).
+            RunDirInUseError: another training run holds the folder (an `OSError`).
+            OSError: the folder cannot be written (read-only, a file in its place, ...).
+        """
+        if self.log_dir is None:
+            return
+        run_dir = self._run_dir or RunDirectory(self.log_dir)
+        run_dir.claim(self.distribution, fresh=self._run_dir is None and not self.config.resume)
+        self._run_dir = run_dir
+
+    def release_log_dir(self) -> None:
+        """Lets rank 0's lock on `log_dir` go (the end of `fit` does it)."""
+        if self._run_dir is not None:
+            self._run_dir.release()
+
     # ----------------------------------------------------------------- fit
+    @_holding_log_dir
     def fit(
         self,
         train_data: Any,

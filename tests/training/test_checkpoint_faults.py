@@ -4,7 +4,9 @@ resume into a run with another plan."""
 from __future__ import annotations
 
 import errno
+import io
 import json
+import struct
 import zipfile
 
 import keras
@@ -307,3 +309,111 @@ def test_checkpoints_record_the_plan(two_epochs):
     plan = {k: state[k] for k in ("epochs", "steps_per_epoch", "planned_steps", "global_batch")}
     assert plan == {"epochs": 2, "steps_per_epoch": 4, "planned_steps": 8, "global_batch": 8}
     assert state["precision"] == "float32" and state["model"].startswith("functional")
+
+
+# ----------------------------------------------------------------------- sizes asked for
+def npy_header(shape, descr="<f4"):
+    header = io.BytesIO()
+    header_dict = {"descr": descr, "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(header, header_dict)
+    return header.getvalue()
+
+
+def crafted(path, members):
+    """An .npz of `members` (name -> bytes), stored, with a genuine cvbench `meta.npy`."""
+    meta = {"format": 1, "model": [{"path": "k", "shape": [3], "dtype": "float32"}]}
+    meta.update(optimizer=[], state={})
+    blob = io.BytesIO()
+    np.save(blob, np.frombuffer(json.dumps(meta).encode(), np.uint8))
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+        z.writestr("meta.npy", blob.getvalue())
+    return path
+
+
+def test_a_huge_npy_shape_in_a_small_file_is_refused_before_allocating(tmp_path):
+    # 2**40 float32 = 4 TiB asked by a file of a few hundred bytes: numpy would allocate it
+    # (MemoryError) before finding the data missing.
+    path = crafted(
+        tmp_path / "ckpt-0000000001.npz", {"model/0.npy": npy_header((2**40,)) + b"x" * 12}
+    )
+    with pytest.raises(ValueError) as e:
+        load_checkpoint(path)
+    assert str(e.value) == (
+        f"{path} is not a valid checkpoint: member model/0.npy has a .npy header asking for "
+        "shape (1099511627776,) of float32 (4.0 TiB), but holds 12 bytes of data"
+    )
+
+
+def patch_directory(path, name, offset, value):
+    """Writes the 4-byte `value` at `offset` of `name`'s central directory entry (20: its
+    compressed size, 24: its uncompressed size)."""
+    data = bytearray(path.read_bytes())
+    at = data.find(b"PK\x01\x02")
+    while data[at + 46 : at + 46 + len(name)] != name.encode():
+        at = data.find(b"PK\x01\x02", at + 4)
+    struct.pack_into("<I", data, at + offset, value)
+    path.write_bytes(bytes(data))
+
+
+GIB_2_8 = 3_000_000_000  # 2.8 GiB, within a zip entry's 32-bit size field
+
+
+@pytest.mark.parametrize(
+    "compression, fields, why",
+    [
+        (
+            zipfile.ZIP_STORED,
+            {24: GIB_2_8},
+            "says it holds 2.8 GiB but stores 140 bytes uncompressed",
+        ),
+        (
+            zipfile.ZIP_STORED,
+            {20: GIB_2_8, 24: GIB_2_8},
+            "says it stores 2.8 GiB at byte 0, past the end of the",
+        ),
+        (
+            zipfile.ZIP_DEFLATED,
+            {24: GIB_2_8},
+            "says it holds 2.8 GiB from 71 bytes compressed, more than deflate can give (1032:1)",
+        ),
+    ],
+    ids=["stored size", "past the end", "deflate ratio"],
+)
+def test_zip_entries_asking_for_more_than_the_file_holds_are_refused(
+    tmp_path, compression, fields, why
+):
+    path = tmp_path / "ckpt-0000000001.npz"
+    with zipfile.ZipFile(path, "w", compression=compression) as z:
+        z.writestr("model/0.npy", npy_header((3,)) + bytes(12))
+    for offset, value in fields.items():
+        patch_directory(path, "model/0.npy", offset, value)
+    with pytest.raises(ValueError) as e:
+        load_checkpoint(path)
+    assert str(e.value).startswith(f"{path} is not a valid checkpoint: member model/0.npy {why}")
+
+
+def test_an_oversized_metadata_member_is_refused(tmp_path, monkeypatch):
+    from cvbench.training import checkpoint
+
+    monkeypatch.setattr(checkpoint, "META_LIMIT", 100)
+    path = crafted(tmp_path / "m.npz", {"model/0.npy": npy_header((3,)) + b"\0" * 12})
+    with pytest.raises(ValueError) as e:
+        load_checkpoint(path)
+    assert str(e.value).startswith(
+        f"{path} is not a valid checkpoint: its metadata member meta.npy is "
+    )
+    assert str(e.value).endswith("bytes, over the limit of 100 bytes (cvbench writes a few KiB)")
+
+
+def test_a_crafted_newest_checkpoint_is_skipped_for_the_previous_one(tmp_path):
+    manager = CheckpointManager(tmp_path, keep=3)
+    older = manager.save(1, model_variables=variables(1.5, n=3))
+    crafted(tmp_path / "ckpt-0000000002.npz", {"model/0.npy": npy_header((2**40,)) + b"x" * 12})
+    with pytest.warns(
+        UserWarning,
+        match=r"skipping checkpoint: .*ckpt-0000000002\.npz is not a valid checkpoint: member "
+        r"model/0\.npy has a \.npy header asking for shape \(1099511627776,\)",
+    ):
+        assert manager.latest()[0] == older

@@ -1,15 +1,19 @@
-"""RunLog's progress bar: on a terminal and in a Jupyter kernel (tqdm.auto), not in logs."""
+"""RunLog's progress bar (on a terminal and in a Jupyter kernel, tqdm.auto, not in logs) and
+its JSON-lines log (a partial last line dropped, a full disk named)."""
 
 from __future__ import annotations
 
+import errno
 import io
+import json
 import sys
 import types
 
 import pytest
 import tqdm.auto
 
-from cvbench.training.run_log import RunLog, wants_bar
+from cvbench.training.run_log import RunLog, drop_partial_line, read_run_log, wants_bar
+from cvbench.utils.errors import BadFileError
 
 pytestmark = pytest.mark.backend_agnostic
 
@@ -58,3 +62,61 @@ def test_explicit_settings_win_and_other_ranks_show_none(jupyter_kernel):
     assert not RunLog(None, enabled=False, progress_bar=True)._want_bar
     with pytest.raises(ValueError, match="got 'yes'"):
         wants_bar("yes")
+
+
+# ----------------------------------------------------------------------- the JSON-lines log
+def test_a_partial_last_line_is_dropped_and_recorded_when_the_log_is_reopened(tmp_path):
+    path = tmp_path / "train_log.jsonl"
+    path.write_bytes(b'{"event": "start", "time": 1.0}\n{"event": "step", "lo')  # killed mid-line
+    log = RunLog(tmp_path, enabled=True, progress_bar=False)
+    log.record("start", step=3)
+    log.close()
+    events = [json.loads(line) for line in path.read_text().splitlines()]  # every line parses
+    assert [e["event"] for e in events] == ["start", "partial_line_dropped", "start"]
+    assert events[1]["bytes"] == 21 and events[1]["text"] == '{"event": "step", "lo'
+    assert path.read_bytes().startswith(b'{"event": "start", "time": 1.0}\n{"bytes": 21, ')
+
+
+@pytest.mark.parametrize("content", [b"", b'{"event": "start"}\n'])
+def test_a_complete_log_is_appended_to_as_it_is(tmp_path, content):
+    path = tmp_path / "train_log.jsonl"
+    path.write_bytes(content)
+    log = RunLog(tmp_path, enabled=True, progress_bar=False)
+    log.record("epoch", epoch=1)
+    log.close()
+    assert path.read_bytes().startswith(content)
+    assert [json.loads(line)["event"] for line in path.read_text().splitlines()][-1] == "epoch"
+    assert "partial_line_dropped" not in path.read_text()
+
+
+def test_drop_partial_line_finds_the_newline_across_chunks(tmp_path, monkeypatch):
+    from cvbench.training import run_log
+
+    monkeypatch.setattr(run_log, "_CHUNK", 4)
+    path = tmp_path / "log"
+    path.write_bytes(b"a\n" + b"b" * 10)
+    assert drop_partial_line(path, keep_text=3) == (10, b"bbb")
+    assert path.read_bytes() == b"a\n"
+    path.write_bytes(b"no newline at all")
+    assert drop_partial_line(path) == (17, b"no newline at all") and path.read_bytes() == b""
+    assert drop_partial_line(tmp_path / "absent") == (0, b"")
+
+
+def test_read_run_log_leaves_out_a_partial_last_line_and_names_a_bad_one(tmp_path):
+    path = tmp_path / "train_log.jsonl"
+    path.write_text('{"event": "start"}\n\n{"event": "step", "lo')
+    assert read_run_log(path) == [{"event": "start"}]
+    path.write_text('{"event": "start"}\nnot json\n')
+    with pytest.raises(BadFileError, match=rf"^{path}: line 2 is not JSON \("):
+        read_run_log(path)
+
+
+def test_a_full_disk_writing_the_log_names_the_file(tmp_path):
+    (tmp_path / "train_log.jsonl").symlink_to("/dev/full")  # every write: ENOSPC
+    log = RunLog(tmp_path, enabled=True, progress_bar=False)
+    with pytest.raises(OSError) as e:
+        log.record("start")
+    log.close()  # nothing buffered is left to fail again
+    assert e.value.errno == errno.ENOSPC
+    assert e.value.filename == str(tmp_path / "train_log.jsonl")
+    assert str(e.value) == f"[Errno 28] No space left on device: '{tmp_path}/train_log.jsonl'"

@@ -1,0 +1,249 @@
+"""The run directory (`log_dir`) of one training run: one run at a time, and one run per folder.
+
+A fresh run (not a resume) into a folder that already holds a run (checkpoints,
+`train_log.jsonl`, `export/`) would overwrite that run's checkpoints of the same steps, prune
+its own and leave a mix that a later resume loads from; it is refused before anything is
+written. A folder that does not exist, is empty or holds only other files is fine.
+
+While a run trains, rank 0 holds an exclusive `fcntl.flock` on `<log_dir>/.cvbench-run.lock`,
+which records who holds it (pid, host, start time). A second run into the same folder finds
+it taken and stops at once, naming the holder, without touching anything; the kernel releases
+the lock when the holder ends, even when it is killed, so a lock never has to be removed by
+hand. The lock file stays (a later run takes it again); it does not count as a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+#: The lock file of a run directory.
+LOCK_NAME = ".cvbench-run.lock"
+#: What a run writes into its directory, and the kind each must be: "dir" or "file".
+RUN_ENTRIES = {"checkpoints": "dir", "train_log.jsonl": "file", "export": "dir"}
+#: Other entries the Trainer writes, whose kind is checked but which do not make a run.
+_OTHER_ENTRIES = {"tensorboard": "dir", LOCK_NAME: "file"}
+#: The lock file's record of the holder is read up to this size.
+_HOLDER_LIMIT = 4096
+
+
+class RunDirInUseError(OSError):
+    """The run directory is locked by another training run (`errno` EBUSY); the message names
+    the directory and the holder. Nothing in the directory was changed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EBUSY, message)
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def existing_run(log_dir: str | os.PathLike) -> list[str]:
+    """What `log_dir` holds of an earlier run: "checkpoints/ckpt-0000000002.npz" (the newest
+    checkpoint file), "train_log.jsonl", "export/"; empty for a folder without a run.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "notes.txt").write_text("mine")
+        >>> existing_run(d)
+        []
+        >>> _ = (d / "train_log.jsonl").write_text("{}")
+        >>> existing_run(d)
+        ['train_log.jsonl']
+    """
+    log_dir = Path(log_dir)
+    found = []
+    checkpoints = log_dir / "checkpoints"
+    if checkpoints.is_dir():
+        files = sorted(p.name for p in checkpoints.iterdir() if p.name.startswith("ckpt-"))
+        if files:
+            found.append(f"checkpoints/{files[-1]}")
+    if (log_dir / "train_log.jsonl").exists():
+        found.append("train_log.jsonl")
+    if (log_dir / "export").exists():
+        found.append("export/")
+    return found
+
+
+def check_fresh_run(log_dir: str | os.PathLike) -> None:
+    """Refuses a fresh run into a folder that holds a run already.
+
+    Raises:
+        ValueError: naming the folder, what is in it, and the two ways out.
+    """
+    found = existing_run(log_dir)
+    if found:
+        raise ValueError(
+            f"{log_dir} already holds a run ({', '.join(found)}): rerun with resume=True to "
+            "continue it, or train in another log directory"
+        )
+
+
+def check_layout(log_dir: str | os.PathLike) -> None:
+    """Checks that `log_dir` is a folder (or absent) and that the entries a run writes in it
+    are of the kind the run writes (a folder `checkpoints/`, a file `train_log.jsonl`, ...).
+
+    Raises:
+        NotADirectoryError: `log_dir`, or an entry that must be a folder, is something else.
+        IsADirectoryError: an entry that must be a file is a folder.
+    """
+    log_dir = Path(log_dir)
+    if log_dir.exists() and not log_dir.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory (the run's log dir)", log_dir)
+    for name, kind in {**RUN_ENTRIES, **_OTHER_ENTRIES}.items():
+        path = log_dir / name
+        if not path.exists():
+            continue
+        if kind == "dir" and not path.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory (the run writes one)", path)
+        if kind == "file" and path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "a directory (the run writes a file)", path)
+
+
+class RunDirectory:
+    """Rank 0's claim on a run directory: `acquire` checks it and takes its lock, `release`
+    lets it go (also done by the kernel when the process ends).
+
+    Args:
+        log_dir: the run directory.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike) -> None:
+        self.log_dir = Path(log_dir)
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def acquire(self, *, fresh: bool) -> None:
+        """Takes the directory for a run: checks its layout, takes the lock, and for a fresh
+        run (`fresh=True`, not a resume) refuses a folder that holds a run already. A refusal
+        changes nothing in the folder; the folder and the lock file are created only when
+        the run may go ahead.
+
+        Raises:
+            RunDirInUseError: another run holds the lock.
+            ValueError: a fresh run into a folder holding a run (`check_fresh_run`).
+            OSError: the folder cannot be used (not a folder, read-only, ...), naming the path.
+        """
+        if self.held:
+            return
+        check_layout(self.log_dir)
+        lock = self.log_dir / LOCK_NAME
+        fd = _open_locked(lock, create=False)  # an existing lock file: no write before the lock
+        try:
+            if fresh:
+                check_fresh_run(self.log_dir)
+            if fd is None:
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+                fd = _open_locked(lock, create=True)
+                if fresh:  # another run may have started between the check and the lock
+                    check_fresh_run(self.log_dir)
+            _write_holder(fd)
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            raise
+        self._fd = fd
+
+    def claim(self, distribution: Any, *, fresh: bool) -> None:
+        """`acquire` on rank 0 of `distribution` (a `cvbench.training.distributed.Distribution`),
+        with its refusal raised on every rank (a collective: every rank calls it).
+
+        Raises:
+            The errors of `acquire`, on every rank.
+        """
+        refusal = None
+        if distribution.is_chief:
+            try:
+                self.acquire(fresh=fresh)
+            except (OSError, ValueError) as e:
+                refusal = e
+        told = distribution.broadcast_object(None if refusal is None else _portable(refusal))
+        if refusal is not None:
+            raise refusal
+        if told is not None:
+            raise _rebuilt(told)
+
+    def release(self) -> None:
+        """Lets the lock go (the lock file stays)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the only descriptor releases the flock
+
+
+def _portable(error: OSError | ValueError) -> tuple:
+    """What other ranks need to raise the same error as rank 0 (sent pickled)."""
+    if isinstance(error, RunDirInUseError):
+        return ("in_use", str(error))
+    if isinstance(error, OSError):
+        return ("os", error.errno, error.strerror, error.filename)
+    return ("value", str(error))
+
+
+def _rebuilt(told: tuple) -> OSError | ValueError:
+    """The error `_portable` describes."""
+    if told[0] == "in_use":
+        return RunDirInUseError(told[1])
+    if told[0] == "os":
+        return OSError(*told[1:])
+    return ValueError(told[1])
+
+
+def _open_locked(path: Path, *, create: bool) -> int | None:
+    """A descriptor of `path` holding its exclusive lock; None when `path` does not exist and
+    `create` is False.
+
+    Raises:
+        RunDirInUseError: another process holds the lock.
+    """
+    flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_holder(fd)
+        os.close(fd)
+        raise RunDirInUseError(
+            f"{path.parent} is in use by another training run ({holder}): wait for it to end, "
+            "or train in another log directory"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_holder(fd: int) -> None:
+    """Records this process as the holder in the (locked) lock file."""
+    holder = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+    }
+    data = (json.dumps(holder, sort_keys=True) + "\n").encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+
+
+def _read_holder(fd: int) -> str:
+    """Who holds the lock, as the lock file says: "pid 12 on host h since ..."."""
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
+        holder = json.loads(os.pread(fd, _HOLDER_LIMIT, 0).decode("utf-8"))
+        return f"pid {int(holder['pid'])} on host {holder['host']} since {holder['started']}"
+    return "its pid is not recorded"
