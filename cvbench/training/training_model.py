@@ -133,21 +133,27 @@ class TrainingModel(keras.Model):
             return self.train_function
         import tensorflow as tf
 
-        gradients = tf.function(
-            self._tf_gradients, reduce_retracing=True, jit_compile=self.jit_compile
-        )
+        # The variables a skipped step puts back, as they are when the graph is traced (metric
+        # variables made during the first trace start at zero and are reset each step anyway).
+        kept: list = []
+
+        def gradients_step(data):
+            kept[:] = list(self.non_trainable_variables) + list(self.metrics_variables)
+            return self._tf_gradients(data, kept)
+
+        gradients = tf.function(gradients_step, reduce_retracing=True, jit_compile=self.jit_compile)
         apply = tf.function(self._tf_apply, jit_compile=self.jit_compile)
 
         def train_function(iterator):
             logs = None
             for data in iterator:
-                logs = self._tf_step(gradients, apply, data)
+                logs = self._tf_step(gradients, apply, kept, data)
             return logs
 
         self.train_function = train_function
         return train_function
 
-    def _tf_step(self, gradients, apply, data) -> dict:
+    def _tf_step(self, gradients, apply, kept: list, data) -> dict:
         """One whole step on TensorFlow, in two graphs: `gradients` (forward, loss, gradients
         averaged over ranks, their finite check, metrics) then, only when they are finite,
         `apply` (the optimizer's update). The decision between them is made here, in Python,
@@ -158,20 +164,16 @@ class TrainingModel(keras.Model):
         if applied:
             apply(grads)
         else:
-            for variable, value in zip(self._tf_kept, before, strict=True):
+            for variable, value in zip(kept, before, strict=True):
                 variable.assign(value)
             if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
                 self.optimizer._stateful_handle_non_finite_grads()  # halves a dynamic scale
         return dict(logs, skipped=0.0 if applied else 1.0)
 
-    def _tf_gradients(self, data):
+    def _tf_gradients(self, data, kept: list):
         import tensorflow as tf
 
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        # The variables a skipped step puts back, as they are when the graph is traced (metric
-        # variables made during the first trace start at zero and are reset each step anyway).
-        kept = list(self.non_trainable_variables) + list(self.metrics_variables)
-        self._tf_kept = kept
         before = [tf.identity(v.value) for v in kept]  # values, not the variables
         variables = list(self.trainable_variables)
         with tf.GradientTape() as tape:

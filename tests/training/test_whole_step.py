@@ -194,6 +194,24 @@ def test_an_epoch_of_skipped_steps_has_nan_means_and_keeps_the_model(tmp_path, c
     assert "epoch 1: loss nan  skipped 2 of 2 steps (2 in the run)" in capsys.readouterr().out
 
 
+def test_a_skipped_first_step_with_metrics_keeps_the_model(tmp_path):
+    # Regression: the metrics' variables are made while the first step's graph is traced, so
+    # the variables a skipped step puts back are the ones of that trace (the first run of
+    # `cvbench train --precision fp16`, whose first step overflows, failed on TensorFlow).
+    trainer = make_trainer("float32", tmp_path)
+    trainer.metrics = ["accuracy"]
+    x, y = images(8)
+    x[:4] = np.nan
+    snapshots = Snapshots(trainer)
+    trainer.fit((x, y), epochs=1, batch_size=4, shuffle=False, callbacks=[snapshots])
+    assert [logs["skipped"] for logs in snapshots.logs] == [1.0, 0.0]
+    for a, b in zip(snapshots.before[0], snapshots.after[0], strict=True):
+        assert bitwise_equal(a, b)
+    assert not all(
+        bitwise_equal(a, b) for a, b in zip(snapshots.before[1], snapshots.after[1], strict=True)
+    )
+
+
 def test_the_training_model_docstring_example():
     result = doctest.testmod(training_model, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
