@@ -11,9 +11,10 @@ disk had no space for; a bad input file (`cvbench.utils.errors.BadFileError`: ma
 another kind, or over a size limit, named with the limit's flag); and any other `OSError` (a
 read-only folder, a file where a folder is expected, a full disk), named by its path. Hints
 written for the Python API (`pass skip_corrupt=True`) name the command's flags instead
-(`pass --skip-corrupt`). Any other exception is a bug and keeps its
-traceback; `cvbench --debug COMMAND ...` or `CVBENCH_DEBUG=1` shows the traceback of every
-error.
+(`pass --skip-corrupt`). A training stopped by SIGTERM or SIGINT after checkpointing its last
+step prints one line naming the checkpoint and exits with 128 + the signal's number (143,
+130). Any other exception is a bug and keeps its traceback; `cvbench --debug COMMAND ...`
+or `CVBENCH_DEBUG=1` shows the traceback of every error.
 """
 
 from __future__ import annotations
@@ -102,6 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("cvbench: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
+        signals = sys.modules.get("cvbench.training.signals")  # loaded if it trained
+        if signals is not None and isinstance(e, signals.TrainingInterruptedError):
+            # SIGTERM / SIGINT during training: the last step was checkpointed.
+            print(f"cvbench {args.command}: {for_command_line(str(e))}", file=sys.stderr)
+            return e.exit_code
         known = None if _debug(args) else known_error(e, command=args.command)
         if known is None:
             raise

@@ -4,6 +4,7 @@ from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import Distribution, Horovod, SingleProcess, get_distribution
 from cvbench.training.optimizers import LARS, MomentumSGD, build_optimizer
 from cvbench.training.schedules import WarmupSchedule, build_schedule
+from cvbench.training.signals import TrainingInterruptedError
 from cvbench.training.throughput import ThroughputSummary
 from cvbench.training.trainer import Trainer
 
@@ -18,6 +19,7 @@ __all__ = [
     "ThroughputSummary",
     "TrainConfig",
     "Trainer",
+    "TrainingInterruptedError",
     "WarmupSchedule",
     "build_optimizer",
     "build_schedule",

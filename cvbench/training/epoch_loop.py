@@ -11,6 +11,10 @@ variable; its logs say `skipped`) are counted, in the epoch and in the run
 metrics are the means over its *applied* steps (NaN when none was applied). The step line
 of a skipped step says so; the step and epoch records and TensorBoard scalars carry the
 counts and the current loss scale.
+
+A SIGTERM or SIGINT during the loop (`cvbench.training.signals.StopRequest`) stops it after
+the step in progress, on every rank after the same step: rank 0 checkpoints that step and the
+loop raises `TrainingInterruptedError` naming the checkpoint, from which `resume` continues.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from cvbench.training.checkpoint import checkpoint_name
 from cvbench.training.inputs import BatchSource, batch_length
 from cvbench.training.run_log import RunLog
+from cvbench.training.signals import STOP_SIGNALS, StopRequest, TrainingInterruptedError
 from cvbench.training.throughput import STEP_HEADER, ThroughputMeter, format_step_line
 
 #: The key of `TrainingModel`'s step logs that is 1.0 for a skipped step.
@@ -32,7 +38,13 @@ SKIPPED_STEPS = "skipped_steps"
 
 
 def run_epochs(
-    trainer: Any, source: BatchSource, epochs: int, callbacks, log: RunLog, validation
+    trainer: Any,
+    source: BatchSource,
+    epochs: int,
+    callbacks,
+    log: RunLog,
+    validation,
+    stop_request: StopRequest | None = None,
 ) -> None:
     """Trains `trainer` from `trainer.state` until `epochs` epochs are done (`Trainer.fit`'s
     loop): steps, step and epoch logs, checkpoints, the epoch-end evaluation (`validation` is
@@ -104,6 +116,7 @@ def run_epochs(
                 saved_step = step
             callbacks.on_train_batch_end(index - 1, logs)
             log.advance_bar({"loss": float(logs.get("loss", math.nan))})
+            stop_if_signalled(trainer, stop_request, log, saved_step)
             # One process stops at once; ranks agree on stopping at log steps / epoch ends.
             stop = stop or (trainer.size == 1 and model.stop_training)
             if stop:
@@ -128,6 +141,7 @@ def run_epochs(
             saved_step = trainer.state["step"]
         log_epoch(trainer, log, epoch, epoch_logs, skipped=skipped, steps=count + skipped)
         callbacks.on_epoch_end(epoch, epoch_logs)
+        stop_if_signalled(trainer, stop_request, log, saved_step)
         last_logs = epoch_logs
         if stop or any_rank_stopped(trainer):
             break
@@ -139,6 +153,28 @@ def run_epochs(
         log.print("-" * 64)
         log.record("throughput", **summary.to_dict())
     trainer.throughput = summary
+
+
+def stop_if_signalled(
+    trainer: Any, request: StopRequest | None, log: RunLog, saved_step: int
+) -> None:
+    """Raises `TrainingInterruptedError` after rank 0 checkpointed the current step, when a stop
+    signal reached any rank (every rank asks, after every step, so all stop together)."""
+    if request is None:
+        return
+    signum = request.signum or 0
+    if trainer.size > 1:
+        signum = int(trainer.distribution.allreduce_max(np.array([float(signum)]))[0])
+    if not signum:
+        return
+    log.close_bar()
+    step = trainer.state["step"]
+    if step != saved_step:
+        trainer.save_checkpoint()  # rank 0
+    directory = trainer.checkpoint_dir  # the same on every rank
+    path = None if directory is None else str(directory / checkpoint_name(step))
+    log.record("interrupted", signal=STOP_SIGNALS.get(signum, str(signum)), step=step)
+    raise TrainingInterruptedError(signum, step, path)
 
 
 def any_rank_stopped(trainer: Any) -> bool:

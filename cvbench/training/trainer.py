@@ -47,6 +47,7 @@ from cvbench.training.precision import (
 )
 from cvbench.training.run_dir import RunDirectory
 from cvbench.training.run_log import RunLog
+from cvbench.training.signals import StopRequest
 from cvbench.training.step_timing import benchmark_trainer
 from cvbench.training.throughput import (
     ThroughputSummary,
@@ -419,6 +420,10 @@ class Trainer:
 
         Returns:
             A `keras.callbacks.History` with the epoch logs (averaged over ranks).
+
+        Raises:
+            TrainingInterruptedError: a SIGTERM or SIGINT arrived: the step in progress was
+                finished and checkpointed (rank 0); `resume=True` continues after it.
         """
         if not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs must be a positive int, got {epochs!r}")
@@ -457,14 +462,16 @@ class Trainer:
         callback_list.set_params({"epochs": epochs, "steps": source.steps_per_epoch, "verbose": 0})
         log = RunLog(self.log_dir, enabled=self.is_chief, progress_bar=self.config.progress_bar)
         try:
-            run_epochs(
-                self,
-                source,
-                epochs,
-                callback_list,
-                log,
-                validation=(validation_data, validation_steps, validation_batch_size),
-            )
+            with StopRequest() as stop_request:  # SIGTERM / SIGINT: checkpoint, then stop
+                run_epochs(
+                    self,
+                    source,
+                    epochs,
+                    callback_list,
+                    log,
+                    validation=(validation_data, validation_steps, validation_batch_size),
+                    stop_request=stop_request,
+                )
         except Exception as e:
             failure = self.distribution.rank_failure(e)
             if failure is not None:

@@ -12,6 +12,9 @@ and sleep, so that a test can send it a real SIGKILL at that exact moment:
 1 in this process) NaN, so that the real command meets a step whose loss and gradients are not
 finite (it must skip it, changing no variable).
 
+`CVBENCH_TEST_STEP_DELAY=<seconds>` makes every logged step take that much longer (run with
+`--log-every 1`), so that a signal sent after a step's line lands mid-epoch.
+
 Everything else is the real command (`cvbench.cli.main`).
 """
 
@@ -77,7 +80,23 @@ def _install_nan_steps(steps: set[int]) -> None:
     TrainingModel.train_on_batch = train_on_batch
 
 
+def _install_step_delay(seconds: float) -> None:
+    from cvbench.training.run_log import RunLog
+
+    real_record = RunLog.record
+
+    def record(self, event, **fields):
+        real_record(self, event, **fields)
+        if event == "step":
+            time.sleep(seconds)
+
+    RunLog.record = record
+
+
 if __name__ == "__main__":
+    delay = os.environ.get("CVBENCH_TEST_STEP_DELAY")
+    if delay:
+        _install_step_delay(float(delay))
     nan_steps = os.environ.get("CVBENCH_TEST_NAN_STEPS")
     if nan_steps:
         _install_nan_steps({int(k) for k in nan_steps.split(",")})

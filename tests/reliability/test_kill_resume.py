@@ -116,3 +116,46 @@ def test_sigkill_then_resume_is_bit_identical(kill, records, reference, tmp_path
     assert len(arrays) == len(ref_arrays)
     for got, want in zip(arrays, ref_arrays, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_checkpoints_the_step_reached_and_resume_continues(
+    signum, records, reference, tmp_path
+):
+    # What a cluster scheduler sends before preemption (SIGTERM), or Ctrl-C (SIGINT): the run
+    # finishes its step, checkpoints it (there is no periodic checkpoint before step 5), exits
+    # with 128 + the signal's number, and --resume continues at the next step, ending exactly
+    # where a run that was never stopped ends.
+    env = dict(ENV, CVBENCH_TEST_STEP_DELAY="0.5")  # each step 0.5 s longer: mid-epoch 1
+    argv = [sys.executable, str(HOLD_CLI), *FLAGS, "--data-dir", str(records)]
+    argv += ["--log-dir", str(tmp_path)]
+    run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    for line in run.stdout:
+        if line.split()[:2] == ["2", "1"]:  # the line of step 2, epoch 1
+            break
+    sent = time.monotonic()
+    run.send_signal(signum)
+    out, err = run.communicate(timeout=120)
+    assert time.monotonic() - sent < 60
+    assert run.returncode == 128 + signum, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("cvbench train:")]
+    name = "SIGTERM" if signum == signal.SIGTERM else "SIGINT"
+    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    step = int(lines[0].split("stopped after step ")[1].split(",")[0])
+    checkpoint = tmp_path / "checkpoints" / f"ckpt-{step:010d}.npz"
+    assert lines[0] == (
+        f"cvbench train: {name} received: stopped after step {step}, checkpoint "
+        f"{checkpoint} written; rerun with --resume to continue"
+    )
+    assert 2 <= step < 5  # mid-epoch, before the first periodic checkpoint (step 5)
+    assert sorted(p.name for p in checkpoint.parent.glob("*.npz")) == [checkpoint.name]
+    log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert log[-1]["event"] == "interrupted" and log[-1] == dict(log[-1], signal=name, step=step)
+    resumed = _finish(_train(records, tmp_path, "--resume"))
+    assert f"resumed from {tmp_path / 'checkpoints'}" in resumed and f"(step {step})" in resumed
+    arrays, losses = _final_state(tmp_path)
+    ref_arrays, ref_losses = reference
+    assert losses == ref_losses  # every step once, exact floats (replayed steps: resumed value)
+    for got, want in zip(arrays, ref_arrays, strict=True):
+        np.testing.assert_array_equal(got, want)
