@@ -245,7 +245,22 @@ def prepare_run(
         config=config,
         distribution=dist,
     )
+    trainer.run_settings = run_settings(task)
     return TaskRun(task=task, trainer=trainer, train=train, batch_size=batch_size, plan=run_plan)
+
+
+def run_settings(task: Task) -> dict[str, Any]:
+    """What a resume of a run of `task` must agree on besides the Trainer's own plan: the
+    model, image size, classes, label smoothing, and the recipe with every knob (after
+    overrides). The data's location is not in it (records may move between runs)."""
+    options = task.options
+    recipe = getattr(options, "recipe", None)
+    names = ("model", "image_size", "num_classes", "label_smoothing")
+    return {
+        **{name: getattr(options, name, None) for name in names},
+        "recipe": None if recipe is None else recipe.name,
+        "knobs": {} if recipe is None else dict(recipe.knobs()),
+    }
 
 
 def recipe_record(recipe: Recipe, run: RecipePlan) -> dict[str, Any]:

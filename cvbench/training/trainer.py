@@ -111,6 +111,12 @@ class Trainer:
         export_transform: `trained model -> model for users` (a task's `user_model`);
             default `cvbench.utils.plain_keras.to_plain_keras`.
 
+    Attributes:
+        run_settings: what else a resume must agree on (JSON values), compared with the
+            checkpoint's together with the optimizer and schedule: `prepare_run` sets the
+            task's (model, image size, classes, label smoothing, recipe knobs); empty by
+            default.
+
     Raises:
         ValueError: for inconsistent settings (named in the message).
     """
@@ -165,6 +171,9 @@ class Trainer:
             "data_seed": -1,
             "skipped_steps": 0,  # steps not applied: loss or gradients not finite
         }
+        # What else a resume must agree on (JSON values, e.g. the task's image size and
+        # recipe knobs; set by the task layer): see `cvbench.training.resume`.
+        self.run_settings: dict[str, Any] = {}
         self.global_batch: int | None = None
         self._planned_steps: int | None = None  # epochs x steps of the fit that set up the run
         self._planned_epochs: int | None = None
@@ -337,6 +346,9 @@ class Trainer:
             planned_steps=self._planned_steps,
             epochs=self._planned_epochs,
             model_name=self.model.name,
+            optimizer=self._optimizer_spec,
+            schedule=self._schedule_spec,
+            settings=self.run_settings,
         )
 
     def _restore_latest(self) -> dict | None:

@@ -180,6 +180,37 @@ def test_resume_into_another_plan_is_refused_unless_forced(tiny_run, tmp_path, c
     assert (run / "checkpoints" / "ckpt-0000000002.npz").is_file()
 
 
+@pytest.mark.parametrize(
+    "flags, difference",
+    [
+        (["--lr", "0.5"], "schedule.base_lr 0.256 in the checkpoint, 0.5 now"),
+        (["--weight-decay", "0.001"], "optimizer.weight_decay 3.0517578125e-05 in the "
+         "checkpoint, 0.001 now"),
+        (["--optimizer", "lars"], 'optimizer.name "sgd" in the checkpoint, "lars" now'),
+        (["--schedule", "constant"], 'schedule.decay "cosine" in the checkpoint, "constant" now'),
+        (["--label-smoothing", "0.2"], "settings.label_smoothing null in the checkpoint, 0.2 now"),
+    ],
+)  # fmt: skip
+def test_resume_with_other_settings_is_refused_naming_them(
+    flags, difference, tiny_run, tmp_path, capsys
+):
+    # Regression: only epochs, steps, batch, precision and the model were compared.
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+
+    def files() -> dict:  # the lock file records each claimant: not a result of the run
+        return {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.suffix != ".lock"}
+
+    before = files()
+    argv = ["train", *TINY, "--synthetic", "--steps-per-epoch", "1", *QUIET, "--eval", "none"]
+    argv += ["--log-dir", str(run), "--resume", "--epochs", "1", *flags]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("cvbench: error: cannot resume from ")
+    assert difference in err and "pass --force-resume to resume anyway" in err
+    assert files() == before
+
+
 def test_force_resume_needs_resume(capsys):
     assert cli.main(["train", *TINY, "--synthetic", "--force-resume"]) == 2
     assert capsys.readouterr().err == "cvbench: error: --force-resume needs --resume\n"

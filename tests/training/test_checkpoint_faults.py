@@ -15,7 +15,7 @@ import pytest
 from small_disk import SmallDisk
 from training_helpers import blobs, sparse_ce, tiny_mlp
 
-from cvbench.training import TrainConfig, Trainer
+from cvbench.training import OptimizerConfig, ScheduleConfig, TrainConfig, Trainer
 from cvbench.training.checkpoint import (
     CheckpointManager,
     CheckpointWriteError,
@@ -224,11 +224,14 @@ def test_a_run_stopped_by_a_full_disk_resumes_once_space_is_back(small_disk):
 
 
 # ----------------------------------------------------------------------- another plan
-def tiny_trainer(log_dir, *, model=tiny_mlp, precision="float32", **config):
+def tiny_trainer(
+    log_dir, *, model=tiny_mlp, precision="float32", schedule=0.1, optimizer=None, **config
+):
     return Trainer(
         model,
         sparse_ce(),
-        schedule=0.1,
+        optimizer,
+        schedule=schedule,
         precision=precision,
         distribution="single",
         config=TrainConfig(
@@ -279,6 +282,52 @@ def test_a_resume_into_another_plan_is_refused_saying_what_differs(two_epochs, c
         trainer.fit(blobs(32), **fit)
     assert str(e.value) == refusal(two_epochs, differences)
     assert trainer.state["step"] == 0  # nothing restored, nothing trained
+
+
+@pytest.mark.parametrize(
+    "change, differences",
+    [
+        ({"schedule": 0.2}, "schedule 0.1 in the checkpoint, 0.2 now"),
+        (
+            {"optimizer": OptimizerConfig(weight_decay=1e-4, momentum=0.9)},
+            "optimizer.momentum 0.875 in the checkpoint, 0.9 now; optimizer.weight_decay "
+            "3.0517578125e-05 in the checkpoint, 0.0001 now",
+        ),
+        (
+            {"optimizer": OptimizerConfig(name="lars")},
+            'optimizer.name "sgd" in the checkpoint, "lars" now',
+        ),
+        (
+            {"schedule": ScheduleConfig(decay="constant")},
+            # a float rate then, a ScheduleConfig now: every field of it is new
+            None,
+        ),
+    ],
+)
+def test_a_resume_with_other_optimizer_or_schedule_settings_is_refused(
+    two_epochs, change, differences
+):
+    # Regression: only epochs, steps, batch, precision and the model were compared; another
+    # learning rate, schedule, optimizer or weight decay resumed silently.
+    trainer = tiny_trainer(two_epochs.parents[1], resume=True, **change)
+    with pytest.raises(ValueError) as e:
+        trainer.fit(blobs(32), epochs=2, batch_size=8)
+    if differences is None:
+        assert 'schedule.decay unset in the checkpoint, "constant" now' in str(e.value)
+    else:
+        assert str(e.value) == refusal(two_epochs, differences)
+    assert trainer.state["step"] == 0
+
+
+def test_the_task_settings_are_compared_too(two_epochs):
+    # What prepare_run records (image size, label smoothing, recipe knobs): `run_settings`.
+    first = tiny_trainer(two_epochs.parents[0] / "settings")
+    first.run_settings = {"image_size": 32, "knobs": {"loss.label_smoothing": 0.1}}
+    first.fit(blobs(32), epochs=1, batch_size=8)
+    again = tiny_trainer(two_epochs.parents[0] / "settings", resume=True)
+    again.run_settings = {"image_size": 64, "knobs": {"loss.label_smoothing": 0.1}}
+    with pytest.raises(ValueError, match="settings.image_size 32 in the checkpoint, 64 now"):
+        again.fit(blobs(32), epochs=1, batch_size=8)
 
 
 def test_force_resume_continues_with_a_warning_naming_the_differences(two_epochs):
