@@ -3,6 +3,7 @@
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +54,18 @@ def test_the_issues_examples_in_a_fresh_process():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "False", "True"]
+
+
+def test_keras_floor_is_a_release_without_the_published_safe_mode_bypasses():
+    # CVE-2025-1550 (fixed in 3.9), CVE-2025-8747 / CVE-2025-9906 (3.11), CVE-2026-1462 and
+    # the archive path traversal GHSA-hqp4-2352-xf5r (3.14.0): `keras>=3.8` allowed them all.
+    from importlib.metadata import version
+
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    (keras_req,) = [d for d in pyproject["project"]["dependencies"] if d.startswith("keras")]
+    floor = tuple(int(p) for p in keras_req.removeprefix("keras>=").split("."))
+    assert floor >= (3, 14, 0), keras_req
+    installed = tuple(int(p) for p in version("keras").split(".")[:3])
+    assert installed >= floor
