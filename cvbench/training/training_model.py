@@ -36,10 +36,10 @@ identical). `tests/reliability/test_deterministic_runs.py` keeps two runs bit-id
 JAX the step is one stateless function, the update selected with `where`.
 
 Cost, measured with `KERAS_BACKEND=tensorflow python benchmarks/whole_step_overhead.py`
-(ResNet-18, 32 x 32 images, batch 8, float32, a 2-core CPU shared with other work), with
-the update still under `tf.cond`: Keras' step 53.0 / 56.6 ms, this one 54.7 / 59.9 ms in two
-runs, i.e. +1.7 to +3.3 ms (3-6 %), nearly all of it the finite check of the gradients; JAX:
-125.2 -> 127.5 ms (+1.8 %).
+(ResNet-18, 32 x 32 images, batch 8, float32, a 2-core CPU shared with a test run): Keras'
+step 87.6 ms, this one 94.7 ms (+7.1 ms, +8 %: the finite check, the second graph call and
+the host read of its result; with the update under `tf.cond` it was +3-6 %); JAX: 125.2 ->
+127.5 ms (+1.8 %).
 
 The wrapper shares the user's variables; the user's model itself is never compiled or changed.
 Callbacks see the wrapper (so `model.optimizer` and `model.stop_training` work); its `save`,
