@@ -75,3 +75,15 @@ def float_list(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated numbers like 30,60,80, got {text!r}"
         ) from None
+
+
+def add_max_input_side(parser: argparse.ArgumentParser) -> None:
+    """Adds `--max-input-side N` (the largest input side a model file may declare; default
+    `cvbench.utils.model_file`'s limit) to a command that reads model files."""
+    parser.add_argument(
+        "--max-input-side",
+        type=positive_int,
+        metavar="N",
+        default=None,
+        help="largest model input side a model file may declare, in pixels (8192)",
+    )

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from cvbench.cli import CLIError
-from cvbench.cli.args import positive_int
+from cvbench.cli.args import add_max_input_side, positive_int
 from cvbench.cli.predict import with_flag_hints
 
 
@@ -48,13 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="replace an existing --output that is a previous cvbench export",
     )
-    p.add_argument(
-        "--max-input-side",
-        type=positive_int,
-        metavar="N",
-        default=None,
-        help="largest model input side a model file may declare, in pixels (8192)",
-    )
+    add_max_input_side(p)
     p.set_defaults(func=handler)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cvbench.cli import CLIError, for_command_line
-from cvbench.cli.args import positive_int
+from cvbench.cli.args import add_max_input_side, positive_int
 from cvbench.utils.errors import BadFileError
 
 _BOX_FORMATS = ("xyxy", "xywh", "yxyx")
@@ -114,13 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="largest image read, width x height (64000000)",
     )
-    p.add_argument(
-        "--max-input-side",
-        type=positive_int,
-        metavar="N",
-        default=None,
-        help="largest model input side a model file may declare, in pixels (8192)",
-    )
+    add_max_input_side(p)
     p.add_argument(
         "--batch-size", type=positive_int, metavar="N", default=8, help="images per model call (8)"
     )

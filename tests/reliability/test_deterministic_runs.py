@@ -29,21 +29,6 @@ COMMON = [
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory) -> Path:
-    from cvbench.data import build_imagenet
-    from cvbench.demo.shapes_data import write_classification_set
-
-    root = tmp_path_factory.mktemp("deterministic")
-    # 6 classes x 4 images = 24 records: 6 steps an epoch at batch 4, 3 at batch 8.
-    raw = write_classification_set(
-        root / "raw", image_size=32, train_per_class=4, val_per_class=1, seed=0
-    )
-    out = root / "records"
-    build_imagenet(raw.path, out, train_shards=2, val_shards=1, num_workers=1, progress=False)
-    return out
-
-
-@pytest.fixture(scope="module")
 def backbone(tmp_path_factory, legacy_h5) -> Path:
     import keras
 

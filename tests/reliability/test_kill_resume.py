@@ -27,20 +27,6 @@ FLAGS = [
 ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def records(tmp_path_factory) -> Path:
-    from cvbench.data import build_imagenet
-    from cvbench.demo.shapes_data import write_classification_set
-
-    root = tmp_path_factory.mktemp("kill_resume")
-    raw = write_classification_set(
-        root / "raw", image_size=32, train_per_class=4, val_per_class=1, seed=0
-    )
-    out = root / "records"
-    build_imagenet(raw.path, out, train_shards=2, val_shards=1, num_workers=1, progress=False)
-    return out
-
-
 def _train(records: Path, log_dir: Path, *extra: str, hold: str | None = None):
     env = dict(ENV, CVBENCH_TEST_HOLD=hold) if hold else ENV
     argv = [sys.executable, str(HOLD_CLI), *FLAGS, "--data-dir", str(records)]
