@@ -145,8 +145,12 @@ class TrainingModel(keras.Model):
         apply = tf.function(self._tf_apply, jit_compile=self.jit_compile)
 
         def train_function(iterator):
+            # Keras' contract: one step per call from its `fit` iterator (a tf.data or
+            # distributed iterator), up to `steps_per_execution` from `train_on_batch`'s.
+            if isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
+                return self._tf_step(gradients, apply, kept, next(iterator))
             logs = None
-            for data in iterator:
+            for _, data in zip(range(self.steps_per_execution), iterator, strict=False):
                 logs = self._tf_step(gradients, apply, kept, data)
             return logs
 

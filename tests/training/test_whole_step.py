@@ -212,6 +212,19 @@ def test_a_skipped_first_step_with_metrics_keeps_the_model(tmp_path):
     )
 
 
+def test_keras_fit_of_the_training_model_runs_one_step_per_batch():
+    # Keras' own fit calls the train function once per step with the same dataset iterator:
+    # it must take one batch per call, not the whole iterator.
+    inputs = keras.Input((4,))
+    inner = keras.Model(inputs, keras.layers.Dense(3)(inputs))
+    model = training_model.TrainingModel(inner, sparse_ce())
+    model.compile(optimizer="sgd")
+    x, y = np.ones((12, 4), "float32"), np.zeros((12,), "int32")
+    history = model.fit(x, y, batch_size=4, epochs=2, verbose=0)
+    assert int(ops.convert_to_numpy(model.optimizer.iterations)) == 6  # 2 epochs x 3 batches
+    assert len(history.history["loss"]) == 2
+
+
 def test_the_training_model_docstring_example():
     result = doctest.testmod(training_model, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
