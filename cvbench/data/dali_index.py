@@ -29,9 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cvbench.data.safe_paths import make_dir, naming
+from cvbench.data.safe_paths import make_dir
 from cvbench.data.tfrecord import scan_tfrecord
-from cvbench.utils.errors import BadFileError
+from cvbench.utils.errors import BadFileError, naming
 from cvbench.utils.io import atomic_open
 
 INDEX_DIR = "idx"

@@ -41,8 +41,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from cvbench.data.safe_paths import make_dir, naming, plain_name
-from cvbench.utils.errors import BadFileError
+from cvbench.data.safe_paths import make_dir, plain_name
+from cvbench.utils.errors import BadFileError, naming
 from cvbench.utils.io import atomic_open
 from cvbench.utils.progress import progress_bar
 

@@ -5,17 +5,15 @@ The data tools turn names read from input files into paths (a WNID from the devk
 to read). `plain_name` and `relative_name` refuse the names that would leave their folder;
 `is_inside` tells whether one folder is inside another (after resolving symbolic links);
 `make_dir` creates an output folder or says in one line why it cannot (a file, or a symbolic
-link to nothing, in its place); `naming(path)` gives the `OSError` of a write that has no
-file name (ENOSPC from `write` or `close`) the file's name. No TensorFlow import.
+link to nothing, in its place). Writes name their file in errors through
+`cvbench.utils.errors.naming`. No TensorFlow import.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import posixpath
-from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -79,24 +77,3 @@ def make_dir(path: str | os.PathLike) -> Path:
             errno.ENOTDIR, f"is {what}, not a folder", os.fspath(path)
         ) from None
     return path
-
-
-@contextlib.contextmanager
-def naming(path: str | os.PathLike) -> Iterator[None]:
-    """Re-raises an `OSError` without a file name (a full disk seen by `write` or `close`) as
-    one naming `path`, so that its one-line description says which file it was.
-
-    Example:
-        >>> try:
-        ...     with naming("out/idx/a.idx"):
-        ...         raise OSError(errno.ENOSPC, "No space left on device")
-        ... except OSError as e:
-        ...     print(e.filename, e.strerror)
-        out/idx/a.idx No space left on device
-    """
-    try:
-        yield
-    except OSError as e:
-        if e.filename is not None:
-            raise
-        raise OSError(e.errno, e.strerror or str(e), os.fspath(path)) from e

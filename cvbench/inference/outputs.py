@@ -10,12 +10,13 @@ cvbench export where `cvbench export --overwrite` would replace it (`check_repla
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+
+from cvbench.utils.errors import naming
 
 #: The file in a SavedModel folder that says cvbench exported it (TF Serving ignores it).
 EXPORT_MARKER = "cvbench_export.json"
@@ -125,26 +126,10 @@ def protected_folder(path: str | os.PathLike) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def errors_naming(path: str | os.PathLike) -> Iterator[None]:
-    """Re-raises an `OSError` of the block (a read-only or full disk met while writing a
-    temporary file beside `path`) as the same error naming `path`, the file the user asked
-    for, instead of the temporary name.
-
-    Example:
-        >>> with errors_naming("out.json"):
-        ...     raise OSError(errno.EROFS, "Read-only file system", ".out.json.x1.tmp")
-        Traceback (most recent call last):
-        ...
-        OSError: [Errno 30] Read-only file system: 'out.json'
-    """
-    try:
-        yield
-    except OSError as err:
-        if err.errno is None:
-            raise
-        reason = err.strerror or os.strerror(err.errno)
-        raise type(err)(err.errno, reason, os.fspath(path)) from None
+def errors_naming(path: str | os.PathLike):
+    """`cvbench.utils.errors.naming(path, replace=True)`: an `OSError` met while writing a
+    temporary file beside `path` names `path`, the file the user asked for."""
+    return naming(path, replace=True)
 
 
 def is_cvbench_export(path: str | os.PathLike) -> bool:

@@ -28,6 +28,7 @@ from typing import Any
 
 import keras
 
+from cvbench.utils.errors import naming
 from cvbench.utils.progress import progress_style
 
 
@@ -77,11 +78,9 @@ class RunLog:
         entry = {"event": event, "time": round(time.time(), 3)}
         entry.update({k: _jsonable(v) for k, v in fields.items()})
         line = memoryview((json.dumps(entry, sort_keys=True) + "\n").encode("utf-8"))
-        try:
+        with naming(self._path, replace=True):
             while line:  # unbuffered: a short write (a disk filling up) writes the rest
                 line = line[self._jsonl.write(line) :]
-        except OSError as e:
-            raise OSError(e.errno, e.strerror, str(self._path)) from e
 
     def scalars(self, step: int, values: dict[str, float], prefix: str = "") -> None:
         """Writes TensorBoard scalars at `step` (non-finite values included as they are)."""

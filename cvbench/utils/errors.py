@@ -8,7 +8,9 @@ records, where a bad argument (a plain `ValueError`) exits with 2.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 
 class BadFileError(ValueError):
@@ -36,3 +38,33 @@ def describe_os_error(error: OSError) -> str:
     reason = error.strerror or (os.strerror(error.errno) if error.errno else "") or str(error)
     paths = [os.fsdecode(p) for p in (error.filename, error.filename2) if p is not None]
     return f"{' -> '.join(paths)}: {reason}" if paths else reason
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike, *, replace: bool = False) -> Iterator[None]:
+    """Re-raises an `OSError` of the block as the same error naming `path`, so that its
+    one-line description says which file it was: one without a file name (a full disk seen
+    by `write` or `close`), or with `replace` also one naming another file (the temporary
+    written beside `path`, instead of the file the user asked for).
+
+    Example:
+        >>> import errno
+        >>> try:
+        ...     with naming("out/idx/a.idx"):
+        ...         raise OSError(errno.ENOSPC, "No space left on device")
+        ... except OSError as e:
+        ...     print(e.filename, e.strerror)
+        out/idx/a.idx No space left on device
+        >>> with naming("out.json", replace=True):
+        ...     raise OSError(errno.EROFS, "Read-only file system", ".out.json.x1.tmp")
+        Traceback (most recent call last):
+        ...
+        OSError: [Errno 30] Read-only file system: 'out.json'
+    """
+    try:
+        yield
+    except OSError as e:
+        if (e.filename is not None and not replace) or (replace and e.errno is None):
+            raise
+        reason = e.strerror or (os.strerror(e.errno) if e.errno else str(e))
+        raise OSError(e.errno, reason, os.fspath(path)) from e
