@@ -105,7 +105,7 @@ def cvbench_inference(
 
 
 def benchmark_cvbench(
-    model: str,
+    model: str | Any,
     *,
     mode: str = "train",
     batch_size: int = 256,
@@ -128,7 +128,8 @@ def benchmark_cvbench(
     measured `steps` are timed in windows of `window_steps` (see `measure_throughput`).
 
     Args:
-        model: cvbench model name.
+        model: cvbench model name (with its default recipe), or a task
+            (`cvbench.tasks.make_task`: its recipe and sizes; `cvbench benchmark --recipe`).
         mode: "train" or "inference".
         batch_size: images per step and rank.
         image_size: input size (default: the model's).
@@ -202,7 +203,7 @@ def benchmark_cvbench(
     finally:
         workload.close()
     return ThroughputResult(
-        model=model,
+        model=spec.name,
         mode=mode,
         implementation=CVBENCH,
         precision=policy,
@@ -213,7 +214,7 @@ def benchmark_cvbench(
 
 
 def benchmark_latency(
-    model: str,
+    model: str | Any,
     *,
     batch_sizes: Sequence[int] = (1, 8, 64, 256),
     image_size: int | None = None,
@@ -227,7 +228,7 @@ def benchmark_latency(
     """Inference latency percentiles of one cvbench model, by name (`measure_latencies`).
 
     Args:
-        model: cvbench model name.
+        model: cvbench model name, or a task (as `benchmark_cvbench`'s).
         batch_sizes: batch sizes to time, in order (a size that runs out of device memory
             is recorded as skipped, and the larger ones with it).
         image_size: input size (default: the model's).

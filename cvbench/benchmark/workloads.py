@@ -1,8 +1,8 @@
 """Timed Keras workloads on one synthetic batch that stays on the device.
 
-- `cvbench_model`: what `cvbench train` would build for a model name (its task's builder,
-  loss, recipe and default size, `cvbench.tasks`), without touching any data pipeline (so
-  without TensorFlow on JAX).
+- `cvbench_model`: what `cvbench train` would build for a model name or a task (its task's
+  builder, loss and recipe, `cvbench.tasks`), without touching any data pipeline (so without
+  TensorFlow on JAX).
 - `synthetic_batch`: the task's random batch on the device: `(images, labels)` for
   classifiers, `(images, {"boxes", "classes"})` real SSD targets for SSD320.
 - `make_trainer`: a `Trainer` for the model (precision, optimizer and loss scaling exactly
@@ -69,25 +69,40 @@ class CvbenchModel:
     @property
     def optimizer(self) -> OptimizerConfig:
         """The recipe's update rule."""
-        return self.task.recipe()[0]
+        return self.task.recipe.optimizer
 
     @property
     def schedule(self) -> ScheduleConfig:
         """The recipe's learning-rate schedule."""
-        return self.task.recipe()[1]
+        return self.task.recipe.schedule
+
+    @property
+    def loss_scaling(self) -> dict[str, Any]:
+        """The recipe's loss scaling (`TrainConfig` fields)."""
+        from cvbench.tasks.recipes.plan import loss_scaling
+
+        return loss_scaling(self.task.recipe)
 
 
 def cvbench_model(
-    name: str, *, image_size: int | None = None, num_classes: int | None = None
+    name: str | Any,
+    *,
+    image_size: int | None = None,
+    num_classes: int | None = None,
+    recipe: Any = None,
 ) -> CvbenchModel:
-    """The model, loss and recipe `cvbench train --model name` uses (its task's).
+    """The model, loss and recipe `cvbench train --model name` uses: its task's, with the
+    model's recipe (or `recipe`, a `Recipe` or its name) and the sizes given; `name` may also
+    be a task already made (`cvbench.tasks.make_task`; the sizes are then its own).
 
     Raises:
         ValueError: for an unknown model name (listing the known ones) or a bad size.
     """
+    if not isinstance(name, str):
+        return CvbenchModel(name=name.options.model, task=name)
     from cvbench.tasks import TaskOptions, make_task
 
-    options = TaskOptions(model=name, image_size=image_size, num_classes=num_classes)
+    options = TaskOptions(model=name, image_size=image_size, num_classes=num_classes, recipe=recipe)
     return CvbenchModel(name=name, task=make_task(options))
 
 
@@ -133,7 +148,8 @@ def make_trainer(
     distribution: Any = "auto",
     seed: int = 0,
 ) -> Any:
-    """A `Trainer` for `model` with its recipe and no logging, as `cvbench train` builds it.
+    """A `Trainer` for `model` with its recipe's optimizer, schedule and loss scaling and no
+    logging, as `cvbench train` builds it.
 
     Args:
         model: the model to train.
@@ -149,7 +165,12 @@ def make_trainer(
     dist = get_distribution(distribution)
     jit_compile = resolve_jit_compile(jit_compile, ranks=dist.size)
     config = TrainConfig(
-        log_every=0, progress_bar=False, seed=seed, export=False, jit_compile=jit_compile
+        log_every=0,
+        progress_bar=False,
+        seed=seed,
+        export=False,
+        jit_compile=jit_compile,
+        **model.loss_scaling,
     )
     trainer = Trainer(
         model.build,

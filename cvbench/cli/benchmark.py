@@ -68,24 +68,22 @@ def benchmark_command(args: argparse.Namespace) -> int:
 
     dist = get_distribution("auto")
     seed = 0 if args.seed is None else args.seed
-    batches, task = None, None
+    # The model's recipe resolved as `cvbench train` resolves it: the same model, optimizer,
+    # schedule, loss scaling and input size.
+    task = task_from_args(args, synthetic_steps=args.burn_in + args.steps)
+    batch_size = task.recipe.run.batch_per_gpu
+    batches = None
     if args.data_dir is not None:
-        task = task_from_args(args, synthetic_steps=args.burn_in + args.steps)
-        data = task.train_data(batch_size=args.batch_size, distribution=dist, seed=seed)
+        data = task.train_data(batch_size=batch_size, distribution=dist, seed=seed)
         batches = endless_batches(data.data)
     say = print if dist.is_chief else (lambda line: None)
     if args.log_every:
         say(f"{'step':>6} {'img/s':>10}")
-    model = {  # what both measurements build
-        "image_size": args.image_size,
-        "num_classes": task.num_classes if task is not None else args.num_classes,
-        "precision": args.precision,
-        "seed": seed,
-    }
+    model = {"precision": args.precision, "seed": seed}  # what both measurements build
     result = benchmark_cvbench(
-        args.model,
+        task,
         mode=args.mode,
-        batch_size=args.batch_size,
+        batch_size=batch_size,
         warmup_steps=max(1, args.burn_in),
         steps=args.steps,
         window_steps=args.log_every or DEFAULT_WINDOW_STEPS,
@@ -101,12 +99,12 @@ def benchmark_command(args: argparse.Namespace) -> int:
     latency = None
     if args.mode == "inference" and args.latency_batch_sizes:
         latency = benchmark_latency(
-            args.model, batch_sizes=args.latency_batch_sizes, calls=args.latency_calls, **model
+            task, batch_sizes=args.latency_batch_sizes, calls=args.latency_calls, **model
         )
         from cvbench.benchmark.table import latency_table
 
         say(latency_table([latency]))
-    skipped = report_corrupt(args, task, dist)
+    skipped = report_corrupt(args, task if args.data_dir is not None else None, dist)
     if dist.is_chief and args.json:
         from cvbench.utils.io import write_json_atomic
 

@@ -79,7 +79,8 @@ def format_value(value: Any) -> str:
 
 def format_recipe(recipe: Any) -> str:
     """The recipe's header, a `knob  value  source` table of every set knob (a deviating knob
-    shows `ours (reference: theirs)`), then the deliberate differences."""
+    shows `ours (reference: theirs)`; a knob at its part's default without a source is the
+    "cvbench default"), then the deliberate differences."""
     rows = []
     for knob, value in recipe.knobs():
         if value is None and recipe.deviation(knob) is None:
@@ -88,8 +89,8 @@ def format_recipe(recipe: Any) -> str:
         deviation = recipe.deviation(knob)
         if deviation is not None:
             shown += f" (reference: {format_value(deviation.reference)})"
-        source = recipe.sources.get(knob)
-        rows.append((knob, shown, "-" if source is None else str(source)))
+        source = recipe.source_of(knob)
+        rows.append((knob, shown, "cvbench default" if source is None else str(source)))
     knob_width = max(len(r[0]) for r in rows)
     # Long values (a deviation's reference) overflow their column instead of widening it.
     value_width = max([len(r[1]) for r in rows if len(r[1]) <= _VALUE_COLUMN] or [5])

@@ -16,37 +16,38 @@ from cvbench.cli.args import positive_int
 _PRECISIONS = ("auto", "fp16", "bf16", "fp32")
 
 
-def add_model_and_data(
-    p: argparse.ArgumentParser, *, synthetic_help: str, recipes: bool = False
-) -> None:
-    """Adds --model, --data-dir | --synthetic, --batch-size, --image-size, --num-classes,
-    --precision, --seed and --skip-corrupt to `p`; with `recipes` (`cvbench train`),
-    `--model` may be left to `--recipe` and `--batch-size` defaults to the recipe's."""
+def add_model_and_data(p: argparse.ArgumentParser, *, synthetic_help: str) -> None:
+    """Adds --model, --recipe, --data-dir | --synthetic, --batch-size, --image-size,
+    --num-classes, --precision, --seed and --skip-corrupt to `p` (`cvbench train`, `eval` and
+    `benchmark` resolve the model's recipe the same way: `task_from_args`)."""
     p.add_argument(
         "--model",
-        required=not recipes,
-        help="model name, e.g. resnet50, inception_v3"
-        + (" (default: the model of --recipe)" if recipes else ""),
+        default=None,
+        help="model name, e.g. resnet50, inception_v3, ssd320 (default: the model of --recipe)",
+    )
+    p.add_argument(
+        "--recipe",
+        default=None,
+        help="named recipe: resnet50_v1.5_90e, resnet50_v1.5_250e, inception_v3_nvcnn, "
+        "ssd320_v1.2, and cvbench's defaults resnet18_cvbench, resnet34_cvbench, "
+        "resnet101_cvbench, resnet152_cvbench (cvbench recipes lists them; default: the "
+        "model's, e.g. resnet50_v1.5_90e for resnet50). Every flag that names a knob "
+        "overrides it; the run log records the result",
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--data-dir", help="directory of ImageNet-format TFRecords (train-*, validation-*)"
     )
     source.add_argument("--synthetic", action="store_true", help=synthetic_help)
-    if recipes:
-        p.add_argument(
-            "--batch-size",
-            type=positive_int,
-            default=None,
-            help="images per rank and step (default: the recipe's, e.g. 256 for ResNet-50 and "
-            "32 for SSD320; 256 for a model without a recipe)",
-        )
-    else:
-        p.add_argument(
-            "--batch-size", type=positive_int, default=256, help="images per rank and step (256)"
-        )
     p.add_argument(
-        "--image-size", type=positive_int, default=None, help="input size (model default)"
+        "--batch-size",
+        type=positive_int,
+        default=None,
+        help="images per rank and step (default: the recipe's, e.g. 256 for ResNet-50, 128 "
+        "for Inception V3, 32 for SSD320)",
+    )
+    p.add_argument(
+        "--image-size", type=positive_int, default=None, help="input size (the recipe's)"
     )
     p.add_argument(
         "--num-classes",
@@ -54,8 +55,8 @@ def add_model_and_data(
         default=None,
         help="classes the model predicts (default: the classes in --data-dir's "
         "dataset_info.json, which cvbench build-imagenet and build-coco write; a different "
-        "number is an error; records without that file need --num-classes; --synthetic: 1000 "
-        "for classifiers, 90 for SSD)",
+        "number is an error; records without that file need --num-classes; --synthetic: the "
+        "recipe's, 1000 for classifiers, 90 for SSD)",
     )
     p.add_argument(
         "--precision",
@@ -75,30 +76,42 @@ def add_model_and_data(
     )
 
 
-def task_from_args(
-    args: argparse.Namespace,
-    *,
-    synthetic_steps: int = 100,
-    label_smoothing: float | None = None,
-    recipe: Any = None,
-    **task_kwargs: Any,
-):
-    """The task `args` select (`--data-dir` must be a folder: a one-line error if not), with
-    `recipe` (a resolved `Recipe`, or None) and the task class's own `task_kwargs`."""
+def task_from_args(args: argparse.Namespace, *, synthetic_steps: int = 100):
+    """The task `args` select: `--model` / `--recipe` with every knob flag given resolved
+    into the recipe (`TaskOptions(settings=..., reasons=...)`), `--data-dir` (a folder: a
+    one-line error if not) and, where the command has them, --data-backend / --dali-device.
+
+    Raises:
+        CLIError: neither --model nor --recipe; --data-dir not a folder.
+    """
+    from cvbench.cli.recipe_args import recipe_settings
     from cvbench.tasks import TaskOptions, make_task
 
+    if args.model is None and args.recipe is None:
+        message = "the following arguments are required: --model (or --recipe)"
+        usage_error = getattr(args, "usage_error", None)
+        if usage_error is not None:
+            usage_error(message)  # exits 2 with the usage, as argparse's own errors
+        raise CLIError(message)
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise CLIError(f"--data-dir {args.data_dir!r} is not a directory")
+    settings, reasons = recipe_settings(args)
+    for name in ("image_size", "num_classes"):
+        settings.pop(name)
     options = TaskOptions(
         model=args.model,
+        recipe=args.recipe,
         data_dir=args.data_dir,
         image_size=args.image_size,
         num_classes=args.num_classes,
-        label_smoothing=label_smoothing,
         synthetic_steps=synthetic_steps,
         skip_corrupt=args.skip_corrupt,
-        recipe=recipe,
+        settings=settings,
+        reasons=reasons,
     )
+    task_kwargs = {}
+    if hasattr(args, "data_backend"):
+        task_kwargs = data_backend_kwargs(args, task=options.recipe.task)
     return make_task(options, **task_kwargs)
 
 
@@ -175,3 +188,10 @@ def data_backend_kwargs(args: argparse.Namespace, *, task: str | None) -> dict[s
         for path in files:
             read_index(path)  # FileNotFoundError / ValueError: one line naming the file
     return {"data_backend": "dali", "dali_device": args.dali_device}
+
+
+def print_results(trainer: Any, results: dict[str, float]) -> None:
+    """Rank 0 prints `name: value` for each result."""
+    if trainer.is_chief:
+        for name, value in results.items():
+            print(f"{name}: {value:.6g}", flush=True)

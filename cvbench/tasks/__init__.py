@@ -8,9 +8,11 @@ data / models / detection packages below and the Trainer above them.
   task tag (`cvbench.zoo.task_of`), so a new kind of model means a new task class and one
   `TASKS.register` line here.
 - `prepare_run(task, ...)` -> `TaskRun`: the task's Trainer and training data, then `fit` and
-  `evaluate`: the one path of the CLI, the examples and the demo (`runner.py`). With a named
-  recipe (`TaskOptions(recipe="resnet50_v1.5_90e")`, `cvbench.tasks.recipes`) the task and
-  the run take every knob from it, scaled to the run's global batch (`TaskRun.plan`).
+  `evaluate`: the one path of the CLI, the examples and the demo (`runner.py`). Every run has
+  a recipe (`cvbench.tasks.recipes`): the model's default, or a named one
+  (`TaskOptions(recipe="resnet50_v1.5_90e")`), with the user's settings resolved into it
+  once (`TaskOptions(settings={"lr": 0.1})`, each a recorded deviation); the task and the run
+  take every knob from it, scaled to the run's global batch (`TaskRun.plan`).
 
 Importing this package imports no TensorFlow; tasks train on synthetic data under any Keras
 backend.

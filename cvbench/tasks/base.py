@@ -21,7 +21,7 @@ The protocol (what a task class provides):
         def build_model(self) -> keras.Model        # called under the precision policy
         def loss(self) -> Callable                  # loss(y_true, y_pred) -> scalar
         def metrics(self) -> list                   # Keras metrics for training/evaluation
-        def recipe(self) -> tuple[OptimizerConfig, ScheduleConfig]
+        recipe: Recipe                              # options.recipe fitted to the data
         def synthetic_batch(self, batch_size, seed) -> tuple   # NumPy (x, y)
         def train_data(self, *, batch_size, distribution, seed) -> TrainData
         def evaluate(self, trainer, *, batch_size) -> dict[str, float]
@@ -38,14 +38,14 @@ from __future__ import annotations
 
 import abc
 import itertools
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 import keras
 
-from cvbench.tasks.recipes import Recipe, get_recipe
-from cvbench.training.config import OptimizerConfig, ScheduleConfig
+from cvbench.tasks.recipes import Recipe, resolve_recipe
 from cvbench.utils.model_file import ModelInfo
 
 if TYPE_CHECKING:
@@ -53,36 +53,44 @@ if TYPE_CHECKING:
 
 #: Batches of a synthetic evaluation (no validation set to cover).
 SYNTHETIC_EVAL_BATCHES = 2
+#: The deviation reason of a recipe given the classes of its data.
+DATA_CLASSES_REASON = "the classes of the data (its dataset_info.json)"
 
 
 @dataclass(frozen=True)
 class TaskOptions:
-    """What the user chose about the task (from CLI flags or code).
+    """What the user chose about the task (from CLI flags or code), resolved into one recipe.
 
     Attributes:
-        model: model name (one of the task's `models()`).
+        model: model name (one of the task's `models()`); None: the recipe's model.
         data_dir: directory of TFRecords; None means synthetic data.
-        image_size: input height and width; None: the model's default.
+        image_size: input height and width; None: the recipe's (a setting, as in
+            `settings`).
         num_classes: classifier width; None: the data's (`dataset_info.json` beside the
             records, written by the builders; records without it need `num_classes`), or on
-            synthetic data the task's default (1000 ImageNet classes, 90 COCO ids). A value
-            the data's metadata disagrees with is an error.
-        label_smoothing: classification label smoothing; None: the recipe's (0.1).
+            synthetic data the recipe's (1000 ImageNet classes, 90 COCO ids). A value the
+            data's metadata disagrees with is an error.
+        label_smoothing: classification label smoothing; None: the recipe's.
         synthetic_steps: steps per epoch on synthetic data.
         skip_corrupt: skip and count corrupt records and undecodable images instead of
             stopping with an error naming the file and record (`RecordTask.corrupt_records`).
         recipe: a named recipe (`cvbench.tasks.recipes`: a `Recipe` or its name, e.g.
-            "resnet50_v1.5_90e") for `model`; the task and `prepare_run` then take every knob
-            from it (model, loss, input size, batch, optimizer, schedule, loss scaling, run
-            length); None: the task's built-in defaults (the models without a recipe). Set
-            knobs with `recipe.override(...)`; `label_smoothing`, when also given, overrides
-            `loss.label_smoothing`.
+            "resnet50_v1.5_90e") for `model`; None: the model's default recipe. After
+            construction it is the resolved `Recipe`: `settings` and the fields above applied
+            (`resolve_recipe`), each a deviation with its reason. The task and `prepare_run`
+            take every knob from it (model, loss, input size, batch, optimizer, schedule, loss
+            scaling, run length). Knobs can also be set directly with
+            `recipe.with_overrides(...)`.
+        settings: more settings by name (`cvbench.tasks.recipes.SETTINGS`: `lr`,
+            `batch_size`, `epochs`, `weight_decay`, ...; None values are not set).
+        reasons: setting -> the reason its deviation records (the CLI passes its flags).
 
     Raises:
-        ValueError: a bad size or count; an unknown recipe name; a recipe for another model.
+        ValueError: a bad size or count; an unknown recipe or setting; a recipe for another
+            model; a model without a recipe; a setting the recipe has no knob for.
     """
 
-    model: str
+    model: str | None = None
     data_dir: str | None = None
     image_size: int | None = None
     num_classes: int | None = None
@@ -90,22 +98,10 @@ class TaskOptions:
     synthetic_steps: int = 100
     skip_corrupt: bool = False
     recipe: Recipe | str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    reasons: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if isinstance(self.recipe, str):
-            object.__setattr__(self, "recipe", get_recipe(self.recipe))
-        if self.recipe is not None:
-            if not isinstance(self.recipe, Recipe):
-                raise ValueError(f"recipe must be a Recipe or a name, got {self.recipe!r}")
-            if self.recipe.model != self.model:
-                raise ValueError(
-                    f"recipe {self.recipe.name!r} trains {self.recipe.model}, not {self.model}"
-                )
-            if self.label_smoothing is not None:
-                recipe = self.recipe.override(
-                    {"loss.label_smoothing": self.label_smoothing}, reason="label_smoothing"
-                )
-                object.__setattr__(self, "recipe", recipe)
         for name in ("image_size", "num_classes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -114,6 +110,18 @@ class TaskOptions:
             raise ValueError(
                 f"synthetic_steps must be a positive int, got {self.synthetic_steps!r}"
             )
+        fields = {name: getattr(self, name) for name in ("image_size", "num_classes")}
+        fields["label_smoothing"] = self.label_smoothing
+        recipe = resolve_recipe(
+            self.model,
+            self.recipe,
+            settings={**fields, **self.settings},
+            reasons=self.reasons,
+        )
+        object.__setattr__(self, "recipe", recipe)
+        object.__setattr__(self, "model", recipe.model)
+        object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
+        object.__setattr__(self, "reasons", MappingProxyType(dict(self.reasons)))
 
 
 @dataclass(frozen=True)
@@ -183,14 +191,13 @@ class Task(Protocol):
     image_size: int
     num_classes: int
     class_names: tuple[str, ...] | None
+    recipe: Recipe
 
     def build_model(self) -> keras.Model: ...
 
     def loss(self) -> Callable: ...
 
     def metrics(self) -> list: ...
-
-    def recipe(self) -> tuple[OptimizerConfig, ScheduleConfig]: ...
 
     def synthetic_batch(self, batch_size: int, seed: int) -> tuple: ...
 

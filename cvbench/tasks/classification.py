@@ -1,14 +1,9 @@
 """`ClassificationTask`: ResNets and Inception V3 on ImageNet-format TFRecords (or synthetic
 data): sparse cross-entropy with label smoothing, top-1 / top-5 over the whole validation set.
 
-With `TaskOptions(recipe=...)` everything comes from the named recipe
-(`cvbench.tasks.recipes`: model knobs, input pipeline, loss, mixup). Without one, the
-built-in defaults (NVIDIA's, base rates per 256 images; see `../shared/reference/specs.md`):
-
-- ResNet: momentum SGD 0.875, weight decay 3.0517578125e-05 (not on batch norm or biases),
-  0.256 per 256 images, 8 warmup epochs, cosine; label smoothing 0.1.
-- Inception V3 (the older Horovod script): LARC (clip, eta 0.003), Nesterov momentum 0.9,
-  weight decay 1e-4 on every variable, 0.25 per 256 images, polynomial decay (power 2).
+Every knob comes from the task's recipe (`TaskOptions.recipe`, the model's default unless
+named: `cvbench.tasks.recipes`): model knobs, input size, input pipeline, loss, mixup, and
+through `prepare_run` the optimizer, schedule and loss scaling.
 """
 
 from __future__ import annotations
@@ -20,6 +15,7 @@ from typing import Any
 import keras
 
 from cvbench.tasks.base import (
+    DATA_CLASSES_REASON,
     SYNTHETIC_EVAL_BATCHES,
     RecordTask,
     TaskOptions,
@@ -27,36 +23,14 @@ from cvbench.tasks.base import (
     records_info,
     repeated,
 )
-from cvbench.tasks.recipes import loss_kwargs, mixup_kwargs, model_kwargs, preprocessing_kwargs
-from cvbench.training.config import OptimizerConfig, ScheduleConfig
+from cvbench.tasks.recipes import fit_classes
+from cvbench.tasks.recipes.plan import builder_arguments
 from cvbench.training.losses import SparseCrossEntropy
 from cvbench.utils.model_file import ModelInfo
 from cvbench.zoo import CLASSIFICATION, get_model, list_models
 
-RESNET_RECIPE = (
-    OptimizerConfig(name="sgd", momentum=0.875, weight_decay=3.0517578125e-05),
-    ScheduleConfig(base_lr=0.256, warmup_epochs=8, decay="cosine"),
-)
-# The older Horovod script: LR 2.0 at 8 x 256 (RN50) and 1.0 at 8 x 128 (IncV3) = 0.25 / 256;
-# it decays every variable.
-INCEPTION_RECIPE = (
-    OptimizerConfig(
-        name="lars",
-        momentum=0.9,
-        nesterov=True,
-        weight_decay=1e-4,
-        decay_batchnorm=True,
-        decay_bias=True,
-        larc_eta=0.003,
-        larc_mode="clip",
-    ),
-    ScheduleConfig(base_lr=0.25, decay="polynomial", power=2.0),
-)
 DATA_BACKENDS = ("tf", "dali")
 DALI_DEVICES = ("cpu", "mixed")
-DEFAULT_LABEL_SMOOTHING = 0.1
-IMAGENET_CLASSES = 1000
-_DEFAULT_SIZES = {"inception_v3": 299}
 
 
 class ClassificationTask(RecordTask):
@@ -70,16 +44,16 @@ class ClassificationTask(RecordTask):
         eval_preprocess: `image_bytes -> image` replacing the evaluation resize and crop.
         metrics: Keras metrics instead of top-1 and top-5.
         weights: weights to start from (the builder's `weights`: a file, or "imagenet"
-            where published); with a recipe it overrides `model.weights`.
+            where published): sets the recipe's `model.weights` (a deviation).
         data_backend: "tf" (`cvbench.data.imagenet_dataset`) or "dali"
             (`cvbench.data.dali_dataset.imagenet_dali_dataset`: NVIDIA DALI, the same recipe,
             element structure and evaluation cover; needs the records' index files and the
             `cvbench[dali]` extra).
         dali_device: with "dali": "cpu" (libjpeg-turbo) or "mixed" (nvJPEG on the GPU).
 
-    With `options.recipe` the model, input size, loss, mixup and (through `prepare_run`)
-    the optimizer, schedule and loss scaling are the recipe's (`cvbench.tasks.recipes`);
-    top-1/top-5 then score a mixed label's dominant class.
+    `recipe` is `options.recipe` with the data's classes (`fit_classes`): the model, input
+    size, loss, mixup and (through `prepare_run`) the optimizer, schedule and loss scaling are
+    its; with mixup, top-1/top-5 score a mixed label's dominant class.
 
     `num_classes` and `class_names` (model index -> name) come from the records'
     `dataset_info.json` (`cvbench.data.dataset_info`); without one, `options.num_classes`
@@ -93,8 +67,8 @@ class ClassificationTask(RecordTask):
 
     Example:
         >>> task = ClassificationTask(TaskOptions(model="resnet18", num_classes=10))
-        >>> task.image_size, task.num_classes, task.recipe()[1].decay
-        (224, 10, 'cosine')
+        >>> task.image_size, task.num_classes, task.recipe.name, task.recipe.schedule.decay
+        (224, 10, 'resnet18_cvbench', 'cosine')
     """
 
     name = CLASSIFICATION
@@ -119,16 +93,15 @@ class ClassificationTask(RecordTask):
                 f"unknown classification model {options.model!r}; known: {', '.join(self.models())}"
             )
         self.options = options
-        recipe = options.recipe
-        default_size = _DEFAULT_SIZES.get(options.model, 224)
-        if recipe is not None:
-            default_size = recipe.preprocessing.image_size
-        self.image_size = options.image_size or default_size
         self.num_classes, self.class_names = _classes(options)
+        recipe = fit_classes(options.recipe, self.num_classes, reason=DATA_CLASSES_REASON)
+        if weights is not None:
+            recipe = recipe.with_overrides({"model.weights": weights}, reason="weights")
+        self.recipe = recipe
+        self.image_size = recipe.model_knobs.image_size
         self._train_preprocess = train_preprocess
         self._eval_preprocess = eval_preprocess
         self._metrics = metrics
-        self.weights = weights
         self.data_backend = data_backend
         self.dali_device = dali_device
         self._check_backend()
@@ -156,32 +129,22 @@ class ClassificationTask(RecordTask):
                 )
 
     def build_model(self) -> keras.Model:
-        kwargs: dict[str, Any] = {}
-        if self.options.recipe is not None:
-            kwargs = model_kwargs(self.options.recipe)
-        kwargs["num_classes"] = self.num_classes  # the data's (the recipe's on synthetic data)
-        if self.weights is not None:
-            kwargs["weights"] = self.weights
         return get_model(
             self.options.model,
-            **kwargs,
+            **builder_arguments(self.recipe),
             input_shape=(self.image_size, self.image_size, 3),
             classifier_activation=None,
         )
 
     def loss(self) -> Callable:
-        if self.options.recipe is not None:
-            return SparseCrossEntropy(**loss_kwargs(self.options.recipe))
-        smoothing = self.options.label_smoothing
         return SparseCrossEntropy(
-            label_smoothing=DEFAULT_LABEL_SMOOTHING if smoothing is None else smoothing
+            label_smoothing=self.recipe.loss.label_smoothing,
+            smoothing_classes=self.recipe.loss.smoothing_classes,
         )
 
     def mixup_alpha(self) -> float:
         """The recipe's mixup alpha (0: none; training data only)."""
-        recipe = self.options.recipe
-        kwargs = None if recipe is None else mixup_kwargs(recipe)
-        return 0.0 if kwargs is None else float(kwargs["alpha"])
+        return float(self.recipe.loss.mixup_alpha)
 
     def metrics(self) -> list:
         if self._metrics is not None:
@@ -192,9 +155,6 @@ class ClassificationTask(RecordTask):
             keras.metrics.SparseCategoricalAccuracy(name="top1"),
             keras.metrics.SparseTopKCategoricalAccuracy(k=5, name="top5"),
         ]
-
-    def recipe(self) -> tuple[OptimizerConfig, ScheduleConfig]:
-        return INCEPTION_RECIPE if self.options.model.startswith("inception") else RESNET_RECIPE
 
     def synthetic_batch(self, batch_size: int, seed: int) -> tuple[Any, Any]:
         """NumPy `(images float32 [B, S, S, 3] ~ N(0, 1), labels int32 [B])`."""
@@ -253,29 +213,17 @@ class ClassificationTask(RecordTask):
     def dataset_options(self) -> dict[str, Any]:
         # A record whose label is outside [0, num_classes) is an error naming it (a wrong
         # --num-classes would otherwise train on silently: a one-hot of zeros has loss 0).
-        options: dict[str, Any] = {"num_classes": self.num_classes}
-        if self.options.recipe is not None:
-            options["preprocessing"] = self.preprocessing()
-        return options
+        return {"num_classes": self.num_classes, "preprocessing": self.preprocessing()}
 
     def preprocessing(self) -> Any:
-        """The recipe's `cvbench.data.ImagePreprocessing` (crops, scaling, decoder), or None
-        without a recipe (`imagenet_dataset`'s default, NVIDIA's ResNet pipeline)."""
-        if self.options.recipe is None:
-            return None
-        from cvbench.data.image_preprocessing import ImagePreprocessing
-
-        return ImagePreprocessing(**preprocessing_kwargs(self.options.recipe))
+        """The recipe's `cvbench.data.ImagePreprocessing` (crops, scaling, decoder)."""
+        return self.recipe.preprocessing
 
     def input_normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """`(mean, std)` with which the pipeline maps `[0, 255]` pixels to the model's input,
         `(x - mean) / std`: ImageNet's, or the recipe's (`input_scaling="inception"`,
         `x / 127.5 - 1`, is mean = std = 127.5)."""
-        from cvbench.data.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
-
         preprocessing = self.preprocessing()
-        if preprocessing is None:
-            return tuple(IMAGENET_MEAN_RGB), tuple(IMAGENET_STD_RGB)
         if preprocessing.input_scaling == "inception":
             return (127.5,) * 3, (127.5,) * 3
         return tuple(preprocessing.mean), tuple(preprocessing.std)
@@ -346,13 +294,10 @@ def top_k_accuracy(k: int, name: str) -> keras.metrics.Metric:
 def _classes(options: TaskOptions) -> tuple[int, tuple[str, ...] | None]:
     """`(num_classes, class_names)`: the records' `dataset_info.json` (an explicit
     `num_classes` must agree), else `options.num_classes` (records without metadata), else
-    `IMAGENET_CLASSES` on synthetic data."""
+    the recipe's on synthetic data."""
     info = records_info(options, kind="imagenet")
     if info is None:
-        default = IMAGENET_CLASSES
-        if options.recipe is not None:
-            default = options.recipe.model_knobs.num_classes
-        return options.num_classes or default, None
+        return options.recipe.model_knobs.num_classes, None
     if options.num_classes is not None and options.num_classes != info.num_classes:
         raise class_count_error(options, info)
     return info.num_classes, info.class_names

@@ -12,10 +12,10 @@ It wires the pieces that do the work:
   (`Distribution.allgather_rows`), COCOeval on rank 0 (`cvbench.detection.coco_eval`), the
   12 numbers sent back to every rank.
 
-Recipe (SSD320 v1.2): momentum SGD 0.9, base rate 0.000625 x global batch (0.16 per 256
-images), cosine decay after a linear warmup that starts at 0.43332 x the peak and lasts 8% of
-the reference run: 12,500 steps of 256 images = 27 COCO epochs, so 2.16 epochs of warmup
-(`REFERENCE_EPOCHS`; train for 27 epochs to follow the reference).
+Recipe: the task's (`TaskOptions.recipe`, `ssd320_v1.2` unless named: momentum SGD 0.9, 0.16
+per 256 images, cosine after a warmup of 8% of the run from 0.43332 x the peak, 3,200,000
+images). Its backbone weights are only the ones asked for (`backbone_weights`, the CLI's
+`--backbone-weights`): nothing downloads unasked.
 
 Class ids: records built by `cvbench build-coco` carry `dataset_info.json`
 (`cvbench.data.dataset_info`), which lists their categories. By default index = COCO id - 1
@@ -47,33 +47,18 @@ import numpy as np
 from cvbench.data.coco_labels import CocoLabelMap
 from cvbench.detection.coco_eval import BACKENDS
 from cvbench.tasks.base import (
+    DATA_CLASSES_REASON,
     SYNTHETIC_EVAL_BATCHES,
     RecordTask,
     TaskOptions,
     class_count_error,
     records_info,
 )
-from cvbench.tasks.recipes import model_kwargs
-from cvbench.training.config import OptimizerConfig, ScheduleConfig
+from cvbench.tasks.recipes import fit_classes
+from cvbench.tasks.recipes.plan import builder_arguments
 from cvbench.utils.model_file import ModelInfo
 from cvbench.zoo import DETECTION, get_model, list_models
 
-BASE_LR_PER_IMAGE = 0.000625
-WARMUP_START_FACTOR = 0.43332
-WARMUP_FRACTION = 0.08
-REFERENCE_EPOCHS = 27
-RECIPE = (
-    OptimizerConfig(name="sgd", momentum=0.9, nesterov=False, weight_decay=0.0),
-    ScheduleConfig(
-        base_lr=BASE_LR_PER_IMAGE * 256,
-        reference_batch=256,
-        warmup_epochs=WARMUP_FRACTION * REFERENCE_EPOCHS,
-        warmup_start_factor=WARMUP_START_FACTOR,
-        decay="cosine",
-    ),
-)
-DEFAULT_IMAGE_SIZE = 320
-DEFAULT_NUM_CLASSES = 90
 _ANNOTATION_NAMES = ("instances_val2017.json", "instances_val.json")
 _DETECTION_COLUMNS = 7  # image_id, category_id, x, y, w, h, score
 
@@ -93,9 +78,9 @@ class DetectionTask(RecordTask):
         detections_path: where rank 0 writes the detections JSON (default: none).
         backbone_weights: the backbone's starting point: "imagenet" (keras.applications'
             ResNet-50 `_notop` file, fetched and cached), a weight file, or None: the
-            recipe's (`options.recipe`), else random initialization, which `prepare_run`
-            refuses to train with frozen batch norms (`check_trainable`).
-        backbone: the backbone name ("resnet50_v1").
+            resolved recipe's (None unless asked for: random initialization, which
+            `prepare_run` refuses to train with frozen batch norms, `check_trainable`).
+        backbone: the backbone name; None: the recipe's ("resnet50_v1").
         build: a function `(num_classes, image_size) -> keras.Model` with SSD320's outputs
             and anchors, instead of `ssd320` (e.g. the demo's small `ssd`).
 
@@ -128,7 +113,7 @@ class DetectionTask(RecordTask):
         per_category: bool = False,
         detections_path: str | os.PathLike | None = None,
         backbone_weights: str | os.PathLike | None = None,
-        backbone: str = "resnet50_v1",
+        backbone: str | None = None,
         build: Callable[[int, int], keras.Model] | None = None,
     ) -> None:
         if options.model not in self.models():
@@ -137,17 +122,19 @@ class DetectionTask(RecordTask):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.options = options
-        recipe = options.recipe
-        default_size = DEFAULT_IMAGE_SIZE if recipe is None else recipe.detection.image_size
-        self.image_size = options.image_size or default_size
         self.label_map, self.class_names = _label_map(options)
         self.num_classes = self.label_map.num_classes
+        recipe = fit_classes(options.recipe, self.num_classes, reason=DATA_CLASSES_REASON)
+        changes = {"detection.backbone_weights": backbone_weights, "detection.backbone": backbone}
+        for knob, value in changes.items():
+            if value is not None:
+                recipe = recipe.with_overrides({knob: value}, reason=knob.split(".")[1])
+        self.recipe = recipe
+        self.image_size = recipe.detection.image_size
         self.annotations_file = annotations_file
         self.backend = backend
         self.per_category = per_category
         self.detections_path = detections_path
-        self.backbone_weights = backbone_weights
-        self.backbone = backbone
         self._build = build
         self._anchors: np.ndarray | None = None
 
@@ -161,16 +148,9 @@ class DetectionTask(RecordTask):
         return self._anchors
 
     def model_kwargs(self) -> dict[str, Any]:
-        """The builder's arguments: the recipe's (`recipe.model_kwargs`), else this task's
-        backbone, and the task's classes, size and `backbone_weights` (an explicit one wins
-        over the recipe's)."""
-        kwargs: dict[str, Any] = {"backbone": self.backbone}
-        if self.options.recipe is not None:
-            kwargs = model_kwargs(self.options.recipe)
-        kwargs.update(num_classes=self.num_classes, image_size=self.image_size)
-        if self.backbone_weights is not None or "backbone_weights" not in kwargs:
-            kwargs["backbone_weights"] = self.backbone_weights
-        return kwargs
+        """The builder's arguments: the recipe's backbone, its weights, batch-norm freezing
+        and L2 weight, and the task's classes and size (`builder_arguments`)."""
+        return builder_arguments(self.recipe)
 
     def check_trainable(self) -> None:
         """Refuses to train an SSD whose every batch norm is frozen on a random backbone.
@@ -197,9 +177,6 @@ class DetectionTask(RecordTask):
 
     def metrics(self) -> list:
         return []
-
-    def recipe(self) -> tuple[OptimizerConfig, ScheduleConfig]:
-        return RECIPE
 
     # ----------------------------------------------------------------- data
     def _encoder(self) -> Any:
@@ -368,10 +345,7 @@ def _label_map(options: TaskOptions) -> tuple[CocoLabelMap, tuple[str, ...] | No
     """The class index <-> COCO id map and the class names (see the module docstring)."""
     info = records_info(options, kind="coco")
     if info is None:
-        default = DEFAULT_NUM_CLASSES
-        if options.recipe is not None:
-            default = options.recipe.detection.num_classes
-        num_classes = options.num_classes or default
+        num_classes = options.recipe.detection.num_classes
         if num_classes == 80:
             return CocoLabelMap.coco80(), None
         return CocoLabelMap(tuple(range(1, num_classes + 1))), None

@@ -10,6 +10,7 @@ Trainer's ranks, and `TaskRun` trains and evaluates.
     ...                              synthetic_steps=2))
     >>> run = prepare_run(task, batch_size=4, precision="fp32",
     ...                   config=TrainConfig(log_every=0, progress_bar=False, export=False))
+    cvbench: recipe resnet18_cvbench: global batch 4 = 1 x 4, peak LR 0.004, ...
     >>> run.train.steps_per_epoch, sorted(run.fit(epochs=1, evaluate="end"))
     epoch 1: loss ... top1 ... top5 ... skipped 0 of 2 steps (0 in the run)
     (2, ['loss', 'top1', 'top5'])
@@ -18,25 +19,17 @@ Trainer's ranks, and `TaskRun` trains and evaluates.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import keras
 
 from cvbench.tasks.base import Task, TrainData
-from cvbench.tasks.recipes import (
-    Recipe,
-    RecipePlan,
-    fit_lengths,
-    optimizer_config,
-    plan,
-    schedule_kwargs,
-    train_config_kwargs,
-)
+from cvbench.tasks.recipes import Recipe, RecipePlan, fit_lengths, plan
+from cvbench.tasks.recipes.plan import loss_scaling, planned_schedule
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import get_distribution
-from cvbench.training.run_log import RunLog
 from cvbench.training.trainer import Trainer
 
 EVALUATE_CHOICES = ("end", "epoch", "none")
@@ -53,31 +46,16 @@ class TaskRun:
         trainer: the Trainer built from the task.
         train: this rank's training data and steps per epoch.
         batch_size: images per rank and step.
+        plan: the task's recipe at this run's global batch (`cvbench.tasks.recipes.plan`).
         history: the `keras.callbacks.History` of the last `fit` (None before).
-        plan: the recipe at this run's global batch (`cvbench.tasks.recipes.plan`), None
-            for a task without a recipe.
     """
 
     task: Task
     trainer: Trainer
     train: TrainData
     batch_size: int
+    plan: RecipePlan
     history: keras.callbacks.History | None = None
-    plan: RecipePlan | None = None
-
-    def record_recipe(self) -> None:
-        """Appends the resolved recipe to the run log (`log_dir/train_log.jsonl`, rank 0): a
-        `recipe` event with its name, every knob, the deviations from the reference
-        (knob, reference, reason) and the plan."""
-        recipe = getattr(self.task.options, "recipe", None)
-        if recipe is None or self.plan is None:
-            return
-        self.trainer.claim_log_dir()  # before the first write: the fit's checks and lock
-        log = RunLog(self.trainer.log_dir, enabled=self.trainer.is_chief, progress_bar=False)
-        try:
-            log.record("recipe", **recipe_record(recipe, self.plan))
-        finally:
-            log.close()
 
     def evaluate(self) -> dict[str, float]:
         """The task's evaluation over the whole validation set (identical on every rank)."""
@@ -95,9 +73,9 @@ class TaskRun:
 
         Args:
             epochs: epochs to train (a resumed run continues); default: the recipe's run
-                (`fit_lengths(plan)`: exactly its total steps); required without a recipe.
-            steps_per_epoch: steps per epoch (default: the recipe's plan, else the training
-                data's).
+                (`fit_lengths(plan)`: exactly its total steps).
+            steps_per_epoch: steps per epoch (default: the plan's with `epochs` None, else the
+                training data's).
             evaluate: "end" (after training), "epoch" (after every epoch, recorded in the
                 epoch logs as `val_<name>`; the last one is returned) or "none".
             callbacks: Keras callbacks for `Trainer.fit`.
@@ -107,12 +85,12 @@ class TaskRun:
         """
         if evaluate not in EVALUATE_CHOICES:
             raise ValueError(f"evaluate must be one of {EVALUATE_CHOICES}, got {evaluate!r}")
-        if self.plan is not None and epochs is None:
+        if epochs is None:
             epochs, planned_steps = fit_lengths(self.plan)
             steps_per_epoch = steps_per_epoch or planned_steps
-        if epochs is None:
-            raise ValueError("fit(epochs=...) is needed for a task without a recipe")
-        self.record_recipe()
+        # The resolved recipe: the run log's first event, written once the checkpoints allow
+        # the run (a refused resume writes nothing).
+        self.trainer.run_events = [("recipe", recipe_record(self.task.recipe, self.plan))]
         self.history = self.trainer.fit(
             self.train.data,
             epochs=epochs,
@@ -139,16 +117,13 @@ def build_trainer(
     distribution: Any = "auto",
     model: keras.Model | None = None,
 ) -> Trainer:
-    """The Trainer of `task`: its model builder (or `model`), loss and metrics, the recipe
-    unless `optimizer` is given, and what its export writes for users (`task.user_model`,
-    `task.model_info()`). Enough to evaluate (`task.evaluate(trainer, ...)`); to train
-    use `prepare_run`, which also sizes the optimizer by the data."""
+    """The Trainer of `task`: its model builder (or `model`), loss and metrics, its recipe's
+    optimizer and schedule unless `optimizer` is given, and what its export writes for users
+    (`task.user_model`, `task.model_info()`). Enough to evaluate (`task.evaluate(trainer,
+    ...)`); to train use `prepare_run`, which also plans the recipe at the run's batch."""
     if optimizer is None:
-        optimizer, recipe_schedule = task.recipe()
-        recipe = getattr(task.options, "recipe", None)
-        if recipe is not None:
-            optimizer = optimizer_config(recipe)
-        schedule = recipe_schedule if schedule is None else schedule
+        optimizer = task.recipe.optimizer
+        schedule = task.recipe.schedule if schedule is None else schedule
     return Trainer(
         task.build_model if model is None else model,
         task.loss(),
@@ -169,35 +144,32 @@ def prepare_run(
     batch_size: int | None = None,
     optimizer: OptimizerConfig | keras.optimizers.Optimizer | OptimizerFactory | None = None,
     schedule: ScheduleConfig | float | None = None,
-    schedule_changes: Mapping[str, Any] | None = None,
     precision: str = "auto",
     config: TrainConfig | None = None,
     distribution: Any = "auto",
     seed: int | None = None,
     steps_per_epoch: int | None = None,
 ) -> TaskRun:
-    """The Trainer for `task` and this rank's training data.
+    """The Trainer for `task` and this rank's training data, following the task's recipe.
 
-    With a recipe (`task.options.recipe`) the run follows it: `batch_size` defaults to its
-    batch per GPU, and the plan at this run's global batch (`cvbench.tasks.recipes.plan`,
-    printed on rank 0: `run.plan.describe()`) gives the optimizer (`optimizer_config`), the
-    schedule (`schedule_kwargs`: the peak rate scaled to the global batch, warmup and decay
-    in steps), the loss scaling of `config` (`train_config_kwargs`) and, in `fit`, the run's
-    length. Without a recipe: the task's `recipe()` defaults.
+    `batch_size` defaults to the recipe's batch per GPU; the plan at this run's global batch
+    (`cvbench.tasks.recipes.plan`, printed on rank 0: `run.plan.describe()`) gives the
+    optimizer (`recipe.optimizer`), the schedule (`planned_schedule`: the peak rate scaled to
+    the global batch, warmup and decay in steps), the loss scaling of `config`
+    (`loss_scaling`) and, in `fit`, the run's length. Change a knob on the recipe
+    (`TaskOptions(settings=...)`, `Recipe.with_overrides`), not here.
 
     Args:
         task: a task (`make_task`, `ClassificationTask`, `DetectionTask`).
-        batch_size: images per rank and step (required without a recipe).
-        optimizer: an `OptimizerConfig` (default: the task's recipe), a ready Keras
-            optimizer, or a function `(steps_per_epoch, global_batch) -> optimizer` called
-            once the data's size is known.
-        schedule: with an `OptimizerConfig`: the schedule (default: the recipe's when the
-            optimizer is the recipe's too, else `ScheduleConfig()`).
-        schedule_changes: `ScheduleConfig` fields set on the recipe's schedule (those no
-            recipe knob holds, e.g. `boundaries_epochs`).
+        batch_size: images per rank and step (default: the recipe's `run.batch_per_gpu`).
+        optimizer: instead of the recipe's: an `OptimizerConfig`, a ready Keras optimizer,
+            or a function `(steps_per_epoch, global_batch) -> optimizer` called once the
+            data's size is known (the demo's Adam).
+        schedule: with an `OptimizerConfig` of your own: its schedule (default: the
+            Trainer's `ScheduleConfig()`).
         precision: the Trainer's precision ("auto", "fp32", "bf16", "fp16"; "auto" is
             fp16 on a GPU, the recipes' AMP).
-        config: the Trainer's run settings.
+        config: the Trainer's run settings (its loss scaling is the recipe's).
         distribution: "auto" (Horovod under horovodrun), "single", or a `Distribution`.
         seed: seeds the training data order (per epoch); None: nondeterministic.
         steps_per_epoch: steps in an epoch when it is not the data's (the plan is made for
@@ -207,34 +179,30 @@ def prepare_run(
         A `TaskRun`.
 
     Raises:
-        ValueError: no `batch_size` without a recipe; `check_trainable` of the task (SSD
-            with frozen batch norms and no backbone weights).
+        ValueError: `check_trainable` of the task (SSD with frozen batch norms and no
+            backbone weights).
     """
     dist = get_distribution(distribution)
-    recipe = getattr(task.options, "recipe", None)
-    if recipe is not None:
-        batch_size = batch_size or recipe.run.batch_per_gpu
-    if batch_size is None:
-        raise ValueError("prepare_run(batch_size=...) is needed for a task without a recipe")
+    recipe = task.recipe
+    batch_size = batch_size or recipe.run.batch_per_gpu
     check = getattr(task, "check_trainable", None)
     if check is not None:
         check()
     train = task.train_data(batch_size=batch_size, distribution=dist, seed=seed)
-    run_plan = None
-    if recipe is not None:
-        steps = steps_per_epoch or train.steps_per_epoch
-        run_plan = plan(
-            recipe, num_gpus=dist.size, train_images=steps * batch_size * dist.size,
-            batch_per_gpu=batch_size,
-        )  # fmt: skip
-        if dist.is_chief:
-            print(f"cvbench: recipe {recipe.name}: {run_plan.describe()}", flush=True)
-        if optimizer is None:
-            optimizer = optimizer_config(recipe)
-            if schedule is None:
-                schedule = ScheduleConfig(**schedule_kwargs(recipe, run_plan))
-                schedule = schedule.replace(**dict(schedule_changes or {}))
-        config = dataclasses.replace(config or TrainConfig(), **train_config_kwargs(recipe))
+    steps = steps_per_epoch or train.steps_per_epoch
+    run_plan = plan(
+        recipe, num_gpus=dist.size, train_images=steps * batch_size * dist.size,
+        batch_per_gpu=batch_size,
+    )  # fmt: skip
+    banner = f"cvbench: recipe {recipe.name}: {run_plan.describe()}"
+    if optimizer is None:
+        optimizer = recipe.optimizer
+        schedule = planned_schedule(recipe, run_plan)
+    else:
+        banner += " (optimizer and schedule: the caller's)"
+    if dist.is_chief:
+        print(banner, flush=True)
+    config = dataclasses.replace(config or TrainConfig(), **loss_scaling(recipe))
     if callable(optimizer) and not isinstance(optimizer, keras.optimizers.Optimizer):
         optimizer = optimizer(train.steps_per_epoch, batch_size * dist.size)
     trainer = build_trainer(
@@ -251,15 +219,15 @@ def prepare_run(
 
 def run_settings(task: Task) -> dict[str, Any]:
     """What a resume of a run of `task` must agree on besides the Trainer's own plan: the
-    model, image size, classes, label smoothing, and the recipe with every knob (after
-    overrides). The data's location is not in it (records may move between runs)."""
-    options = task.options
-    recipe = getattr(options, "recipe", None)
-    names = ("model", "image_size", "num_classes", "label_smoothing")
+    model, image size, classes, and the recipe with every knob (after overrides). The data's
+    location is not in it (records may move between runs)."""
+    recipe = task.recipe
     return {
-        **{name: getattr(options, name, None) for name in names},
-        "recipe": None if recipe is None else recipe.name,
-        "knobs": {} if recipe is None else dict(recipe.knobs()),
+        "model": task.options.model,
+        "image_size": task.image_size,
+        "num_classes": task.num_classes,
+        "recipe": recipe.name,
+        "knobs": dict(recipe.knobs()),
     }
 
 

@@ -32,6 +32,7 @@ OPTIMIZERS = ("sgd", "lars")
 LARC_MODES = ("clip", "scale")
 DECAYS = ("cosine", "polynomial", "step", "constant")
 DECAY_FROM = ("warmup_end", "start")
+SCALINGS = ("linear", "none")
 COMPRESSIONS = ("none", "fp16")
 
 
@@ -98,8 +99,9 @@ class OptimizerConfig:
 class ScheduleConfig:
     """A learning-rate schedule: linear warmup, then a decay to the end of training.
 
-    The peak rate is `base_lr * global_batch / reference_batch`; the warmup rises linearly
-    from `warmup_start_factor * peak` at step 0 to `peak` at the end of the warmup.
+    The peak rate is `base_lr * global_batch / reference_batch` (`scaling="linear"`) or
+    `base_lr` (`scaling="none"`); the warmup rises linearly from `warmup_start_factor * peak`
+    at step 0 to `peak` at the end of the warmup.
 
     `decay_from` says where the cosine/polynomial decay starts counting: "warmup_end" (the
     decay spans the steps after the warmup and starts at the peak) or "start" (NVIDIA
@@ -110,8 +112,14 @@ class ScheduleConfig:
     Attributes:
         base_lr: rate for a global batch of `reference_batch` images.
         reference_batch: the batch `base_lr` refers to (256, as in NVIDIA's recipes).
+        scaling: "linear" (the rate scales with the global batch) or "none" (`base_lr` at
+            any batch, as nvcnn's `--learning_rate`).
         warmup_epochs: warmup length in epochs (fractions allowed); see `warmup_steps`.
-        warmup_steps: warmup length in steps; overrides `warmup_epochs` when set.
+        warmup_fraction: warmup length as a fraction of the run's steps (SSD320's
+            configurations: 1,000 of 12,500), instead of `warmup_epochs` (which must then
+            be 0).
+        warmup_steps: warmup length in steps; overrides `warmup_epochs` and
+            `warmup_fraction` when set.
         warmup_start_factor: rate at step 0 as a fraction of the peak (SSD320: 0.43332).
         decay: "cosine", "polynomial" (`(1 - t) ** power`), "step" (multiply by
             `decay_rate` at each boundary) or "constant".
@@ -124,7 +132,9 @@ class ScheduleConfig:
 
     base_lr: float = 0.256
     reference_batch: int = 256
+    scaling: str = "linear"
     warmup_epochs: float = 0.0
+    warmup_fraction: float | None = None
     warmup_steps: int | None = None
     warmup_start_factor: float = 0.0
     decay: str = "cosine"
@@ -137,6 +147,15 @@ class ScheduleConfig:
     def __post_init__(self) -> None:
         _check_choice("ScheduleConfig", "decay", self.decay, DECAYS)
         _check_choice("ScheduleConfig", "decay_from", self.decay_from, DECAY_FROM)
+        _check_choice("ScheduleConfig", "scaling", self.scaling, SCALINGS)
+        if self.warmup_fraction is not None:
+            _check_non_negative("ScheduleConfig", warmup_fraction=self.warmup_fraction)
+            if self.warmup_fraction > 1 or self.warmup_epochs:
+                raise ValueError(
+                    "ScheduleConfig.warmup_fraction must be in [0, 1] with warmup_epochs=0, "
+                    f"got warmup_fraction={self.warmup_fraction!r}, "
+                    f"warmup_epochs={self.warmup_epochs!r}"
+                )
         _check_non_negative(
             "ScheduleConfig",
             base_lr=self.base_lr,
@@ -169,6 +188,21 @@ class ScheduleConfig:
     def replace(self, **changes: object) -> ScheduleConfig:
         """Returns a copy with `changes` applied (validated again)."""
         return dataclasses.replace(self, **changes)
+
+    def peak_lr(self, global_batch: int) -> float:
+        """The rate after the warmup at `global_batch` images per step (see `scaling`)."""
+        if self.scaling == "none":
+            return self.base_lr
+        return self.base_lr * global_batch / self.reference_batch
+
+    def warmup_length(self, *, steps_per_epoch: int, total_steps: int) -> int:
+        """The warmup in steps: `warmup_steps`, else `round(warmup_fraction * total_steps)`,
+        else `round(warmup_epochs * steps_per_epoch)`."""
+        if self.warmup_steps is not None:
+            return self.warmup_steps
+        if self.warmup_fraction is not None:
+            return round(self.warmup_fraction * total_steps)
+        return int(round(self.warmup_epochs * steps_per_epoch))
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,7 @@ def build_schedule(
     Args:
         config: the schedule settings.
         global_batch: images per step over all ranks; the peak rate is
-            `config.base_lr * global_batch / config.reference_batch`.
+            `config.peak_lr(global_batch)`.
         steps_per_epoch: steps in one epoch (converts epochs to steps).
         epochs: length of the run; decay ends at `epochs * steps_per_epoch`.
 
@@ -158,13 +158,10 @@ def build_schedule(
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     total = epochs * steps_per_epoch
-    if config.warmup_steps is not None:
-        warmup = config.warmup_steps
-    else:
-        warmup = int(round(config.warmup_epochs * steps_per_epoch))
+    warmup = config.warmup_length(steps_per_epoch=steps_per_epoch, total_steps=total)
     boundaries = [int(round(b * steps_per_epoch)) for b in config.boundaries_epochs]
     return WarmupSchedule(
-        config.base_lr * global_batch / config.reference_batch,
+        config.peak_lr(global_batch),
         warmup_steps=warmup,
         total_steps=total,
         decay=config.decay,

@@ -174,6 +174,9 @@ class Trainer:
         # What else a resume must agree on (JSON values, e.g. the task's image size and
         # recipe knobs; set by the task layer): see `cvbench.training.resume`.
         self.run_settings: dict[str, Any] = {}
+        # Events `fit` writes to the run log first, once the checkpoints allow the run (e.g.
+        # the task layer's resolved recipe): `(event, fields)`.
+        self.run_events: list[tuple[str, dict[str, Any]]] = []
         self.global_batch: int | None = None
         self._planned_steps: int | None = None  # epochs x steps of the fit that set up the run
         self._planned_epochs: int | None = None
@@ -474,6 +477,8 @@ class Trainer:
         callback_list.set_params({"epochs": epochs, "steps": source.steps_per_epoch, "verbose": 0})
         log = RunLog(self.log_dir, enabled=self.is_chief, progress_bar=self.config.progress_bar)
         try:
+            for event, fields in self.run_events:
+                log.record(event, **fields)
             with StopRequest() as stop_request:  # SIGTERM / SIGINT: checkpoint, then stop
                 run_epochs(
                     self,

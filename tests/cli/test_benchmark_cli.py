@@ -31,14 +31,17 @@ def test_flags_reach_benchmark_cvbench(monkeypatch, tmp_path, capsys):
         # Two windows of 5 steps x 8 images at 40 and 60 img/s: mean 50, 2 windows so NaN
         # standard error, jitter 1.4826 x median(|40 - 50|, |60 - 50|) = 14.826.
         t = Throughput(50.0, float("nan"), 14.826, (40.0, 60.0), 5, 8, 1.0, 0.5, 1, 25.0)
-        return ThroughputResult(model, kwargs["mode"], "cvbench", "float32", 8, 32, t)
+        return ThroughputResult("resnet18", kwargs["mode"], "cvbench", "float32", 8, 32, t)
 
     monkeypatch.setattr(run_module, "benchmark_cvbench", fake)
     path = tmp_path / "bench.json"
     argv = ["benchmark", *TINY, "--steps", "10", "--burn-in", "0", "--log-every", "5"]
     assert cli.main([*argv, "--seed", "7", "--json", str(path)]) == 0
-    assert seen["model"] == "resnet18" and seen["mode"] == "train" and seen["batches"] is None
-    assert (seen["batch_size"], seen["image_size"], seen["num_classes"]) == (2, 32, 4)
+    # The task `cvbench train` would make of the same flags: the model's recipe, resolved.
+    task = seen["model"]
+    assert task.options.model == "resnet18" and task.recipe.name == "resnet18_cvbench"
+    assert seen["mode"] == "train" and seen["batches"] is None
+    assert (seen["batch_size"], task.image_size, task.num_classes) == (2, 32, 4)
     assert (seen["precision"], seen["seed"]) == ("fp32", 7)
     # --burn-in 0 still runs one (compiling) step; --log-every is the window.
     assert (seen["warmup_steps"], seen["steps"], seen["window_steps"]) == (1, 10, 5)

@@ -126,7 +126,7 @@ def test_benchmark_skip_corrupt_reports_the_count(monkeypatch, tmp_path, capsys)
 
     def fake(model, **kwargs):
         t = Throughput(50.0, 1.0, 2.0, (50.0,), 5, 8, 1.0, 0.5, 1, 25.0)
-        return ThroughputResult(model, kwargs["mode"], "cvbench", "float32", 8, 32, t)
+        return ThroughputResult(model.options.model, kwargs["mode"], "cvbench", "float32", 8, 32, t)
 
     monkeypatch.setattr(run_module, "benchmark_cvbench", fake)
     path = tmp_path / "bench.json"
@@ -172,7 +172,8 @@ def test_resume_into_another_plan_is_refused_unless_forced(tiny_run, tmp_path, c
     assert cli.main(argv) == 2
     assert capsys.readouterr().err == (
         f"cvbench: error: cannot resume from {run}/checkpoints/ckpt-0000000001.npz: this run "
-        "differs from the checkpointed one (epochs 1 in the checkpoint, 2 now); pass "
+        "differs from the checkpointed one (epochs 1 in the checkpoint, 2 now; "
+        "settings.knobs.run.epochs 1 in the checkpoint, 2 now); pass "
         "--force-resume to resume anyway, or train in another log directory\n"
     )
     with pytest.warns(UserWarning, match=r"differs from the checkpointed one \(epochs 1 in"):
@@ -188,7 +189,8 @@ def test_resume_into_another_plan_is_refused_unless_forced(tiny_run, tmp_path, c
          "checkpoint, 0.001 now"),
         (["--optimizer", "lars"], 'optimizer.name "sgd" in the checkpoint, "lars" now'),
         (["--schedule", "constant"], 'schedule.decay "cosine" in the checkpoint, "constant" now'),
-        (["--label-smoothing", "0.2"], "settings.label_smoothing null in the checkpoint, 0.2 now"),
+        (["--label-smoothing", "0.2"], "settings.knobs.loss.label_smoothing 0.1 in the "
+         "checkpoint, 0.2 now"),
     ],
 )  # fmt: skip
 def test_resume_with_other_settings_is_refused_naming_them(

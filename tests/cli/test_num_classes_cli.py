@@ -126,7 +126,7 @@ def test_benchmark_on_records_builds_the_datas_head(six_class_records, monkeypat
     seen = {}
 
     def fake(model, **kwargs):
-        seen.update(kwargs)
+        seen.update(kwargs, num_classes=model.num_classes)  # the task the command made
         raise SystemExit(0)
 
     monkeypatch.setattr(cli, "_COMMAND_MODULES", ("cvbench.cli.benchmark",))

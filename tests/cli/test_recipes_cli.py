@@ -26,11 +26,16 @@ def test_list_one_line_per_recipe(capsys):
     assert code == 0
     assert [line.split()[:2] for line in lines] == [
         ["inception_v3_nvcnn", "inception_v3"],
+        ["resnet101_cvbench", "resnet101"],
+        ["resnet152_cvbench", "resnet152"],
+        ["resnet18_cvbench", "resnet18"],
+        ["resnet34_cvbench", "resnet34"],
         ["resnet50_v1.5_250e", "resnet50"],
         ["resnet50_v1.5_90e", "resnet50"],
         ["ssd320_v1.2", "ssd320"],
     ]
-    assert "(COCO AP 0.273-0.282)" in lines[3]
+    assert "(COCO AP 0.273-0.282)" in lines[7]
+    assert "cvbench default for ResNet-18" in lines[3]
 
 
 def test_ssd320_prints_every_knob_of_the_8gpu_config(capsys):
@@ -63,6 +68,17 @@ def test_resnet_shows_values_exactly_and_the_eval_difference(capsys):
     assert rows["preprocessing.mean"][1:4] == ["(123.68,", "116.28,", "103.53)"]
     assert rows["eval.drop_remainder"][1:4] == ["False", "(reference:", "True)"]
     assert "49,920 images" in out
+    # A knob at its part's default without a source is cvbench's (SGD ignores LARC's eta).
+    assert rows["optimizer.larc_eta"][1:] == ["0.003", "cvbench", "default"]
+
+
+def test_a_cvbench_default_recipe_shows_each_difference_from_its_reference(capsys):
+    code, out, _ = _run(capsys, "resnet18_cvbench")
+    assert code == 0
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if "." in line.split(" ")[0]}
+    assert rows["schedule.decay_from"][1:3] == ["warmup_end", "(reference:"]
+    assert rows["optimizer.momentum"][1] == "0.875"  # DLE's, with DLE's source
+    assert "DGX1_RN50_AMP_90E.sh:29" in " ".join(rows["optimizer.momentum"])
 
 
 def test_gpus_prints_the_scaled_run(capsys):
@@ -80,6 +96,7 @@ def test_unknown_recipe_is_one_line_and_exit_2(capsys):
     assert code == 2 and out == ""
     assert err == (
         "cvbench: error: unknown recipe 'resnet50'; known: inception_v3_nvcnn, "
+        "resnet101_cvbench, resnet152_cvbench, resnet18_cvbench, resnet34_cvbench, "
         "resnet50_v1.5_250e, resnet50_v1.5_90e, ssd320_v1.2\n"
     )
 

@@ -11,8 +11,8 @@ import keras
 import pytest
 
 import cvbench.cli as cli
-from cvbench.cli import train as train_cli
-from cvbench.tasks.recipes import get_recipe, reference_learning_rate
+from cvbench.cli.task_args import task_from_args
+from cvbench.tasks.recipes import SETTINGS, get_recipe, reference_learning_rate
 from cvbench.training import trainer as trainer_module
 
 RN50 = ["--synthetic", "--image-size", "32", "--batch-size", "2", "--precision", "fp32"]
@@ -25,6 +25,11 @@ def with_train_commands(monkeypatch):
 
 def _args(argv):
     return cli.build_parser().parse_args(["train", *argv])
+
+
+def _resolve(argv):
+    """The recipe `cvbench train argv` resolves (through the command's own task path)."""
+    return task_from_args(_args(argv)).recipe
 
 
 def _new_deviations(resolved, base):
@@ -51,19 +56,31 @@ def _new_deviations(resolved, base):
         (["--mixup", "0.4"], "loss.mixup_alpha", 0.4),
         (["--loss-scale", "256"], "loss.loss_scale", 256.0),
         (["--dynamic-loss-scale"], "loss.dynamic_loss_scale", True),
-        (["--image-size", "160"], "preprocessing.image_size", 160),
-        (["--num-classes", "10"], "model.num_classes", 10),
+        (["--image-size", "160"], "model.image_size", 160),
         (["--weights", "w.weights.h5"], "model.weights", "w.weights.h5"),
+        (["--boundaries", "30,60"], "schedule.boundaries_epochs", (30.0, 60.0)),
     ],
 )
 def test_each_flag_sets_its_knob_of_the_resnet_recipe(flags, knob, value):
     base = get_recipe("resnet50_v1.5_90e")
-    resolved = train_cli.resolve_recipe(_args(["--model", "resnet50", "--synthetic", *flags]))
+    resolved = _resolve(["--model", "resnet50", "--synthetic", *flags])
     assert resolved.name == base.name and resolved.value(knob) == value
     # Only that knob changed, and its deviation names the flag (value != the reference).
     changed = {k for k, v in resolved.knobs() if v != base.value(k)}
     assert changed == {knob}
     assert _new_deviations(resolved, base) == {knob: flags[0]}
+
+
+def test_num_classes_also_smooths_over_the_models_classes():
+    # DLE smooths over 1001 classes for its 1000 outputs; 10 outputs smooth over 10.
+    base = get_recipe("resnet50_v1.5_90e")
+    resolved = _resolve(["--model", "resnet50", "--synthetic", "--num-classes", "10"])
+    changed = {k: v for k, v in resolved.knobs() if v != base.value(k)}
+    assert changed == {"model.num_classes": 10, "loss.smoothing_classes": None}
+    assert _new_deviations(resolved, base) == {
+        "model.num_classes": "--num-classes",
+        "loss.smoothing_classes": "--num-classes",
+    }
 
 
 SSD = ["--model", "ssd320", "--synthetic", "--backbone-weights", "b.h5"]
@@ -82,7 +99,7 @@ SSD = ["--model", "ssd320", "--synthetic", "--backbone-weights", "b.h5"]
 )
 def test_each_flag_sets_its_knob_of_the_ssd_recipe(flags, changes):
     base = get_recipe("ssd320_v1.2")
-    resolved = train_cli.resolve_recipe(_args([*SSD, *flags]))
+    resolved = _resolve([*SSD, *flags])
     expected = {"detection.backbone_weights": "b.h5", **changes}
     assert {k: v for k, v in resolved.knobs() if v != base.value(k)} == expected
     assert _new_deviations(resolved, base) == {
@@ -92,22 +109,19 @@ def test_each_flag_sets_its_knob_of_the_ssd_recipe(flags, changes):
 
 
 def test_recipe_flag_selects_the_model_and_rejects_another():
-    args = _args(["--recipe", "inception_v3_nvcnn", "--synthetic"])
-    assert train_cli.resolve_recipe(args).name == "inception_v3_nvcnn"
-    assert args.model == "inception_v3"
-    args = _args(["--recipe", "resnet50_v1.5_250e", "--model", "resnet50", "--synthetic"])
-    assert train_cli.resolve_recipe(args).loss.mixup_alpha == 0.2
-    with pytest.raises(
-        cli.CLIError, match="--recipe ssd320_v1.2 trains ssd320, not --model resnet50"
-    ):
-        train_cli.resolve_recipe(
-            _args(["--recipe", "ssd320_v1.2", "--model", "resnet50", "--synthetic"])
-        )
-    with pytest.raises(cli.CLIError, match="--recipe: unknown recipe 'rn50'; known: incep"):
-        train_cli.resolve_recipe(_args(["--recipe", "rn50", "--synthetic"]))
-    with pytest.raises(cli.CLIError, match="--mixup sets no knob of recipe ssd320_v1.2"):
-        train_cli.resolve_recipe(_args([*SSD, "--mixup", "0.2"]))
-    assert train_cli.resolve_recipe(_args(["--model", "resnet18", "--synthetic"])) is None
+    resolved = _resolve(["--recipe", "inception_v3_nvcnn", "--synthetic"])
+    assert (resolved.name, resolved.model) == ("inception_v3_nvcnn", "inception_v3")
+    resolved = _resolve(["--recipe", "resnet50_v1.5_250e", "--model", "resnet50", "--synthetic"])
+    assert resolved.loss.mixup_alpha == 0.2
+    with pytest.raises(ValueError, match="recipe 'ssd320_v1.2' trains ssd320, not resnet50"):
+        _resolve(["--recipe", "ssd320_v1.2", "--model", "resnet50", "--synthetic"])
+    with pytest.raises(ValueError, match="unknown recipe 'rn50'; known: incep"):
+        _resolve(["--recipe", "rn50", "--synthetic"])
+    with pytest.raises(ValueError, match="--mixup sets no knob of recipe ssd320_v1.2"):
+        _resolve([*SSD, "--mixup", "0.2"])
+    with pytest.raises(ValueError, match="--backbone-weights sets no knob of recipe resnet18"):
+        _resolve(["--model", "resnet18", "--synthetic", "--backbone-weights", "b.h5"])
+    assert _resolve(["--model", "resnet18", "--synthetic"]).name == "resnet18_cvbench"
 
 
 def test_help_names_every_recipe(capsys):
@@ -122,7 +136,7 @@ def test_help_names_every_recipe(capsys):
 def test_every_flag_of_the_table_exists():
     parser = cli.build_parser()._subparsers._group_actions[0].choices["train"]
     dests = {a.dest for a in parser._actions}
-    assert set(train_cli.FLAG_KNOBS) <= dests, set(train_cli.FLAG_KNOBS) - dests
+    assert set(SETTINGS) <= dests, set(SETTINGS) - dests
 
 
 def test_ssd_without_backbone_weights_stops_with_the_message(capsys):
@@ -180,8 +194,8 @@ def test_resnet_recipe_schedule_built_through_the_cli_equals_dle(monkeypatch, ca
         450: peak * (1 + math.cos(math.pi * 450 / 900)) / 2,  # mid-run: half the peak
         total: 0.0,
     }
-    recipe = get_recipe("resnet50_v1.5_90e").override(
-        {"run.batch_per_gpu": 2, "preprocessing.image_size": 32, "run.precision": "fp32"},
+    recipe = get_recipe("resnet50_v1.5_90e").with_overrides(
+        {"run.batch_per_gpu": 2, "model.image_size": 32, "run.precision": "fp32"},
         reason="test",
     )
     from cvbench.tasks.recipes import plan
@@ -220,14 +234,16 @@ def test_built_objects_follow_the_flags(monkeypatch):
 
 
 def test_run_log_records_the_resolved_recipe(tmp_path, monkeypatch):
-    _Captured(monkeypatch)  # the recipe is recorded before the Trainer's fit starts
+    captured = _Captured(monkeypatch)  # the Trainer's fit writes the recipe event first
     log_dir = tmp_path / "run"
     argv = ["train", "--recipe", "resnet50_v1.5_90e", *RN50, "--steps-per-epoch", "1",
             "--epochs", "1", "--eval", "none", "--no-export", "--no-progress", "--log-every",
             "0", "--log-dir", str(log_dir)]  # fmt: skip
     assert cli.main(argv) == 0
-    events = [json.loads(x) for x in (log_dir / "train_log.jsonl").read_text().splitlines()]
-    (entry,) = [e for e in events if e["event"] == "recipe"]
+    ((trainer, *_),) = captured.calls
+    (event, entry) = trainer.run_events[0]
+    assert event == "recipe"
+    entry = json.loads(json.dumps(entry))  # as the run log writes it
     assert entry["recipe"] == "resnet50_v1.5_90e"
     knobs = entry["knobs"]
     assert knobs["run.epochs"] == 1 and knobs["run.batch_per_gpu"] == 2
@@ -236,7 +252,7 @@ def test_run_log_records_the_resolved_recipe(tmp_path, monkeypatch):
     deviations = {d["knob"]: (d["reference"], d["reason"]) for d in entry["deviations"]}
     assert deviations["run.epochs"] == (90, "--epochs")
     assert deviations["run.batch_per_gpu"] == (256, "--batch-size")
-    assert deviations["preprocessing.image_size"] == (224, "--image-size")
+    assert deviations["model.image_size"] == (224, "--image-size")
     assert deviations["run.precision"] == ("fp16", "--precision")
     assert entry["plan"] == {
         "num_gpus": 1, "batch_per_gpu": 2, "global_batch": 2, "peak_lr": 0.002,

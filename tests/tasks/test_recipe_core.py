@@ -1,5 +1,5 @@
-"""The recipe objects (validation, knob access, overrides) and their conversions for each
-consumer, checked against the consumers' real signatures and cvbench's own constants."""
+"""The recipe objects (validation, knob access, overrides), the consumers' own objects they
+hold, and the builder arguments, checked against the consumers' real signatures."""
 
 from __future__ import annotations
 
@@ -10,41 +10,10 @@ import inspect
 
 import pytest
 
-from cvbench.tasks.recipes import (
-    default_recipe,
-    get_recipe,
-    list_recipes,
-    loss_kwargs,
-    mixup_kwargs,
-    model_kwargs,
-    optimizer_config,
-    plan,
-    preprocessing_kwargs,
-    schedule_kwargs,
-    train_config_kwargs,
-)
-from cvbench.tasks.recipes.core import Deviation, Source
-
-# Names a consumer may lack (each test below accepts only these extra names): none since the
-# model / training / data knobs of issue #13 are merged, so the tests demand the real signatures.
-PENDING_MODEL: set[str] = set()
-PENDING_SCHEDULE: set[str] = set()
-PENDING_TRAIN: set[str] = set()
-PENDING_LOSS: set[str] = set()
-IMAGE_PREPROCESSING_FIELDS = {
-    "aspect_ratio_range",
-    "area_range",
-    "min_object_covered",
-    "max_attempts",
-    "eval_crop",
-    "crop_fraction",
-    "input_scaling",
-    "mean",
-    "std",
-    "resize_method",
-    "dct_method",
-    "fancy_upscaling",
-}
+from cvbench.tasks.recipes import default_recipe, get_recipe, list_recipes, plan
+from cvbench.tasks.recipes.core import Deviation, OwnDefault, Source
+from cvbench.tasks.recipes.plan import builder_arguments, loss_scaling, planned_schedule
+from cvbench.zoo import list_models
 
 pytestmark = pytest.mark.backend_agnostic
 
@@ -56,6 +25,10 @@ def _parameters(fn) -> set[str]:
 def test_list_and_get():
     assert list_recipes() == [
         "inception_v3_nvcnn",
+        "resnet101_cvbench",
+        "resnet152_cvbench",
+        "resnet18_cvbench",
+        "resnet34_cvbench",
         "resnet50_v1.5_250e",
         "resnet50_v1.5_90e",
         "ssd320_v1.2",
@@ -69,7 +42,15 @@ def test_default_recipe_of_each_model():
     assert default_recipe("resnet50").name == "resnet50_v1.5_90e"
     assert default_recipe("inception_v3").name == "inception_v3_nvcnn"
     assert default_recipe("ssd320").name == "ssd320_v1.2"
-    assert default_recipe("resnet18") is None  # no published recipe: the task's defaults
+    for depth in (18, 34, 101, 152):  # no published recipe: cvbench's defaults
+        assert default_recipe(f"resnet{depth}").name == f"resnet{depth}_cvbench"
+    with pytest.raises(ValueError, match="model 'mine' has no recipe .*register_recipe"):
+        default_recipe("mine")
+
+
+@pytest.mark.parametrize("model", list_models())
+def test_every_registered_model_has_a_recipe(model):
+    assert default_recipe(model).model == model
 
 
 @pytest.mark.parametrize("name", list_recipes())
@@ -84,6 +65,27 @@ def test_a_set_knob_without_source_is_refused():
     del sources["loss.loss_scale"]
     with pytest.raises(ValueError, match="no source for loss.loss_scale"):
         dataclasses.replace(recipe, sources=sources)
+
+
+def test_a_knob_off_its_default_needs_a_source_one_at_its_default_does_not():
+    recipe = get_recipe("ssd320_v1.2")
+    # optimizer.larc_eta is OptimizerConfig's default (unused by SGD): no source needed ...
+    assert recipe.source_of("optimizer.larc_eta") is None
+    assert recipe.value("optimizer.larc_eta") == 0.003
+    # ... but a value off the default is refused without one.
+    with pytest.raises(ValueError, match="no source for optimizer.larc_eta"):
+        dataclasses.replace(recipe, optimizer=recipe.optimizer.replace(larc_eta=0.01))
+    own = {**recipe.sources, "optimizer.larc_eta": OwnDefault("a test")}
+    changed = dataclasses.replace(
+        recipe, optimizer=recipe.optimizer.replace(larc_eta=0.01), sources=own
+    )
+    assert str(changed.source_of("optimizer.larc_eta")) == "cvbench default (a test)"
+
+
+def test_a_part_of_the_wrong_type_is_refused():
+    recipe = get_recipe("ssd320_v1.2")
+    with pytest.raises(ValueError, match="part 'schedule' must be a ScheduleConfig, got dict"):
+        dataclasses.replace(recipe, schedule={"base_lr": 0.1})
 
 
 def test_a_source_for_no_knob_is_refused():
@@ -127,35 +129,39 @@ def test_unknown_knob_names_the_knobs():
 
 def test_override_records_the_reference():
     recipe = get_recipe("resnet50_v1.5_90e")
-    changed = recipe.override({"run.batch_per_gpu": 128, "loss.mixup_alpha": 0.2}, reason="flags")
+    changed = recipe.with_overrides(
+        {"run.batch_per_gpu": 128, "loss.mixup_alpha": 0.2}, reason="flags"
+    )
     assert changed.value("run.batch_per_gpu") == 128
     assert changed.reference_value("run.batch_per_gpu") == 256
     assert changed.deviation("loss.mixup_alpha") == Deviation("loss.mixup_alpha", 0.0, "flags")
     assert recipe.value("run.batch_per_gpu") == 256  # the registered recipe is unchanged
     # Setting a knob back to the reference drops its deviation; the built-in ones stay.
-    back = changed.override({"run.batch_per_gpu": 256}, reason="flags")
+    back = changed.with_overrides({"run.batch_per_gpu": 256}, reason="flags")
     assert back.deviation("run.batch_per_gpu") is None
     assert back.deviation("eval.drop_remainder") is not None
     # Overriding a deviating knob to the reference's value removes that deviation too.
-    same = recipe.override({"eval.drop_remainder": True}, reason="--dle-eval")
+    same = recipe.with_overrides({"eval.drop_remainder": True}, reason="--dle-eval")
     assert same.deviation("eval.drop_remainder") is None
 
 
 def test_override_of_an_unset_knob_needs_no_source():
-    recipe = get_recipe("ssd320_v1.2").override({"loss.loss_scale": 128.0}, reason="--loss-scale")
+    recipe = get_recipe("ssd320_v1.2").with_overrides(
+        {"loss.loss_scale": 128.0}, reason="--loss-scale"
+    )
     assert recipe.deviation("loss.loss_scale").reference is None
     with pytest.raises(ValueError, match="has no knob 'model.bn_momentum'"):
-        get_recipe("ssd320_v1.2").override({"model.bn_momentum": 0.9}, reason="x")
+        get_recipe("ssd320_v1.2").with_overrides({"model.bn_momentum": 0.9}, reason="x")
 
 
-def test_optimizer_config_resnet_decays_the_fc_bias():
-    config = optimizer_config(get_recipe("resnet50_v1.5_90e"))
+def test_the_resnet_optimizer_decays_the_fc_bias():
+    config = get_recipe("resnet50_v1.5_90e").optimizer
     assert (config.name, config.momentum, config.weight_decay) == ("sgd", 0.875, 3.0517578125e-05)
     assert (config.decay_bias, config.decay_batchnorm, config.nesterov) == (True, False, False)
 
 
-def test_optimizer_config_inception_is_larc_on_every_variable():
-    config = optimizer_config(get_recipe("inception_v3_nvcnn"))
+def test_the_inception_optimizer_is_larc_on_every_variable():
+    config = get_recipe("inception_v3_nvcnn").optimizer
     assert (config.name, config.larc_eta, config.larc_mode, config.larc_epsilon) == (
         "lars",
         0.003,
@@ -165,93 +171,77 @@ def test_optimizer_config_inception_is_larc_on_every_variable():
     assert (config.nesterov, config.decay_bias, config.decay_batchnorm) == (True, True, True)
 
 
-def test_schedule_kwargs_fit_schedule_config():
-    from cvbench.training.config import ScheduleConfig
-
-    fields = {f.name for f in dataclasses.fields(ScheduleConfig)}
-    for name in list_recipes():
-        recipe = get_recipe(name)
-        kwargs = schedule_kwargs(recipe, plan(recipe, num_gpus=8, train_images=1281167))
-        assert set(kwargs) <= fields | PENDING_SCHEDULE, name
-        known = {k: v for k, v in kwargs.items() if k in fields}
-        ScheduleConfig(**known)  # valid values
+def test_an_unscaled_recipe_keeps_its_rate_at_any_batch():
+    recipe = get_recipe("inception_v3_nvcnn").with_overrides(
+        {"schedule.scaling": "none"}, reason="x"
+    )
+    run = plan(recipe, num_gpus=1, train_images=1281167)  # global 128
+    # scaling "none": the peak is base_lr whatever the batch (the Trainer's too).
+    assert (run.peak_lr, planned_schedule(recipe, run).peak_lr(128)) == (1.0, 1.0)
+    assert get_recipe("inception_v3_nvcnn").schedule.peak_lr(128) == 0.125  # 1.0 x 128 / 1024
 
 
-def test_schedule_kwargs_unscaled_recipe_keeps_its_rate_at_any_batch():
-    recipe = get_recipe("inception_v3_nvcnn").override({"schedule.scaling": "none"}, reason="x")
-    run = plan(recipe, num_gpus=2, train_images=1281167)  # global 256
-    kwargs = schedule_kwargs(recipe, run)
-    # The Trainer's peak is base_lr x global / reference_batch = 1.0 x 256 / 256.
-    assert (kwargs["base_lr"], kwargs["reference_batch"], run.peak_lr) == (1.0, 256, 1.0)
-
-
-def test_schedule_kwargs_resnet():
+def test_planned_schedule_resnet():
     recipe = get_recipe("resnet50_v1.5_90e")
-    kwargs = schedule_kwargs(recipe, plan(recipe, num_gpus=8, train_images=1281167))
-    assert kwargs == {
-        "base_lr": 0.256,
-        "reference_batch": 256,
-        "warmup_steps": 5000,  # int(625 steps per epoch x 8 epochs)
-        "warmup_start_factor": 0.0,
-        "decay": "cosine",
-        "decay_from": "start",
-        "end_factor": 0.0,
-    }
+    schedule = planned_schedule(recipe, plan(recipe, num_gpus=8, train_images=1281167))
+    assert schedule == recipe.schedule.replace(warmup_steps=5000)  # int(625 x 8 epochs)
+    assert (schedule.base_lr, schedule.reference_batch, schedule.decay_from) == (
+        0.256, 256, "start")  # fmt: skip
+    assert (schedule.decay, schedule.warmup_start_factor, schedule.end_factor) == (
+        "cosine", 0.0, 0.0)  # fmt: skip
 
 
-def test_train_config_kwargs():
+def test_loss_scaling():
     from cvbench.training.config import TrainConfig
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    static = train_config_kwargs(get_recipe("resnet50_v1.5_90e"))
+    static = loss_scaling(get_recipe("resnet50_v1.5_90e"))
     assert static == {"dynamic_loss_scale": False, "loss_scale": 128.0}
-    assert train_config_kwargs(get_recipe("ssd320_v1.2")) == {"dynamic_loss_scale": True}
-    assert set(static) <= fields | PENDING_TRAIN
+    assert loss_scaling(get_recipe("ssd320_v1.2")) == {"dynamic_loss_scale": True}
+    assert loss_scaling(get_recipe("resnet18_cvbench")) == {"dynamic_loss_scale": True}
+    assert set(static) <= fields
 
 
-def test_loss_and_mixup_kwargs():
+def test_loss_knobs_fit_the_loss():
     from cvbench.training.losses import SparseCrossEntropy
 
-    kwargs = loss_kwargs(get_recipe("resnet50_v1.5_90e"))
-    assert kwargs == {"label_smoothing": 0.1, "smoothing_classes": 1001}
-    assert set(kwargs) <= _parameters(SparseCrossEntropy.__init__) | PENDING_LOSS
-    assert loss_kwargs(get_recipe("inception_v3_nvcnn")) == {
-        "label_smoothing": 0.0,
-        "smoothing_classes": None,
-    }
-    assert mixup_kwargs(get_recipe("resnet50_v1.5_250e")) == {"alpha": 0.2}
-    assert mixup_kwargs(get_recipe("resnet50_v1.5_90e")) is None
+    loss = get_recipe("resnet50_v1.5_90e").loss
+    assert (loss.label_smoothing, loss.smoothing_classes) == (0.1, 1001)
+    assert {"label_smoothing", "smoothing_classes"} <= _parameters(SparseCrossEntropy.__init__)
+    inception = get_recipe("inception_v3_nvcnn").loss
+    assert (inception.label_smoothing, inception.smoothing_classes) == (0.0, None)
+    assert get_recipe("resnet50_v1.5_250e").loss.mixup_alpha == 0.2
+    assert get_recipe("resnet50_v1.5_90e").loss.mixup_alpha == 0.0
 
 
-@pytest.mark.parametrize("name", ["resnet50_v1.5_90e", "inception_v3_nvcnn"])
-def test_model_kwargs_fit_the_builder(name):
+@pytest.mark.parametrize("name", [n for n in list_recipes() if not n.startswith("ssd")])
+def test_builder_arguments_fit_the_builder(name):
     from cvbench.zoo import MODELS
 
     recipe = get_recipe(name)
-    kwargs = model_kwargs(recipe)
+    kwargs = builder_arguments(recipe)
     builder = MODELS.get(recipe.model)
-    assert set(kwargs) <= _parameters(builder) | PENDING_MODEL
+    assert set(kwargs) <= _parameters(builder)
     assert kwargs["weights"] is None and kwargs["num_classes"] == 1000
 
 
-def test_model_kwargs_ssd_fit_ssd320():
+def test_builder_arguments_ssd_fit_ssd320():
     from cvbench.detection.ssd import ssd320
 
-    kwargs = model_kwargs(get_recipe("ssd320_v1.2"))
+    kwargs = builder_arguments(get_recipe("ssd320_v1.2"))
     assert set(kwargs) <= _parameters(ssd320)
     assert (kwargs["backbone_weights"], kwargs["freeze_batchnorm"]) == ("imagenet", True)
     assert kwargs["weight_decay"] == inspect.signature(ssd320).parameters["weight_decay"].default
 
 
-def test_preprocessing_kwargs():
-    resnet = preprocessing_kwargs(get_recipe("resnet50_v1.5_90e"))
-    inception = preprocessing_kwargs(get_recipe("inception_v3_nvcnn"))
-    assert set(resnet) == IMAGE_PREPROCESSING_FIELDS
-    assert set(inception) == IMAGE_PREPROCESSING_FIELDS - {"mean", "std"} | {
-        "flip",
-        "quantize_uint8",
-    }
-    assert (inception["input_scaling"], inception["eval_crop"]) == ("inception", "crop_then_resize")
+def test_the_recipes_preprocessing_is_the_data_packages_own_object():
+    from cvbench.data.image_preprocessing import ImagePreprocessing
+
+    resnet = get_recipe("resnet50_v1.5_90e").preprocessing
+    assert isinstance(resnet, ImagePreprocessing)
+    assert (resnet.dct_method, resnet.fancy_upscaling) == ("INTEGER_FAST", False)
+    # The other depths keep ImagePreprocessing's defaults (their pipeline before recipes).
+    assert get_recipe("resnet18_cvbench").preprocessing == ImagePreprocessing()
 
 
 def test_the_nvcnn_recipe_is_the_data_packages_nvcnn_preprocessing():
@@ -260,8 +250,8 @@ def test_the_nvcnn_recipe_is_the_data_packages_nvcnn_preprocessing():
     # resize, flip after it, uint8 quantization, inception scaling, central_crop then resize.
     from cvbench.data.image_preprocessing import ImagePreprocessing
 
-    kwargs = preprocessing_kwargs(get_recipe("inception_v3_nvcnn"))
-    assert ImagePreprocessing(**kwargs) == ImagePreprocessing.nvcnn_inception_v3()
+    recipe = get_recipe("inception_v3_nvcnn").preprocessing
+    assert recipe == ImagePreprocessing.nvcnn_inception_v3()
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,9 @@ def test_six_class_folder_gives_six_classes_with_names(six_class_records):
     # The classes are the folder names in sorted order (label i + 1 in the records).
     assert task.num_classes == 6
     assert task.class_names == tuple(sorted(SHAPE_NAMES))
-    assert task.dataset_options() == {"num_classes": 6}  # the label check uses it too
+    # The label check uses it too; the pipeline is the recipe's (resnet18_cvbench's).
+    assert task.dataset_options() == {"num_classes": 6, "preprocessing": task.recipe.preprocessing}
+    assert task.recipe.deviation("model.num_classes").reason.startswith("the classes of the data")
 
 
 def test_regression_no_silent_1000_way_head(six_class_records):

@@ -42,8 +42,11 @@ def test_classification_task_takes_size_loss_and_pipeline_from_the_recipe():
     assert task.input_normalization() == ((127.5,) * 3, (127.5,) * 3)
     resnet = ClassificationTask(TaskOptions(model="resnet50", recipe="resnet50_v1.5_90e"))
     assert resnet.input_normalization() == ((123.68, 116.28, 103.53), (58.395, 57.12, 57.385))
-    plain = ClassificationTask(TaskOptions(model="resnet18"))
-    assert "preprocessing" not in plain.dataset_options() and plain.preprocessing() is None
+    from cvbench.data import ImagePreprocessing
+
+    plain = ClassificationTask(TaskOptions(model="resnet18"))  # resnet18_cvbench
+    assert plain.dataset_options()["preprocessing"] == ImagePreprocessing()
+    assert plain.input_normalization() == (ImagePreprocessing().mean, ImagePreprocessing().std)
 
 
 def test_mixup_only_with_the_recipe_that_has_it():
@@ -73,8 +76,8 @@ def test_mixup_only_with_the_recipe_that_has_it():
 
 
 def test_prepare_run_follows_the_recipe():
-    recipe = get_recipe("resnet50_v1.5_90e").override(
-        {"preprocessing.image_size": 32, "run.batch_per_gpu": 2, "run.epochs": 3}, reason="tiny"
+    recipe = get_recipe("resnet50_v1.5_90e").with_overrides(
+        {"model.image_size": 32, "run.batch_per_gpu": 2, "run.epochs": 3}, reason="tiny"
     )
     task = ClassificationTask(TaskOptions(model="resnet50", recipe=recipe, synthetic_steps=4))
     run = prepare_run(task, precision="fp32", config=QUIET)
@@ -91,11 +94,13 @@ def test_ssd_with_frozen_batch_norms_and_no_backbone_weights_is_refused():
     options = TaskOptions(model="ssd320", image_size=64, num_classes=3, synthetic_steps=1)
     with pytest.raises(ValueError, match="freezes every batch norm.*--backbone-weights imagenet"):
         prepare_run(DetectionTask(options), batch_size=2, precision="fp32", config=QUIET)
-    recipe = get_recipe("ssd320_v1.2").override({"detection.backbone_weights": None}, reason="test")
+    recipe = get_recipe("ssd320_v1.2").with_overrides(
+        {"detection.backbone_weights": None}, reason="test"
+    )
     task = DetectionTask(TaskOptions(model="ssd320", recipe=recipe, image_size=64))
     with pytest.raises(ValueError, match="random ResNet-50 backbone"):
         task.check_trainable()
-    unfrozen = recipe.override({"detection.freeze_batchnorm": False}, reason="test")
+    unfrozen = recipe.with_overrides({"detection.freeze_batchnorm": False}, reason="test")
     DetectionTask(TaskOptions(model="ssd320", recipe=unfrozen)).check_trainable()
     # A builder of its own (the demo's small SSD) chooses for itself.
     DetectionTask(options, build=lambda classes, size: None).check_trainable()
@@ -124,7 +129,7 @@ def test_fit_lengths_train_exactly_the_total(total, steps, expected):
 
 
 def test_plan_of_an_ssd_run_given_in_epochs_keeps_the_warmup_fraction():
-    recipe = get_recipe("ssd320_v1.2").override(
+    recipe = get_recipe("ssd320_v1.2").with_overrides(
         {"run.epochs": 2, "run.images": None}, reason="--epochs"
     )
     run = plan(recipe, num_gpus=1, train_images=100, batch_per_gpu=2)
@@ -133,10 +138,11 @@ def test_plan_of_an_ssd_run_given_in_epochs_keeps_the_warmup_fraction():
 
 
 def test_data_classes_replace_the_recipes():
-    from cvbench.cli.train import _fit_classes
+    from cvbench.tasks.recipes import fit_classes
 
     recipe = get_recipe("resnet50_v1.5_90e")
-    fitted = _fit_classes(SimpleNamespace(num_classes=10), recipe, None)
+    fitted = fit_classes(recipe, 10, reason="the classes of the data")
+    # DLE smooths over 1001 classes for its 1000; 10 classes smooth over their own 10.
     assert (fitted.model_knobs.num_classes, fitted.loss.smoothing_classes) == (10, None)
-    assert fitted.deviation("model.num_classes").reason.startswith("the classes of --data-dir")
-    assert _fit_classes(SimpleNamespace(num_classes=1000), recipe, None) is recipe
+    assert fitted.deviation("model.num_classes").reason == "the classes of the data"
+    assert fit_classes(recipe, 1000, reason="x") is recipe

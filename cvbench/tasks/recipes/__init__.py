@@ -1,11 +1,17 @@
-"""Named recipes: every knob of a published training recipe as data, each with its source.
+"""Named recipes: every knob of a training recipe as data, each with its source; every model
+has one, so a run always has a recipe.
 
 - `get_recipe(name)`, `list_recipes()`, `default_recipe(model)`: the recipes by name
-  (`resnet50_v1.5_90e`, `resnet50_v1.5_250e`, `inception_v3_nvcnn`, `ssd320_v1.2`).
-- `Recipe` and its frozen parts (`core.py`); the recipes themselves in `resnet50.py`,
-  `inception_v3.py`, `ssd320.py`.
-- `plan(recipe, num_gpus=..., train_images=...)` and the per-consumer conversions
-  (`consumers.py`).
+  (`resnet50_v1.5_90e`, `resnet50_v1.5_250e`, `inception_v3_nvcnn`, `ssd320_v1.2`, and the
+  cvbench defaults `resnet18_cvbench`, `resnet34_cvbench`, `resnet101_cvbench`,
+  `resnet152_cvbench`); `register_recipe` adds one (e.g. for a model of your own).
+- `Recipe` and its frozen parts (`core.py`: the consumers' own `OptimizerConfig`,
+  `ScheduleConfig`, `ImagePreprocessing`, and the recipe's run, loss, model, eval and
+  detection knobs); the recipes themselves in `resnet50.py`, `inception_v3.py`, `ssd320.py`,
+  `resnet_depths.py`.
+- `resolve_recipe(model, recipe, settings=...)`: a run's recipe with the user's settings,
+  each a deviation (`resolve.py`); `Recipe.with_overrides` sets knobs directly.
+- `plan(recipe, num_gpus=..., train_images=...)`: the run at a global batch (`plan.py`).
 
 Example:
     >>> from cvbench.tasks.recipes import get_recipe, plan
@@ -19,41 +25,37 @@ Example:
 from __future__ import annotations
 
 from cvbench.registry import Registry
-from cvbench.tasks.recipes.consumers import (
-    RecipePlan,
-    fit_lengths,
-    loss_kwargs,
-    mixup_kwargs,
-    model_kwargs,
-    optimizer_config,
-    peak_learning_rate,
-    plan,
-    preprocessing_kwargs,
-    reference_learning_rate,
-    schedule_kwargs,
-    train_config_kwargs,
-)
-from cvbench.tasks.recipes.core import Deviation, Recipe, Source
+from cvbench.tasks.recipes.core import Deviation, OwnDefault, Recipe, Source
 from cvbench.tasks.recipes.inception_v3 import INCEPTION_V3_NVCNN
+from cvbench.tasks.recipes.plan import RecipePlan, fit_lengths, plan, reference_learning_rate
 from cvbench.tasks.recipes.resnet50 import RESNET50_V15_90E, RESNET50_V15_250E
+from cvbench.tasks.recipes.resnet_depths import DEPTH_RECIPES
+from cvbench.tasks.recipes.resolve import SETTINGS, fit_classes, resolve_recipe
 from cvbench.tasks.recipes.ssd320 import SSD320_V12
 
 RECIPES: Registry[Recipe] = Registry("recipe")
+#: The default recipe of each model (`cvbench train --model M` without `--recipe`).
+DEFAULT_RECIPES: dict[str, str] = {}
 
 
-def _register(recipe: Recipe) -> None:
+def register_recipe(recipe: Recipe, *, default: bool = False) -> None:
+    """Registers `recipe` under its name; with `default`, as its model's default recipe.
+
+    Raises:
+        ValueError: for a name already registered, or a second default for a model.
+    """
+    if default and recipe.model in DEFAULT_RECIPES:
+        raise ValueError(
+            f"{recipe.model} already has a default recipe, {DEFAULT_RECIPES[recipe.model]!r}"
+        )
     RECIPES.register(recipe.name, lambda: recipe, task=recipe.task)
+    if default:
+        DEFAULT_RECIPES[recipe.model] = recipe.name
 
 
-for _recipe in (RESNET50_V15_90E, RESNET50_V15_250E, INCEPTION_V3_NVCNN, SSD320_V12):
-    _register(_recipe)
-
-#: The reference recipe of each model that has one (`cvbench train` without `--recipe`).
-DEFAULT_RECIPES = {
-    "resnet50": RESNET50_V15_90E.name,
-    "inception_v3": INCEPTION_V3_NVCNN.name,
-    "ssd320": SSD320_V12.name,
-}
+for _recipe in (RESNET50_V15_90E, INCEPTION_V3_NVCNN, SSD320_V12, *DEPTH_RECIPES):
+    register_recipe(_recipe, default=True)
+register_recipe(RESNET50_V15_250E)
 
 
 def get_recipe(name: str) -> Recipe:
@@ -70,32 +72,44 @@ def list_recipes() -> list[str]:
     return list(RECIPES)
 
 
-def default_recipe(model: str) -> Recipe | None:
-    """The reference recipe of `model` (`resnet50` -> `resnet50_v1.5_90e`), or None for a
-    model without one (its task's defaults apply)."""
+def default_recipe(model: str) -> Recipe:
+    """The default recipe of `model` (`resnet50` -> `resnet50_v1.5_90e`).
+
+    Raises:
+        ValueError: for an unknown model (listing the known ones); for a model without one
+            (e.g. registered with `cvbench.zoo.register` and no
+            `register_recipe(..., default=True)`), saying how to give it one.
+    """
     name = DEFAULT_RECIPES.get(model)
-    return None if name is None else get_recipe(name)
+    if name is None:
+        from cvbench.zoo import task_of
+
+        task_of(model)  # an unknown model: ValueError naming it and listing the known ones
+        known = ", ".join(sorted(DEFAULT_RECIPES))
+        raise ValueError(
+            f"model {model!r} has no recipe (models with one: {known}); register one with "
+            "cvbench.tasks.recipes.register_recipe(recipe, default=True), e.g. "
+            f"get_recipe('resnet18_cvbench').for_model(name=..., model={model!r}, ...)"
+        )
+    return get_recipe(name)
 
 
 __all__ = [
     "DEFAULT_RECIPES",
     "RECIPES",
+    "SETTINGS",
     "Deviation",
+    "OwnDefault",
     "Recipe",
     "RecipePlan",
     "Source",
     "default_recipe",
+    "fit_classes",
     "fit_lengths",
     "get_recipe",
     "list_recipes",
-    "loss_kwargs",
-    "mixup_kwargs",
-    "model_kwargs",
-    "optimizer_config",
-    "peak_learning_rate",
     "plan",
-    "preprocessing_kwargs",
     "reference_learning_rate",
-    "schedule_kwargs",
-    "train_config_kwargs",
+    "register_recipe",
+    "resolve_recipe",
 ]

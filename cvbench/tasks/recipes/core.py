@@ -1,15 +1,19 @@
-"""The parts of a named recipe: frozen knobs, each with the source of its reference value.
+"""The parts of a named recipe: frozen settings, each knob with the source of its value.
 
-A `Recipe` holds *our* value of every knob that affects accuracy, grouped in frozen parts
-(`RunKnobs`, `OptimizerKnobs`, `ScheduleKnobs`, `LossKnobs`, and `ModelKnobs` +
-`PreprocessingKnobs` + `EvalKnobs` for classification or `DetectionKnobs` for detection).
-Knobs are named `part.field` (`schedule.decay_from`). Every knob whose value is not None has a
-`Source` (repository, file, line at a commit); a None knob is not part of that recipe. Where we
-deliberately differ from the reference, a `Deviation` records the reference value and why; so
-`Recipe.reference_value(knob)` is the reference's value of every knob.
+A `Recipe` holds *our* value of every knob that affects accuracy, in frozen parts: the
+consumers' own configuration objects (`OptimizerConfig` and `ScheduleConfig` of
+`cvbench.training.config`, `ImagePreprocessing` of `cvbench.data`) and the recipe's own
+`RunKnobs`, `LossKnobs`, and `ModelKnobs` + `EvalKnobs` for classification or `DetectionKnobs`
+for detection. Knobs are named `part.field` (`schedule.decay_from`). A knob whose value differs
+from its part's default has a `Source` (repository, file, line at a commit) or `OwnDefault`
+(cvbench's choice, saying why); a knob at its part's default without one is the library's
+default (`Recipe.source_of` says so). Where we deliberately differ from the reference, a
+`Deviation` records the reference value and why; so `Recipe.reference_value(knob)` is the
+reference's value of every knob.
 
-The values are plain data (strings, numbers, tuples): `consumers.py` turns them into the
-keyword arguments of each consumer (model builder, optimizer, schedule, loss, input pipeline).
+One operation changes a recipe: `Recipe.with_overrides({knob: value}, reason=...)`, each
+change recorded as a deviation with its reason; `cvbench.tasks.recipes.resolve` maps the
+settings users name (`lr`, `batch_size`, the CLI's flags) onto knobs with it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
+
+from cvbench.data import ImagePreprocessing
+from cvbench.training.config import OptimizerConfig, ScheduleConfig
 
 CLASSIFICATION, DETECTION = "classification", "detection"
 
@@ -74,6 +81,20 @@ class Deviation:
 
 
 @dataclass(frozen=True)
+class OwnDefault:
+    """The source of a knob whose value is cvbench's own choice, not a reference's.
+
+    Attributes:
+        note: why this value (e.g. "TrainConfig's dynamic loss scaling").
+    """
+
+    note: str
+
+    def __str__(self) -> str:
+        return f"cvbench default ({self.note})"
+
+
+@dataclass(frozen=True)
 class RunKnobs:
     """How long and how wide: `batch_per_gpu` images per GPU on `reference_gpus` GPUs, for
     `epochs` epochs or `images` training images in all (steps = images / global batch)."""
@@ -83,42 +104,6 @@ class RunKnobs:
     precision: str
     epochs: float | None = None
     images: int | None = None
-
-
-@dataclass(frozen=True)
-class OptimizerKnobs:
-    """The update rule (the names of `cvbench.training.config.OptimizerConfig`); weight decay
-    is L2 in the loss, `weight_decay * sum(w ** 2) / 2` over the variables it applies to."""
-
-    name: str
-    momentum: float
-    nesterov: bool
-    weight_decay: float
-    decay_bias: bool | None = None
-    decay_batchnorm: bool | None = None
-    larc_eta: float | None = None
-    larc_mode: str | None = None
-    larc_epsilon: float | None = None
-
-
-@dataclass(frozen=True)
-class ScheduleKnobs:
-    """The learning rate: `base_lr` for a global batch of `reference_batch`, scaled by
-    `scaling` ("linear": x global / reference; "none": as given), a linear warmup of
-    `warmup_epochs` epochs or `warmup_fraction` of the steps from `warmup_start_factor` x the
-    peak, then `decay` to `end_factor` x the peak, counted from `decay_from` ("start": step 0
-    over all steps, as DLE's cosine; "warmup_end": after the warmup, as the OD API's)."""
-
-    base_lr: float
-    reference_batch: int
-    scaling: str
-    decay: str
-    decay_from: str
-    warmup_start_factor: float = 0.0
-    warmup_epochs: float | None = None
-    warmup_fraction: float | None = None
-    power: float | None = None
-    end_factor: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -135,8 +120,10 @@ class LossKnobs:
 
 @dataclass(frozen=True)
 class ModelKnobs:
-    """Builder arguments of a classification model (`cvbench.models`)."""
+    """Builder arguments of a classification model (`cvbench.models`), and its input size
+    (`image_size`: the builder's `input_shape` and the pipeline's output size)."""
 
+    image_size: int
     num_classes: int
     bn_momentum: float
     bn_epsilon: float
@@ -148,34 +135,12 @@ class ModelKnobs:
 
 
 @dataclass(frozen=True)
-class PreprocessingKnobs:
-    """The ImageNet pipeline (the fields of `cvbench.data.preprocessing.ImagePreprocessing`,
-    plus `image_size`)."""
-
-    image_size: int
-    aspect_ratio_range: tuple[float, float]
-    area_range: tuple[float, float]
-    min_object_covered: float
-    max_attempts: int
-    eval_crop: str
-    crop_fraction: float
-    input_scaling: str
-    resize_method: str
-    dct_method: str
-    fancy_upscaling: bool
-    mean: tuple[float, float, float] | None = None
-    std: tuple[float, float, float] | None = None
-    flip: bool | None = None  # None: ImagePreprocessing's default (a random flip)
-    quantize_uint8: bool | None = None  # None: ImagePreprocessing's default (False)
-
-
-@dataclass(frozen=True)
 class EvalKnobs:
     """Evaluation: `images` of the validation split, and whether the last partial batch is
     dropped (`drop_remainder`) at `batch_size` images per step."""
 
-    images: int
-    drop_remainder: bool
+    images: int = 50000
+    drop_remainder: bool = False
     batch_size: int | None = None
 
 
@@ -220,6 +185,18 @@ PARTS = (
     "eval",
     "detection",
 )
+#: The class of each part (the consumers' own configuration objects where one exists).
+PART_TYPES = {
+    "run": RunKnobs,
+    "optimizer": OptimizerConfig,
+    "schedule": ScheduleConfig,
+    "loss": LossKnobs,
+    "model": ModelKnobs,
+    "preprocessing": ImagePreprocessing,
+    "eval": EvalKnobs,
+    "detection": DetectionKnobs,
+}
+_CLASSIFICATION_PARTS = ("model", "preprocessing", "eval")
 
 
 @dataclass(frozen=True)
@@ -231,15 +208,19 @@ class Recipe:
         model: the cvbench model it trains (`resnet50`).
         task: "classification" or "detection".
         summary: one line: what it reproduces and the reference's result.
-        run, optimizer, schedule, loss: the parts every recipe has.
-        model_knobs, preprocessing, eval: classification parts (None for detection).
+        run: `RunKnobs`; optimizer: `OptimizerConfig`; schedule: `ScheduleConfig` (its
+            `warmup_steps` is left None: the plan sets it); loss: `LossKnobs`.
+        model_knobs, preprocessing (`ImagePreprocessing`), eval: classification parts (None
+            for detection).
         detection: the detection part (None for classification).
-        sources: knob name -> `Source`, for every knob whose value is not None.
+        sources: knob name -> `Source` or `OwnDefault`, for every knob whose value is not its
+            part's default (and any other knob whose reference value we cite).
         deviations: the knobs where we deliberately differ from the reference.
 
     Raises:
-        ValueError: a set knob without a source (or deviation), a source or deviation naming
-            no knob, or parts that do not fit the task.
+        ValueError: a part of the wrong type, a knob off its part's default without a source
+            (or deviation), a source or deviation naming no knob, or parts that do not fit
+            the task.
     """
 
     name: str
@@ -247,12 +228,12 @@ class Recipe:
     task: str
     summary: str
     run: RunKnobs
-    optimizer: OptimizerKnobs
-    schedule: ScheduleKnobs
+    optimizer: OptimizerConfig
+    schedule: ScheduleConfig
     loss: LossKnobs
-    sources: Mapping[str, Source]
+    sources: Mapping[str, Source | OwnDefault]
     model_knobs: ModelKnobs | None = None
-    preprocessing: PreprocessingKnobs | None = None
+    preprocessing: ImagePreprocessing | None = None
     eval: EvalKnobs | None = None
     detection: DetectionKnobs | None = None
     deviations: tuple[Deviation, ...] = field(default=())
@@ -264,7 +245,14 @@ class Recipe:
             raise ValueError(
                 f"Recipe.task must be {CLASSIFICATION!r} or {DETECTION!r}, got {self.task!r}"
             )
-        classification = (self.model_knobs, self.preprocessing, self.eval)
+        for name, kind in PART_TYPES.items():
+            part = self.part(name)
+            if part is not None and not isinstance(part, kind):
+                raise ValueError(
+                    f"recipe {self.name!r}: part {name!r} must be a {kind.__name__}, "
+                    f"got {type(part).__name__}"
+                )
+        classification = [self.part(p) for p in _CLASSIFICATION_PARTS]
         if self.task == CLASSIFICATION and (None in classification or self.detection):
             raise ValueError(
                 f"recipe {self.name!r}: classification needs model_knobs, "
@@ -279,9 +267,12 @@ class Recipe:
         unknown = [k for k in [*self.sources, *deviated] if k not in names]
         if unknown:
             raise ValueError(f"recipe {self.name!r}: sources or deviations for no knob {unknown}")
-        # A set knob needs its reference's source, or a deviation that records the reference.
+        # A knob off its part's default needs its source, or a deviation recording the
+        # reference's value.
         missing = [
-            k for k, v in names.items() if v is not None and k not in {*self.sources, *deviated}
+            k
+            for k, v in names.items()
+            if not _is_default(k, v) and k not in {*self.sources, *deviated}
         ]
         if missing:
             raise ValueError(f"recipe {self.name!r}: no source for {', '.join(missing)}")
@@ -313,6 +304,11 @@ class Recipe:
             )
         return found[knob]
 
+    def source_of(self, knob: str) -> Source | OwnDefault | None:
+        """Where our value of `knob` comes from; None: its part's default (cvbench's)."""
+        self.value(knob)  # raises for an unknown knob
+        return self.sources.get(knob)
+
     def deviation(self, knob: str) -> Deviation | None:
         """The deliberate difference on `knob`, or None where we follow the reference."""
         return next((d for d in self.deviations if d.knob == knob), None)
@@ -323,12 +319,15 @@ class Recipe:
         deviation = self.deviation(knob)
         return value if deviation is None else deviation.reference
 
-    def override(self, changes: Mapping[str, Any], *, reason: str) -> Recipe:
+    def with_overrides(self, changes: Mapping[str, Any], *, reason: str) -> Recipe:
         """A copy with knobs set (`{"run.batch_per_gpu": 128}`); each one that then differs
-        from the reference is recorded as a `Deviation` with `reason` (e.g. "--batch-size").
+        from the reference is recorded as a `Deviation` with `reason` (e.g. "--batch-size"),
+        and one set back to the reference loses its deviation. Each part is validated again
+        by its own class (`OptimizerConfig`, `ScheduleConfig`, ...).
 
         Raises:
-            ValueError: naming an unknown knob, or a knob of a part this recipe lacks.
+            ValueError: naming an unknown knob, a knob of a part this recipe lacks, or a
+                value its part refuses.
         """
         parts: dict[str, dict[str, Any]] = {}
         deviations = {d.knob: d for d in self.deviations}
@@ -347,3 +346,24 @@ class Recipe:
             for name, fields in parts.items()
         }
         return dataclasses.replace(self, **replaced, deviations=tuple(deviations.values()))
+
+    def for_model(
+        self, *, name: str, model: str, summary: str, changes: Mapping[str, Any], reason: str
+    ) -> Recipe:
+        """This recipe applied to another `model` under another `name`: the knobs in
+        `changes` set as `with_overrides` sets them (each recorded as a deviation with
+        `reason`), every other knob keeping its value and source."""
+        changed = self.with_overrides(changes, reason=reason)
+        return dataclasses.replace(changed, name=name, model=model, summary=summary)
+
+
+def _is_default(knob: str, value: Any) -> bool:
+    """Whether `value` is the default of `knob`'s field in its part's class (a field without
+    a default never is)."""
+    part_name, _, field_name = knob.partition(".")
+    spec = {f.name: f for f in dataclasses.fields(PART_TYPES[part_name])}[field_name]
+    if spec.default is not dataclasses.MISSING:
+        return value == spec.default
+    if spec.default_factory is not dataclasses.MISSING:
+        return value == spec.default_factory()
+    return False

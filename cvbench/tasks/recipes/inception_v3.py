@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import functools
 
+from cvbench.data import ImagePreprocessing
 from cvbench.tasks.recipes.core import (
     CLASSIFICATION,
     Deviation,
     EvalKnobs,
     LossKnobs,
     ModelKnobs,
-    OptimizerKnobs,
-    PreprocessingKnobs,
     Recipe,
     RunKnobs,
-    ScheduleKnobs,
     Source,
 )
 from cvbench.tasks.recipes.resnet50 import DLE_REPO
+from cvbench.training.config import OptimizerConfig, ScheduleConfig
 
 NVCNN_COMMIT = "2fdaec9c85c8b518cbfe21b783374c1b82589903"
 _DIR = "TensorFlow/Classification/imagenet/"
@@ -70,7 +69,7 @@ SOURCES = {
     "model.conv_initializer": _code(108, 109, note="glorot_uniform unless given"),
     "model.dense_initializer": _code(108, 109, note="glorot_uniform unless given"),
     "model.last_block_pooling": _code(800, note="inception_v3_e(net, x, 'MAX')"),
-    "preprocessing.image_size": _code(1242),
+    "model.image_size": _code(1242),
     "preprocessing.aspect_ratio_range": _code(346),
     "preprocessing.area_range": _code(347),
     "preprocessing.min_object_covered": _code(345),
@@ -97,7 +96,7 @@ INCEPTION_V3_NVCNN = Recipe(
     task=CLASSIFICATION,
     summary="nvcnn_hvd.py Inception V3, 90 epochs, 8 x 128, LARC, fp16 (top-1 77.8%)",
     run=RunKnobs(batch_per_gpu=128, reference_gpus=8, precision="fp16", epochs=90),
-    optimizer=OptimizerKnobs(
+    optimizer=OptimizerConfig(
         name="lars",
         momentum=0.9,
         nesterov=True,
@@ -108,7 +107,7 @@ INCEPTION_V3_NVCNN = Recipe(
         larc_mode="clip",
         larc_epsilon=1.0,
     ),
-    schedule=ScheduleKnobs(
+    schedule=ScheduleConfig(
         base_lr=1.0,
         reference_batch=1024,
         scaling="linear",
@@ -121,6 +120,7 @@ INCEPTION_V3_NVCNN = Recipe(
     ),
     loss=LossKnobs(dynamic_loss_scale=False, loss_scale=128.0, label_smoothing=0.0),
     model_knobs=ModelKnobs(
+        image_size=299,
         num_classes=1000,
         bn_momentum=0.9,
         bn_epsilon=1e-4,
@@ -129,8 +129,7 @@ INCEPTION_V3_NVCNN = Recipe(
         dense_initializer="glorot_uniform",
         last_block_pooling="max",
     ),
-    preprocessing=PreprocessingKnobs(
-        image_size=299,
+    preprocessing=ImagePreprocessing(
         aspect_ratio_range=(0.8, 1.25),
         area_range=(0.1, 1.0),
         min_object_covered=0.1,

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import functools
 
+from cvbench.data import ImagePreprocessing
 from cvbench.tasks.recipes.core import (
     CLASSIFICATION,
     Deviation,
     EvalKnobs,
     LossKnobs,
     ModelKnobs,
-    OptimizerKnobs,
-    PreprocessingKnobs,
     Recipe,
     RunKnobs,
-    ScheduleKnobs,
     Source,
 )
+from cvbench.training.config import OptimizerConfig, ScheduleConfig
 
 DLE_REPO = "NVIDIA/DeepLearningExamples"
 DLE_COMMIT = "729963dd47e7c8bd462ad10bfac7a7b0b604e6dd"
@@ -76,7 +75,7 @@ def _sources(script: str) -> dict[str, Source]:
             90, 92, note="variance_scaling(2.0, truncated_normal, mode=--weight_init=fan_in)"
         ),
         "model.dense_initializer": model(97, 99, note="same initializer for the FC layer"),
-        "preprocessing.image_size": images(23),
+        "model.image_size": images(23),
         "preprocessing.aspect_ratio_range": images(57),
         "preprocessing.area_range": images(58),
         "preprocessing.min_object_covered": images(56),
@@ -128,7 +127,7 @@ def _recipe(name: str, *, epochs: int, mixup: float, script: str, summary: str) 
         task=CLASSIFICATION,
         summary=summary,
         run=RunKnobs(batch_per_gpu=256, reference_gpus=8, precision="fp16", epochs=epochs),
-        optimizer=OptimizerKnobs(
+        optimizer=OptimizerConfig(
             name="sgd",
             momentum=0.875,
             nesterov=False,
@@ -136,7 +135,7 @@ def _recipe(name: str, *, epochs: int, mixup: float, script: str, summary: str) 
             decay_bias=True,
             decay_batchnorm=False,
         ),
-        schedule=ScheduleKnobs(
+        schedule=ScheduleConfig(
             base_lr=0.256,
             reference_batch=256,
             scaling="linear",
@@ -154,6 +153,7 @@ def _recipe(name: str, *, epochs: int, mixup: float, script: str, summary: str) 
             mixup_alpha=mixup,
         ),
         model_knobs=ModelKnobs(
+            image_size=224,
             num_classes=1000,
             bn_momentum=0.9,
             bn_epsilon=1e-5,
@@ -161,8 +161,7 @@ def _recipe(name: str, *, epochs: int, mixup: float, script: str, summary: str) 
             conv_initializer="fan_in_truncated",
             dense_initializer="fan_in_truncated",
         ),
-        preprocessing=PreprocessingKnobs(
-            image_size=224,
+        preprocessing=ImagePreprocessing(
             aspect_ratio_range=(0.75, 1.33),
             area_range=(0.05, 1.0),
             min_object_covered=0.1,

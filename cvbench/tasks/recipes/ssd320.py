@@ -17,13 +17,12 @@ from cvbench.tasks.recipes.core import (
     DetectionKnobs,
     Deviation,
     LossKnobs,
-    OptimizerKnobs,
     Recipe,
     RunKnobs,
-    ScheduleKnobs,
     Source,
 )
 from cvbench.tasks.recipes.resnet50 import DLE_COMMIT, DLE_REPO
+from cvbench.training.config import OptimizerConfig, ScheduleConfig
 
 _ROOT = "TensorFlow/Detection/SSD/"
 
@@ -105,8 +104,8 @@ SSD320_V12 = Recipe(
     task=DETECTION,
     summary="NVIDIA DLE SSD320 v1.2, 12,500 steps of 8 x 32, AMP (COCO AP 0.273-0.282)",
     run=RunKnobs(batch_per_gpu=32, reference_gpus=8, precision="fp16", images=3_200_000),
-    optimizer=OptimizerKnobs(name="sgd", momentum=0.9, nesterov=False, weight_decay=0.0),
-    schedule=ScheduleKnobs(
+    optimizer=OptimizerConfig(name="sgd", momentum=0.9, nesterov=False, weight_decay=0.0),
+    schedule=ScheduleConfig(
         base_lr=0.16,
         reference_batch=256,
         scaling="linear",

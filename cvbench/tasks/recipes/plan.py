@@ -1,30 +1,27 @@
-"""A recipe's knobs as each consumer takes them, and the run it makes at a given global batch.
-
-One function per consumer, so that wiring a recipe into a run is these calls:
+"""A recipe at a given global batch: the run's steps and rates, and the objects it gives
+each consumer.
 
 - `plan(recipe, num_gpus=..., train_images=...)` -> `RecipePlan`: global batch, peak rate,
-  steps per epoch, total and warmup steps (the scaling the CLI prints under horovodrun);
+  steps per epoch, total and warmup steps (the scaling the run banner prints);
   `fit_lengths(run)` -> the Trainer's `(epochs, steps_per_epoch)` for exactly those steps;
-- `model_kwargs` -> the model builder (`cvbench.zoo.get_model` / `ssd320`);
-- `optimizer_config` -> `cvbench.training.config.OptimizerConfig`;
-- `schedule_kwargs` -> `ScheduleConfig(**...)`; `train_config_kwargs` -> `TrainConfig`;
-- `loss_kwargs` -> `cvbench.training.losses.SparseCrossEntropy`; `mixup_kwargs` -> mixup;
-- `preprocessing_kwargs` -> `cvbench.data.preprocessing.ImagePreprocessing`.
+  `planned_schedule(recipe, run)` -> the recipe's `ScheduleConfig` with that warmup;
+- `builder_arguments(recipe)` -> the model builder's keyword arguments;
+- `loss_scaling(recipe)` -> the `TrainConfig` fields of the recipe's loss scaling.
 
-`reference_learning_rate` is the reference's own formula (DLE's `learning_rate.py`, the OD
-API's `cosine_decay_with_warmup`, nvcnn's `polynomial_decay`), for checking a schedule
-against it.
+The optimizer (`recipe.optimizer`), schedule (`recipe.schedule`) and preprocessing
+(`recipe.preprocessing`) are the consumers' own objects already. `reference_learning_rate` is
+the reference's own formula (DLE's `learning_rate.py`, the OD API's `cosine_decay_with_warmup`,
+nvcnn's `polynomial_decay`), for checking a schedule against it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from cvbench.tasks.recipes.core import CLASSIFICATION, Recipe
-from cvbench.training.config import OptimizerConfig
+from cvbench.training.config import ScheduleConfig
 
 
 @dataclass(frozen=True)
@@ -98,13 +95,14 @@ def plan(
         total = int(steps_per_epoch * recipe.run.epochs)
     else:
         total = recipe.run.images // global_batch
-    if schedule.warmup_epochs is not None:
+    if schedule.warmup_fraction is not None:
+        # a fraction of the run (also when an SSD run is given in epochs: `--epochs`)
+        warmup = round(schedule.warmup_fraction * total)
+    else:
         warmup = int(steps_per_epoch * schedule.warmup_epochs)
-    else:  # a fraction of the run (also when an SSD run is given in epochs: `--epochs`)
-        warmup = round((schedule.warmup_fraction or 0.0) * total)
     if total < 1:
         raise ValueError(f"plan({recipe.name!r}): the run has no training step ({total})")
-    peak = peak_learning_rate(recipe, global_batch=global_batch)
+    peak = schedule.peak_lr(global_batch)
     return RecipePlan(
         num_gpus=num_gpus,
         batch_per_gpu=batch,
@@ -133,17 +131,6 @@ def fit_lengths(run: RecipePlan) -> tuple[int, int]:
         return total // most, most
     steps = max(d for d in range(1, min(most, total) + 1) if total % d == 0)
     return total // steps, steps
-
-
-def peak_learning_rate(recipe: Recipe, *, global_batch: int) -> float:
-    """The recipe's rate at `global_batch`: `base_lr * global_batch / reference_batch` for
-    linear scaling, `base_lr` for none."""
-    schedule = recipe.schedule
-    if schedule.scaling == "linear":
-        return schedule.base_lr * global_batch / schedule.reference_batch
-    if schedule.scaling == "none":
-        return schedule.base_lr
-    raise ValueError(f"recipe {recipe.name!r}: unknown scaling {schedule.scaling!r}")
 
 
 def reference_learning_rate(recipe: Recipe, step: int, run: RecipePlan) -> float:
@@ -176,8 +163,15 @@ def reference_learning_rate(recipe: Recipe, step: int, run: RecipePlan) -> float
     return end + (run.peak_lr - end) * shape
 
 
-def model_kwargs(recipe: Recipe) -> dict[str, Any]:
-    """Keyword arguments of the model builder: `get_model(recipe.model, **...)`."""
+def planned_schedule(recipe: Recipe, run: RecipePlan) -> ScheduleConfig:
+    """The recipe's schedule with the plan's warmup in steps (`ScheduleConfig.warmup_steps`),
+    as the Trainer builds it for the run."""
+    return recipe.schedule.replace(warmup_steps=run.warmup_steps)
+
+
+def builder_arguments(recipe: Recipe) -> dict[str, Any]:
+    """Keyword arguments of the model builder: `get_model(recipe.model, **...)` (the input
+    shape apart: `(image_size, image_size, 3)` for classifiers)."""
     if recipe.task == CLASSIFICATION:
         m = recipe.model_knobs
         kwargs = {
@@ -203,63 +197,22 @@ def model_kwargs(recipe: Recipe) -> dict[str, Any]:
     }
 
 
-def optimizer_config(recipe: Recipe) -> OptimizerConfig:
-    """The recipe's update rule; fields the recipe leaves None keep OptimizerConfig's default."""
-    return OptimizerConfig(**_set_fields(recipe.optimizer))
-
-
-def schedule_kwargs(recipe: Recipe, run: RecipePlan) -> dict[str, Any]:
-    """Keyword arguments of `ScheduleConfig` for `run` (warmup in steps, as planned).
-
-    A recipe without scaling gets `reference_batch = run.global_batch`, so that the Trainer's
-    `base_lr * global / reference` is its base rate unchanged."""
-    s = recipe.schedule
-    kwargs = {
-        "base_lr": s.base_lr,
-        "reference_batch": s.reference_batch if s.scaling == "linear" else run.global_batch,
-        "warmup_steps": run.warmup_steps,
-        "warmup_start_factor": s.warmup_start_factor,
-        "decay": s.decay,
-        "decay_from": s.decay_from,
-        "end_factor": s.end_factor,
-    }
-    if s.power is not None:
-        kwargs["power"] = s.power
-    return kwargs
-
-
-def train_config_kwargs(recipe: Recipe) -> dict[str, Any]:
-    """Keyword arguments of `TrainConfig`: loss scaling (static `loss_scale` when not
-    dynamic; a dynamic recipe without a value keeps TrainConfig's initial scale)."""
-    kwargs: dict[str, Any] = {"dynamic_loss_scale": recipe.loss.dynamic_loss_scale}
+def loss_scaling(recipe: Recipe) -> dict[str, Any]:
+    """The `TrainConfig` fields of the recipe's loss scaling: `dynamic_loss_scale`, and the
+    static (or initial) `loss_scale` where the recipe sets one (else TrainConfig's)."""
+    fields: dict[str, Any] = {"dynamic_loss_scale": recipe.loss.dynamic_loss_scale}
     if recipe.loss.loss_scale is not None:
-        kwargs["loss_scale"] = recipe.loss.loss_scale
-    return kwargs
+        fields["loss_scale"] = recipe.loss.loss_scale
+    return fields
 
 
-def loss_kwargs(recipe: Recipe) -> dict[str, Any]:
-    """Keyword arguments of `SparseCrossEntropy` (classification recipes)."""
-    return {
-        "label_smoothing": recipe.loss.label_smoothing,
-        "smoothing_classes": recipe.loss.smoothing_classes,
-    }
+def image_size(recipe: Recipe) -> int:
+    """The recipe's input size (`model.image_size` or `detection.image_size`)."""
+    part = recipe.model_knobs if recipe.task == CLASSIFICATION else recipe.detection
+    return part.image_size
 
 
-def mixup_kwargs(recipe: Recipe) -> dict[str, Any] | None:
-    """`{"alpha": ...}` for the recipe's mixup, or None when it has none (alpha 0)."""
-    alpha = recipe.loss.mixup_alpha
-    return {"alpha": alpha} if alpha else None
-
-
-def _set_fields(part: Any, *, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """The fields of a recipe part (a frozen dataclass whose field names are its consumer's
-    argument names) that the recipe sets (not None), by name."""
-    values = {f.name: getattr(part, f.name) for f in dataclasses.fields(part)}
-    return {k: v for k, v in values.items() if v is not None and k not in exclude}
-
-
-def preprocessing_kwargs(recipe: Recipe) -> dict[str, Any]:
-    """Keyword arguments of `ImagePreprocessing` (classification recipes); `mean` / `std`
-    only where the recipe sets them (`input_scaling="mean_std"`). The input size is the
-    task's `image_size` (`recipe.preprocessing.image_size`)."""
-    return _set_fields(recipe.preprocessing, exclude=frozenset({"image_size"}))
+def num_classes(recipe: Recipe) -> int:
+    """The recipe's classes (`model.num_classes` or `detection.num_classes`)."""
+    part = recipe.model_knobs if recipe.task == CLASSIFICATION else recipe.detection
+    return part.num_classes

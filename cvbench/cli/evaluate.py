@@ -1,0 +1,54 @@
+"""`cvbench eval`: a checkpoint, a run folder or a `.keras` model over the whole validation
+set, through `cvbench.tasks.evaluation.checkpoint_trainer` and the task's `evaluate`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cvbench.cli import CLIError
+from cvbench.cli.task_args import (
+    add_data_backend,
+    add_model_and_data,
+    print_results,
+    report_corrupt,
+    task_from_args,
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Adds `eval` to the `cvbench` command."""
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate a checkpoint over the whole validation set (top-1, top-5)",
+        description=(
+            "Evaluate --checkpoint (a checkpoint .npz, a run directory whose newest valid "
+            "checkpoint is used, or an exported .keras model) on every validation image, "
+            "with the model's recipe (or --recipe) as cvbench train resolves it."
+        ),
+    )
+    add_model_and_data(p, synthetic_help="random data (smoke tests)")
+    add_data_backend(p)
+    p.add_argument("--checkpoint", required=True, help="checkpoint file, run directory or .keras")
+    p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    p.set_defaults(func=eval_command, usage_error=p.error)
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    """Runs `cvbench eval`."""
+    from cvbench.tasks.evaluation import checkpoint_trainer
+
+    task = task_from_args(args)
+    checkpoint = Path(args.checkpoint)
+    if not checkpoint.exists():
+        raise CLIError(f"--checkpoint {args.checkpoint!r} does not exist")
+    trainer = checkpoint_trainer(task, checkpoint, precision=args.precision, seed=args.seed)
+    results = task.evaluate(trainer, batch_size=task.recipe.run.batch_per_gpu)
+    print_results(trainer, results)
+    skipped = report_corrupt(args, task, trainer.distribution)
+    if trainer.is_chief and args.json:
+        from cvbench.utils.io import write_json_atomic
+
+        extra = {} if skipped is None else {"corrupt_records": skipped}
+        write_json_atomic(args.json, {**results, **extra})
+    return 0

@@ -1,0 +1,100 @@
+"""The flags of `cvbench train` that set a recipe's knobs: each is a setting of
+`cvbench.tasks.recipes.SETTINGS` (the flag is its name with dashes), given to the task as
+`TaskOptions(settings=..., reasons=...)`, so its deviation names the flag."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cvbench.cli.args import float_list, non_negative_float, positive_int
+
+
+def add_recipe_flags(p: argparse.ArgumentParser) -> None:
+    """Adds the knob flags of `cvbench train` (besides those of `add_model_and_data`)."""
+    p.add_argument(
+        "--epochs",
+        type=positive_int,
+        default=None,
+        help="epochs to train (default: the recipe's: 90 for the ResNets, SSD320 its 12,500 "
+        "steps at 8 x 32 scaled to the global batch)",
+    )
+    p.add_argument(
+        "--lr",
+        type=non_negative_float,
+        default=None,
+        help="base learning rate at the recipe's reference batch (256 images), scaled "
+        "linearly to the global batch",
+    )
+    p.add_argument("--optimizer", choices=("sgd", "lars"), default=None, help="update rule")
+    p.add_argument("--momentum", type=non_negative_float, default=None, help="momentum")
+    p.add_argument(
+        "--nesterov", action=argparse.BooleanOptionalAction, default=None, help="Nesterov momentum"
+    )
+    p.add_argument(
+        "--weight-decay",
+        type=non_negative_float,
+        default=None,
+        help="L2 weight decay (SSD: the L2 weight of its kernel regularizers)",
+    )
+    p.add_argument(
+        "--label-smoothing", type=non_negative_float, default=None, help="label smoothing"
+    )
+    p.add_argument(
+        "--warmup-epochs", type=non_negative_float, default=None, help="linear warmup epochs"
+    )
+    p.add_argument(
+        "--schedule",
+        choices=("cosine", "polynomial", "step", "constant"),
+        default=None,
+        help="decay after the warmup",
+    )
+    p.add_argument("--power", type=non_negative_float, default=None, help="polynomial power")
+    p.add_argument(
+        "--boundaries", type=float_list, default=None, help="step-decay epochs, e.g. 30,60,80"
+    )
+    p.add_argument(
+        "--decay-from",
+        choices=("warmup_end", "start"),
+        default=None,
+        help="where the decay's progress counts from: after the warmup, or step 0 over all "
+        "steps (DLE's cosine)",
+    )
+    p.add_argument("--mixup", type=non_negative_float, default=None, help="mixup alpha (0: off)")
+    p.add_argument(
+        "--loss-scale",
+        type=non_negative_float,
+        default=None,
+        help="fp16 loss scale: the static value, or the initial dynamic one",
+    )
+    p.add_argument(
+        "--dynamic-loss-scale",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="dynamic fp16 loss scaling (--no-dynamic-loss-scale: static --loss-scale)",
+    )
+    p.add_argument(
+        "--weights",
+        default=None,
+        help="classifier weights to start from: a weight file, or imagenet",
+    )
+    p.add_argument(
+        "--backbone-weights",
+        default=None,
+        help="SSD backbone weights: a keras.applications ResNet-50 _notop file, or imagenet "
+        "(required: the SSD recipe freezes every batch norm)",
+    )
+
+
+def flag(setting: str) -> str:
+    """The flag of a setting: `"warmup_epochs"` -> `"--warmup-epochs"`."""
+    return "--" + setting.replace("_", "-")
+
+
+def recipe_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    """`(settings, reasons)` of the parsed flags: every setting the command has a flag for
+    (None where not given), and the flag as each one's reason."""
+    from cvbench.tasks.recipes import SETTINGS
+
+    names = [name for name in SETTINGS if hasattr(args, name)]
+    return {name: getattr(args, name) for name in names}, {name: flag(name) for name in names}

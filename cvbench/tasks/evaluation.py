@@ -1,0 +1,129 @@
+"""Evaluating a saved model with a task: a checkpoint, a run folder's newest checkpoint, or
+a `.keras` model file, scored over the task's whole validation set (`cvbench eval`).
+
+`checkpoint_trainer(task, path, ...)` is the Trainer to evaluate: for a checkpoint, the
+task's model with the checkpoint's weights; for a `.keras` file with a `ModelInfo` (what
+cvbench writes for users, taking `[0, 255]` RGB), the file's model behind a layer that maps
+the classification pipeline's normalized images back to `[0, 255]`. A model for another
+number of classes than the task's data is an error saying so, not a shape message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cvbench.tasks.base import Task
+from cvbench.tasks.runner import build_trainer
+from cvbench.training.config import TrainConfig
+
+
+def checkpoint_trainer(
+    task: Task, path: str | Path, *, precision: str = "auto", seed: int | None = None
+) -> Any:
+    """The Trainer of `task` holding the model saved at `path` (see the module docstring).
+
+    Raises:
+        ValueError: a model for another task or another number of classes; a checkpoint
+            of another model.
+        FileNotFoundError: no valid checkpoint in a run folder.
+    """
+    from cvbench.training.checkpoint import find_checkpoint
+
+    path = Path(path)
+    config = TrainConfig(progress_bar=False, log_every=0, seed=seed)
+    model = None
+    if path.suffix == ".keras":
+        model = evaluation_model(path, task)
+        check_classes(output_classes(model), task, path)
+        precision = _policy_of(model)
+    trainer = build_trainer(task, precision=precision, config=config, model=model)
+    if model is None:
+        load_weights(trainer, find_checkpoint(path), task)
+    return trainer
+
+
+def evaluation_model(path: Path, task: Task) -> Any:
+    """The `.keras` model at `path` as the task's evaluation data needs it.
+
+    A file with a `ModelInfo` (what cvbench writes for users) takes `[0, 255]` RGB, while
+    the classification pipeline hands out normalized images (`task.input_normalization()`):
+    those are mapped back to `[0, 255]` in front of the model (`x * std + mean`). Detection
+    data is `[0, 255]` already; a file without `ModelInfo` (older exports) is used as it is.
+
+    Raises:
+        BadFileError: an unreadable `ModelInfo`.
+        ValueError: a model of another task.
+    """
+    import keras
+
+    from cvbench.utils.model_file import load_model, read_model_info
+    from cvbench.utils.plain_keras import with_input_normalization
+
+    info = read_model_info(path)
+    if info is None:
+        return keras.saving.load_model(path, compile=False)
+    if info.task != task.name:
+        raise ValueError(f"--checkpoint {str(path)!r} is a {info.task} model, not {task.name}")
+    model, _ = load_model(path)
+    if info.task != "classification":
+        return model
+    means, stds = task.input_normalization()
+    return with_input_normalization(
+        model,
+        mean=[-m / s for m, s in zip(means, stds, strict=True)],
+        std=[1 / s for s in stds],
+        name="denormalize",
+    )
+
+
+def _policy_of(model: Any) -> str:
+    name = model.dtype_policy.name
+    return name if name in ("mixed_float16", "mixed_bfloat16") else "float32"
+
+
+def output_classes(model: Any) -> int | None:
+    """The classes a classifier (logits `(B, C)`) or an SSD (`{"classes": (B, N, C)}`)
+    predicts, or None for another kind of output."""
+    output = model.output
+    if isinstance(output, dict):
+        output = output.get("classes")
+    shape = getattr(output, "shape", None)
+    return shape[-1] if shape else None
+
+
+def check_classes(model_classes: int | None, task: Task, source: Path) -> None:
+    """A one-line error when the model in `source` predicts another number of classes than
+    the task's data has (instead of a shape error or a silently wrong evaluation).
+
+    Raises:
+        ValueError: naming both numbers and what to do.
+    """
+    if model_classes is None or model_classes == task.num_classes:
+        return
+    if task.class_names is not None:
+        data = f"the data in {task.options.data_dir} has {task.num_classes} (its dataset_info.json)"
+        hint = "evaluate it on the data it was trained on"
+    else:
+        data = f"the task has {task.num_classes}"
+        hint = f"pass --num-classes {model_classes}"
+    raise ValueError(f"{source} holds a model for {model_classes} classes but {data}; {hint}")
+
+
+def load_weights(trainer: Any, path: Path, task: Task) -> None:
+    """`trainer.load_weights(path)`; a checkpoint of a model for another number of classes
+    is a one-line error saying so (`check_classes`), not a shape message."""
+    try:
+        trainer.load_weights(path)
+    except ValueError:
+        from cvbench.training.checkpoint import load_checkpoint
+
+        stored = [info["shape"] for info in load_checkpoint(path)[0]["model"]]
+        for shape, variable in zip(stored, trainer.model.variables, strict=False):
+            mine = list(variable.shape)
+            if shape != mine and len(shape) == len(mine) and shape[:-1] == mine[:-1]:
+                per_class, rest = divmod(mine[-1], task.num_classes)  # SSD: anchors x classes
+                if rest == 0 and per_class and shape[-1] % per_class == 0:
+                    check_classes(shape[-1] // per_class, task, path)
+                break
+        raise
