@@ -1,5 +1,6 @@
-"""The package's layers: no import circle, imports only downward, every module importable
-alone (docs/architecture.md draws the same picture)."""
+"""The package's layers: no import circle (through importlib names and a package's `__init__`
+too), imports only downward, every module importable alone (docs/architecture.md draws the
+same picture)."""
 
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ ALLOWED = {
 }
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def _module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -107,6 +108,74 @@ def test_no_import_circle_between_modules():
     # A package's __init__ importing its own submodules is how packages work; a submodule
     # importing its package's __init__ back would close a circle, and counts.
     assert _cycle(graph) is None
+
+
+def _named_modules(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The cvbench modules `path` names in a string (`"cvbench.cli.train"`): what it imports
+    through `importlib.import_module`, as `cvbench.cli` its subcommands and a lazy
+    `__init__` the home modules of its names. A dotted name only: a bare "cvbench" is a
+    Keras serialization package, not an import."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+    return {s for s in strings if isinstance(s, str) and "." in s and s in modules}
+
+
+def _loops_through_init(modules: dict[str, Path]) -> list[str]:
+    """`package <- module` for each module that imports its package's `__init__` itself (a
+    name defined there, not a submodule), at any level, while that `__init__` imports the
+    module (statically, in a function or through importlib, directly or through other modules
+    of the package): a circle `test_no_import_circle_between_modules` cannot see."""
+    graph = {
+        m: _imports(p, modules, top_level_only=False) | _named_modules(p, modules)
+        for m, p in modules.items()
+    }
+    loops = []
+    for package, path in modules.items():
+        if path.name != "__init__.py":
+            continue
+        inside = package + "."
+        loaded, todo = set(), [t for t in graph[package] if t.startswith(inside)]
+        while todo:
+            module = todo.pop()
+            if module not in loaded:
+                loaded.add(module)
+                todo.extend(t for t in graph[module] if t.startswith(inside))
+        loops += [f"{package} <- {m}" for m in sorted(loaded) if package in graph[m]]
+    return loops
+
+
+def test_no_module_imports_back_the_init_that_imports_it():
+    assert _loops_through_init(_modules()) == []
+
+
+def test_loop_finder_sees_an_importlib_loop(tmp_path):
+    # The shape of the old `cvbench.cli`: the __init__ imports its subcommand by name, the
+    # subcommand imports a class of the __init__ (in a function: still a loop).
+    package = tmp_path / "cvbench" / "cli"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        'import importlib\nclass CLIError(Exception): ...\nNAMES = ("cvbench.cli.train",)\n'
+    )
+    (package / "args.py").write_text("from cvbench.cli import train\n")
+    (package / "train.py").write_text("def f():\n    from cvbench.cli import CLIError\n")
+    modules = {_module_name(p, root=tmp_path / "cvbench"): p for p in sorted(package.rglob("*.py"))}
+    assert _loops_through_init(modules) == ["cvbench.cli <- cvbench.cli.train"]
+    (package / "train.py").write_text("def f():\n    from cvbench.cli.args import x\n")
+    assert _loops_through_init(modules) == []
+
+
+def test_no_cli_module_imports_from_cvbench_cli_itself():
+    # `cvbench.cli` imports every subcommand module (`_COMMAND_MODULES`, through importlib):
+    # what they share lives in its submodules (`cvbench.cli.errors`, `.args`, `.task_args`).
+    modules = _modules()
+    back = [
+        module
+        for module, path in modules.items()
+        if module.startswith("cvbench.cli.")
+        and "cvbench.cli" in _imports(path, modules, top_level_only=False)
+    ]
+    assert back == []
+    assert "cvbench.cli.errors" in modules and len([m for m in modules if "cli." in m]) > 8
 
 
 def test_parts_import_only_downward():

@@ -12,8 +12,8 @@ import argparse
 import os
 from pathlib import Path
 
-from cvbench.cli import CLIError
 from cvbench.cli.args import add_max_input_side, positive_int
+from cvbench.cli.errors import CLIError
 from cvbench.cli.predict import with_flag_hints
 
 

@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cvbench.cli import CLIError, for_command_line
 from cvbench.cli.args import add_max_input_side, positive_int
+from cvbench.cli.errors import CLIError, for_command_line
 from cvbench.utils.errors import BadFileError
 
 _BOX_FORMATS = ("xyxy", "xywh", "yxyx")

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cvbench.cli import CLIError
 from cvbench.cli.args import positive_int
+from cvbench.cli.errors import CLIError
 
 _PRECISIONS = ("auto", "fp16", "bf16", "fp32")
 

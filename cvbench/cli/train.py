@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from cvbench.cli import CLIError
 from cvbench.cli.args import float_list, non_negative_float, non_negative_int, positive_int
+from cvbench.cli.errors import CLIError
 from cvbench.cli.task_args import (
     add_data_backend,
     add_model_and_data,

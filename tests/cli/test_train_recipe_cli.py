@@ -12,6 +12,7 @@ import pytest
 
 import cvbench.cli as cli
 from cvbench.cli import train as train_cli
+from cvbench.cli.errors import CLIError
 from cvbench.tasks.recipes import get_recipe, reference_learning_rate
 from cvbench.training import trainer as trainer_module
 
@@ -97,15 +98,13 @@ def test_recipe_flag_selects_the_model_and_rejects_another():
     assert args.model == "inception_v3"
     args = _args(["--recipe", "resnet50_v1.5_250e", "--model", "resnet50", "--synthetic"])
     assert train_cli.resolve_recipe(args).loss.mixup_alpha == 0.2
-    with pytest.raises(
-        cli.CLIError, match="--recipe ssd320_v1.2 trains ssd320, not --model resnet50"
-    ):
+    with pytest.raises(CLIError, match="--recipe ssd320_v1.2 trains ssd320, not --model resnet50"):
         train_cli.resolve_recipe(
             _args(["--recipe", "ssd320_v1.2", "--model", "resnet50", "--synthetic"])
         )
-    with pytest.raises(cli.CLIError, match="--recipe: unknown recipe 'rn50'; known: incep"):
+    with pytest.raises(CLIError, match="--recipe: unknown recipe 'rn50'; known: incep"):
         train_cli.resolve_recipe(_args(["--recipe", "rn50", "--synthetic"]))
-    with pytest.raises(cli.CLIError, match="--mixup sets no knob of recipe ssd320_v1.2"):
+    with pytest.raises(CLIError, match="--mixup sets no knob of recipe ssd320_v1.2"):
         train_cli.resolve_recipe(_args([*SSD, "--mixup", "0.2"]))
     assert train_cli.resolve_recipe(_args(["--model", "resnet18", "--synthetic"])) is None
 
