@@ -69,9 +69,9 @@ def handler(args: argparse.Namespace) -> int:
         )
         check_parent_path(args.output)
         read_model_info(model, max_input_side=side)
-        from cvbench.inference.export import export_model
+        from cvbench.inference.export import export_for_serving
 
-        written = export_model(
+        written = export_for_serving(
             model,
             args.output,
             format=args.format,
