@@ -4,7 +4,7 @@ on the host (numpy) against in the graph (not collected).
     KERAS_BACKEND=tensorflow python benchmarks/export_inference.py \\
         [--batch-size 16] [--image-size 224] [--rounds 5] [--steps 2] [--post-batch 8]
 
-Classifier: cvbench's ResNet-50 (random weights) exported by `export_model` (SavedModel,
+Classifier: cvbench's ResNet-50 (random weights) exported by `export_for_serving` (SavedModel,
 uint8 input, batch norms folded; also without folding) and `keras.applications.ResNet50
 (weights=None)` with `predict`, the same batch of the same size. Rounds of `--steps` calls
 alternate between the three, and the median img/s of each is printed with the ratios to
@@ -50,7 +50,7 @@ def classifier_table(args: argparse.Namespace, workdir: Path) -> None:
     import tensorflow as tf
 
     from cvbench.inference import ModelInfo
-    from cvbench.inference.export import export_model
+    from cvbench.inference.export import export_for_serving
     from cvbench.models import resnet50
 
     size = args.image_size
@@ -60,7 +60,7 @@ def classifier_table(args: argparse.Namespace, workdir: Path) -> None:
     model = resnet50(input_shape=(size, size, 3), classifier_activation=None)
     served = {}
     for fold in (True, False):
-        path = export_model(model, workdir / f"resnet50_fold{fold}", info=info, fold=fold)
+        path = export_for_serving(model, workdir / f"resnet50_fold{fold}", info=info, fold=fold)
         served[fold] = tf.saved_model.load(str(path)).signatures["serving_default"]
     apps = keras.applications.ResNet50(weights=None, input_shape=(size, size, 3))
     rng = np.random.default_rng(0)

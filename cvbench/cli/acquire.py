@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cvbench.cli import CLIError
+from cvbench.cli.errors import CLIError
 
 _COCO_PARTS = ("annotations", "val", "train")
 

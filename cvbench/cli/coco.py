@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cvbench.cli import CLIError
 from cvbench.cli.args import positive_int
+from cvbench.cli.errors import CLIError
 from cvbench.cli.imagenet import add_max_pixels_argument
 
 _COCO_SPLITS = ("train", "val")

@@ -14,8 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cvbench.cli import CLIError
 from cvbench.cli.args import positive_int
+from cvbench.cli.errors import CLIError
 
 _PRECISIONS = ("fp32", "bf16", "fp16", "float32", "mixed_bfloat16", "mixed_float16")
 

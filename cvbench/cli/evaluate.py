@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cvbench.cli import CLIError
+from cvbench.cli.errors import CLIError
 from cvbench.cli.task_args import (
     add_data_backend,
     add_model_and_data,

@@ -12,8 +12,8 @@ import argparse
 import os
 from pathlib import Path
 
-from cvbench.cli import CLIError
 from cvbench.cli.args import add_max_input_side, positive_int
+from cvbench.cli.errors import CLIError
 from cvbench.cli.predict import with_flag_hints
 
 
@@ -53,8 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handler(args: argparse.Namespace) -> int:
+    from cvbench.inference import read_model_info
     from cvbench.inference.outputs import check_parent_path, check_replaceable
-    from cvbench.utils.model_file import MAX_INPUT_SIDE, read_model_info
+    from cvbench.utils.model_file import MAX_INPUT_SIDE
 
     model = Path(args.model)
     if not model.is_file():
@@ -69,9 +70,9 @@ def handler(args: argparse.Namespace) -> int:
         )
         check_parent_path(args.output)
         read_model_info(model, max_input_side=side)
-        from cvbench.inference.export import export_model
+        from cvbench.inference import export_for_serving
 
-        written = export_model(
+        written = export_for_serving(
             model,
             args.output,
             format=args.format,

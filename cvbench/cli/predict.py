@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cvbench.cli import CLIError, for_command_line
 from cvbench.cli.args import add_max_input_side, positive_int
+from cvbench.cli.errors import CLIError, for_command_line
 from cvbench.utils.errors import BadFileError
 
 _BOX_FORMATS = ("xyxy", "xywh", "yxyx")
@@ -186,8 +186,9 @@ def handler(args: argparse.Namespace) -> int:
 
 def _predict(args: argparse.Namespace) -> int:
     # The model file's info and the outputs are checked before Keras is imported.
+    from cvbench.inference import read_model_info
     from cvbench.inference.images import MAX_IMAGE_PIXELS, image_paths
-    from cvbench.utils.model_file import MAX_INPUT_SIDE, read_model_info
+    from cvbench.utils.model_file import MAX_INPUT_SIDE
 
     model_path = Path(args.model)
     if not model_path.is_file():
@@ -203,11 +204,8 @@ def _predict(args: argparse.Namespace) -> int:
     inputs = image_paths(args.inputs)
     _check_outputs(args, inputs)
 
-    from cvbench.inference.classification import classify
-    from cvbench.inference.coco_results import write_coco_results
-    from cvbench.inference.detection import SCORE_THRESHOLD, detect
-    from cvbench.inference.draw import draw_results
-    from cvbench.utils.model_file import load_model
+    from cvbench.inference import classify, detect, draw_results, load_model, write_coco_results
+    from cvbench.inference.detection import SCORE_THRESHOLD
 
     model, info = load_model(model_path, max_input_side=side)
     skipped = []

@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Prints the list or one recipe; returns the exit code (0)."""
-    from cvbench.cli import CLIError
+    from cvbench.cli.errors import CLIError
     from cvbench.tasks import recipes
 
     if args.name is None:

@@ -5,13 +5,11 @@ corrupt records `--skip-corrupt` skipped."""
 from __future__ import annotations
 
 import argparse
-import json
-import time
 from pathlib import Path
 from typing import Any
 
-from cvbench.cli import CLIError
 from cvbench.cli.args import positive_int
+from cvbench.cli.errors import CLIError
 
 _PRECISIONS = ("auto", "fp16", "bf16", "fp32")
 
@@ -120,7 +118,8 @@ def report_corrupt(
 ) -> int | None:
     """With `--skip-corrupt`: the corrupt records every rank's pipelines skipped (a
     collective: every rank calls it), printed by rank 0 as `cvbench: skipped N corrupt
-    records` and appended to `log_dir/train_log.jsonl` as a `corrupt_records` event.
+    records` and recorded in `log_dir/train_log.jsonl` (the run log,
+    `cvbench.training.run_log.RunLog`) as a `corrupt_records` event with its `count`.
 
     Returns:
         The total over ranks, or None without `--skip-corrupt` (nothing is printed).
@@ -135,9 +134,13 @@ def report_corrupt(
         noun = "record" if total == 1 else "records"
         print(f"cvbench: skipped {total} corrupt {noun} (--skip-corrupt)", flush=True)
         if log_dir is not None and Path(log_dir).is_dir():
-            entry = {"count": total, "event": "corrupt_records", "time": round(time.time(), 3)}
-            with open(Path(log_dir) / "train_log.jsonl", "a", encoding="utf-8") as f:
-                f.write(json.dumps(entry, sort_keys=True) + "\n")
+            from cvbench.training.run_log import RunLog
+
+            log = RunLog(log_dir, enabled=True, progress_bar=False, tensorboard=False)
+            try:
+                log.record("corrupt_records", count=total)
+            finally:
+                log.close()
     return total
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cvbench.cli import CLIError, evaluate
 from cvbench.cli.args import non_negative_int, positive_int
+from cvbench.cli.errors import CLIError
+from cvbench.cli.evaluate import register as register_eval
 from cvbench.cli.recipe_args import add_recipe_flags
 from cvbench.cli.task_args import (
     add_data_backend,
@@ -100,7 +101,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=train_command, usage_error=p.error)
 
     p.set_defaults(func=train_command, usage_error=p.error)
-    evaluate.register(subparsers)
+    register_eval(subparsers)
 
 
 def train_command(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ from cvbench.detection.anchors import anchors_per_location, feature_map_sizes, i
 from cvbench.detection.backbone import BACKBONE_LEVELS, build_backbone
 from cvbench.detection.fpn import FeaturePyramid
 from cvbench.detection.heads import WeightSharedHead
+from cvbench.utils.model_layers import all_layers
 
 #: RGB channel means subtracted by SSD320 v1.2's ResNet feature extractor.
 CHANNEL_MEANS = CAFFE_MEAN_RGB
@@ -128,7 +129,7 @@ def build_ssd(
     )(pyramid)
     model = keras.Model(inputs, {"boxes": boxes, "classes": classes}, name=name)
     if bn_momentum is not None:
-        for layer in model._flatten_layers(include_self=False, recursive=True):
+        for layer in all_layers(model):
             if isinstance(layer, layers.BatchNormalization):
                 layer.momentum = bn_momentum
     return model

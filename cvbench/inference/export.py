@@ -42,7 +42,7 @@ FORMATS = ("saved_model", "tflite")
 SIGNATURE = "serving_default"
 
 
-def export_model(
+def export_for_serving(
     model_or_path: Any,
     out: str | os.PathLike,
     *,
@@ -54,7 +54,8 @@ def export_model(
     overwrite: bool = False,
     max_input_side: int = MAX_INPUT_SIDE,
 ) -> Path:
-    """Writes a serving export of a classifier or an SSD.
+    """Writes a serving export of a classifier or an SSD (the `cvbench export` command; the
+    Trainer's own `model.keras` + SavedModel is `cvbench.training.export.export_trained_model`).
 
     Args:
         model_or_path: a Keras model, or the path of a `.keras` model file (its `ModelInfo`

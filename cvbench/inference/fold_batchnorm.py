@@ -35,6 +35,8 @@ import keras
 import numpy as np
 from keras import tree
 
+from cvbench.utils.model_layers import all_layers
+
 
 def fold_batchnorm(model: keras.Model) -> keras.Model:
     """A functional copy of `model` for inference with the batch norms folded (module
@@ -60,10 +62,7 @@ def fold_batchnorm(model: keras.Model) -> keras.Model:
 
 def count_batchnorms(model: keras.Model) -> int:
     """Number of `BatchNormalization` layers in `model`, nested layers and models included."""
-    return sum(
-        isinstance(layer, keras.layers.BatchNormalization)
-        for layer in model._flatten_layers(include_self=False, recursive=True)
-    )
+    return sum(isinstance(layer, keras.layers.BatchNormalization) for layer in all_layers(model))
 
 
 def _is_functional(layer: Any) -> bool:

@@ -133,7 +133,7 @@ def errors_naming(path: str | os.PathLike):
 
 
 def is_cvbench_export(path: str | os.PathLike) -> bool:
-    """Whether `path` is what `export_model` writes: a SavedModel folder holding its
+    """Whether `path` is what `export_for_serving` writes: a SavedModel folder holding its
     `EXPORT_MARKER` and nothing but what export writes there, or a TFLite file (not a
     symbolic link either way)."""
     path = Path(path)

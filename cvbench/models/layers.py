@@ -31,6 +31,8 @@ from typing import Any
 
 import keras
 
+from cvbench.utils.model_layers import all_layers
+
 
 @functools.cache
 def tensorflow_on_cpu_only() -> bool:
@@ -180,11 +182,7 @@ def set_fast_gradients(model: keras.Model, enabled: bool) -> keras.Model:
     """
     if not isinstance(enabled, bool):
         raise ValueError(f"enabled must be a bool, got {enabled!r}")
-    convs = [
-        layer
-        for layer in model._flatten_layers(include_self=False, recursive=True)
-        if isinstance(layer, FastConv2D)
-    ]
+    convs = [layer for layer in all_layers(model) if isinstance(layer, FastConv2D)]
     if not convs:
         raise ValueError(f"model {model.name!r} has no FastConv2D layer")
     for layer in convs:

@@ -1,6 +1,10 @@
-"""Exporting a model for users: a `.keras` file with its `ModelInfo`, and a SavedModel for
-serving on TensorFlow. Pass a model of built-in layers (`Trainer.user_model()`,
-`cvbench.utils.plain_keras.to_plain_keras`) for a file plain Keras loads."""
+"""The Trainer's export of a trained model (`Trainer.export`, and `fit`'s end with
+`TrainConfig(export=True)`): a `.keras` file with its `ModelInfo`, and the model's own
+SavedModel on TensorFlow. Pass a model of built-in layers (`Trainer.user_model()`,
+`cvbench.utils.plain_keras.to_plain_keras`) for a file plain Keras loads.
+
+The export for serving (a uint8-image signature with post-processing in the graph, TFLite)
+is `cvbench.inference.export.export_for_serving`."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import keras
 from cvbench.utils.model_file import ModelInfo, save_model
 
 
-def export_model(
+def export_trained_model(
     model: keras.Model, directory: str | Path, *, info: ModelInfo | None = None
 ) -> dict[str, Path]:
     """Writes `directory/model.keras` (with `info`) and, on TensorFlow, `directory/saved_model/`.

@@ -26,6 +26,7 @@ from keras import ops
 from cvbench.training.config import OptimizerConfig, ScheduleConfig
 from cvbench.training.precision import loss_scale_optimizer
 from cvbench.training.schedules import build_schedule
+from cvbench.utils.model_layers import all_layers
 
 _NORMALIZATION_LAYERS = (
     keras.layers.BatchNormalization,
@@ -211,7 +212,7 @@ def exclude_normalization_and_bias(
     """
     norm_ids = {
         id(variable)
-        for layer in model._flatten_layers(include_self=True, recursive=True)
+        for layer in all_layers(model, include_self=True)
         if isinstance(layer, _NORMALIZATION_LAYERS)
         for variable in layer.trainable_weights
     }

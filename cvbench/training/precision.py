@@ -24,6 +24,7 @@ import keras
 from keras import ops
 
 from cvbench.training.config import canonical_precision
+from cvbench.utils.model_layers import all_layers
 
 #: CPU feature flags (as /proc/cpuinfo names them) of native bfloat16 arithmetic.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -167,11 +168,7 @@ def check_model_policy(model: keras.Model, policy: str) -> None:
     Raises:
         ValueError: naming the policies found, when none of them is `policy`.
     """
-    found = {
-        layer.dtype_policy.name
-        for layer in model._flatten_layers(include_self=False, recursive=True)
-        if layer.weights
-    }
+    found = {layer.dtype_policy.name for layer in all_layers(model) if layer.weights}
     if found and policy not in found:
         raise ValueError(
             f"the model's layers use dtype policies {sorted(found)} but precision is "

@@ -40,10 +40,17 @@ class RunLog:
         enabled: False on ranks other than 0.
         progress_bar: True, False or "auto" (when stderr is a terminal or in a Jupyter
             kernel, see `wants_bar`).
+        tensorboard: write TensorBoard scalars under `log_dir/tensorboard/`; False for a log
+            that only records events (no events file is opened).
     """
 
     def __init__(
-        self, log_dir: str | os.PathLike | None, *, enabled: bool, progress_bar: bool | str
+        self,
+        log_dir: str | os.PathLike | None,
+        *,
+        enabled: bool,
+        progress_bar: bool | str,
+        tensorboard: bool = True,
     ) -> None:
         self.enabled = enabled
         self.log_dir = Path(log_dir) if log_dir is not None else None
@@ -60,7 +67,8 @@ class RunLog:
             if count:
                 text = head.decode("utf-8", "replace")
                 self.record("partial_line_dropped", bytes=count, text=text)
-            self._writer = _summary_writer(self.log_dir / "tensorboard")
+            if tensorboard:
+                self._writer = _summary_writer(self.log_dir / "tensorboard")
 
     def print(self, line: str) -> None:
         """Prints `line` on rank 0 (above the progress bar when there is one)."""

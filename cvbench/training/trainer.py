@@ -606,6 +606,6 @@ class Trainer:
         """
         if not self.is_chief:
             return {}
-        from cvbench.training.export import export_model
+        from cvbench.training.export import export_trained_model
 
-        return export_model(self.user_model(), Path(directory), info=self.model_info)
+        return export_trained_model(self.user_model(), Path(directory), info=self.model_info)

@@ -13,6 +13,7 @@ from jpeg_records import write_jpeg_records
 
 import cvbench.cli as cli
 from cvbench.cli import train as train_cli
+from cvbench.cli.errors import known_error
 
 TINY = ["--model", "resnet18", "--batch-size", "2", "--image-size", "32", "--num-classes", "4"]
 TINY += ["--precision", "fp32"]
@@ -251,19 +252,19 @@ def test_only_corrupt_data_errors_of_tensorflow_become_one_line():
     import tensorflow as tf
 
     shapes = tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [2,3] vs. [3,2]")
-    assert cli.known_error(shapes, command="train") is None
+    assert known_error(shapes, command="train") is None
     lost = tf.errors.DataLossError(None, None, "corrupted record at 12 [Op:IteratorGetNext]")
-    assert cli.known_error(lost, command="eval") == (
+    assert known_error(lost, command="eval") == (
         "cvbench eval: error: corrupted record at 12",
         1,
     )
     wrapped = RuntimeError("while training")
     wrapped.__cause__ = lost
-    assert cli.known_error(wrapped, command="eval") == (
+    assert known_error(wrapped, command="eval") == (
         "cvbench eval: error: corrupted record at 12",
         1,
     )
-    assert cli.known_error(KeyError("x"), command="eval") is None
+    assert known_error(KeyError("x"), command="eval") is None
 
 
 def test_debug_is_documented_in_the_top_level_help(capsys):

@@ -7,6 +7,7 @@ from cvbench.demo.detect import demo_ssd
 from cvbench.detection.anchors import multiscale_anchors
 from cvbench.detection.backbone import copy_backbone_weights
 from cvbench.models import resnet
+from cvbench.utils.model_layers import all_layers
 from cvbench.zoo import get_model
 
 TINY = DemoConfig(det_image_size=64, ssd_depth=8, ssd_head_layers=1)
@@ -39,7 +40,7 @@ def test_demo_ssd_outputs_one_row_per_anchor():
     # The demo's batch-norm momentum everywhere (the pyramid and head default to 0.997).
     momenta = {
         layer.momentum
-        for layer in model._flatten_layers(include_self=False, recursive=True)
+        for layer in all_layers(model)
         if isinstance(layer, keras.layers.BatchNormalization)
     }
     assert momenta == {0.9}

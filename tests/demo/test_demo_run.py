@@ -5,8 +5,8 @@ import keras
 import numpy as np
 import pytest
 
-from cvbench.cli import CLIError
 from cvbench.cli import demo as demo_cli
+from cvbench.cli.errors import CLIError
 from cvbench.demo import classify, detect, run
 from cvbench.demo.classify import StageResult
 from cvbench.demo.config import DemoConfig

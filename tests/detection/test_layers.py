@@ -12,6 +12,7 @@ from cvbench.detection.anchors import feature_map_sizes, multiscale_anchors
 from cvbench.detection.batchnorm import FreezableBatchNormalization
 from cvbench.detection.fpn import FeaturePyramid
 from cvbench.detection.heads import WeightSharedHead
+from cvbench.utils.model_layers import all_layers
 
 pytestmark = pytest.mark.backend_agnostic
 
@@ -76,7 +77,7 @@ def test_head_initial_outputs_and_sharing():
     # 2 towers x 4 shared convs + 2 predictors; one batch norm per tower layer and level.
     convs = [w for w in head.weights if "kernel" in w.path]
     assert len(convs) == 10
-    norms = [x for x in head._flatten_layers() if isinstance(x, FreezableBatchNormalization)]
+    norms = [x for x in all_layers(head) if isinstance(x, FreezableBatchNormalization)]
     assert len(norms) == 2 * 4 * 2
     assert len(head.losses) == 10  # L2 on every conv kernel
 

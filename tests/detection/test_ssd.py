@@ -11,6 +11,7 @@ from cvbench.detection import SSDBoxLoss, SSDClassLoss, SSDLoss, encode_targets,
 from cvbench.detection.anchors import multiscale_anchors
 from cvbench.detection.batchnorm import FreezableBatchNormalization
 from cvbench.detection.ssd import CHANNEL_MEANS
+from cvbench.utils.model_layers import all_layers
 from cvbench.zoo import get_model
 
 
@@ -54,9 +55,9 @@ def test_outputs_anchor_count_and_backbone_weights(tiny_model, source_backbone):
             _np(getattr(source_backbone.get_layer(name), attr)),
         )
     # Every batch norm freezes its statistics; every conv kernel has L2.
-    norms = [x for x in model._flatten_layers() if isinstance(x, keras.layers.BatchNormalization)]
+    norms = [x for x in all_layers(model) if isinstance(x, keras.layers.BatchNormalization)]
     assert norms and all(isinstance(x, FreezableBatchNormalization) and x.frozen for x in norms)
-    convs = [x for x in model._flatten_layers() if isinstance(x, keras.layers.Conv2D)]
+    convs = [x for x in all_layers(model) if isinstance(x, keras.layers.Conv2D)]
     assert len(model.losses) == len(convs) == 20 + 7 + 10  # ResNet-18, FPN, head
 
     images = _images()
@@ -112,7 +113,7 @@ def test_fit_steps_lower_the_loss():
         include_preprocessing=False,
         weight_decay=0.0,
     )
-    norms = [x for x in model._flatten_layers() if isinstance(x, FreezableBatchNormalization)]
+    norms = [x for x in all_layers(model) if isinstance(x, FreezableBatchNormalization)]
     assert norms and not any(x.frozen for x in norms)
     assert not model.losses
     assert "subtract_channel_means" not in [layer.name for layer in model.layers]

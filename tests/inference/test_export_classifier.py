@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from cvbench.inference import ModelInfo, save_model
 from cvbench.inference import export as export_lib
-from cvbench.inference.export import export_model
+from cvbench.inference.export import export_for_serving
 from cvbench.models import resnet18
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
@@ -50,7 +50,7 @@ def images(n: int, seed: int = 1) -> np.ndarray:
 
 
 def test_saved_model_signature(classifier, tmp_path):
-    path = export_model(classifier, tmp_path / "cls", info=INFO, top_k=3)
+    path = export_for_serving(classifier, tmp_path / "cls", info=INFO, top_k=3)
     serve = tf.saved_model.load(str(path)).signatures["serving_default"]
     (spec,) = serve.structured_input_signature[1].values()
     assert spec.dtype == tf.uint8 and spec.shape.as_list() == [None, 32, 32, 3]
@@ -66,7 +66,7 @@ def test_saved_model_signature(classifier, tmp_path):
 
 
 def test_top_k_above_the_class_count_gives_every_class(classifier, tmp_path):
-    path = export_model(classifier, tmp_path / "cls", info=INFO, top_k=50)
+    path = export_for_serving(classifier, tmp_path / "cls", info=INFO, top_k=50)
     out = tf.saved_model.load(str(path)).signatures["serving_default"](
         images=tf.constant(images(2))
     )
@@ -76,7 +76,7 @@ def test_top_k_above_the_class_count_gives_every_class(classifier, tmp_path):
 
 def test_a_softmax_model_is_not_softmaxed_twice(tmp_path):
     model = resnet18(input_shape=(32, 32, 3), num_classes=5)  # ends in softmax
-    path = export_model(model, tmp_path / "cls", info=INFO)
+    path = export_for_serving(model, tmp_path / "cls", info=INFO)
     x = images(2)
     out = tf.saved_model.load(str(path)).signatures["serving_default"](images=tf.constant(x))
     # A second softmax would flatten these (max about 0.4 over 5 classes); the export folds
@@ -85,7 +85,7 @@ def test_a_softmax_model_is_not_softmaxed_twice(tmp_path):
 
 
 def test_tflite_top1_equals_keras(classifier, tmp_path):
-    path = export_model(classifier, tmp_path / "cls.tflite", info=INFO, format="tflite")
+    path = export_for_serving(classifier, tmp_path / "cls.tflite", info=INFO, format="tflite")
     assert path.is_file() and path.stat().st_size > 100_000  # ResNet-18's weights in it
     runner = tf.lite.Interpreter(model_path=str(path)).get_signature_runner("serving_default")
     x = images(8, seed=3)
@@ -97,7 +97,7 @@ def test_tflite_top1_equals_keras(classifier, tmp_path):
 
 def test_export_from_a_model_file_uses_its_info(classifier, tmp_path):
     model_file = save_model(classifier, tmp_path / "m.keras", INFO)
-    path = export_model(model_file, tmp_path / "cls", top_k=2)
+    path = export_for_serving(model_file, tmp_path / "cls", top_k=2)
     out = tf.saved_model.load(str(path)).signatures["serving_default"](
         images=tf.constant(images(1))
     )
@@ -107,46 +107,46 @@ def test_export_from_a_model_file_uses_its_info(classifier, tmp_path):
 def test_written_atomically_with_the_umask(classifier, tmp_path):
     old = os.umask(0o027)
     try:
-        path = export_model(classifier, tmp_path / "cls.tflite", info=INFO, format="tflite")
+        path = export_for_serving(classifier, tmp_path / "cls.tflite", info=INFO, format="tflite")
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
     assert [p.name for p in tmp_path.iterdir()] == ["cls.tflite"]  # no staging left
     with pytest.raises(FileExistsError, match="cls.tflite exists; pass overwrite=True"):
-        export_model(classifier, path, info=INFO, format="tflite")
+        export_for_serving(classifier, path, info=INFO, format="tflite")
 
 
 def test_bad_arguments(classifier, tmp_path):
     with pytest.raises(ValueError, match="format must be one of .*got 'onnx'"):
-        export_model(classifier, tmp_path / "x", info=INFO, format="onnx")
+        export_for_serving(classifier, tmp_path / "x", info=INFO, format="onnx")
     with pytest.raises(ValueError, match="needs the model's ModelInfo"):
-        export_model(classifier, tmp_path / "x")
+        export_for_serving(classifier, tmp_path / "x")
     with pytest.raises(ValueError, match="top_k must be an int >= 1; got 0"):
-        export_model(classifier, tmp_path / "x", info=INFO, top_k=0)
+        export_for_serving(classifier, tmp_path / "x", info=INFO, top_k=0)
     wrong = ModelInfo(task="classification", class_names=tuple("abcde"), image_size=(64, 64))
     with pytest.raises(ValueError, match=r"input size \(32, 32\) differs .* \(64, 64\)"):
-        export_model(classifier, tmp_path / "x", info=wrong)
+        export_for_serving(classifier, tmp_path / "x", info=wrong)
     assert not (tmp_path / "x").exists()
 
 
 def test_another_backend_is_refused(classifier, tmp_path, monkeypatch):
     monkeypatch.setattr(export_lib, "_backend", lambda: "jax")
     with pytest.raises(RuntimeError, match="export needs the TensorFlow backend"):
-        export_model(classifier, tmp_path / "x", info=INFO)
+        export_for_serving(classifier, tmp_path / "x", info=INFO)
 
 
 def test_under_jax_export_raises(tmp_path):
     code = (
         "import keras\n"
         "from cvbench.inference import ModelInfo\n"
-        "from cvbench.inference.export import export_model\n"
+        "from cvbench.inference.export import export_for_serving\n"
         "assert keras.config.backend() == 'jax'\n"
         "model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),"
         " keras.layers.Dense(5)])\n"
         "info = ModelInfo(task='classification', class_names=tuple('abcde'),"
         " image_size=(32, 32))\n"
         "try:\n"
-        "    export_model(model, 'out', info=info)\n"
+        "    export_for_serving(model, 'out', info=info)\n"
         "except RuntimeError as e:\n"
         "    print(e)\n"
     )

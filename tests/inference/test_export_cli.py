@@ -1,4 +1,4 @@
-"""`cvbench export`: flags reach `export_model`; errors are one line."""
+"""`cvbench export`: flags reach `export_for_serving`; errors are one line."""
 
 from __future__ import annotations
 

@@ -11,12 +11,13 @@ from cvbench.detection.ssd import build_ssd
 from cvbench.inference.fold_batchnorm import count_batchnorms, fold_batchnorm, folded_weights
 from cvbench.models import resnet18
 from cvbench.models.layers import FastConv2D
+from cvbench.utils.model_layers import all_layers
 
 
 def randomize_batchnorms(model: keras.Model, seed: int) -> None:
     """Moving statistics, gamma and beta far from (0, 1, 1, 0), so a wrong fold shows."""
     rng = np.random.default_rng(seed)
-    for layer in model._flatten_layers(include_self=False, recursive=True):
+    for layer in all_layers(model):
         if isinstance(layer, layers.BatchNormalization):
             n = layer.moving_mean.shape[0]
             layer.moving_mean.assign(rng.normal(0.0, 0.5, n).astype("float32"))

@@ -11,7 +11,7 @@ from cvbench.detection.anchors import multiscale_anchors
 from cvbench.detection.postprocess import postprocess
 from cvbench.detection.ssd import build_ssd
 from cvbench.inference import ModelInfo
-from cvbench.inference.export import export_model, to_tflite
+from cvbench.inference.export import export_for_serving, to_tflite
 from cvbench.inference.fold_batchnorm import fold_batchnorm
 from cvbench.inference.serving import detections
 
@@ -54,7 +54,9 @@ def assert_same_detections(got: dict, expected: dict) -> None:
 
 @pytest.mark.parametrize("threshold", [None, 0.02])
 def test_exported_ssd_equals_numpy_postprocess(tiny_ssd, tmp_path, threshold):
-    path = export_model(tiny_ssd, tmp_path / "ssd", info=ssd_info(), score_threshold=threshold)
+    path = export_for_serving(
+        tiny_ssd, tmp_path / "ssd", info=ssd_info(), score_threshold=threshold
+    )
     images = np.random.default_rng(1).integers(0, 256, (3, 64, 64, 3), dtype=np.uint8)
     serve = tf.saved_model.load(str(path)).signatures["serving_default"]
     got = {k: v.numpy() for k, v in serve(images=tf.constant(images)).items()}
@@ -145,8 +147,8 @@ def test_tflite_ssd_matches_the_saved_model(tiny_ssd, tmp_path):
     # The whole SSD in TFLite: its convolutions (XNNPACK) round differently from
     # TensorFlow's by about 1e-6, which may swap two detections whose scores are that
     # close; compare each image's detections as a set, scores sorted.
-    lite = export_model(tiny_ssd, tmp_path / "ssd.tflite", info=ssd_info(), format="tflite")
-    saved = export_model(tiny_ssd, tmp_path / "ssd", info=ssd_info())
+    lite = export_for_serving(tiny_ssd, tmp_path / "ssd.tflite", info=ssd_info(), format="tflite")
+    saved = export_for_serving(tiny_ssd, tmp_path / "ssd", info=ssd_info())
     images = np.random.default_rng(4).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
     got = tf.lite.Interpreter(model_path=str(lite)).get_signature_runner()(images=images)
     serve = tf.saved_model.load(str(saved)).signatures["serving_default"]

@@ -12,6 +12,7 @@ import pytest
 
 from cvbench.models import layers as layers_module
 from cvbench.models.layers import FastConv2D, set_fast_gradients
+from cvbench.utils.model_layers import all_layers
 from cvbench.zoo import get_model
 
 
@@ -148,11 +149,7 @@ def test_the_switch_reaches_the_nested_backbone_of_the_ssd():
     # The SSD's ResNet backbone is a nested model built by the ResNet builder; its FPN and
     # head keep Keras' Conv2D (FastConv2D measured no gain there, docs/benchmarks.md).
     ssd = get_model("ssd320", num_classes=2, image_size=64, backbone="resnet18")
-    convs = [
-        layer
-        for layer in ssd._flatten_layers(include_self=False, recursive=True)
-        if isinstance(layer, keras.layers.Conv2D)
-    ]
+    convs = [layer for layer in all_layers(ssd) if isinstance(layer, keras.layers.Conv2D)]
     fast = [c for c in convs if type(c) is FastConv2D]
     assert len(fast) == 20  # ResNet-18's convolutions (test_builders_use_fast_conv2d)
     assert all(type(c) is keras.layers.Conv2D for c in convs if c not in fast)

@@ -120,3 +120,12 @@ def test_a_full_disk_writing_the_log_names_the_file(tmp_path):
     assert e.value.errno == errno.ENOSPC
     assert e.value.filename == str(tmp_path / "train_log.jsonl")
     assert str(e.value) == f"[Errno 28] No space left on device: '{tmp_path}/train_log.jsonl'"
+
+
+def test_an_events_only_log_opens_no_tensorboard_writer(tmp_path):
+    log = RunLog(tmp_path, enabled=True, progress_bar=False, tensorboard=False)
+    log.record("corrupt_records", count=2)
+    log.scalars(1, {"loss": 1.0})  # nothing to write to: no error
+    log.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["train_log.jsonl"]
+    assert read_run_log(tmp_path / "train_log.jsonl")[0]["count"] == 2

@@ -7,6 +7,7 @@ import keras
 import numpy as np
 import pytest
 
+from cvbench.utils.model_layers import all_layers
 from cvbench.utils.plain_keras import to_plain_keras, with_input_normalization
 
 pytestmark = pytest.mark.backend_agnostic
@@ -32,7 +33,7 @@ def _randomize(model, seed=0):
 
 
 def _assert_builtin_only(model):
-    for layer in model._flatten_layers(include_self=True, recursive=True):
+    for layer in all_layers(model, include_self=True):
         assert type(layer).__module__.startswith("keras."), (layer.name, type(layer))
         assert layer.dtype_policy.name == "float32", layer.name
         for attr in ("kernel_regularizer", "bias_regularizer", "gamma_regularizer"):
