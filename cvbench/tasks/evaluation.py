@@ -39,7 +39,7 @@ def checkpoint_trainer(
         precision = _policy_of(model)
     trainer = build_trainer(task, precision=precision, config=config, model=model)
     if model is None:
-        load_weights(trainer, find_checkpoint(path), task)
+        load_checkpoint_weights(trainer, find_checkpoint(path), task)
     return trainer
 
 
@@ -110,7 +110,7 @@ def check_classes(model_classes: int | None, task: Task, source: Path) -> None:
     raise ValueError(f"{source} holds a model for {model_classes} classes but {data}; {hint}")
 
 
-def load_weights(trainer: Any, path: Path, task: Task) -> None:
+def load_checkpoint_weights(trainer: Any, path: Path, task: Task) -> None:
     """`trainer.load_weights(path)`; a checkpoint of a model for another number of classes
     is a one-line error saying so (`check_classes`), not a shape message."""
     try:

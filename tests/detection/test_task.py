@@ -101,11 +101,13 @@ class OracleModel:
 
 
 def test_recipe_and_label_maps():
-    opt, sched = DetectionTask(TaskOptions(model="ssd320")).recipe()
+    recipe = DetectionTask(TaskOptions(model="ssd320")).recipe
+    opt, sched = recipe.optimizer, recipe.schedule
+    assert recipe.name == "ssd320_v1.2"
     assert (opt.name, opt.momentum, opt.nesterov, opt.weight_decay) == ("sgd", 0.9, False, 0.0)
-    # 0.000625 x global batch = 0.16 for 256 images; warmup 8% of 27 epochs from 0.43332 x.
+    # 0.000625 x global batch = 0.16 for 256 images; warmup 8% of the run from 0.43332 x.
     assert sched.base_lr == pytest.approx(0.16) and sched.reference_batch == 256
-    assert sched.warmup_epochs == pytest.approx(2.16) and sched.decay == "cosine"
+    assert sched.warmup_fraction == 0.08 and sched.decay == "cosine"
     assert sched.warmup_start_factor == 0.43332
     default = DetectionTask(TaskOptions(model="ssd320"))
     assert default.num_classes == 90 and default.label_map.category_ids[-1] == 90

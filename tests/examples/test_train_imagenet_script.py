@@ -70,5 +70,5 @@ def test_script_trains_evaluates_and_exports(records, tmp_path, capsys):
 
 
 def test_script_refuses_a_model_the_registry_lacks(records):
-    with pytest.raises(ValueError, match="unknown classification model 'resnet7'"):
+    with pytest.raises(ValueError, match="unknown model 'resnet7'; known: inception_v3, resnet101"):
         _load_script().main(["--model", "resnet7", "--data-dir", str(records)])

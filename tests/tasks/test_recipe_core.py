@@ -38,12 +38,18 @@ def test_list_and_get():
         get_recipe("resnet50")
 
 
-def test_default_recipe_of_each_model():
+def test_default_recipe_of_each_model(monkeypatch):
     assert default_recipe("resnet50").name == "resnet50_v1.5_90e"
     assert default_recipe("inception_v3").name == "inception_v3_nvcnn"
     assert default_recipe("ssd320").name == "ssd320_v1.2"
     for depth in (18, 34, 101, 152):  # no published recipe: cvbench's defaults
         assert default_recipe(f"resnet{depth}").name == f"resnet{depth}_cvbench"
+    with pytest.raises(ValueError, match="unknown model 'mine'; known: inception_v3, resnet101"):
+        default_recipe("mine")
+    # A model registered in the zoo without a recipe says how to give it one.
+    import cvbench.zoo
+
+    monkeypatch.setattr(cvbench.zoo, "task_of", lambda name: "classification")
     with pytest.raises(ValueError, match="model 'mine' has no recipe .*register_recipe"):
         default_recipe("mine")
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cvbench.tasks.recipes.core import DETECTION, Recipe
+from cvbench.tasks.recipes.registered import default_recipe, get_recipe
 
 #: A setting -> the knob it sets in a classification recipe and in a detection recipe (None
 #: where that kind of recipe has no such knob).
@@ -77,8 +78,6 @@ def resolve_recipe(
             another model; a setting the recipe has no knob for (naming its reason, e.g. the
             flag); a value the knob's part refuses.
     """
-    from cvbench.tasks.recipes import default_recipe, get_recipe
-
     if isinstance(recipe, str):
         recipe = get_recipe(recipe)
     if recipe is None:
