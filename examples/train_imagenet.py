@@ -31,8 +31,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--precision", default="auto", help="fp16, bf16, fp32 or auto")
     parser.add_argument("--image-size", type=int, default=None, help="default: the model's")
     parser.add_argument("--num-classes", type=int, default=None, help="default: 1000")
-    parser.add_argument("--batch-size", type=int, default=256, help="images per GPU and step")
-    parser.add_argument("--epochs", type=int, default=90, help="epochs to train")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="images per GPU and step (the recipe's)"
+    )
+    parser.add_argument("--epochs", type=int, default=None, help="epochs (the recipe's: 90)")
     parser.add_argument("--log-dir", default=None, help="default: runs/<model>")
     parser.add_argument("--resume", action="store_true", help="continue the run in --log-dir")
     args = parser.parse_args(argv)
@@ -43,11 +45,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             data_dir=args.data_dir,
             image_size=args.image_size,
             num_classes=args.num_classes,
+            # The model's recipe (resnet50_v1.5_90e for resnet50), these settings resolved
+            # into it as deviations.
+            settings={"batch_size": args.batch_size, "epochs": args.epochs},
         )
     )
     run = prepare_run(  # the Trainer, with the task's model, loss, metrics and recipe
         task,
-        batch_size=args.batch_size,
         precision=args.precision,
         config=TrainConfig(
             log_dir=args.log_dir or f"runs/{args.model}",
@@ -57,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         ),
         seed=1234,
     )
-    results = run.fit(epochs=args.epochs, evaluate="end")
+    results = run.fit(evaluate="end")  # the recipe's run: exactly its planned steps
     if run.trainer.is_chief:
         print(f"top-1 {results['top1']:.4f}  top-5 {results['top5']:.4f}")
     return results
