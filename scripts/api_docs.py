@@ -104,21 +104,30 @@ def _anchor(package: str, name: str) -> str:
 
 
 def _members(cls: type) -> list[tuple[str, object]]:
-    """Public methods and properties defined by `cls` itself, in source order. Overrides of a
-    base class's method (Keras' `call`, `build`, `get_config`) are left out unless they have
-    a docstring of their own."""
-    out = []
-    for name, member in vars(cls).items():
-        if name.startswith("_"):
-            continue
-        if isinstance(member, (staticmethod, classmethod)):
-            member = member.__func__
-        if not (inspect.isfunction(member) or isinstance(member, property)):
-            continue
-        overrides = any(hasattr(base, name) for base in cls.__mro__[1:])
-        if overrides and not member.__doc__:
-            continue
-        out.append((name, member))
+    """Public methods and properties defined by `cls` itself, in source order, then those of
+    its private cvbench base classes (a leading underscore: parts of `cls` kept in another
+    module, such as the Trainer's checkpoints). Overrides of a base class's method (Keras'
+    `call`, `build`, `get_config`) are left out unless they have a docstring of their own."""
+    mro = cls.__mro__
+    owners = [cls] + [
+        base
+        for base in mro[1:]
+        if base.__name__.startswith("_") and base.__module__.startswith("cvbench.")
+    ]
+    out, seen = [], set()
+    for owner in owners:
+        for name, member in vars(owner).items():
+            if name.startswith("_") or name in seen:
+                continue
+            if isinstance(member, (staticmethod, classmethod)):
+                member = member.__func__
+            if not (inspect.isfunction(member) or isinstance(member, property)):
+                continue
+            overrides = any(hasattr(base, name) for base in mro[mro.index(owner) + 1 :])
+            if overrides and not member.__doc__:
+                continue
+            seen.add(name)
+            out.append((name, member))
     return out
 
 

@@ -14,7 +14,8 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import keras
@@ -57,6 +58,23 @@ def export_trained_model(
             shutil.rmtree(staging, ignore_errors=True)
         written["saved_model"] = final
     return written
+
+
+def user_model(
+    model: keras.Model, transform: Callable[[keras.Model], keras.Model] | None = None
+) -> keras.Model:
+    """`transform(model)`, by default `to_plain_keras(model)`, warning and returning `model`
+    as it is when it holds layers `to_plain_keras` cannot convert (`Trainer.user_model`)."""
+    if transform is not None:
+        return transform(model)
+    from cvbench.utils.plain_keras import to_plain_keras
+
+    try:
+        return to_plain_keras(model)
+    except ValueError as err:
+        # stacklevel 3: the warning names the caller of `Trainer.user_model`, as before.
+        warnings.warn(f"exporting the model as it is: {err}", stacklevel=3)
+        return model
 
 
 @contextlib.contextmanager

@@ -10,15 +10,14 @@ around it:
   before the loss-scale check, rank 0's variables broadcast at the start and after a resume,
   metrics averaged over ranks, only rank 0 printing and writing, all ranks stopping together;
 - checkpoints every N steps and at epoch ends, resume from the newest valid one, with the
-  data position (`cvbench.training.inputs`);
+  data position (`cvbench.training.inputs`), and the lock on the run folder (the base class
+  in `cvbench.training.trainer_checkpoints`);
 - NVIDIA-style throughput lines and summary, a JSON-lines log, TensorBoard scalars, a
   progress bar, and a `.keras` / SavedModel export at the end.
 """
 
 from __future__ import annotations
 
-import functools
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,19 +25,11 @@ from typing import Any
 import keras
 import numpy as np
 
-from cvbench.training import checkpoint as ckpt
-from cvbench.training import resume
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import Distribution, get_distribution
 from cvbench.training.epoch_loop import run_epochs
-from cvbench.training.inputs import (
-    evaluation_batches,
-    is_array_data,
-    known_length,
-    make_source,
-    peek_batch_size,
-    rank_rows,
-)
+from cvbench.training.evaluation import evaluate_trainer
+from cvbench.training.inputs import make_source, peek_batch_size
 from cvbench.training.optimizers import assemble_optimizer, check_optimizer_args
 from cvbench.training.precision import (
     build_model_with_policy,
@@ -49,31 +40,13 @@ from cvbench.training.run_dir import RunDirectory
 from cvbench.training.run_log import RunLog
 from cvbench.training.signals import StopRequest
 from cvbench.training.step_timing import benchmark_trainer
-from cvbench.training.throughput import (
-    ThroughputSummary,
-)
+from cvbench.training.throughput import ThroughputSummary
+from cvbench.training.trainer_checkpoints import _TrainerCheckpoints, holding_log_dir
 from cvbench.training.training_model import TrainingModel
 from cvbench.utils.model_file import ModelInfo
 
-CHECKPOINT_SUBDIR = "checkpoints"
 
-
-def _holding_log_dir(fit: Callable) -> Callable:
-    """`fit` with the run directory claimed first (`Trainer.claim_log_dir`) and let go at
-    the end, also after an error."""
-
-    @functools.wraps(fit)
-    def run(trainer: Trainer, *args: Any, **kwargs: Any) -> Any:
-        trainer.claim_log_dir()
-        try:
-            return fit(trainer, *args, **kwargs)
-        finally:
-            trainer.release_log_dir()
-
-    return run
-
-
-class Trainer:
+class Trainer(_TrainerCheckpoints):
     """Trains a Keras model with mixed precision, optionally data-parallel under Horovod.
 
     Example:
@@ -288,117 +261,10 @@ class Trainer:
                 f"this Trainer was set up for a global batch of {self.global_batch}, the data "
                 f"gives {global_batch}"
             )
-        if self._synced:
-            return
-        restored = self._restore_latest() if self.config.resume else None
-        if restored is not None:
-            self.state = {k: int(restored.get(k, self.state[k])) for k in self.state}
-        self.distribution.broadcast_variables(self._all_variables())
-        self._synced = True
-
-    def _all_variables(self) -> list:
-        return list(self.model.variables) + list(self.optimizer.variables)
-
-    # ----------------------------------------------------------------- checkpoints
-    @property
-    def checkpoint_dir(self) -> Path | None:
-        """Where checkpoints are written (`log_dir/checkpoints`), or None."""
-        return self.log_dir / CHECKPOINT_SUBDIR if self.log_dir is not None else None
-
-    def _checkpoints(self) -> ckpt.CheckpointManager:
-        return ckpt.CheckpointManager(self.checkpoint_dir, keep=self.config.keep_checkpoints)
-
-    def save_checkpoint(self) -> Path | None:
-        """Writes a checkpoint of the current state and the run's plan (rank 0; others
-        return None).
-
-        Raises:
-            CheckpointWriteError: the disk is full; the message names the previous checkpoint,
-                which is left intact for a rerun with `resume=True`.
-        """
-        if not self.is_chief or self.checkpoint_dir is None or self.optimizer is None:
-            return None
-        state = dict(self.state, **self._plan())
-        return self._checkpoints().save(
-            self.state["step"],
-            model_variables=self.model.variables,
-            optimizer_variables=self.optimizer.variables,
-            state=state,
-        )
-
-    def load_weights(self, path: str | Path) -> dict:
-        """Loads the model variables (not the optimizer) from a checkpoint file.
-
-        Every rank reads the file, so it must be visible to all of them.
-
-        Returns:
-            The trainer state stored in the checkpoint.
-
-        Raises:
-            ValueError: when the file is not a checkpoint of this model.
-        """
-        meta, arrays = ckpt.load_checkpoint(path)
-        ckpt.restore_variables(meta, arrays, model_variables=self.model.variables)
-        return dict(meta["state"])
-
-    def _plan(self) -> dict[str, Any]:
-        """What a resume must agree on, as stored in each checkpoint's state."""
-        return resume.run_plan(
-            global_batch=self.global_batch,
-            precision=self.precision,
-            planned_steps=self._planned_steps,
-            epochs=self._planned_epochs,
-            model_name=self.model.name,
-            optimizer=self._optimizer_spec,
-            schedule=self._schedule_spec,
-            settings=self.run_settings,
-        )
-
-    def _restore_latest(self) -> dict | None:
-        """Rank 0 loads the newest valid checkpoint, refusing one written for another plan
-        (epochs, steps per epoch, global batch, precision, model) unless
-        `config.force_resume`; every rank gets its trainer state, or the same refusal.
-
-        Raises:
-            ValueError: naming the checkpoint and what differs.
-        """
-        state = None
-        if self.is_chief:
-            manager = self._checkpoints()
-            manager.remove_temporaries()
-            found = manager.latest()
-            if found is not None:
-                state = resume.restore_checked(self, *found)
-        state = self.distribution.broadcast_object(state)
-        if state is not None and "refused" in state:
-            raise ValueError(state["refused"])
-        return state
-
-    # ----------------------------------------------------------------- run directory
-    def claim_log_dir(self) -> None:
-        """Takes `log_dir` for this Trainer's run (`fit` does it first; every rank calls it):
-        rank 0 locks it for as long as the run writes there, and refuses a fresh run
-        (`config.resume` False) into a folder that holds another run's checkpoints,
-        `train_log.jsonl` or `export/`. Later calls (a second `fit`) continue the same run.
-
-        Raises:
-            ValueError: a fresh run into a folder holding a run (resume it, or use another).
-            RunDirInUseError: another training run holds the folder (an `OSError`).
-            OSError: the folder cannot be written (read-only, a file in its place, ...).
-        """
-        if self.log_dir is None:
-            return
-        run_dir = self._run_dir or RunDirectory(self.log_dir)
-        run_dir.claim(self.distribution, fresh=self._run_dir is None and not self.config.resume)
-        self._run_dir = run_dir
-
-    def release_log_dir(self) -> None:
-        """Lets rank 0's lock on `log_dir` go (the end of `fit` does it)."""
-        if self._run_dir is not None:
-            self._run_dir.release()
+        self._resume_or_sync()
 
     # ----------------------------------------------------------------- fit
-    @_holding_log_dir
+    @holding_log_dir
     def fit(
         self,
         train_data: Any,
@@ -519,31 +385,7 @@ class Trainer:
         Returns:
             `{"loss": ..., <metric name>: ...}` as floats, identical on every rank.
         """
-        self.compile_for_inference()
-        model = self.training_model
-        if is_array_data(data):
-            part = rank_rows(data, self.rank, self.size)
-            x, y, sample_weight = (part + (None,))[:3]
-            model.evaluate(
-                x,
-                y,
-                sample_weight=sample_weight,
-                batch_size=batch_size or 32,
-                steps=steps,
-                verbose=0,
-            )
-        else:
-            if steps is None and not type(data).__module__.startswith("tensorflow"):
-                steps = known_length(data)
-            model.evaluate(evaluation_batches(data), steps=steps, verbose=0)
-        if self.size > 1:
-            variables = model.metrics_variables
-            values = [keras.ops.convert_to_numpy(v.value) for v in variables]
-            totals = self.distribution.sum_arrays(values)
-            for variable, value, total in zip(variables, values, totals, strict=True):
-                variable.assign(total.astype(value.dtype))
-        results = model.get_metrics_result()
-        return {k: float(keras.ops.convert_to_numpy(v)) for k, v in results.items()}
+        return evaluate_trainer(self, data, steps=steps, batch_size=batch_size)
 
     # ----------------------------------------------------------------- benchmark
     def benchmark(
@@ -584,15 +426,9 @@ class Trainer:
         `to_plain_keras(model)` (built-in Keras layers only, float32, no regularizers); a
         model of layers it cannot convert is returned as it is, with a warning naming the
         layer (its file then needs those classes to load)."""
-        if self.export_transform is not None:
-            return self.export_transform(self.model)
-        from cvbench.utils.plain_keras import to_plain_keras
+        from cvbench.training.export import user_model
 
-        try:
-            return to_plain_keras(self.model)
-        except ValueError as err:
-            warnings.warn(f"exporting the model as it is: {err}", stacklevel=2)
-            return self.model
+        return user_model(self.model, self.export_transform)
 
     def export(self, directory: str | Path) -> dict[str, Path]:
         """Writes `model.keras` (`user_model()` with `model_info`, loadable by plain Keras)

@@ -1,0 +1,43 @@
+"""`Trainer.evaluate`'s loop: Keras' `evaluate` on each rank's part of the data, then the
+metric states (totals and counts) summed over ranks, so that every rank gets the results
+over the whole set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+
+from cvbench.training.inputs import evaluation_batches, is_array_data, known_length, rank_rows
+
+
+def evaluate_trainer(
+    trainer: Any, data: Any, *, steps: int | None = None, batch_size: int | None = None
+) -> dict[str, float]:
+    """Loss and metrics of `trainer.training_model` over `data`, summed over ranks before
+    averaging (see `Trainer.evaluate`, which documents the arguments)."""
+    trainer.compile_for_inference()
+    model = trainer.training_model
+    if is_array_data(data):
+        part = rank_rows(data, trainer.rank, trainer.size)
+        x, y, sample_weight = (part + (None,))[:3]
+        model.evaluate(
+            x,
+            y,
+            sample_weight=sample_weight,
+            batch_size=batch_size or 32,
+            steps=steps,
+            verbose=0,
+        )
+    else:
+        if steps is None and not type(data).__module__.startswith("tensorflow"):
+            steps = known_length(data)
+        model.evaluate(evaluation_batches(data), steps=steps, verbose=0)
+    if trainer.size > 1:
+        variables = model.metrics_variables
+        values = [keras.ops.convert_to_numpy(v.value) for v in variables]
+        totals = trainer.distribution.sum_arrays(values)
+        for variable, value, total in zip(variables, values, totals, strict=True):
+            variable.assign(total.astype(value.dtype))
+    results = model.get_metrics_result()
+    return {k: float(keras.ops.convert_to_numpy(v)) for k, v in results.items()}
