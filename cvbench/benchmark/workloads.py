@@ -89,11 +89,10 @@ def cvbench_model(
     *,
     image_size: int | None = None,
     num_classes: int | None = None,
-    recipe: Any = None,
 ) -> CvbenchModel:
     """The model, loss and recipe `cvbench train --model name` uses: its task's, with the
-    model's recipe (or `recipe`, a `Recipe` or its name) and the sizes given; `name` may also
-    be a task already made (`cvbench.tasks.make_task`; the sizes are then its own).
+    model's recipe and the sizes given; `name` may also be a task already made
+    (`cvbench.tasks.make_task`, e.g. with another recipe; the sizes are then its own).
 
     Raises:
         ValueError: for an unknown model name (listing the known ones) or a bad size.
@@ -102,7 +101,7 @@ def cvbench_model(
         return CvbenchModel(name=name.options.model, task=name)
     from cvbench.tasks import TaskOptions, make_task
 
-    options = TaskOptions(model=name, image_size=image_size, num_classes=num_classes, recipe=recipe)
+    options = TaskOptions(model=name, image_size=image_size, num_classes=num_classes)
     return CvbenchModel(name=name, task=make_task(options))
 
 

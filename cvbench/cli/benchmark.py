@@ -104,7 +104,7 @@ def benchmark_command(args: argparse.Namespace) -> int:
         from cvbench.benchmark.table import latency_table
 
         say(latency_table([latency]))
-    skipped = report_corrupt(args, task if args.data_dir is not None else None, dist)
+    skipped = report_corrupt(args, task, dist)
     if dist.is_chief and args.json:
         from cvbench.utils.io import write_json_atomic
 

@@ -64,7 +64,7 @@ def evaluation_model(path: Path, task: Task) -> Any:
     if info is None:
         return keras.saving.load_model(path, compile=False)
     if info.task != task.name:
-        raise ValueError(f"--checkpoint {str(path)!r} is a {info.task} model, not {task.name}")
+        raise ValueError(f"{path} is a {info.task} model, not {task.name}")
     model, _ = load_model(path)
     if info.task != "classification":
         return model
