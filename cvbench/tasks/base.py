@@ -283,6 +283,11 @@ class RecordTask(abc.ABC):
         """Extra arguments of `dataset_fn` for training only."""
         return {}
 
+    def callers_own(self) -> tuple[str, ...]:
+        """The recipe's parts the task's caller replaced (e.g. "training preprocessing");
+        default none."""
+        return ()
+
     def train_dataset(self, dataset: Any, *, seed: int | None, distribution: Any) -> Any:
         """The training pipeline as the task trains on it (e.g. mixup); default: unchanged."""
         return dataset

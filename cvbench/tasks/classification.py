@@ -191,8 +191,21 @@ class ClassificationTask(RecordTask):
 
         return num_examples(self.options.data_dir, split)
 
+    def callers_own(self) -> tuple[str, ...]:
+        """The recipe's parts this task's caller replaced (`train_preprocess`,
+        `eval_preprocess`): named in the run's banner and recipe event."""
+        hooks = {
+            "training preprocessing": self._train_preprocess,
+            "evaluation preprocessing": self._eval_preprocess,
+        }
+        return tuple(part for part, hook in hooks.items() if hook is not None)
+
     def train_options(self) -> dict[str, Any]:
-        return {"train_preprocess": self._train_preprocess}
+        """The caller's `train_preprocess`, which replaces the recipe's preprocessing, else
+        the recipe's `preprocessing`."""
+        if self._train_preprocess is not None:
+            return {"train_preprocess": self._train_preprocess}
+        return {"preprocessing": self.preprocessing()}
 
     def train_dataset(self, dataset: Any, *, seed: int | None, distribution: Any) -> Any:
         """Mixup of the training batches when the recipe has it (labels become soft
@@ -213,7 +226,7 @@ class ClassificationTask(RecordTask):
     def dataset_options(self) -> dict[str, Any]:
         # A record whose label is outside [0, num_classes) is an error naming it (a wrong
         # --num-classes would otherwise train on silently: a one-hot of zeros has loss 0).
-        return {"num_classes": self.num_classes, "preprocessing": self.preprocessing()}
+        return {"num_classes": self.num_classes}
 
     def preprocessing(self) -> Any:
         """The recipe's `cvbench.data.ImagePreprocessing` (crops, scaling, decoder)."""
@@ -236,13 +249,14 @@ class ClassificationTask(RecordTask):
                 keras.ops.convert_to_tensor, self.synthetic_batch(batch_size, 1)
             )
             return list(repeated(batch, SYNTHETIC_EVAL_BATCHES)(0))
+        if self._eval_preprocess is not None:  # replaces the recipe's preprocessing
+            preprocess: dict[str, Any] = {"eval_preprocess": self._eval_preprocess}
+        else:
+            preprocess = {"preprocessing": self.preprocessing()}
         return self.read(
-            "validation",
-            batch_size=batch_size,
-            distribution=distribution,
-            training=False,
-            eval_preprocess=self._eval_preprocess,
-        )
+            "validation", batch_size=batch_size, distribution=distribution, training=False,
+            **preprocess,
+        )  # fmt: skip
 
     def evaluate(self, trainer: Any, *, batch_size: int) -> dict[str, float]:
         """Loss, top-1 and top-5 over the whole validation split, identical on every rank."""

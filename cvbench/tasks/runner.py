@@ -47,6 +47,8 @@ class TaskRun:
         train: this rank's training data and steps per epoch.
         batch_size: images per rank and step.
         plan: the task's recipe at this run's global batch (`cvbench.tasks.recipes.plan`).
+        callers_own: the recipe's parts the caller replaced (e.g. "optimizer and schedule",
+            "training preprocessing"); the run log's recipe event names them.
         history: the `keras.callbacks.History` of the last `fit` (None before).
     """
 
@@ -55,6 +57,7 @@ class TaskRun:
     train: TrainData
     batch_size: int
     plan: RecipePlan
+    callers_own: tuple[str, ...] = ()
     history: keras.callbacks.History | None = None
 
     def evaluate(self) -> dict[str, float]:
@@ -90,7 +93,8 @@ class TaskRun:
             steps_per_epoch = steps_per_epoch or planned_steps
         # The resolved recipe: the run log's first event, written once the checkpoints allow
         # the run (a refused resume writes nothing).
-        self.trainer.run_events = [("recipe", recipe_record(self.task.recipe, self.plan))]
+        record = recipe_record(self.task.recipe, self.plan, callers_own=self.callers_own)
+        self.trainer.run_events = [("recipe", record)]
         self.history = self.trainer.fit(
             self.train.data,
             epochs=epochs,
@@ -195,11 +199,14 @@ def prepare_run(
         batch_per_gpu=batch_size,
     )  # fmt: skip
     banner = f"cvbench: recipe {recipe.name}: {run_plan.describe()}"
+    callers_own = tuple(getattr(task, "callers_own", tuple)())
     if optimizer is None:
         optimizer = recipe.optimizer
         schedule = planned_schedule(recipe, run_plan)
     else:
-        banner += " (optimizer and schedule: the caller's)"
+        callers_own = ("optimizer and schedule", *callers_own)
+    if callers_own:
+        banner += f" ({', '.join(callers_own)}: the caller's)"
     if dist.is_chief:
         print(banner, flush=True)
     config = dataclasses.replace(config or TrainConfig(), **loss_scaling(recipe))
@@ -214,7 +221,10 @@ def prepare_run(
         distribution=dist,
     )
     trainer.run_settings = run_settings(task)
-    return TaskRun(task=task, trainer=trainer, train=train, batch_size=batch_size, plan=run_plan)
+    return TaskRun(
+        task=task, trainer=trainer, train=train, batch_size=batch_size, plan=run_plan,
+        callers_own=callers_own,
+    )  # fmt: skip
 
 
 def run_settings(task: Task) -> dict[str, Any]:
@@ -231,12 +241,18 @@ def run_settings(task: Task) -> dict[str, Any]:
     }
 
 
-def recipe_record(recipe: Recipe, run: RecipePlan) -> dict[str, Any]:
+def recipe_record(
+    recipe: Recipe, run: RecipePlan, *, callers_own: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """What the run log records of a recipe: `{"recipe": name, "knobs": {knob: value},
-    "deviations": [{"knob", "reference", "reason"}], "plan": {...}}`."""
-    return {
+    "deviations": [{"knob", "reference", "reason"}], "plan": {...}}`, and `"callers_own"`:
+    the parts the caller replaced (their knobs in `knobs` are not what ran), when any."""
+    record = {
         "recipe": recipe.name,
         "knobs": dict(recipe.knobs()),
         "deviations": [dataclasses.asdict(d) for d in recipe.deviations],
         "plan": dataclasses.asdict(run),
     }
+    if callers_own:
+        record["callers_own"] = list(callers_own)
+    return record

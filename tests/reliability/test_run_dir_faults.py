@@ -277,4 +277,6 @@ def test_a_log_cut_mid_line_is_repaired_by_the_resume(finished_run, tmp_path):
     dropped = events[len(whole.splitlines())]
     assert dropped["event"] == "partial_line_dropped"
     assert (dropped["bytes"], dropped["text"]) == (29, '{"event": "step", "loss": 1.2')
-    assert events[len(whole.splitlines()) + 1]["event"] == "start"  # then the resumed run
+    # then the resumed run: its recipe (every run has one), then its start
+    resumed_events = events[len(whole.splitlines()) + 1 :]
+    assert [e["event"] for e in resumed_events[:2]] == ["recipe", "start"]

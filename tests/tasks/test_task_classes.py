@@ -14,21 +14,6 @@ from cvbench.tasks import ClassificationTask, DetectionTask, TaskOptions
 
 
 @pytest.fixture(scope="module")
-def six_class_records(tmp_path_factory):
-    """A 6-class folder (the demo's shapes, 2 train + 1 val image each) built into records."""
-    from cvbench.data import build_imagenet
-    from cvbench.demo.shapes_data import write_classification_set
-
-    root = tmp_path_factory.mktemp("six")
-    raw = write_classification_set(
-        root / "raw", image_size=32, train_per_class=2, val_per_class=1, seed=0
-    )
-    build_imagenet(raw.path, root / "records", train_shards=1, val_shards=1, num_workers=1,
-                   progress=False)  # fmt: skip
-    return root / "records"
-
-
-@pytest.fixture(scope="module")
 def coco_records(tmp_path_factory):
     """COCO records of 2 images whose categories are 1 (person), 3 (car) and 90 (bus)."""
     from cvbench.data import build_coco_splits
@@ -62,8 +47,9 @@ def test_six_class_folder_gives_six_classes_with_names(six_class_records):
     # The classes are the folder names in sorted order (label i + 1 in the records).
     assert task.num_classes == 6
     assert task.class_names == tuple(sorted(SHAPE_NAMES))
-    # The label check uses it too; the pipeline is the recipe's (resnet18_cvbench's).
-    assert task.dataset_options() == {"num_classes": 6, "preprocessing": task.recipe.preprocessing}
+    # The label check uses it too; the training pipeline is the recipe's (resnet18_cvbench's).
+    assert task.dataset_options() == {"num_classes": 6}
+    assert task.train_options() == {"preprocessing": task.recipe.preprocessing}
     assert task.recipe.deviation("model.num_classes").reason.startswith("the classes of the data")
 
 

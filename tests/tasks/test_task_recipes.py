@@ -32,7 +32,7 @@ def test_classification_task_takes_size_loss_and_pipeline_from_the_recipe():
     assert (task.image_size, task.num_classes) == (299, 1000)
     loss = task.loss()
     assert (loss.label_smoothing, loss.smoothing_classes) == (0.0, None)
-    preprocessing = task.dataset_options()["preprocessing"]
+    preprocessing = task.train_options()["preprocessing"]
     assert (preprocessing.input_scaling, preprocessing.eval_crop) == (
         "inception",
         "crop_then_resize",
@@ -45,7 +45,7 @@ def test_classification_task_takes_size_loss_and_pipeline_from_the_recipe():
     from cvbench.data import ImagePreprocessing
 
     plain = ClassificationTask(TaskOptions(model="resnet18"))  # resnet18_cvbench
-    assert plain.dataset_options()["preprocessing"] == ImagePreprocessing()
+    assert plain.train_options()["preprocessing"] == ImagePreprocessing()
     assert plain.input_normalization() == (ImagePreprocessing().mean, ImagePreprocessing().std)
 
 
