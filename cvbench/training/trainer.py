@@ -374,7 +374,8 @@ class Trainer(_TrainerCheckpoints):
 
         Metric states (totals and counts) are summed over ranks, so with each rank holding its
         own shard the results cover the whole set exactly once. Batches may carry a
-        `sample_weight` (0 for padding rows), which the metrics honour.
+        `sample_weight` (0 for padding rows), which the metrics and the loss honour (the loss
+        is the mean over real examples, whatever the batch size).
 
         Args:
             data: NumPy arrays `(x, y[, sample_weight])` (split over ranks here, no row

@@ -96,15 +96,60 @@ class TrainingModel(keras.Model):
         return self.inner(inputs, training=training)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        del x, training
+        """The loss of a batch. Evaluating, with a `sample_weight` (0 for padding rows) and a
+        per-example `keras.losses.Loss` (reduction "sum_over_batch_size" / "mean"), it is
+        the weighted mean over the real rows, `sum(w * l) / sum(w)` (0 when `sum(w) = 0`), so
+        that padding neither adds to it nor dilutes it (`test_step` weighs it by `sum(w)`)."""
+        del x
         if sample_weight is not None and isinstance(self.loss_fn, keras.losses.Loss):
-            loss = self.loss_fn(y, y_pred, sample_weight=sample_weight)
+            if not training and self.loss_fn.reduction in PER_EXAMPLE_REDUCTIONS:
+                loss = _weighted_mean(self.loss_fn.call(y, y_pred), sample_weight)
+            else:
+                loss = self.loss_fn(y, y_pred, sample_weight=sample_weight)
         else:
             loss = self.loss_fn(y, y_pred)
         loss = ops.cast(loss, "float32")
         for extra in self.losses:
             loss = loss + ops.cast(ops.sum(extra), "float32")
         return loss
+
+    # ------------------------------------------------------------------ the test step
+    def test_step(self, *args):
+        """Keras' test step, with the loss tracker weighing each batch by its real rows
+        (`sum(sample_weight)`, the batch size without weights) instead of the batch's rows:
+        the evaluation loss over a padded last batch is the mean over real examples only.
+
+        JAX: `test_step(state, data) -> (logs, state)`; TensorFlow: `test_step(data)`.
+        """
+        backend = keras.config.backend()
+        if backend == "jax":
+            return self._jax_test_step(*args)
+        if backend != "tensorflow":
+            return super().test_step(*args)
+        (data,) = args
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        y_pred = self(x, training=False)
+        loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
+                                 training=False)  # fmt: skip
+        self._loss_tracker.update_state(loss, sample_weight=_real_rows(x, sample_weight))
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def _jax_test_step(self, state, data):
+        trainable, non_trainable, metrics_state = state
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        _, aux = self.compute_loss_and_updates(
+            trainable, non_trainable, metrics_state, x, y, sample_weight, training=False
+        )
+        loss, y_pred, non_trainable, metrics_state = aux
+        mapping = list(zip(self.metrics_variables, metrics_state, strict=True))
+        with keras.StatelessScope(state_mapping=mapping) as scope:
+            self._loss_tracker.update_state(loss, sample_weight=_real_rows(x, sample_weight))
+            logs = self.compute_metrics(x, y, y_pred, sample_weight)
+        new_metrics = []
+        for variable, old in mapping:
+            value = scope.get_current_value(variable)
+            new_metrics.append(old if value is None else value)
+        return logs, (trainable, non_trainable, new_metrics)
 
     # ------------------------------------------------------------------ the train step
     def train_step(self, *args):
@@ -264,6 +309,29 @@ class TrainingModel(keras.Model):
 
 def _first(x):
     return next(t for t in keras.tree.flatten(x) if t is not None)
+
+
+# Reductions of a `keras.losses.Loss` whose value is a mean of per-example losses.
+PER_EXAMPLE_REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")
+
+
+def _weighted_mean(values, sample_weight) -> object:
+    """`sum(w * l) / sum(w)` in float32 over the batch axis (`values` averaged over any
+    other axes first); 0 when every weight is 0."""
+    values = ops.cast(values, "float32")
+    if len(values.shape) > 1:
+        values = ops.mean(ops.reshape(values, (values.shape[0], -1)), axis=1)
+    weights = ops.reshape(ops.cast(sample_weight, "float32"), (-1,))
+    total = ops.sum(values * weights)
+    count = ops.sum(weights)
+    return ops.where(count > 0, total / ops.maximum(count, 1e-12), 0.0)
+
+
+def _real_rows(x, sample_weight) -> object:
+    """The batch's real examples: `sum(sample_weight)`, or its rows without weights."""
+    if sample_weight is None:
+        return ops.cast(ops.shape(_first(x))[0], "float32")
+    return ops.sum(ops.cast(sample_weight, "float32"))
 
 
 def _all_finite(grads) -> object:
