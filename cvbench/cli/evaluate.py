@@ -24,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Evaluate --checkpoint (a checkpoint .npz, a run directory whose newest valid "
             "checkpoint is used, or an exported .keras model) on every validation image, "
-            "with the model's recipe (or --recipe) as cvbench train resolves it."
+            "with the recipe the checkpoint's run used (its model, image size and "
+            "preprocessing; a .keras file: its model at its image size), else the model's "
+            "recipe (or --recipe), as cvbench train resolves it."
         ),
     )
     add_model_and_data(p, synthetic_help="random data (smoke tests)")
@@ -38,10 +40,11 @@ def eval_command(args: argparse.Namespace) -> int:
     """Runs `cvbench eval`."""
     from cvbench.tasks.evaluation import checkpoint_trainer
 
-    task = task_from_args(args)
     checkpoint = Path(args.checkpoint)
     if not checkpoint.exists():
         raise CLIError(f"--checkpoint {args.checkpoint!r} does not exist")
+    use_saved_run(args, checkpoint)
+    task = task_from_args(args)
     trainer = checkpoint_trainer(task, checkpoint, precision=args.precision, seed=args.seed)
     results = task.evaluate(trainer, batch_size=task.recipe.run.batch_per_gpu)
     print_results(trainer, results)
@@ -52,3 +55,23 @@ def eval_command(args: argparse.Namespace) -> int:
         extra = {} if skipped is None else {"corrupt_records": skipped}
         write_json_atomic(args.json, {**results, **extra})
     return 0
+
+
+def use_saved_run(args: argparse.Namespace, checkpoint: Path) -> None:
+    """Without --recipe, and with no --model or the one saved: the model and the recipe
+    (with the run's knobs: image size, preprocessing, classes, ...) that `checkpoint`
+    records (`cvbench.tasks.evaluation.saved_run`); flags given still override its knobs.
+    Its classes stand for --num-classes (records without `dataset_info.json` need one; with
+    one, a model for other classes is a one-line error)."""
+    from cvbench.tasks.evaluation import saved_run
+
+    if args.recipe is not None:
+        return
+    try:
+        saved = saved_run(checkpoint)
+    except (FileNotFoundError, ValueError) as e:
+        raise CLIError(f"--checkpoint: {e}") from None
+    if saved and args.model in (None, saved["model"]):
+        args.model, args.recipe = saved["model"], saved["recipe"]
+        if args.num_classes is None:
+            args.num_classes = saved["recipe"].model_knobs.num_classes

@@ -6,6 +6,10 @@ task's model with the checkpoint's weights; for a `.keras` file with a `ModelInf
 cvbench writes for users, taking `[0, 255]` RGB), the file's model behind a layer that maps
 the classification pipeline's normalized images back to `[0, 255]`. A model for another
 number of classes than the task's data is an error saying so, not a shape message.
+
+`saved_run(path)` is what the file records of the run that made it (the model, its recipe
+with every knob after overrides, hence its image size and preprocessing), so that `cvbench
+eval` evaluates a model as it was trained without the flags repeated.
 """
 
 from __future__ import annotations
@@ -41,6 +45,66 @@ def checkpoint_trainer(
     if model is None:
         load_checkpoint_weights(trainer, find_checkpoint(path), task)
     return trainer
+
+
+def saved_run(path: str | Path) -> dict[str, Any]:
+    """What the model saved at `path` records of its run, as `TaskOptions` fields:
+    `{"model": name, "recipe": Recipe}`, the recipe carrying the run's knobs (image size,
+    preprocessing, classes, ...), each knob that differs from the named recipe recorded as a
+    deviation "the run of <path>". A checkpoint or a run folder: its run settings (what
+    `--resume` checks); a `.keras` file with a `ModelInfo`: its model at its image size.
+    `{}` when the file records neither (or names a model without a recipe here).
+
+    Raises:
+        FileNotFoundError: a run folder without a valid checkpoint.
+        ValueError: a damaged checkpoint; a `.keras` file with an unreadable `ModelInfo`.
+    """
+    from cvbench.tasks.recipes import default_recipe, get_recipe
+
+    path = Path(path)
+    if path.suffix == ".keras":
+        from cvbench.utils.model_file import read_model_info
+
+        info = read_model_info(path)
+        if info is None or info.model is None:
+            return {}
+        recipe = _recipe_or_none(lambda: default_recipe(info.model))
+        knobs = {"model.image_size": info.image_size[0]}
+        if info.task == "classification":
+            knobs["model.num_classes"] = len(info.class_names)
+    else:
+        from cvbench.training.checkpoint import find_checkpoint, load_checkpoint
+
+        meta, _ = load_checkpoint(find_checkpoint(path))
+        settings = meta.get("state", {}).get("settings") or {}
+        if not settings.get("recipe"):
+            return {}
+        recipe = _recipe_or_none(lambda: get_recipe(settings["recipe"]))
+        knobs = settings.get("knobs") or {}
+    if recipe is None:
+        return {}
+    return {"model": recipe.model, "recipe": _with_knobs(recipe, knobs, f"the run of {path}")}
+
+
+def _recipe_or_none(get: Any) -> Any:
+    try:
+        return get()
+    except (KeyError, ValueError):  # a recipe or model this version does not have
+        return None
+
+
+def _with_knobs(recipe: Any, knobs: dict[str, Any], reason: str) -> Any:
+    """`recipe` with the stored `knobs` (JSON values: lists for tuples) that differ from
+    its own; knobs it does not have (another version's) are left out."""
+    current = dict(recipe.knobs())
+    changes = {}
+    for knob, stored in knobs.items():
+        if knob not in current:
+            continue
+        value = tuple(stored) if isinstance(current[knob], tuple) else stored
+        if value != current[knob]:
+            changes[knob] = value
+    return recipe.with_overrides(changes, reason=reason) if changes else recipe
 
 
 def evaluation_model(path: Path, task: Task) -> Any:
