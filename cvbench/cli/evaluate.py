@@ -69,8 +69,8 @@ def use_saved_run(args: argparse.Namespace, checkpoint: Path) -> None:
         return
     try:
         saved = saved_run(checkpoint)
-    except (FileNotFoundError, ValueError) as e:
-        raise CLIError(f"--checkpoint: {e}") from None
+    except (FileNotFoundError, ValueError):
+        return  # not a readable checkpoint: the flags' errors first, then loading says why
     if saved and args.model in (None, saved["model"]):
         args.model, args.recipe = saved["model"], saved["recipe"]
         if args.num_classes is None:

@@ -10,7 +10,7 @@ Trainer's ranks, and `TaskRun` trains and evaluates.
     ...                              synthetic_steps=2))
     >>> run = prepare_run(task, batch_size=4, precision="fp32",
     ...                   config=TrainConfig(log_every=0, progress_bar=False, export=False))
-    cvbench: recipe resnet18_cvbench: global batch 4 = 1 x 4, peak LR 0.004, ...
+    cvbench: recipe resnet18_cvbench: global batch 4 = 1 x 4, peak LR 0.004 (0.256 x 4 / 256), ...
     >>> run.train.steps_per_epoch, sorted(run.fit(epochs=1, evaluate="end"))
     epoch 1: loss ... top1 ... top5 ... skipped 0 of 2 steps (0 in the run)
     (2, ['loss', 'top1', 'top5'])
@@ -19,6 +19,7 @@ Trainer's ranks, and `TaskRun` trains and evaluates.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,8 +48,8 @@ class TaskRun:
         train: this rank's training data and steps per epoch.
         batch_size: images per rank and step.
         plan: the task's recipe at this run's global batch (`cvbench.tasks.recipes.plan`).
-        callers_own: the recipe's parts the caller replaced (e.g. "optimizer and schedule",
-            "training preprocessing"); the run log's recipe event names them.
+        notes: what the banner and the run log's recipe event say besides the recipe: the
+            precision used and why, the overrides, the parts the caller replaced.
         history: the `keras.callbacks.History` of the last `fit` (None before).
     """
 
@@ -57,7 +58,7 @@ class TaskRun:
     train: TrainData
     batch_size: int
     plan: RecipePlan
-    callers_own: tuple[str, ...] = ()
+    notes: RunNotes = None  # type: ignore[assignment]
     history: keras.callbacks.History | None = None
 
     def evaluate(self) -> dict[str, float]:
@@ -93,7 +94,7 @@ class TaskRun:
             steps_per_epoch = steps_per_epoch or planned_steps
         # The resolved recipe: the run log's first event, written once the checkpoints allow
         # the run (a refused resume writes nothing).
-        record = recipe_record(self.task.recipe, self.plan, callers_own=self.callers_own)
+        record = recipe_record(self.task.recipe, self.plan, notes=self.notes)
         self.trainer.run_events = [("recipe", record)]
         self.history = self.trainer.fit(
             self.train.data,
@@ -198,17 +199,12 @@ def prepare_run(
         recipe, num_gpus=dist.size, train_images=steps * batch_size * dist.size,
         batch_per_gpu=batch_size,
     )  # fmt: skip
-    banner = f"cvbench: recipe {recipe.name}: {run_plan.describe()}"
     callers_own = tuple(getattr(task, "callers_own", tuple)())
     if optimizer is None:
         optimizer = recipe.optimizer
         schedule = planned_schedule(recipe, run_plan)
     else:
         callers_own = ("optimizer and schedule", *callers_own)
-    if callers_own:
-        banner += f" ({', '.join(callers_own)}: the caller's)"
-    if dist.is_chief:
-        print(banner, flush=True)
     config = dataclasses.replace(config or TrainConfig(), **loss_scaling(recipe))
     if callable(optimizer) and not isinstance(optimizer, keras.optimizers.Optimizer):
         optimizer = optimizer(train.steps_per_epoch, batch_size * dist.size)
@@ -220,10 +216,26 @@ def prepare_run(
         config=config,
         distribution=dist,
     )
+    notes = RunNotes(
+        precision=trainer.precision,
+        precision_reason=precision_note(recipe, trainer.precision, precision),
+        overrides=overrides(recipe),
+        callers_own=callers_own,
+    )
+    if dist.is_chief:
+        for line in notes.banner(recipe, run_plan):
+            print(line, flush=True)
+    if run_plan.warmup_steps > run_plan.total_steps and "optimizer and schedule" not in callers_own:
+        warnings.warn(
+            f"recipe {recipe.name}: the warmup ({run_plan.warmup_steps} steps) is longer than "
+            f"the run ({run_plan.total_steps} steps): the rate never reaches its peak "
+            f"{run_plan.peak_lr:g}",
+            stacklevel=2,
+        )
     trainer.run_settings = run_settings(task)
     return TaskRun(
         task=task, trainer=trainer, train=train, batch_size=batch_size, plan=run_plan,
-        callers_own=callers_own,
+        notes=notes,
     )  # fmt: skip
 
 
@@ -241,18 +253,86 @@ def run_settings(task: Task) -> dict[str, Any]:
     }
 
 
-def recipe_record(
-    recipe: Recipe, run: RecipePlan, *, callers_own: tuple[str, ...] = ()
-) -> dict[str, Any]:
+def recipe_record(recipe: Recipe, run: RecipePlan, *, notes: RunNotes | None = None) -> dict:
     """What the run log records of a recipe: `{"recipe": name, "knobs": {knob: value},
-    "deviations": [{"knob", "reference", "reason"}], "plan": {...}}`, and `"callers_own"`:
-    the parts the caller replaced (their knobs in `knobs` are not what ran), when any."""
-    record = {
+    "deviations": [{"knob", "reference", "reason"}], "plan": {...}}`, and with `notes`:
+    `"precision"`, `"precision_reason"`, `"overrides"` ([{"knob", "value", "reason"}]) and,
+    when any, `"callers_own"` (the parts the caller replaced: their knobs are not what ran)."""
+    record: dict[str, Any] = {
         "recipe": recipe.name,
         "knobs": dict(recipe.knobs()),
         "deviations": [dataclasses.asdict(d) for d in recipe.deviations],
         "plan": dataclasses.asdict(run),
     }
-    if callers_own:
-        record["callers_own"] = list(callers_own)
+    if notes is not None:
+        record.update(precision=notes.precision, precision_reason=notes.precision_reason)
+        record["overrides"] = [
+            {"knob": knob, "value": value, "reason": reason}
+            for knob, value, reason in notes.overrides
+        ]
+        if notes.callers_own:
+            record["callers_own"] = list(notes.callers_own)
     return record
+
+
+@dataclass(frozen=True)
+class RunNotes:
+    """What a run states besides its recipe and plan.
+
+    Attributes:
+        precision: the Keras policy the Trainer uses.
+        precision_reason: why (`precision_note`).
+        overrides: `(knob, value, reason)` of each knob set away from the named recipe
+            (flags, `TaskOptions` arguments, the data's classes).
+        callers_own: the recipe's parts the caller replaced ("optimizer and schedule",
+            "training preprocessing", ...).
+    """
+
+    precision: str
+    precision_reason: str
+    overrides: tuple[tuple[str, Any, str], ...] = ()
+    callers_own: tuple[str, ...] = ()
+
+    def banner(self, recipe: Recipe, run: RecipePlan) -> list[str]:
+        """The lines rank 0 prints: `cvbench: recipe R: <plan>, precision P (why)` with the
+        caller's parts, then `cvbench: overrides: ...` when there are any."""
+        first = f"cvbench: recipe {recipe.name}: {run.describe()}, precision {self.precision}"
+        first += f" ({self.precision_reason})"
+        if self.callers_own:
+            first += f"; {', '.join(self.callers_own)}: the caller's"
+        lines = [first]
+        if self.overrides:
+            text = "; ".join(f"{k} {v!r} ({reason})" for k, v, reason in self.overrides)
+            lines.append(f"cvbench: overrides of {recipe.name}: {text}")
+        return lines
+
+
+def precision_note(recipe: Recipe, used: str, asked: str) -> str:
+    """Why the run uses `used`: "asked", or auto's reason; and the recipe's precision when
+    it differs (e.g. NVIDIA's mixed_float16 on a machine without a GPU)."""
+    from cvbench.training.config import canonical_precision
+    from cvbench.training.precision import precision_reason
+
+    reason = precision_reason(asked)
+    recipes = canonical_precision(recipe.run.precision)
+    if recipes != used:
+        reason += f"; the recipe's is {recipes}"
+    return reason
+
+
+def overrides(recipe: Recipe) -> tuple[tuple[str, Any, str], ...]:
+    """`(knob, value, reason)` for each knob of `recipe` that differs from the registered
+    recipe of its name (none for a recipe that is not registered)."""
+    from cvbench.tasks.recipes import get_recipe
+
+    try:
+        named = get_recipe(recipe.name)
+    except (KeyError, ValueError):
+        return ()
+    reference = dict(named.knobs())
+    found = []
+    for knob, value in recipe.knobs():
+        if knob in reference and value != reference[knob]:
+            deviation = recipe.deviation(knob)
+            found.append((knob, value, deviation.reason if deviation else "set"))
+    return tuple(found)

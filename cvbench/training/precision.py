@@ -83,6 +83,32 @@ def backend_has_gpu() -> bool:
     return False
 
 
+def precision_reason(
+    precision: str, *, has_gpu: bool | None = None, flags: Collection[str] | None = None
+) -> str:
+    """Why `resolve_precision(precision)` gives what it gives, for the run's banner.
+
+    Example:
+        >>> precision_reason("auto", has_gpu=False, flags={"avx2", "amx_bf16"})
+        'auto: this CPU has native bfloat16 (amx_bf16)'
+        >>> precision_reason("auto", has_gpu=False, flags={"avx2"})
+        'auto: no GPU, and this CPU has no native bfloat16 (avx512_bf16, amx_bf16)'
+        >>> precision_reason("fp32")
+        'asked'
+    """
+    if canonical_precision(precision) != "auto":
+        return "asked"
+    if has_gpu is None:
+        has_gpu = backend_has_gpu()
+    if has_gpu:
+        return "auto: a GPU"
+    flags = cpu_flags() if flags is None else flags
+    native = [flag for flag in BF16_CPU_FLAGS if flag in flags]
+    if native:
+        return f"auto: this CPU has native bfloat16 ({', '.join(native)})"
+    return f"auto: no GPU, and this CPU has no native bfloat16 ({', '.join(BF16_CPU_FLAGS)})"
+
+
 def resolve_precision(
     precision: str, *, has_gpu: bool | None = None, flags: Collection[str] | None = None
 ) -> str:

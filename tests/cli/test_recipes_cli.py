@@ -86,8 +86,8 @@ def test_gpus_prints_the_scaled_run(capsys):
     assert code == 0
     # 0.256 x 256 / 256; 1,281,167 // 256 = 5,004 steps per epoch, x 90; int(5004 x 8) warmup.
     assert out.splitlines()[-1] == (
-        "On 1 GPU(s), 1281167 training images: global batch 256 = 1 x 256, peak LR 0.256, "
-        "5004 steps per epoch, 450360 steps, warmup 40032 steps from 0"
+        "On 1 GPU(s), 1281167 training images: global batch 256 = 1 x 256, peak LR 0.256 "
+        "(0.256 x 256 / 256), 5004 steps per epoch, 450360 steps, warmup 40032 steps from 0"
     )
 
 

@@ -179,8 +179,13 @@ def test_resnet_recipe_schedule_built_through_the_cli_equals_dle(monkeypatch, ca
     ((trainer, epochs, steps, batch),) = captured.calls
     assert (epochs, steps, batch) == (90, 10, 2)  # the recipe's 90 epochs
     line = capsys.readouterr().out
-    assert "recipe resnet50_v1.5_90e: global batch 2 = 1 x 2, peak LR 0.002, 10 steps per " \
-        "epoch, 900 steps, warmup 80 steps from 0" in line  # fmt: skip
+    assert "recipe resnet50_v1.5_90e: global batch 2 = 1 x 2, peak LR 0.002 (0.256 x 2 / 256), " \
+        "10 steps per epoch, 900 steps, warmup 80 steps from 0, precision float32 (asked)" \
+        in line  # fmt: skip
+    # The flags that set knobs away from the recipe, with their reasons.
+    assert "cvbench: overrides of resnet50_v1.5_90e: run.batch_per_gpu 2 (--batch-size); " \
+        "run.precision 'fp32' (--precision); model.image_size 32 (--image-size)" \
+        in line  # fmt: skip
     schedule = _learning_rate(trainer.optimizer)
     # DLE utils/learning_rate.py: rescaled = lr_init x global / 256 = 0.256 x 2 / 256 = 0.002;
     # warmup: rescaled x step / warmup_steps, warmup_steps = 8 epochs x 10 = 80; afterwards
@@ -257,7 +262,12 @@ def test_run_log_records_the_resolved_recipe(tmp_path, monkeypatch):
     assert entry["plan"] == {
         "num_gpus": 1, "batch_per_gpu": 2, "global_batch": 2, "peak_lr": 0.002,
         "steps_per_epoch": 1, "total_steps": 1, "warmup_steps": 8, "warmup_start_lr": 0.0,
+        "lr_rule": "0.256 x 2 / 256",
     }  # fmt: skip
+    assert (entry["precision"], entry["precision_reason"]) == ("float32", "asked")
+    assert [o["knob"] for o in entry["overrides"]] == [
+        "run.batch_per_gpu", "run.precision", "run.epochs", "model.image_size",
+    ]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -277,8 +287,9 @@ def test_ssd_with_backbone_weights_trains(tmp_path, notop_h5, capsys):
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     # 1 epoch of 2 steps at 1 x 2: warmup round(0.08 x 2) = 0 steps.
-    assert "recipe ssd320_v1.2: global batch 2 = 1 x 2, peak LR 0.00125, 2 steps per epoch, " \
-        "2 steps, warmup 0 steps from 0.00054165" in out  # fmt: skip
+    assert "recipe ssd320_v1.2: global batch 2 = 1 x 2, peak LR 0.00125 (0.16 x 2 / 256), 2 " \
+        "steps per epoch, 2 steps, warmup 0 steps from 0.00054165, precision float32" \
+        in out  # fmt: skip
     events = [json.loads(x) for x in (log_dir / "train_log.jsonl").read_text().splitlines()]
     steps = [e for e in events if e["event"] == "step"]
     assert len(steps) == 2 and all(math.isfinite(e["loss"]) for e in steps)
@@ -328,8 +339,8 @@ def test_two_horovod_ranks_scale_the_global_batch_and_print_it(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     # 2 ranks x 2 images = 4; peak 0.256 x 4 / 256 = 0.004; printed by rank 0 only.
     line = (
-        "cvbench: recipe resnet50_v1.5_90e: global batch 4 = 2 x 2, peak LR 0.004, 1 steps "
-        "per epoch, 1 steps, warmup 8 steps from 0"
+        "cvbench: recipe resnet50_v1.5_90e: global batch 4 = 2 x 2, peak LR 0.004 (0.256 x 4 / "
+        "256), 1 steps per epoch, 1 steps, warmup 8 steps from 0, precision float32 (asked)"
     )
     assert [x for x in run.stdout.splitlines() if "cvbench: recipe" in x] == [f"[0]<stdout>:{line}"]
     events = [

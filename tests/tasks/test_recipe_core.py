@@ -277,7 +277,8 @@ def test_plan_describe_and_batch_override():
     run = plan(get_recipe("resnet50_v1.5_90e"), num_gpus=1, train_images=1281167, batch_per_gpu=128)
     # 1,281,167 // 128 = 10,009 steps per epoch; LR 0.256 x 128 / 256 = 0.128.
     assert run.describe() == (
-        "global batch 128 = 1 x 128, peak LR 0.128, 10009 steps per epoch, 900810 steps, "
+        "global batch 128 = 1 x 128, peak LR 0.128 (0.256 x 128 / 256), 10009 steps per epoch, "
+        "900810 steps, "
         "warmup 80072 steps from 0"
     )
 

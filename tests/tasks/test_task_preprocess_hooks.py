@@ -45,8 +45,8 @@ def test_both_hooks_replace_both_splits_and_the_banner_says_so(six_class_records
              eval_preprocess=constant_eval(3.0))  # fmt: skip
     run = prepare_run(t, batch_size=4, distribution="single", seed=0)
     banner = capsys.readouterr().out
-    assert "(training preprocessing, evaluation preprocessing: the caller's)" in banner
-    assert run.callers_own == ("training preprocessing", "evaluation preprocessing")
+    assert "; training preprocessing, evaluation preprocessing: the caller's" in banner
+    assert run.notes.callers_own == ("training preprocessing", "evaluation preprocessing")
     assert np.all(first_images(run.train.data(0)) == 7.0)
     evaluation = t.evaluation_data(batch_size=4, distribution=run.trainer.distribution)
     assert np.all(first_images(evaluation) == 3.0)
@@ -55,7 +55,7 @@ def test_both_hooks_replace_both_splits_and_the_banner_says_so(six_class_records
 def test_a_train_hook_leaves_the_recipe_preprocessing_for_evaluation(six_class_records, capsys):
     t = task(six_class_records, train_preprocess=constant_train(7.0))
     run = prepare_run(t, batch_size=4, distribution="single", seed=0)
-    assert "(training preprocessing: the caller's)" in capsys.readouterr().out
+    assert "; training preprocessing: the caller's" in capsys.readouterr().out
     assert np.all(first_images(run.train.data(0)) == 7.0)
     evaluation = t.evaluation_data(batch_size=4, distribution=run.trainer.distribution)
     # The recipe's evaluation pipeline (resnet18_cvbench: NVIDIA's, ImagePreprocessing()).
@@ -71,7 +71,7 @@ def test_without_hooks_the_recipe_preprocessing_is_read_and_nothing_is_the_calle
     t = task(six_class_records)
     run = prepare_run(t, batch_size=4, distribution="single", seed=0)
     assert "the caller's" not in capsys.readouterr().out
-    assert run.callers_own == ()
+    assert run.notes.callers_own == ()
     evaluation = t.evaluation_data(batch_size=4, distribution=run.trainer.distribution)
     expected = imagenet_dataset(str(six_class_records), "validation", batch_size=4,
                                 image_size=SIZE, training=False,

@@ -37,6 +37,8 @@ class RecipePlan:
         total_steps: training steps in all.
         warmup_steps: steps of the linear warmup.
         warmup_start_lr: the rate at step 0.
+        lr_rule: how `peak_lr` follows from the recipe, e.g. "0.256 x 16 / 256" (the base
+            rate per reference batch, scaled linearly) or "not scaled".
     """
 
     num_gpus: int
@@ -47,12 +49,14 @@ class RecipePlan:
     total_steps: int
     warmup_steps: int
     warmup_start_lr: float
+    lr_rule: str = ""
 
     def describe(self) -> str:
         """One line for the run's log, e.g. `global batch 2048 = 8 x 256, ...`."""
+        rule = f" ({self.lr_rule})" if self.lr_rule else ""
         return (
             f"global batch {self.global_batch} = {self.num_gpus} x {self.batch_per_gpu}, "
-            f"peak LR {self.peak_lr:g}, {self.steps_per_epoch} steps per epoch, "
+            f"peak LR {self.peak_lr:g}{rule}, {self.steps_per_epoch} steps per epoch, "
             f"{self.total_steps} steps, warmup {self.warmup_steps} steps from "
             f"{self.warmup_start_lr:g}"
         )
@@ -112,7 +116,16 @@ def plan(
         total_steps=total,
         warmup_steps=warmup,
         warmup_start_lr=schedule.warmup_start_factor * peak,
+        lr_rule=lr_rule(schedule, global_batch),
     )
+
+
+def lr_rule(schedule: ScheduleConfig, global_batch: int) -> str:
+    """How the peak rate follows from `schedule` at `global_batch`: "0.256 x 16 / 256" (the
+    base rate at the reference batch, scaled linearly) or "not scaled"."""
+    if schedule.scaling == "none":
+        return "not scaled"
+    return f"{schedule.base_lr:g} x {global_batch} / {schedule.reference_batch}"
 
 
 def fit_lengths(run: RecipePlan) -> tuple[int, int]:
