@@ -8,8 +8,8 @@ import warnings
 import pytest
 
 from cvbench.tasks import ClassificationTask, TaskOptions, prepare_run
-from cvbench.tasks.runner import overrides, precision_note
 from cvbench.tasks.recipes import get_recipe
+from cvbench.tasks.runner import overrides, precision_note
 
 
 def tiny_task(**settings) -> ClassificationTask:
