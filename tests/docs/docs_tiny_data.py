@@ -33,7 +33,7 @@ def imagenet_raw(root: Path) -> Path:
 
 def imagenet_records(root: Path, raw: Path) -> Path:
     """ImageNet-format TFRecords of `raw`: 2 train shards, 1 validation shard."""
-    from cvbench.data.imagenet_builder import build_imagenet
+    from cvbench.data.builders.imagenet_builder import build_imagenet
 
     build_imagenet(raw, root, train_shards=2, val_shards=1, num_workers=1, progress=False)
     return root
@@ -49,7 +49,7 @@ def coco_raw(root: Path) -> Path:
 
 def coco_records(root: Path, raw: Path) -> Path:
     """Object Detection API TFRecords of `raw` (train and val), val annotations beside them."""
-    from cvbench.data.coco_builder import build_coco_splits
+    from cvbench.data.builders.coco_builder import build_coco_splits
 
     sources = {
         split: (raw / "annotations" / f"instances_{split}2017.json", raw / f"{split}2017")

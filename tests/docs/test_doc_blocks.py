@@ -76,7 +76,7 @@ def test_inline_commands(path):
 )
 def test_doc_block(block, tmp_path_factory, doc_data, request, monkeypatch):
     if "coco-mirror" in block.directive.flags:  # download_coco fetches from a local mirror
-        from cvbench.data import download
+        from cvbench.data.acquire import download
 
         base, files = request.getfixturevalue("coco_mirror")
         monkeypatch.setenv(download.COCO_BASE_URL_ENV, base)
