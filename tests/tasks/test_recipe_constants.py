@@ -14,7 +14,7 @@ def test_ssd320_fixed_knobs_are_the_model_and_loss_constants():
     coco, box_coder, fpn, heads, postprocess, ssd = (
         importlib.import_module(f"cvbench.{name}")
         for name in (
-            "data.coco",
+            "data.read.coco",
             "detection.box_coder",
             "detection.fpn",
             "detection.heads",
