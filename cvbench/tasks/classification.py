@@ -172,19 +172,17 @@ class ClassificationTask(RecordTask):
     def _dali_dataset(
         self,
         data_dir: str,
-        split: str,
         *,
-        skip_corrupt: bool,
-        corrupt_counter: Any,
+        spec: Any,
         train_preprocess: Any = None,
         eval_preprocess: Any = None,
         **kwargs: Any,
     ) -> Any:
         """`imagenet_dali_dataset` with `RecordTask.read`'s arguments (the tf.data-only ones
-        are refused at construction, `_check_backend`)."""
+        are refused at construction, `_check_backend`: the spec's skip_corrupt is False)."""
         from cvbench.data.dali.dataset import imagenet_dali_dataset
 
-        return imagenet_dali_dataset(data_dir, split, device=self.dali_device, **kwargs)
+        return imagenet_dali_dataset(data_dir, spec=spec, device=self.dali_device, **kwargs)
 
     def count_records(self, split: str) -> int:
         from cvbench.data import num_examples

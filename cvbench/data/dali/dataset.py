@@ -30,6 +30,7 @@ plugin is not used (it must be compiled against the installed TensorFlow; see do
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,10 +38,11 @@ from typing import Any
 import numpy as np
 
 from cvbench.data._distributed import resolve_shards
-from cvbench.data.dali.pipeline import DTYPES, imagenet_dali_pipeline, import_dali
+from cvbench.data.dali.pipeline import DTYPES, dali_spec, imagenet_dali_pipeline, import_dali
 from cvbench.data.dali_index import read_index
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.reader import eval_steps, list_split_files, rank_segments
+from cvbench.data.read.spec import ReadSpec
 from cvbench.data.worker_pool import default_num_workers
 
 
@@ -219,34 +221,26 @@ class DaliBatches:
 
 def imagenet_dali_dataset(
     data_dir: str | os.PathLike,
-    split: str,
+    split: str | None = None,
     *,
-    batch_size: int,
-    image_size: int = 224,
-    training: bool,
+    spec: ReadSpec | None = None,
     num_threads: int | None = None,
     device: str = "cpu",
-    seed: int | None = None,
-    num_shards: int | None = None,
-    shard_index: int | None = None,
     preprocessing: ImagePreprocessing | None = None,
-    dtype: str = "float32",
     index_dir: str | os.PathLike | None = None,
-    shuffle_buffer: int = 10_000,
     file_pattern: str | None = None,
     num_classes: int | None = None,
     arrays: str = "numpy",
+    **read: Any,
 ) -> DaliBatches:
     """ImageNet-format TFRecords through DALI, as batches shaped like `imagenet_dataset`'s.
 
     Args:
-        data_dir, split, batch_size, image_size, training, seed, num_shards, shard_index,
-            preprocessing, index_dir, shuffle_buffer, file_pattern: as
-            `imagenet_dali_pipeline`.
+        data_dir, split, spec, preprocessing, index_dir, file_pattern, **read: as
+            `imagenet_dali_pipeline` (the spec's dtype: "float32", "float16" or "bfloat16").
         num_threads: DALI's CPU threads; None: the cores this process may use, the size of
             tf.data's threadpool.
         device: "cpu" or "mixed" (nvJPEG on the GPU of the local rank).
-        dtype: image dtype: "float32", "float16" or "bfloat16".
         num_classes: the model's classes: a label outside [0, num_classes) raises an error
             naming it when its batch is read; None: not checked.
         arrays: "numpy": NumPy batches (any Keras backend); "jax": `jax.Array`s through
@@ -262,6 +256,9 @@ def imagenet_dali_dataset(
         FileNotFoundError: no data, or a missing index file (named, with `cvbench dali-index`).
         ValueError: bad arguments or a recipe knob DALI does not implement.
     """
+    spec = dali_spec(spec, split=split, **read)
+    split, training, batch_size = spec.split, spec.training, spec.batch_size
+    image_size, dtype = spec.image_size, spec.dtype
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if arrays not in ARRAYS:
@@ -269,26 +266,20 @@ def imagenet_dali_dataset(
     import_dali()
     if arrays == "jax":
         import_dali_jax()
-    num_shards, shard_index = resolve_shards(num_shards, shard_index)
+    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
     threads = num_threads if num_threads is not None else default_num_workers()
+    spec = dataclasses.replace(spec, num_shards=num_shards, shard_index=shard_index)
     kwargs = dict(
-        batch_size=batch_size,
-        image_size=image_size,
-        training=training,
+        spec=spec,
         num_threads=threads,
         device=device,
-        seed=seed,
-        num_shards=num_shards,
-        shard_index=shard_index,
         preprocessing=preprocessing,
-        dtype=dtype,
         index_dir=index_dir,
-        shuffle_buffer=shuffle_buffer,
         file_pattern=file_pattern,
     )
 
     def make() -> Any:
-        return imagenet_dali_pipeline(data_dir, split, **kwargs)
+        return imagenet_dali_pipeline(data_dir, **kwargs)
 
     common = dict(
         training=training,

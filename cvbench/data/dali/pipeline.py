@@ -53,6 +53,7 @@ from cvbench.data._distributed import resolve_shards
 from cvbench.data.dali_index import format_entries, index_path, read_index
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.reader import list_split_files, rank_seed, rank_segments
+from cvbench.data.read.spec import ReadSpec, read_spec
 
 DEVICES = ("cpu", "mixed")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -161,12 +162,20 @@ def _local_rank() -> int:
         return 0
 
 
-def _check_args(
-    batch_size: int, image_size: int, num_threads: int, device: str, dtype: str
-) -> None:
-    for name, value in (("batch_size", batch_size), ("image_size", image_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+def dali_spec(spec: ReadSpec | None, *, split: str | None, **read: Any) -> ReadSpec:
+    """The `ReadSpec` of a DALI reader (`read_spec` with DALI's defaults: image size 224, a
+    shuffle buffer of 10 000 records), refusing what DALI does not do: skipping corrupt
+    records, and a single pass (its readers always repeat)."""
+    spec = read_spec(spec, split=split, **read).with_defaults(image_size=224, shuffle_buffer=10_000)
+    spec.require_split()
+    if spec.skip_corrupt:
+        raise ValueError("skip_corrupt=True is not available with DALI, got skip_corrupt=True")
+    if not spec.repeat:
+        raise ValueError("DALI's readers always repeat, got repeat=False")
+    return spec
+
+
+def _check_args(num_threads: int, device: str, dtype: str) -> None:
     if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
         raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
     if device not in DEVICES:
@@ -271,46 +280,39 @@ def _graph(
 
 def imagenet_dali_pipeline(
     data_dir: str | os.PathLike,
-    split: str,
+    split: str | None = None,
     *,
-    batch_size: int,
-    image_size: int = 224,
-    training: bool,
+    spec: ReadSpec | None = None,
     num_threads: int,
     device: str = "cpu",
-    seed: int | None = None,
-    num_shards: int | None = None,
-    shard_index: int | None = None,
     preprocessing: ImagePreprocessing | None = None,
-    dtype: str = "float32",
     index_dir: str | os.PathLike | None = None,
-    shuffle_buffer: int = 10_000,
     device_id: int | None = None,
     file_pattern: str | None = None,
+    **read: Any,
 ) -> Any:
     """A built DALI pipeline over ImageNet-format TFRecords (the recipe of `imagenet_dataset`).
 
     Args:
         data_dir: directory of the TFRecord shards.
-        split: 'train', 'validation' (any `<split>-NNNNN-of-NNNNN` files).
-        batch_size: images per batch (per process).
-        image_size: output height and width.
-        training: the training recipe (random crop and flip, shuffled reading) or the
-            evaluation one (resize, central crop, the rank's records in order, the last batch
-            padded with repeats of the last record).
+        split: 'train', 'validation' (any `<split>-NNNNN-of-NNNNN` files); None: `spec.split`.
+        spec: the reading arguments (`ReadSpec`). Training: random crop and flip, shuffled
+            reading; evaluation: resize, central crop, the rank's records in order, the last
+            batch padded with repeats of the last record. The image size defaults to 224;
+            `seed` is the pipeline's random seed (crop, flip, shuffle), derived per rank as
+            `reader.rank_seed` (None: a random one); `dtype` is "float32", "float16", or
+            "bfloat16" (the pipeline gives float32 then; the dataset wrapper casts);
+            `shuffle_buffer` (default 10 000) is the reader's shuffle buffer in records, 1:
+            file order. DALI has no corrupt-record policy and always repeats: `skip_corrupt`
+            must be False and `repeat` True.
         num_threads: DALI CPU worker threads.
         device: "cpu" (libjpeg-turbo) or "mixed" (nvJPEG on the GPU).
-        seed: the pipeline's random seed (crop, flip, shuffle), derived per rank as
-            `reader.rank_seed`; None: a random one.
-        num_shards: processes splitting the data; default Horovod's size (1 without it).
-        shard_index: this process's index; default Horovod's rank (0 without it).
         preprocessing: the recipe's knobs; None: `ImagePreprocessing()` (NVIDIA's ResNet-50).
-        dtype: "float32", "float16", or "bfloat16" (the pipeline gives float32 then; the
-            dataset wrapper casts).
         index_dir: the folder of the shards' index files; default `data_dir/idx`.
         shuffle_buffer: training: the reader's shuffle buffer in records; 1: file order.
         device_id: the GPU for "mixed"; default the Horovod local rank (0 without Horovod).
         file_pattern: a glob (relative to `data_dir`) instead of the split's names.
+        **read: `ReadSpec` fields replacing the spec's (or making it, without `spec`).
 
     Returns:
         A built `nvidia.dali.Pipeline` whose `run()` gives `(images, labels)` (training) or
@@ -325,16 +327,13 @@ def imagenet_dali_pipeline(
             without records (`imagenet_dali_dataset` gives such an evaluation rank padding
             batches instead).
     """
-    _check_args(batch_size, image_size, num_threads, device, dtype)
-    if (
-        isinstance(shuffle_buffer, bool)
-        or not isinstance(shuffle_buffer, int)
-        or shuffle_buffer < 1
-    ):
-        raise ValueError(f"shuffle_buffer must be a positive int, got {shuffle_buffer!r}")
+    spec = dali_spec(spec, split=split, **read)
+    split, training, batch_size = spec.split, spec.training, spec.batch_size
+    image_size, dtype = spec.image_size, spec.dtype
+    _check_args(num_threads, device, dtype)
     p = check_dali_preprocessing(preprocessing)
     dali = import_dali()
-    num_shards, shard_index = resolve_shards(num_shards, shard_index)
+    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
     files = list_split_files(data_dir, split, file_pattern)
     scratch = tempfile.TemporaryDirectory(prefix="cvbench-dali-")
     records = rank_records(
@@ -350,7 +349,7 @@ def imagenet_dali_pipeline(
         raise ValueError(
             f"rank {shard_index} of {num_shards} has no records of {split!r} in {data_dir}"
         )
-    seed_r = rank_seed(seed, shard_index)
+    seed_r = rank_seed(spec.seed, shard_index)
     pipe = dali.Pipeline(
         batch_size=batch_size,
         num_threads=num_threads,
@@ -370,7 +369,7 @@ def imagenet_dali_pipeline(
                 device=device,
                 p=p,
                 dtype=dtype,
-                shuffle_buffer=shuffle_buffer,
+                shuffle_buffer=spec.shuffle_buffer,
             )
         )
     pipe.build()

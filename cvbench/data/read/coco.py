@@ -55,7 +55,6 @@ from cvbench.data._distributed import resolve_shards
 from cvbench.data.coco_labels import COCO_2017_CATEGORIES, CocoLabelMap
 from cvbench.data.coco_schema import category_name_table, parse_example, record_prefix
 from cvbench.data.read.channel_means import CAFFE_MEAN_RGB
-from cvbench.data.read.corrupt import CorruptRecordCounter
 from cvbench.data.read.pipeline import check_args, eval_batches, train_batches
 from cvbench.data.read.reader import (
     eval_examples,
@@ -64,6 +63,7 @@ from cvbench.data.read.reader import (
     scan_files,
     train_examples,
 )
+from cvbench.data.read.spec import ReadSpec, read_spec
 
 __all__ = [
     "COCO_2017_CATEGORIES",
@@ -259,51 +259,34 @@ def _to_indices(coco_ids: tf.Tensor, class_table: tf.Tensor) -> tf.Tensor:
 
 def coco_dataset(
     data_dir: str | os.PathLike,
-    split: str,
+    split: str | None = None,
     *,
-    batch_size: int,
-    image_size: int = 320,
-    training: bool,
+    spec: ReadSpec | None = None,
     label_map: CocoLabelMap | None = None,
     target_encoder: Callable[[tf.Tensor, tf.Tensor], Any] | None = None,
-    num_shards: int | None = None,
-    shard_index: int | None = None,
-    dtype: Any = "float32",
-    seed: int | None = None,
     drop_crowd: bool = False,
     subtract_mean: bool = False,
-    skip_corrupt: bool = False,
-    corrupt_counter: CorruptRecordCounter | None = None,
-    shuffle_buffer: int = 2048,
-    repeat: bool = True,
     cycle_length: int = 10,
+    **read: Any,
 ) -> tf.data.Dataset:
     """A training or evaluation pipeline over COCO TFRecords (see the module docstring).
 
     Args:
         data_dir: the folder of `coco_<split>.record-NNNNN-of-NNNNN`.
-        split: "train", "val" or another split name the builder wrote.
-        batch_size: images per batch (per process).
-        image_size: the square model input side S (320 for SSD320).
-        training: the training recipe (crop, flip, shuffle, repeat, drop remainder) or the
-            evaluation one (resize only; every record once; padding marked).
+        split: "train", "val" or another split name the builder wrote; None: `spec.split`.
+        spec: the reading arguments (`ReadSpec`): the image size is the square model input
+            side S (default 320, for SSD320; at least 32), the shuffle buffer defaults to
+            2048 records; training: crop, flip, shuffle, repeat, drop remainder; evaluation:
+            resize only, every record once, padding marked.
         label_map: COCO id <-> class index; default `CocoLabelMap.ssd320()` (90 classes).
         target_encoder: training only: `target_encoder(boxes, classes)` per example (boxes
             float32 [100, 4] with zero padding rows, classes int32 [100] with -1 padding), e.g.
             `cvbench.detection.targets.TargetEncoder(multiscale_anchors(S), num_classes)`.
             None: the padded boxes are the targets.
-        num_shards: processes splitting the data; default Horovod's size (1 without it).
-        shard_index: this process's index; default Horovod's rank (0 without it).
-        dtype: image dtype ("float32", "bfloat16", ...).
-        seed: makes training file order, shuffling and augmentation deterministic (per rank).
         drop_crowd: training only: leave out `is_crowd` boxes (the reference keeps them).
         subtract_mean: subtract the SSD320 channel means here (the ssd320 model does it).
-        skip_corrupt: skip and count corrupt records and undecodable images instead of
-            raising an error naming the file.
-        corrupt_counter: counts what `skip_corrupt` skipped.
-        shuffle_buffer: training shuffle buffer, in records.
-        repeat: training only: repeat forever.
         cycle_length: files read in parallel.
+        **read: `ReadSpec` fields replacing the spec's (or making it, without `spec`).
 
     Returns:
         A `tf.data.Dataset` of the element structure in the module docstring.
@@ -312,14 +295,15 @@ def coco_dataset(
         ValueError: bad arguments; a truncated file when `skip_corrupt` is False.
         FileNotFoundError: no folder or no records of `split`.
     """
-    tf_dtype = check_args(batch_size, image_size, dtype)
+    spec = read_spec(spec, split=split, **read).with_defaults(image_size=320, shuffle_buffer=2048)
+    split, training, batch_size = spec.require_split(), spec.training, spec.batch_size
+    image_size, skip_corrupt = spec.image_size, spec.skip_corrupt
+    tf_dtype = check_args(spec.dtype)
     if image_size < 32:
         raise ValueError(f"image_size must be >= 32, got {image_size}")
-    if shuffle_buffer < 1:
-        raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
-    num_shards, shard_index = resolve_shards(num_shards, shard_index)
+    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
     files = list_record_files(data_dir, split)
-    counter = corrupt_counter if skip_corrupt else None
+    counter = spec.corrupt_counter if skip_corrupt else None
     name_to_id = category_name_table()
     reading = {
         "num_shards": num_shards,
@@ -353,8 +337,8 @@ def coco_dataset(
         )
 
     class_table = tf.constant((label_map or CocoLabelMap.ssd320()).index_table())
-    seed_r = rank_seed(seed, shard_index)
-    examples = train_examples(files, parse, seed=seed_r, repeat=repeat, **reading)
+    seed_r = rank_seed(spec.seed, shard_index)
+    examples = train_examples(files, parse, seed=seed_r, repeat=spec.repeat, **reading)
 
     def to_element(out: dict, example: dict) -> tuple[tf.Tensor, Any]:
         image, padded = _split_image(out, example)
@@ -375,7 +359,7 @@ def coco_dataset(
         to_element=to_element,
         batch_size=batch_size,
         seed=seed_r,
-        shuffle_buffer=shuffle_buffer,
+        shuffle_buffer=spec.shuffle_buffer,
         skip_corrupt=skip_corrupt,
         counter=counter,
     )

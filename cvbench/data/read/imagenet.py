@@ -32,7 +32,6 @@ from typing import Any
 import tensorflow as tf
 
 from cvbench.data._distributed import resolve_shards
-from cvbench.data.read.corrupt import CorruptRecordCounter
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.pipeline import (
     EvalPreprocess,
@@ -44,6 +43,7 @@ from cvbench.data.read.pipeline import (
     train_pipeline,
 )
 from cvbench.data.read.reader import eval_examples, list_split_files, rank_seed, train_examples
+from cvbench.data.read.spec import ReadSpec, read_spec
 from cvbench.data.tfrecord import parse_imagenet_example, scan_tfrecord
 
 
@@ -58,45 +58,27 @@ def num_examples(
 
 def imagenet_dataset(
     data_dir: str | os.PathLike,
-    split: str,
+    split: str | None = None,
     *,
-    batch_size: int,
-    image_size: int = 224,
-    training: bool,
-    num_shards: int | None = None,
-    shard_index: int | None = None,
-    dtype: Any = "float32",
-    seed: int | None = None,
-    skip_corrupt: bool = False,
-    corrupt_counter: CorruptRecordCounter | None = None,
-    shuffle_buffer: int = 10_000,
-    repeat: bool = True,
+    spec: ReadSpec | None = None,
     cycle_length: int = 10,
     file_pattern: str | None = None,
     train_preprocess: TrainPreprocess | None = None,
     eval_preprocess: EvalPreprocess | None = None,
     num_classes: int | None = None,
     preprocessing: ImagePreprocessing | None = None,
+    **read: Any,
 ) -> tf.data.Dataset:
     """A training or evaluation pipeline over ImageNet-format TFRecords.
 
     Args:
         data_dir: directory of the TFRecord shards.
-        split: 'train', 'validation' (any split name whose files are `<split>-NNNNN-of-NNNNN`).
-        batch_size: images per batch (per process).
-        image_size: output height and width (224 for ResNet-50, 299 for Inception V3).
-        training: the training recipe (random crop and flip, shuffle, repeat, drop remainder)
-            or the evaluation one (resize, central crop, every record once, padding weights).
-        num_shards: processes splitting the data; default Horovod's size (1 without it).
-        shard_index: this process's index; default Horovod's rank (0 without it).
-        dtype: image dtype ('float32', 'bfloat16', 'float16').
-        seed: makes training file order, shuffling and augmentation deterministic (per rank);
-            None: nondeterministic (faster).
-        skip_corrupt: skip and count truncated/corrupt records and undecodable images
-            (printing each to stderr) instead of raising an error naming the file.
-        corrupt_counter: counts the skipped records (with `skip_corrupt=True`).
-        shuffle_buffer: training shuffle buffer, in records.
-        repeat: training only: repeat forever (True) or make one pass.
+        split: 'train', 'validation' (any split name whose files are `<split>-NNNNN-of-NNNNN`);
+            None: `spec.split`.
+        spec: the reading arguments (`ReadSpec`: batch size, image size (default 224; 299 for
+            Inception V3), training, shards, dtype ('float32', 'bfloat16', 'float16'), seed,
+            corrupt policy, shuffle buffer (default 10 000 records), repeat).
+        **read: `ReadSpec` fields replacing the spec's (or making it, without `spec`).
         cycle_length: files read in parallel.
         file_pattern: a glob (relative to `data_dir`) to use instead of the split's names.
         train_preprocess: `(image_bytes, boxes, seed[2]) -> image` replacing
@@ -121,18 +103,19 @@ def imagenet_dataset(
         tf.errors.InvalidArgumentError: while reading: an undecodable image or a damaged
             record (when `skip_corrupt` is False), a label outside `num_classes`.
     """
-    tf_dtype = check_args(batch_size, image_size, dtype, num_classes=num_classes)
+    spec = read_spec(spec, split=split, **read).with_defaults(image_size=224, shuffle_buffer=10_000)
+    split, training, batch_size = spec.require_split(), spec.training, spec.batch_size
+    tf_dtype = check_args(spec.dtype, num_classes=num_classes)
     if training:
         check_preprocessing(preprocessing, train_preprocess, "train_preprocess")
     else:
         check_preprocessing(preprocessing, eval_preprocess, "eval_preprocess")
-    num_shards, shard_index = resolve_shards(num_shards, shard_index)
-    if shuffle_buffer < 1:
-        raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
+    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
     if cycle_length < 1:
         raise ValueError(f"cycle_length must be >= 1, got {cycle_length}")
     files = list_split_files(data_dir, split, file_pattern)
-    counter = corrupt_counter if skip_corrupt else None
+    skip_corrupt = spec.skip_corrupt
+    counter = spec.corrupt_counter if skip_corrupt else None
     reading = {
         "num_shards": num_shards,
         "shard_index": shard_index,
@@ -141,19 +124,19 @@ def imagenet_dataset(
         "counter": counter,
     }
     if training:
-        seed_r = rank_seed(seed, shard_index)
+        seed_r = rank_seed(spec.seed, shard_index)
         examples = train_examples(
-            files, parse_imagenet_example, seed=seed_r, repeat=repeat, **reading
+            files, parse_imagenet_example, seed=seed_r, repeat=spec.repeat, **reading
         )
         if num_classes is not None:
             examples = check_labels(examples, num_classes)
         return train_pipeline(
             examples,
             batch_size=batch_size,
-            image_size=image_size,
+            image_size=spec.image_size,
             dtype=tf_dtype,
             seed=seed_r,
-            shuffle_buffer=shuffle_buffer,
+            shuffle_buffer=spec.shuffle_buffer,
             skip_corrupt=skip_corrupt,
             counter=counter,
             preprocess=train_preprocess,
@@ -165,7 +148,7 @@ def imagenet_dataset(
     return eval_pipeline(
         examples,
         batch_size=batch_size,
-        image_size=image_size,
+        image_size=spec.image_size,
         dtype=tf_dtype,
         steps=steps,
         skip_corrupt=skip_corrupt,

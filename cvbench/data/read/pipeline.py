@@ -74,17 +74,11 @@ def check_preprocessing(
         )
 
 
-def check_args(
-    batch_size: int, image_size: int, dtype: Any, *, num_classes: int | None = None
-) -> tf.DType:
-    """Validates the shared arguments (`num_classes`: None or a positive int); returns
-    `dtype` as a floating `tf.DType`."""
+def check_args(dtype: Any, *, num_classes: int | None = None) -> tf.DType:
+    """Validates a reader's own arguments (`num_classes`: None or a positive int; the shared
+    ones are `ReadSpec`'s); returns `dtype` as a floating `tf.DType`."""
     if num_classes is not None:
         _check_num_classes(num_classes)
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    if not isinstance(image_size, int) or image_size < 1:
-        raise ValueError(f"image_size must be a positive int, got {image_size!r}")
     try:
         tf_dtype = tf.as_dtype(dtype)
     except TypeError:

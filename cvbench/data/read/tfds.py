@@ -22,7 +22,7 @@ from typing import Any
 import tensorflow as tf
 
 from cvbench.data._distributed import resolve_shards
-from cvbench.data.read.corrupt import CorruptRecordCounter, no_autograph
+from cvbench.data.read.corrupt import no_autograph
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.pipeline import (
     EvalPreprocess,
@@ -33,6 +33,7 @@ from cvbench.data.read.pipeline import (
     train_pipeline,
 )
 from cvbench.data.read.reader import eval_steps, rank_seed
+from cvbench.data.read.spec import ReadSpec, read_spec
 
 
 def _import_tfds() -> Any:
@@ -83,42 +84,27 @@ def _num_examples(tfds: Any, name: str, split: Any, data_dir: Any, ds: tf.data.D
 
 def tfds_dataset(
     name: str = "imagenet2012",
-    split: str = "train",
+    split: str | None = None,
     *,
-    batch_size: int,
-    image_size: int = 224,
-    training: bool,
+    spec: ReadSpec | None = None,
     data_dir: str | os.PathLike | None = None,
-    num_shards: int | None = None,
-    shard_index: int | None = None,
-    dtype: Any = "float32",
-    seed: int | None = None,
-    skip_corrupt: bool = False,
-    corrupt_counter: CorruptRecordCounter | None = None,
-    shuffle_buffer: int = 10_000,
-    repeat: bool = True,
     download: bool = False,
     train_preprocess: TrainPreprocess | None = None,
     eval_preprocess: EvalPreprocess | None = None,
     preprocessing: ImagePreprocessing | None = None,
+    **read: Any,
 ) -> tf.data.Dataset:
     """A training or evaluation pipeline over a TFDS image classification dataset.
 
     Args:
         name: the TFDS name, e.g. 'imagenet2012' (features 'image' and 'label').
-        split: a TFDS split, e.g. 'train', 'validation', 'train[:10%]'.
-        batch_size: images per batch (per process).
-        image_size: output height and width.
-        training: training recipe or evaluation recipe (see `imagenet_dataset`).
+        split: a TFDS split, e.g. 'train', 'validation', 'train[:10%]'; None: `spec.split`,
+            else 'train'.
+        spec: the reading arguments (`ReadSpec`, as `imagenet_dataset`'s: image size
+            default 224, shuffle buffer default 10 000 examples; `skip_corrupt` skips and
+            counts undecodable images).
         data_dir: the TFDS data directory (default: TFDS's).
-        num_shards: processes splitting the data; default Horovod's size (1 without it).
-        shard_index: this process's index; default Horovod's rank (0 without it).
-        dtype: image dtype.
-        seed: deterministic shuffling and augmentation; None: nondeterministic.
-        skip_corrupt: skip and count undecodable images instead of raising.
-        corrupt_counter: counts the skipped images.
-        shuffle_buffer: training shuffle buffer, in examples.
-        repeat: training only: repeat forever.
+        **read: `ReadSpec` fields replacing the spec's (or making it, without `spec`).
         download: let TFDS download and prepare the data if it is missing.
         train_preprocess: replaces `preprocessing.preprocess_for_train`.
         eval_preprocess: replaces `preprocessing.preprocess_for_eval`.
@@ -134,34 +120,36 @@ def tfds_dataset(
             tensorflow-datasets not installed.
         FileNotFoundError: the dataset is not prepared (and `download` is False).
     """
-    tf_dtype = check_args(batch_size, image_size, dtype)
+    spec = read_spec(spec, split=split, **read)
+    spec = spec.with_defaults(split="train", image_size=224, shuffle_buffer=10_000)
+    split, training, batch_size = spec.split, spec.training, spec.batch_size
+    tf_dtype = check_args(spec.dtype)
     if training:
         check_preprocessing(preprocessing, train_preprocess, "train_preprocess")
     else:
         check_preprocessing(preprocessing, eval_preprocess, "eval_preprocess")
     tfds = _import_tfds()
-    num_shards, shard_index = resolve_shards(num_shards, shard_index)
-    if shuffle_buffer < 1:
-        raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
+    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
     parts = tfds.even_splits(split, n=num_shards) if num_shards > 1 else [split]
     mine = parts[shard_index]
-    counter = corrupt_counter if skip_corrupt else None
+    skip_corrupt = spec.skip_corrupt
+    counter = spec.corrupt_counter if skip_corrupt else None
     data_dir = os.fspath(data_dir) if data_dir is not None else None
-    seed_r = rank_seed(seed, shard_index)
+    seed_r = rank_seed(spec.seed, shard_index)
     common = {"data_dir": data_dir, "download": download}
 
     if training:
         read_config = tfds.ReadConfig(shuffle_seed=seed_r)
         ds = _load(tfds, name, mine, shuffle_files=True, read_config=read_config, **common)
-        if repeat:
+        if spec.repeat:
             ds = ds.repeat()
         return train_pipeline(
             _examples(ds, f"{name}/{split}"),
             batch_size=batch_size,
-            image_size=image_size,
+            image_size=spec.image_size,
             dtype=tf_dtype,
             seed=seed_r,
-            shuffle_buffer=shuffle_buffer,
+            shuffle_buffer=spec.shuffle_buffer,
             skip_corrupt=skip_corrupt,
             counter=counter,
             preprocess=train_preprocess,
@@ -175,7 +163,7 @@ def tfds_dataset(
     return eval_pipeline(
         _examples(datasets[shard_index], f"{name}/{split}"),
         batch_size=batch_size,
-        image_size=image_size,
+        image_size=spec.image_size,
         dtype=tf_dtype,
         steps=eval_steps(largest, batch_size),
         skip_corrupt=skip_corrupt,
