@@ -33,13 +33,14 @@ What it guarantees:
 * Each shard is written to a hidden temporary file and renamed into place when complete, so a
   file with a shard's name is always a whole shard. A killed build leaves only temporary files,
   removed by the next run.
-* A manifest (`cvbench_manifest.json`) in `out_dir` identifies the data set: the `dataset`
-  name, `options`, and per split the shard count, pattern, item count and a SHA-256 over the
-  `item_key` of every item in order. It also records each finished shard (records, bytes,
-  skipped items). A rerun with the same identity writes only the shards that are missing (or
-  whose size differs from the manifest); a rerun with another identity, or into a directory
-  holding shards without a manifest, raises `FileExistsError` unless `overwrite=True`, which
-  deletes those shards and starts over.
+* A manifest (`cvbench_manifest.json`, `cvbench.data.builders.manifest`) in `out_dir`
+  identifies the data set: the `dataset` name, `options`, and per split the shard count,
+  pattern, item count and a SHA-256 over the `item_key` of every item in order. It also
+  records each finished shard (records, bytes, skipped items). A rerun with the same
+  identity writes only the shards that are missing (or whose size differs from the
+  manifest); a rerun with another identity, or into a directory holding shards without a
+  manifest, raises `FileExistsError` unless `overwrite=True`, which deletes those shards and
+  starts over.
 * Worker processes (`num_workers`, default all cores; <= 1 runs in this process;
   `cvbench.data.worker_pool`) encode items; this process writes the shards in order with
   `tf.io.TFRecordWriter`. Progress shows items/s: a tqdm bar on a terminal or in Jupyter,
@@ -57,12 +58,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import glob
-import hashlib
 import json
 import os
 import pickle
-import string
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -70,14 +68,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cvbench.data.builders.manifest import (
+    MANIFEST_NAME,
+    manifest_identity,
+    prepare_out_dir,
+    remove_stale_temporaries,
+    whole_shards,
+)
 from cvbench.data.safe_paths import make_dir
 from cvbench.data.worker_pool import ParallelMap, default_num_workers, parallel_map
 from cvbench.utils.io import atomic_path, write_json_atomic
 from cvbench.utils.progress import progress_bar
 
-MANIFEST_NAME = "cvbench_manifest.json"
 DEFAULT_PATTERN = "{split}-{index:05d}-of-{num_shards:05d}"
-_MANIFEST_FORMAT = 1
 
 
 class DiskFullError(OSError):
@@ -250,117 +253,6 @@ def shard_ranges(num_items: int, num_shards: int) -> list[tuple[int, int]]:
     return ranges
 
 
-def shard_glob(pattern: str, split: str) -> str:
-    """A glob matching every shard name `pattern` gives for `split`, any index or count."""
-    out = []
-    for literal, field_name, _, _ in string.Formatter().parse(pattern):
-        out.append(glob.escape(literal))
-        if field_name == "split":
-            out.append(glob.escape(split))
-        elif field_name is not None:
-            out.append("*")
-    return "".join(out)
-
-
-def _identity(
-    dataset: str,
-    options: Mapping[str, Any],
-    splits: Sequence[SplitSpec],
-    item_key: Callable[[Any], str],
-) -> dict[str, Any]:
-    split_ids = {}
-    for spec in splits:
-        digest = hashlib.sha256()
-        for item in spec.items:
-            digest.update(item_key(item).encode("utf-8"))
-            digest.update(b"\n")
-        split_ids[spec.name] = {
-            "num_items": len(spec.items),
-            "num_shards": spec.num_shards,
-            "pattern": spec.pattern,
-            "items_sha256": digest.hexdigest(),
-        }
-    # A JSON round trip, so that tuples compare equal to the lists read back from the file.
-    return json.loads(
-        json.dumps(
-            {
-                "format": _MANIFEST_FORMAT,
-                "dataset": dataset,
-                "options": dict(options),
-                "splits": split_ids,
-            }
-        )
-    )
-
-
-def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for key in sorted(set(old) | set(new)):
-            out += _differences(old.get(key), new.get(key), f"{prefix}{key}.")
-        return out
-    return [] if old == new else [f"{prefix[:-1]}: {old!r} -> {new!r}"]
-
-
-def _existing_shards(out_dir: Path, splits: Sequence[SplitSpec]) -> list[Path]:
-    found: set[Path] = set()
-    for spec in splits:
-        found.update(Path(p) for p in glob.glob(str(out_dir / shard_glob(spec.pattern, spec.name))))
-    return sorted(found)
-
-
-def _remove_stale_temporaries(out_dir: Path, splits: Sequence[SplitSpec]) -> None:
-    # `atomic_path` names its temporary files ".<final name>.<random>.tmp<suffix>".
-    for spec in splits:
-        for p in glob.glob(str(out_dir / ("." + shard_glob(spec.pattern, spec.name) + ".*.tmp*"))):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(p)
-
-
-def _prepare_out_dir(out_dir: Path, identity: dict[str, Any], splits, overwrite: bool) -> dict:
-    """Checks or resets `out_dir`; returns the manifest to continue from."""
-    manifest_path = out_dir / MANIFEST_NAME
-    manifest = None
-    if manifest_path.exists():
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            manifest = {}
-    existing = _existing_shards(out_dir, splits)
-    if not overwrite:
-        if manifest is not None:
-            old_identity = {k: manifest.get(k) for k in identity}
-            diffs = _differences(old_identity, identity)
-            if diffs:
-                raise FileExistsError(
-                    f"{out_dir} holds a different data set (its {MANIFEST_NAME} differs in "
-                    f"{'; '.join(diffs[:5])}); pass overwrite=True (--overwrite) to replace it, "
-                    "or choose another output directory"
-                )
-            return manifest
-        if existing:
-            raise FileExistsError(
-                f"{out_dir} already holds {len(existing)} shard files (e.g. {existing[0].name}) "
-                f"but no {MANIFEST_NAME}, so they were not written by this builder; pass "
-                "overwrite=True (--overwrite) to replace them, or choose another output directory"
-            )
-    else:
-        for p in existing:
-            p.unlink()
-        with contextlib.suppress(FileNotFoundError):
-            manifest_path.unlink()
-    return {**identity, "shards": {}}
-
-
-def _whole_shards(out_dir: Path, manifest: Mapping[str, Any]) -> int:
-    """Shards the manifest lists whose file is there with the recorded size."""
-    return sum(
-        1
-        for name, entry in manifest["shards"].items()
-        if (out_dir / name).is_file() and (out_dir / name).stat().st_size == entry["bytes"]
-    )
-
-
 def write_sharded(
     out_dir: str | os.PathLike,
     splits: Sequence[SplitSpec],
@@ -431,13 +323,13 @@ def write_sharded(
             ) from None
 
     out = make_dir(out_dir)
-    identity = _identity(dataset, options or {}, splits, item_key)
-    manifest = _prepare_out_dir(out, identity, splits, overwrite)
+    identity = manifest_identity(dataset, options or {}, splits, item_key)
+    manifest = prepare_out_dir(out, identity, splits, overwrite)
     manifest.setdefault("shards", {})
     manifest.pop("metadata", None)
     if metadata is not None:
         manifest["metadata"] = json.loads(json.dumps(dict(metadata)))
-    _remove_stale_temporaries(out, splits)
+    remove_stale_temporaries(out, splits)
     manifest_path = out / MANIFEST_NAME
 
     summary = WriteSummary(out, {s.name: SplitResult(s.name, len(s.items)) for s in splits})
@@ -462,7 +354,7 @@ def write_sharded(
     except OSError as e:
         if not _is_disk_full(e):
             raise
-        raise DiskFullError(manifest_path, _whole_shards(out, manifest)) from e
+        raise DiskFullError(manifest_path, whole_shards(out, manifest)) from e
 
     todo_items = (spec.items[i] for spec, _, indices in todo for i in indices)
     total = sum(len(indices) for _, _, indices in todo)
@@ -496,7 +388,7 @@ def write_sharded(
                     raise
                 # A shard the manifest could not record is rewritten by the next run.
                 manifest["shards"].pop(name, None)
-                raise DiskFullError(writing, _whole_shards(out, manifest)) from e
+                raise DiskFullError(writing, whole_shards(out, manifest)) from e
             result = summary.splits[spec.name]
             result.shards_written += 1
             result.num_records += records

@@ -15,7 +15,7 @@ from PIL import Image
 from cvbench.data import coco_schema as keys
 from cvbench.data.builders import coco_annotations as ca
 from cvbench.data.builders import coco_builder as bc
-from cvbench.data.builders.sharded_writer import MANIFEST_NAME
+from cvbench.data.builders.manifest import MANIFEST_NAME
 from cvbench.data.read import coco
 from cvbench.utils.errors import BadFileError
 

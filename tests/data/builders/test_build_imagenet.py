@@ -19,7 +19,7 @@ from imagenet_testdata import (
 
 from cvbench.data.builders import imagenet_layout
 from cvbench.data.builders.imagenet_builder import build_imagenet
-from cvbench.data.builders.sharded_writer import MANIFEST_NAME
+from cvbench.data.builders.manifest import MANIFEST_NAME
 from cvbench.data.tfrecord import iter_tfrecord
 
 

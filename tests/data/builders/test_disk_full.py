@@ -14,12 +14,8 @@ from small_disk import SmallDisk
 
 from cvbench.cli import main
 from cvbench.data.builders.imagenet_builder import build_imagenet
-from cvbench.data.builders.sharded_writer import (
-    MANIFEST_NAME,
-    DiskFullError,
-    SplitSpec,
-    write_sharded,
-)
+from cvbench.data.builders.manifest import MANIFEST_NAME
+from cvbench.data.builders.sharded_writer import DiskFullError, SplitSpec, write_sharded
 from cvbench.data.tfrecord import encode_example, int64_feature, scan_tfrecord
 
 PAGE = 4096  # tmpfs counts whole pages

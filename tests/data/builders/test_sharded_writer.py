@@ -13,14 +13,8 @@ import time
 
 import pytest
 
-from cvbench.data.builders.sharded_writer import (
-    MANIFEST_NAME,
-    Skip,
-    SplitSpec,
-    shard_glob,
-    shard_ranges,
-    write_sharded,
-)
+from cvbench.data.builders.manifest import MANIFEST_NAME, shard_glob
+from cvbench.data.builders.sharded_writer import Skip, SplitSpec, shard_ranges, write_sharded
 from cvbench.data.tfrecord import encode_example, int64_feature, iter_tfrecord
 
 
