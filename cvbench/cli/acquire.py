@@ -1,6 +1,7 @@
 """`cvbench download-coco` and `cvbench extract-imagenet`: get the raw data sets onto disk.
 
-Both commands are thin: they parse flags and call `cvbench.data.acquire.download.download_coco` and
+Both commands are thin: they parse flags and call
+`cvbench.data.acquire.coco_download.download_coco` and
 `cvbench.data.acquire.extract_imagenet.extract_imagenet`; both can be rerun after an interruption.
 """
 
@@ -98,7 +99,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def download_coco_command(args: argparse.Namespace) -> int:
     """Handler of `cvbench download-coco`."""
-    from cvbench.data.acquire.download import DownloadError, download_coco
+    from cvbench.data.acquire.coco_download import download_coco
+    from cvbench.data.acquire.download import DownloadError
 
     if args.retries < 1:
         raise CLIError(f"--retries must be >= 1, got {args.retries}")

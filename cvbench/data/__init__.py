@@ -23,14 +23,18 @@ Public names (the ends of the flows):
 
 Where each concept lives, by flow stage (one room each; the top holds what several share):
     acquire/            raw data in: `download.py` (checked, resumable downloads),
-                        `extract_imagenet.py` (the ImageNet archives -> class folders).
+                        `coco_download.py` (the COCO 2017 archives), `extract_imagenet.py`
+                        (the ImageNet archives -> class folders; `imagenet_labels.py` the
+                        devkit's labels).
     builders/           raw data -> TFRecords: `imagenet_builder.py`, `coco_builder.py` (named
                         so that `build_imagenet` / `build_coco` here are always the
                         functions, never the modules), `imagenet_layout.py` (the raw folders),
                         `coco_annotations.py` (the annotation files, checked),
                         `sharded_writer.py` (the generic parallel, resumable shard writer:
-                        `write_sharded`, `SplitSpec`, `Skip`, `WriteSummary`).
-    read/               TFRecords -> batches: `reader.py` (the record-reading skeleton: list
+                        `write_sharded`, `SplitSpec`, `Skip`, `WriteSummary`; `manifest.py`
+                        its manifest).
+    read/               TFRecords -> batches: `spec.py` (`ReadSpec`, the reading arguments
+                        every reader takes), `reader.py` (the record-reading skeleton: list
                         files, scan, rank split, read, lost-record markers, parse;
                         `rank_seed`), `pipeline.py` (examples -> batches: the decode guard,
                         shuffle, padding, tf.data options), `corrupt.py` (raise or

@@ -115,7 +115,7 @@ def resnet50_notop_h5(path: Path, write_legacy_h5) -> Path:
 
 def coco_archives(root: Path, raw: Path) -> dict[str, tuple[str, int, str]]:
     """COCO 2017's three zips, made from the tiny `raw` set, at their official paths under
-    `root`; returns part -> (path, size, MD5), the shape of `download.COCO_2017_FILES`."""
+    `root`; returns part -> (path, size, MD5), the shape of `coco_download.COCO_2017_FILES`."""
     parts = {
         "annotations": ("annotations/annotations_trainval2017.zip", ["annotations"]),
         "val": ("zips/val2017.zip", ["val2017"]),

@@ -18,15 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from cvbench.data.acquire import download
-from cvbench.data.acquire.download import (
-    CocoLayout,
-    DownloadError,
-    RemoteFile,
-    download_coco,
-    download_file,
-    unpack_marker,
-)
+from cvbench.data.acquire import coco_download, download
+from cvbench.data.acquire.coco_download import CocoLayout, download_coco
+from cvbench.data.acquire.download import DownloadError, RemoteFile, download_file, unpack_marker
 
 _RANGE = re.compile(r"bytes=(\d+)-$")
 
@@ -322,7 +316,7 @@ def test_download_coco_fetches_verifies_unpacks_and_a_rerun_does_nothing(fake_co
 
 def test_download_coco_base_url_from_the_environment(fake_coco, tmp_path, monkeypatch):
     base, files, table = fake_coco
-    monkeypatch.setenv(download.COCO_BASE_URL_ENV, base)
+    monkeypatch.setenv(coco_download.COCO_BASE_URL_ENV, base)
     layout = download_coco(tmp_path, parts=["val"], files=table, progress=False, timeout=5)
     assert (layout.val_images / "000000000003.jpg").exists()
     assert files.requests == [("/zips/val2017.zip", None)]
@@ -391,8 +385,8 @@ def test_download_coco_rejects_unknown_parts_and_bad_urls(tmp_path):
 
 def test_official_table_has_the_published_sizes():
     # The numbers every COCO downloader checks against (COCO site; torchvision, fiftyone).
-    assert download.COCO_BASE_URL == "http://images.cocodataset.org"
-    sizes = {k: (v.path, v.size) for k, v in download.COCO_2017_FILES.items()}
+    assert coco_download.COCO_BASE_URL == "http://images.cocodataset.org"
+    sizes = {k: (v.path, v.size) for k, v in coco_download.COCO_2017_FILES.items()}
     assert sizes == {
         "annotations": ("annotations/annotations_trainval2017.zip", 252_907_541),
         "val": ("zips/val2017.zip", 815_585_330),
@@ -416,7 +410,7 @@ def _cli(argv):
 
 def test_cli_download_coco(fake_coco, tmp_path, monkeypatch, capsys):
     base, files, table = fake_coco
-    monkeypatch.setattr(download, "COCO_2017_FILES", table)
+    monkeypatch.setattr(coco_download, "COCO_2017_FILES", table)
     argv = ["download-coco", str(tmp_path), "--base-url", base, "--no-progress"]
     assert _cli(argv + ["--parts", "annotations", "val", "--timeout", "5"]) == 0
     assert f"COCO 2017 ready in {tmp_path}" in capsys.readouterr().out
@@ -510,7 +504,7 @@ def test_cli_hands_the_download_to_build_coco(server, tmp_path, monkeypatch, cap
         data = _zip(members)
         files.content["/" + path] = data
         table[part] = RemoteFile(path, len(data), _md5(data))
-    monkeypatch.setattr(download, "COCO_2017_FILES", table)
+    monkeypatch.setattr(coco_download, "COCO_2017_FILES", table)
     out = tmp_path / "records"
     argv = ["download-coco", str(tmp_path / "coco"), "--base-url", base, "--no-progress"]
     argv += ["--parts", "annotations", "val", "--build-tfrecords", str(out), "--workers", "1"]
