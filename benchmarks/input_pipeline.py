@@ -5,7 +5,7 @@ same records with the same recipe and threads, and the ratios cvbench / DALI CPU
 `cvbench bench-input`). Without --data-dir it first
 generates ImageNet-like JPEG records: `--source generated` (colour fields with pixel noise,
 the default) or `--source photos` (random views of real photographs; see
-`cvbench.data.input_bench.sample_photos`).
+`cvbench.benchmark.input_bench.sample_photos`).
 
     python benchmarks/input_pipeline.py [--data-dir DIR | --source photos] [--threads N]
 """

@@ -48,7 +48,7 @@ def make_records(
     Returns:
         The records folder (`train-*`, `validation-*`).
     """
-    from cvbench.data.imagenet_builder import build_imagenet
+    from cvbench.data.builders.imagenet_builder import build_imagenet
     from cvbench.demo.shapes_data import write_classification_set
 
     raw = write_classification_set(

@@ -61,12 +61,12 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "training.precision": ("tests/training/test_precision.py",),
     "training.checkpoint": ("tests/training/test_checkpoint.py",),
     "data.tfrecord": ("tests/data/test_tfrecord.py",),
-    "data.preprocessing": (
-        "tests/data/test_preprocessing.py",
-        "tests/data/test_preprocessing_knobs.py",
-        "tests/data/test_preprocessing_units.py",
+    "data.read.preprocessing": (
+        "tests/data/read/test_preprocessing.py",
+        "tests/data/read/test_preprocessing_knobs.py",
+        "tests/data/read/test_preprocessing_units.py",
     ),
-    "data.reader": ("tests/data/test_reader.py", "tests/data/test_reader_units.py"),
+    "data.read.reader": ("tests/data/read/test_reader.py", "tests/data/read/test_reader_units.py"),
 }
 EQUIVALENT_DIR = ROOT / "scripts" / "mutation_equivalent"
 PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=")

@@ -45,9 +45,9 @@ def test_the_issues_examples_in_a_fresh_process():
         import sys, cvbench
         names = ("imagenet_dataset", "coco_dataset", "ssd320", "evaluate_coco")
         print(all(n in dir(cvbench) for n in names), "cvbench.data" in sys.modules)
-        import cvbench.data.coco, cvbench.data.imagenet, cvbench.detection.coco_eval
+        import cvbench.data.read.coco, cvbench.data.read.imagenet, cvbench.detection.coco_eval
         import cvbench.detection.ssd
-        homes = (cvbench.data.imagenet, cvbench.data.coco, cvbench.detection.ssd,
+        homes = (cvbench.data.read.imagenet, cvbench.data.read.coco, cvbench.detection.ssd,
                  cvbench.detection.coco_eval)
         print(all(getattr(cvbench, n) is getattr(m, n) for n, m in zip(names, homes)))
         """

@@ -1,7 +1,8 @@
 """`cvbench download-coco` and `cvbench extract-imagenet`: get the raw data sets onto disk.
 
-Both commands are thin: they parse flags and call `cvbench.data.download.download_coco` and
-`cvbench.data.extract_imagenet.extract_imagenet`; both can be rerun after an interruption.
+Both commands are thin: they parse flags and call
+`cvbench.data.acquire.coco_download.download_coco` and
+`cvbench.data.acquire.extract_imagenet.extract_imagenet`; both can be rerun after an interruption.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def download_coco_command(args: argparse.Namespace) -> int:
     """Handler of `cvbench download-coco`."""
-    from cvbench.data.download import DownloadError, download_coco
+    from cvbench.data.acquire.coco_download import download_coco
+    from cvbench.data.acquire.download import DownloadError
 
     if args.retries < 1:
         raise CLIError(f"--retries must be >= 1, got {args.retries}")
@@ -127,7 +129,9 @@ def download_coco_command(args: argparse.Namespace) -> int:
 
 
 def _build_coco_tfrecords(layout, args: argparse.Namespace, progress: bool) -> None:
-    from cvbench.data.coco_builder import build_coco_splits  # TensorFlow: imported only if asked
+    from cvbench.data.builders.coco_builder import (
+        build_coco_splits,  # TensorFlow: imported only if asked
+    )
 
     sources = {
         split: (annotations, images)
@@ -147,7 +151,7 @@ def _build_coco_tfrecords(layout, args: argparse.Namespace, progress: bool) -> N
 
 def extract_imagenet_command(args: argparse.Namespace) -> int:
     """Handler of `cvbench extract-imagenet`."""
-    from cvbench.data.extract_imagenet import DEVKIT, TRAIN_TAR, VAL_TAR, extract_imagenet
+    from cvbench.data.acquire.extract_imagenet import DEVKIT, TRAIN_TAR, VAL_TAR, extract_imagenet
 
     train_tar, val_tar, devkit = args.train_tar, args.val_tar, args.devkit
     if args.archives is not None:

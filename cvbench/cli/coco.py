@@ -5,7 +5,7 @@ Two ways to name the input:
     cvbench build-coco OUT --coco-dir /data/coco            # train2017/, val2017/, annotations/
     cvbench build-coco OUT --annotations FILE --images DIR --split val
 
-The command is thin: it calls `cvbench.data.coco_builder.build_coco_splits` (parallel,
+The command is thin: it calls `cvbench.data.builders.coco_builder.build_coco_splits` (parallel,
 resumable, atomic shards; rerun it after an interruption) and prints the summary: boxes
 skipped per reason and images skipped with theirs.
 """
@@ -108,7 +108,7 @@ def build_coco_command(args: argparse.Namespace) -> int:
     if not 1 <= args.quality <= 100:
         raise CLIError(f"--quality must be in 1..100, got {args.quality}")
     sources, shards = _sources(args)
-    from cvbench.data.coco_builder import build_coco_splits
+    from cvbench.data.builders.coco_builder import build_coco_splits
 
     summary = build_coco_splits(
         args.out,

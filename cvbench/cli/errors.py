@@ -34,7 +34,7 @@ _API_HINTS = (
     ("rerun with resume=True", "rerun with --resume"),
     ("for num_classes=", "for --num-classes "),
 )
-#: The label check of the input pipeline (`cvbench.data.pipeline.check_labels`).
+#: The label check of the input pipeline (`cvbench.data.read.pipeline.check_labels`).
 _LABEL_ERROR = re.compile(r"is outside \[0, \d+\) for num_classes=\d+")
 #: Lines of a TensorFlow error message that say where in the graph it happened, not what.
 _TF_NOISE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "[[")

@@ -78,7 +78,7 @@ def add_max_pixels_argument(parser: argparse.ArgumentParser) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     """Handler of `build-imagenet`."""
-    from cvbench.data.imagenet_builder import build_imagenet
+    from cvbench.data.builders.imagenet_builder import build_imagenet
 
     summary = build_imagenet(  # a full disk is an OSError: one line, exit status 1
         args.raw_dir,
@@ -152,7 +152,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_bench(args: argparse.Namespace) -> int:
     """Handler of `bench-input`."""
-    from cvbench.data.input_bench import (
+    from cvbench.benchmark.input_bench import (
         describe_records,
         run_input_benchmark,
         write_benchmark_records,

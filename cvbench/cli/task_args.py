@@ -175,9 +175,9 @@ def data_backend_kwargs(args: argparse.Namespace, *, task: str | None) -> dict[s
         raise CLIError(f"--data-backend dali is for classification models, not {args.model}")
     if args.data_dir is None:
         raise CLIError("--data-backend dali reads --data-dir records, not --synthetic data")
-    from cvbench.data.dali import import_dali
+    from cvbench.data.dali.pipeline import import_dali
     from cvbench.data.dali_index import read_index
-    from cvbench.data.reader import list_split_files
+    from cvbench.data.read.reader import list_split_files
 
     try:
         import_dali()

@@ -21,41 +21,42 @@ Public names (the ends of the flows):
     DatasetInfo, read_dataset_info: the builders' `dataset_info.json` beside the records
         (classes in label order with names and counts, label offset, image policy).
 
-Where each concept lives:
-    reader.py           the record-reading skeleton every TFRecord reader uses: list files,
-                        scan, rank split (files or records; contiguous ranges for
-                        evaluation), read, lost-record markers, parse; `rank_seed`.
-    pipeline.py         examples -> batches: the decode guard, shuffle and per-example seeds,
-                        padding to a fixed step count, tf.data options; the classification
-                        instances `train_pipeline` / `eval_pipeline`.
-    corrupt.py          raise or skip-and-count corrupt input (`checked_map`, `guarded_map`,
-                        `apply_policy`).
-    imagenet.py, tfds.py, coco.py
-                        one reader each: its parse, its augmentation, a call into the above.
-    preprocessing.py    the ImageNet (NVIDIA ResNet-50 v1.5) augmentation and normalization;
-                        image_preprocessing.py its knobs (`ImagePreprocessing`, no TensorFlow).
-    channel_means.py    the per-channel RGB means and stds, defined once.
+Where each concept lives, by flow stage (one room each; the top holds what several share):
+    acquire/            raw data in: `download.py` (checked, resumable downloads),
+                        `coco_download.py` (the COCO 2017 archives), `extract_imagenet.py`
+                        (the ImageNet archives -> class folders; `imagenet_labels.py` the
+                        devkit's labels).
+    builders/           raw data -> TFRecords: `imagenet_builder.py`, `coco_builder.py` (named
+                        so that `build_imagenet` / `build_coco` here are always the
+                        functions, never the modules), `imagenet_layout.py` (the raw folders),
+                        `coco_annotations.py` (the annotation files, checked),
+                        `sharded_writer.py` (the generic parallel, resumable shard writer:
+                        `write_sharded`, `SplitSpec`, `Skip`, `WriteSummary`; `manifest.py`
+                        its manifest).
+    read/               TFRecords -> batches: `spec.py` (`ReadSpec`, the reading arguments
+                        every reader takes), `reader.py` (the record-reading skeleton: list
+                        files, scan, rank split, read, lost-record markers, parse;
+                        `rank_seed`), `pipeline.py` (examples -> batches: the decode guard,
+                        shuffle, padding, tf.data options), `corrupt.py` (raise or
+                        skip-and-count corrupt input), `imagenet.py`, `tfds.py`, `coco.py` (one
+                        reader each), `synthetic.py` (random batches), `preprocessing.py` (the
+                        ImageNet augmentation; `image_preprocessing.py` its knobs),
+                        `channel_means.py`, `mixup.py` (DLE's batch mixup:
+                        `cvbench.data.read.mixup.mixup`).
+    dali/               the DALI path: `pipeline.py` (same recipe), `dataset.py` (its batches).
     tfrecord.py         the TFRecord / tf.train.Example format and the ImageNet record keys.
     coco_schema.py      the COCO record layout: keys, writer, parser, records -> ground truth.
     coco_labels.py      `CocoLabelMap` and the COCO 2017 categories (no TensorFlow).
-    imagenet_builder.py, coco_builder.py
-                        the builders (named so that `build_imagenet` / `build_coco` here are
-                        always the functions, never the modules); coco_annotations.py the
-                        annotation files they read, checked.
     dataset_info.py     the metadata file the builders write beside the records.
-    mixup.py            DLE's batch mixup (a Beta weight per image, reversed partners;
-                        `cvbench.data.mixup.mixup`: the module keeps its name).
-    sharded_writer.py   the generic parallel, resumable shard writer (`write_sharded`,
-                        `SplitSpec`, `Skip`, `WriteSummary`) the builders share;
-                        worker_pool.py its in-order `map` on worker processes.
-    imagenet_layout.py, image_io.py, extract_imagenet.py, download.py
-                        raw folders, image files, archives and downloads; safe_paths.py
-                        the checks that keep names read from them inside their folders.
-    dali.py, dali_dataset.py, dali_index.py
-                        the DALI path: its pipeline (same recipe), the batches, the index
-                        files DALI's reader needs (`DATA_DIR/idx/<shard>.idx`).
-    synthetic.py        random batches; input_bench.py the input-pipeline benchmark
-                        (tf.data against DALI CPU).
+    dali_index.py       the index files DALI's reader needs (`DATA_DIR/idx/<shard>.idx`).
+    image_io.py         image files: sniffing, decoding checks, re-encoding.
+    safe_paths.py       the checks that keep names read from raw data inside their folders.
+    worker_pool.py      an in-order `map` on worker processes; `default_num_workers`.
+    _distributed.py     this process's shard (rank, number of ranks).
+
+Stages import downward only: `read` and `builders` never import each other nor `acquire`;
+`acquire` imports no other stage; `dali` may import `read`; the top modules import no stage.
+The input-pipeline benchmark lives in `cvbench.benchmark.input_bench`.
 
 Nothing here imports `cvbench.detection`, `cvbench.training`, `cvbench.tasks` or
 `cvbench.models`: data flows one way, out of this package.
@@ -68,24 +69,24 @@ from typing import Any
 
 # Public name -> (module, attribute in it).
 _LAZY: dict[str, tuple[str, str]] = {
-    "imagenet_dataset": ("cvbench.data.imagenet", "imagenet_dataset"),
-    "imagenet_dali_dataset": ("cvbench.data.dali_dataset", "imagenet_dali_dataset"),
-    "imagenet_dali_pipeline": ("cvbench.data.dali", "imagenet_dali_pipeline"),
-    "num_examples": ("cvbench.data.imagenet", "num_examples"),
-    "tfds_dataset": ("cvbench.data.tfds", "tfds_dataset"),
-    "coco_dataset": ("cvbench.data.coco", "coco_dataset"),
-    "coco_num_examples": ("cvbench.data.coco", "num_examples"),
+    "imagenet_dataset": ("cvbench.data.read.imagenet", "imagenet_dataset"),
+    "imagenet_dali_dataset": ("cvbench.data.dali.dataset", "imagenet_dali_dataset"),
+    "imagenet_dali_pipeline": ("cvbench.data.dali.pipeline", "imagenet_dali_pipeline"),
+    "num_examples": ("cvbench.data.read.imagenet", "num_examples"),
+    "tfds_dataset": ("cvbench.data.read.tfds", "tfds_dataset"),
+    "coco_dataset": ("cvbench.data.read.coco", "coco_dataset"),
+    "coco_num_examples": ("cvbench.data.read.coco", "num_examples"),
     "CocoLabelMap": ("cvbench.data.coco_labels", "CocoLabelMap"),
-    "synthetic_arrays": ("cvbench.data.synthetic", "synthetic_arrays"),
-    "synthetic_batches": ("cvbench.data.synthetic", "synthetic_batches"),
-    "synthetic_dataset": ("cvbench.data.synthetic", "synthetic_dataset"),
-    "build_imagenet": ("cvbench.data.imagenet_builder", "build_imagenet"),
-    "build_coco": ("cvbench.data.coco_builder", "build_coco"),
-    "build_coco_splits": ("cvbench.data.coco_builder", "build_coco_splits"),
-    "CorruptRecordCounter": ("cvbench.data.corrupt", "CorruptRecordCounter"),
+    "synthetic_arrays": ("cvbench.data.read.synthetic", "synthetic_arrays"),
+    "synthetic_batches": ("cvbench.data.read.synthetic", "synthetic_batches"),
+    "synthetic_dataset": ("cvbench.data.read.synthetic", "synthetic_dataset"),
+    "build_imagenet": ("cvbench.data.builders.imagenet_builder", "build_imagenet"),
+    "build_coco": ("cvbench.data.builders.coco_builder", "build_coco"),
+    "build_coco_splits": ("cvbench.data.builders.coco_builder", "build_coco_splits"),
+    "CorruptRecordCounter": ("cvbench.data.read.corrupt", "CorruptRecordCounter"),
     "DatasetInfo": ("cvbench.data.dataset_info", "DatasetInfo"),
     "read_dataset_info": ("cvbench.data.dataset_info", "read_dataset_info"),
-    "ImagePreprocessing": ("cvbench.data.image_preprocessing", "ImagePreprocessing"),
+    "ImagePreprocessing": ("cvbench.data.read.image_preprocessing", "ImagePreprocessing"),
 }
 
 __all__ = sorted(_LAZY)

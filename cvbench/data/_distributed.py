@@ -31,6 +31,12 @@ def resolve_shards(num_shards: int | None, shard_index: int | None) -> tuple[int
     if num_shards is None and shard_index is None:
         rank, size = rank_and_size()
         return size, rank
+    check_shards(num_shards, shard_index)
+    return num_shards, shard_index
+
+
+def check_shards(num_shards: int | None, shard_index: int | None) -> None:
+    """Raises ValueError unless both are given with 0 <= shard_index < num_shards."""
     if num_shards is None or shard_index is None:
         raise ValueError(
             f"give both num_shards and shard_index, or neither (Horovod's size and rank are "
@@ -41,4 +47,3 @@ def resolve_shards(num_shards: int | None, shard_index: int | None) -> tuple[int
             f"need num_shards >= 1 and 0 <= shard_index < num_shards, got num_shards="
             f"{num_shards}, shard_index={shard_index}"
         )
-    return num_shards, shard_index

@@ -1,7 +1,7 @@
 """COCO category ids and the contiguous class indices of a detector (no TensorFlow).
 
 `CocoLabelMap` maps class index `i` in `[0, num_classes)` to a COCO category id and back; the
-COCO reader (`cvbench.data.coco`, which re-exports it), the record schema
+COCO reader (`cvbench.data.read.coco`, which re-exports it), the record schema
 (`cvbench.data.coco_schema`) and the detection task share it. `COCO_2017_CATEGORIES` lists
 the 80 categories of COCO 2017 with their names.
 """

@@ -19,7 +19,7 @@ Here (after TF Model Garden's `tf_example_feature_key.py`, one schema for writer
 * the feature keys and the shard-name pattern;
 * `CocoImage` / `CocoObject`, one record in Python, and `coco_example`, its writer (pure
   Python: the builder's worker processes never import TensorFlow);
-* `feature_spec` and `parse_example`, the reader's side (`cvbench.data.coco`), with
+* `feature_spec` and `parse_example`, the reader's side (`cvbench.data.read.coco`), with
   `category_name_table` for records that carry only the category names;
 * `groundtruth_from_records`: a split's records back to a COCO annotation dict, for the
   evaluation (`cvbench.detection.coco_eval.evaluate_coco`) when the annotation file is missing.
@@ -232,7 +232,7 @@ def groundtruth_from_records(files: Sequence[str]) -> dict[str, Any]:
     slightly from an evaluation on the original annotation file.
 
     Args:
-        files: the TFRecord files of a split (`cvbench.data.coco.list_record_files`).
+        files: the TFRecord files of a split (`cvbench.data.read.coco.list_record_files`).
 
     Returns:
         `{"images", "annotations", "categories"}`.

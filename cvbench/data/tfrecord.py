@@ -1,7 +1,7 @@
 """The TFRecord / `tf.train.Example` *format*: record framing, Example encoding, the ImageNet keys.
 
 This module knows what the bytes of a file and of a record are; reading a split's files as a
-`tf.data` stream (listing, rank split, lost records) is `cvbench.data.reader`, and the COCO
+`tf.data` stream (listing, rank split, lost records) is `cvbench.data.read.reader`, and the COCO
 record layout is `cvbench.data.coco_schema`. Builders and readers share it, in two halves:
 
 * Writing side, pure Python (no TensorFlow import): `encode_example` serializes a

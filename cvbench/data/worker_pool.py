@@ -3,7 +3,8 @@
 `parallel_map(fn, items, num_workers, chunksize)` is `map(fn, items)` run in this process, or
 on `num_workers` processes started with `spawn` (they import `fn`'s module afresh, so it must
 import without side effects and should not import TensorFlow). Results come back in item
-order, a bounded window of chunks ahead of the consumer. Used by `cvbench.data.sharded_writer`.
+order, a bounded window of chunks ahead of the consumer. Used by
+`cvbench.data.builders.sharded_writer`.
 
 Workers never outlive this process, even when it is killed with SIGKILL: on Linux each worker
 asks for SIGKILL when its parent dies (`prctl(PR_SET_PDEATHSIG)`) and then checks that the

@@ -31,7 +31,7 @@ def shapes_preprocessing(image_size: int) -> tuple[Any, Any]:
     """
     import tensorflow as tf
 
-    from cvbench.data.preprocessing import normalize
+    from cvbench.data.read.preprocessing import normalize
 
     def decode(image_bytes: Any) -> Any:
         image = tf.io.decode_jpeg(image_bytes, channels=3)

@@ -76,8 +76,8 @@ def prepare_data(
     Returns:
         The `DemoData` paths.
     """
-    from cvbench.data.coco_builder import build_coco_splits
-    from cvbench.data.imagenet_builder import build_imagenet
+    from cvbench.data.builders.coco_builder import build_coco_splits
+    from cvbench.data.builders.imagenet_builder import build_imagenet
 
     paths = DemoData.under(data_dir)
     cls_set = write_classification_set(

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import keras
 from keras import layers
 
-from cvbench.data.channel_means import CAFFE_MEAN_RGB
+from cvbench.data.read.channel_means import CAFFE_MEAN_RGB
 from cvbench.detection.anchors import anchors_per_location, feature_map_sizes, image_hw
 from cvbench.detection.backbone import BACKBONE_LEVELS, build_backbone
 from cvbench.detection.fpn import FeaturePyramid

@@ -37,7 +37,7 @@ on float32 values, so nothing is rounded to integers):
 * "center_crop": resize so that the image covers `round(side / crop_fraction)` on both axes
   (for a square input: the shorter side to `round(size / crop_fraction)`, the longer side in
   proportion, rounded to the nearest pixel), then crop the center `image_size` (offsets
-  rounded down), as `cvbench.data.preprocessing.preprocess_for_eval` does.
+  rounded down), as `cvbench.data.read.preprocessing.preprocess_for_eval` does.
 
 An image already of the target size under "stretch" is passed through unchanged. Every image
 keeps its original size and the `Geometry` that maps model-input pixels back to it.

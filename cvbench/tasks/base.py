@@ -264,8 +264,9 @@ class RecordTask(abc.ABC):
 
     @abc.abstractmethod
     def dataset_fn(self) -> Callable[..., Any]:
-        """The pipeline function: `(data_dir, split, *, batch_size, image_size, training,
-        num_shards, shard_index, seed, ...) -> tf.data.Dataset`."""
+        """The pipeline function: `(data_dir, *, spec: ReadSpec, **options) ->
+        tf.data.Dataset` (or batches), `options` being `dataset_options()` and, for training,
+        `train_options()` (see `cvbench.data.read.spec`)."""
 
     @abc.abstractmethod
     def count_records(self, split: str) -> int:
@@ -294,18 +295,26 @@ class RecordTask(abc.ABC):
 
     def read(self, split: str, *, batch_size: int, distribution: Any, **kwargs: Any) -> Any:
         """This rank's pipeline over `split` (shards from `distribution`'s rank and size),
-        skipping and counting corrupt records with `options.skip_corrupt`."""
-        return self.dataset_fn()(
-            self.options.data_dir,
-            split,
+        skipping and counting corrupt records with `options.skip_corrupt`: one
+        `cvbench.data.read.spec.ReadSpec` (`kwargs` that are its fields, e.g. `training`,
+        `seed`, go into it) and the reader's own options (`dataset_options`, the other
+        `kwargs`)."""
+        from cvbench.data.read.spec import READ_FIELDS, ReadSpec
+
+        fields = {k: v for k, v in kwargs.items() if k in READ_FIELDS}
+        options = {k: v for k, v in kwargs.items() if k not in READ_FIELDS}
+        spec = ReadSpec(
+            split=split,
             batch_size=batch_size,
             image_size=self.image_size,
             num_shards=distribution.size,
             shard_index=distribution.rank,
             skip_corrupt=self.options.skip_corrupt,
             corrupt_counter=self._counter(),
-            **self.dataset_options(),
-            **kwargs,
+            **fields,
+        )
+        return self.dataset_fn()(
+            self.options.data_dir, spec=spec, **self.dataset_options(), **options
         )
 
     def _counter(self) -> Any:

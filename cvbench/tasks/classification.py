@@ -46,7 +46,7 @@ class ClassificationTask(RecordTask):
         weights: weights to start from (the builder's `weights`: a file, or "imagenet"
             where published): sets the recipe's `model.weights` (a deviation).
         data_backend: "tf" (`cvbench.data.imagenet_dataset`) or "dali"
-            (`cvbench.data.dali_dataset.imagenet_dali_dataset`: NVIDIA DALI, the same recipe,
+            (`cvbench.data.dali.dataset.imagenet_dali_dataset`: NVIDIA DALI, the same recipe,
             element structure and evaluation cover; needs the records' index files and the
             `cvbench[dali]` extra).
         dali_device: with "dali": "cpu" (libjpeg-turbo) or "mixed" (nvJPEG on the GPU).
@@ -158,7 +158,7 @@ class ClassificationTask(RecordTask):
 
     def synthetic_batch(self, batch_size: int, seed: int) -> tuple[Any, Any]:
         """NumPy `(images float32 [B, S, S, 3] ~ N(0, 1), labels int32 [B])`."""
-        from cvbench.data.synthetic import synthetic_arrays
+        from cvbench.data.read.synthetic import synthetic_arrays
 
         return synthetic_arrays(batch_size, self.image_size, self.num_classes, seed=seed)
 
@@ -172,19 +172,17 @@ class ClassificationTask(RecordTask):
     def _dali_dataset(
         self,
         data_dir: str,
-        split: str,
         *,
-        skip_corrupt: bool,
-        corrupt_counter: Any,
+        spec: Any,
         train_preprocess: Any = None,
         eval_preprocess: Any = None,
         **kwargs: Any,
     ) -> Any:
         """`imagenet_dali_dataset` with `RecordTask.read`'s arguments (the tf.data-only ones
-        are refused at construction, `_check_backend`)."""
-        from cvbench.data.dali_dataset import imagenet_dali_dataset
+        are refused at construction, `_check_backend`: the spec's skip_corrupt is False)."""
+        from cvbench.data.dali.dataset import imagenet_dali_dataset
 
-        return imagenet_dali_dataset(data_dir, split, device=self.dali_device, **kwargs)
+        return imagenet_dali_dataset(data_dir, spec=spec, device=self.dali_device, **kwargs)
 
     def count_records(self, split: str) -> int:
         from cvbench.data import num_examples
@@ -209,11 +207,11 @@ class ClassificationTask(RecordTask):
 
     def train_dataset(self, dataset: Any, *, seed: int | None, distribution: Any) -> Any:
         """Mixup of the training batches when the recipe has it (labels become soft
-        `[B, num_classes]`; `cvbench.data.mixup`), else `dataset` unchanged."""
+        `[B, num_classes]`; `cvbench.data.read.mixup`), else `dataset` unchanged."""
         alpha = self.mixup_alpha()
         if not alpha:
             return dataset
-        from cvbench.data.mixup import mixup
+        from cvbench.data.read.mixup import mixup
 
         return mixup(
             dataset,

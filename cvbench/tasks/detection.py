@@ -213,7 +213,7 @@ class DetectionTask(RecordTask):
         return coco_dataset
 
     def count_records(self, split: str) -> int:
-        from cvbench.data.coco import num_examples
+        from cvbench.data.read.coco import num_examples
 
         return num_examples(self.options.data_dir, split)
 
@@ -320,8 +320,8 @@ class DetectionTask(RecordTask):
             for name in _ANNOTATION_NAMES:
                 if (folder / name).is_file():
                     return folder / name
-        from cvbench.data.coco import list_record_files
         from cvbench.data.coco_schema import groundtruth_from_records
+        from cvbench.data.read.coco import list_record_files
 
         print(
             f"cvbench: no {_ANNOTATION_NAMES[0]} in {data_dir}: ground truth rebuilt from the "

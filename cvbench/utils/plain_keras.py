@@ -214,7 +214,7 @@ def with_input_normalization(
 ) -> keras.Model:
     """`model` behind a built-in `Rescaling` computing `(x - mean) / std` per channel.
 
-    For a classifier trained on normalized images (`cvbench.data.preprocessing.normalize`),
+    For a classifier trained on normalized images (`cvbench.data.read.preprocessing.normalize`),
     the result takes `[0, 255]` RGB. A normalization by `mean' = -mean / std`,
     `std' = 1 / std` undoes one (`x * std + mean`).
 

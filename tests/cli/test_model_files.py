@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import cvbench.cli as cli
-from cvbench.data.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+from cvbench.data.read.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from cvbench.utils.model_file import read_model_info
 
 # Loads each (model, inputs, outputs) triple with plain Keras, never importing cvbench.

@@ -40,7 +40,7 @@ def test_train_and_eval_from_dali(records, tmp_path, capsys):
 
 
 def test_the_task_reads_dali_batches(records):
-    from cvbench.data.dali_dataset import DaliBatches
+    from cvbench.data.dali.dataset import DaliBatches
     from cvbench.tasks import ClassificationTask, TaskOptions
     from cvbench.training.distributed import SingleProcess
 

@@ -13,6 +13,6 @@ def tf():
 
 @pytest.fixture(scope="module")
 def pp():
-    from cvbench.data import preprocessing
+    from cvbench.data.read import preprocessing
 
     return preprocessing

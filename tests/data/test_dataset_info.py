@@ -152,7 +152,8 @@ def test_an_overwriting_build_removes_the_old_file_before_writing_shards(
     # A build killed while overwriting another data set must not leave that set's classes
     # beside its half-written shards; without overwrite the old set stays whole (the writer
     # refuses to touch it), so its file stays too.
-    from cvbench.data import build_imagenet, imagenet_builder
+    from cvbench.data import build_imagenet
+    from cvbench.data.builders import imagenet_builder
 
     make_raw(tmp_path / "raw", val_layout="folders")
     out = tmp_path / "records"
@@ -236,8 +237,8 @@ def test_build_coco_without_categories_writes_no_file(tmp_path):
 def test_a_full_disk_writing_the_file_is_a_disk_full_error(tmp_path, monkeypatch, builder):
     import errno
 
-    from cvbench.data import coco_builder, imagenet_builder
-    from cvbench.data.sharded_writer import DiskFullError
+    from cvbench.data.builders import coco_builder, imagenet_builder
+    from cvbench.data.builders.sharded_writer import DiskFullError
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

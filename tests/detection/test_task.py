@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cvbench.data.coco import list_record_files
-from cvbench.data.coco_builder import build_coco_splits
+from cvbench.data.builders.coco_builder import build_coco_splits
 from cvbench.data.coco_schema import groundtruth_from_records
+from cvbench.data.read.coco import list_record_files
 from cvbench.tasks import DetectionTask, TaskOptions
 from cvbench.tasks import detection as task_module
 from cvbench.training.distributed import Distribution, SingleProcess

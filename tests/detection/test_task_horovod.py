@@ -25,7 +25,7 @@ def worker(data_root: Path, out: Path) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from test_task import OracleModel, _task  # the single-process tests' helpers
 
-    from cvbench.data.coco import coco_dataset
+    from cvbench.data.read.coco import coco_dataset
     from cvbench.training.distributed import Horovod
 
     dist = Horovod()

@@ -37,7 +37,7 @@ def doc_data(tmp_path_factory, legacy_h5) -> Callable[[str], Path]:
 def coco_mirror(tmp_path_factory, doc_data) -> Iterator[tuple[str, dict]]:
     """A local HTTP server with COCO 2017's three zips (made from the tiny COCO set) at their
     official paths: yields (base URL, the `COCO_2017_FILES` table of those zips)."""
-    from cvbench.data.download import RemoteFile
+    from cvbench.data.acquire.download import RemoteFile
 
     root = tmp_path_factory.mktemp("coco_mirror")
     table = docs_tiny_data.coco_archives(root, doc_data("coco_raw"))

@@ -33,7 +33,7 @@ def imagenet_raw(root: Path) -> Path:
 
 def imagenet_records(root: Path, raw: Path) -> Path:
     """ImageNet-format TFRecords of `raw`: 2 train shards, 1 validation shard."""
-    from cvbench.data.imagenet_builder import build_imagenet
+    from cvbench.data.builders.imagenet_builder import build_imagenet
 
     build_imagenet(raw, root, train_shards=2, val_shards=1, num_workers=1, progress=False)
     return root
@@ -49,7 +49,7 @@ def coco_raw(root: Path) -> Path:
 
 def coco_records(root: Path, raw: Path) -> Path:
     """Object Detection API TFRecords of `raw` (train and val), val annotations beside them."""
-    from cvbench.data.coco_builder import build_coco_splits
+    from cvbench.data.builders.coco_builder import build_coco_splits
 
     sources = {
         split: (raw / "annotations" / f"instances_{split}2017.json", raw / f"{split}2017")
@@ -115,7 +115,7 @@ def resnet50_notop_h5(path: Path, write_legacy_h5) -> Path:
 
 def coco_archives(root: Path, raw: Path) -> dict[str, tuple[str, int, str]]:
     """COCO 2017's three zips, made from the tiny `raw` set, at their official paths under
-    `root`; returns part -> (path, size, MD5), the shape of `download.COCO_2017_FILES`."""
+    `root`; returns part -> (path, size, MD5), the shape of `coco_download.COCO_2017_FILES`."""
     parts = {
         "annotations": ("annotations/annotations_trainval2017.zip", ["annotations"]),
         "val": ("zips/val2017.zip", ["val2017"]),

@@ -76,11 +76,11 @@ def test_inline_commands(path):
 )
 def test_doc_block(block, tmp_path_factory, doc_data, request, monkeypatch):
     if "coco-mirror" in block.directive.flags:  # download_coco fetches from a local mirror
-        from cvbench.data import download
+        from cvbench.data.acquire import coco_download
 
         base, files = request.getfixturevalue("coco_mirror")
-        monkeypatch.setenv(download.COCO_BASE_URL_ENV, base)
-        monkeypatch.setattr(download, "COCO_2017_FILES", files)
+        monkeypatch.setenv(coco_download.COCO_BASE_URL_ENV, base)
+        monkeypatch.setattr(coco_download, "COCO_2017_FILES", files)
     workspace = _workspace(block, tmp_path_factory, doc_data)
     exercise(block, workspace, doc_data, _docker_tags())
     _WORKSPACES[block.id] = workspace

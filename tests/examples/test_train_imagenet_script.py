@@ -21,7 +21,7 @@ def _load_script():
 @pytest.fixture(scope="module")
 def records(tmp_path_factory) -> Path:
     """6 classes x 4 training and 1 validation image of 32 px, as ImageNet TFRecords."""
-    from cvbench.data.imagenet_builder import build_imagenet
+    from cvbench.data.builders.imagenet_builder import build_imagenet
     from cvbench.demo.shapes_data import write_classification_set
 
     root = tmp_path_factory.mktemp("imagenet")

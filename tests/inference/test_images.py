@@ -30,7 +30,7 @@ def _png(path, height, width, value=0):
 def test_center_crop_geometry_square_input():
     # 375 x 500 at 224 / 0.875: shorter side to round(224 / 0.875) = 256, longer side
     # round(500 * 256 / 375) = round(341.33) = 341; crop offsets (256-224)//2 = 16,
-    # (341-224)//2 = 58 (as cvbench.data.preprocessing's resize_shorter_side + central_crop).
+    # (341-224)//2 = 58 (as cvbench.data.read.preprocessing's resize_shorter_side + central_crop).
     assert center_crop_geometry(375, 500, image_size=(224, 224), crop_fraction=0.875) == (
         (256, 341),
         (16, 58),

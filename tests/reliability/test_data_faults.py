@@ -386,7 +386,7 @@ def test_a_truncated_devkit_is_one_line(tmp_path):
 
 def shards(root: Path) -> Path:
     """A built ImageNet-format folder (one train shard) to index."""
-    from cvbench.data.imagenet_builder import build_imagenet
+    from cvbench.data.builders.imagenet_builder import build_imagenet
 
     raw = raw_folder(root / "raw")
     out = root / "records"

@@ -14,7 +14,7 @@ def test_ssd320_fixed_knobs_are_the_model_and_loss_constants():
     coco, box_coder, fpn, heads, postprocess, ssd = (
         importlib.import_module(f"cvbench.{name}")
         for name in (
-            "data.coco",
+            "data.read.coco",
             "detection.box_coder",
             "detection.fpn",
             "detection.heads",
@@ -44,7 +44,7 @@ def test_ssd320_fixed_knobs_are_the_model_and_loss_constants():
 
 
 def test_resnet_preprocessing_is_the_nvidia_pipeline():
-    preprocessing = importlib.import_module("cvbench.data.preprocessing")
+    preprocessing = importlib.import_module("cvbench.data.read.preprocessing")
 
     p = get_recipe("resnet50_v1.5_90e").preprocessing
     assert p.aspect_ratio_range == preprocessing.ASPECT_RATIO_RANGE

@@ -241,7 +241,7 @@ def test_builder_arguments_ssd_fit_ssd320():
 
 
 def test_the_recipes_preprocessing_is_the_data_packages_own_object():
-    from cvbench.data.image_preprocessing import ImagePreprocessing
+    from cvbench.data.read.image_preprocessing import ImagePreprocessing
 
     resnet = get_recipe("resnet50_v1.5_90e").preprocessing
     assert isinstance(resnet, ImagePreprocessing)
@@ -254,7 +254,7 @@ def test_the_nvcnn_recipe_is_the_data_packages_nvcnn_preprocessing():
     # Two readings of nvcnn_hvd.py (the recipe's knobs and the data package's own
     # `ImagePreprocessing.nvcnn_inception_v3()`) must give the same pipeline: TF1 bilinear
     # resize, flip after it, uint8 quantization, inception scaling, central_crop then resize.
-    from cvbench.data.image_preprocessing import ImagePreprocessing
+    from cvbench.data.read.image_preprocessing import ImagePreprocessing
 
     recipe = get_recipe("inception_v3_nvcnn").preprocessing
     assert recipe == ImagePreprocessing.nvcnn_inception_v3()

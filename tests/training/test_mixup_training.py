@@ -1,6 +1,6 @@
 """Mixup batches train through the Trainer: soft labels into SparseCrossEntropy, whole steps.
 
-The wiring a task uses: `cvbench.data.mixup.mixup` on the training batches only (evaluation
+The wiring a task uses: `cvbench.data.read.mixup.mixup` on the training batches only (evaluation
 keeps integer labels), the loss `SparseCrossEntropy(label_smoothing, smoothing_classes)`,
 which takes both kinds of label.
 """
@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 from training_helpers import images, tiny_classifier
 
-from cvbench.data.mixup import mixup
+from cvbench.data.read.mixup import mixup
 from cvbench.training import TrainConfig, Trainer
 from cvbench.training.losses import SparseCrossEntropy
 

@@ -1,0 +1,308 @@
+"""`build_coco` / `build_coco_splits`: COCO annotations + images -> TFRecords (TF OD API format).
+
+Input: a COCO annotation JSON (`instances_train2017.json`) and its image folder
+(`train2017/`). Output: `coco_train.record-00000-of-00100` … (100 shards) or
+`coco_val.record-00000-of-00010` … (10 shards), one `tf.train.Example` per image, in the
+layout `cvbench.data.coco_schema` defines (and `coco_schema.coco_example` writes).
+
+Annotations are checked before anything is written (`cvbench.data.builders.coco_annotations`): bad
+boxes are skipped and counted, a malformed file is refused naming the entry. Images without
+boxes are kept (COCOeval counts them) and counted.
+
+Beside the records goes `dataset_info.json` (`cvbench.data.dataset_info`): the categories of
+the annotation files in id order with their names (class index = rank of the id), the images
+per category and split, the JPEG quality.
+
+The module is named `coco_builder`, not after its function `build_coco`, so that
+`cvbench.data.build_coco` is always the function (a package attribute named like a submodule
+is replaced by the submodule once that is imported).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import errno
+import functools
+import os
+import random
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from cvbench.data.builders.coco_annotations import AnnotationReport, load_coco_annotations
+from cvbench.data.builders.sharded_writer import (
+    DiskFullError,
+    Skip,
+    SplitSpec,
+    WriteSummary,
+    disk_full_as_error,
+    write_sharded,
+)
+from cvbench.data.coco_schema import SHARD_PATTERN, CocoImage, coco_example
+from cvbench.data.dataset_info import (
+    ClassInfo,
+    DatasetInfo,
+    dataset_info_path,
+    write_dataset_info,
+)
+from cvbench.data.image_io import (
+    DEFAULT_MAX_PIXELS,
+    ImageError,
+    check_max_pixels,
+    read_image_file,
+    to_rgb_jpeg,
+)
+from cvbench.utils.io import atomic_path
+
+#: Shard counts of the reference layout; other split names default to 10.
+DEFAULT_SHARDS: dict[str, int] = {"train": 100, "val": 10}
+
+
+@dataclasses.dataclass(frozen=True)
+class CocoItem:
+    """One image to encode (picklable: it travels to the worker processes).
+
+    Attributes:
+        path: the image file.
+        image: its annotation entry and kept objects.
+    """
+
+    path: str
+    image: CocoImage
+
+    def key(self) -> str:
+        """What identifies this item in the manifest: the image and its boxes, not the path."""
+        return repr(self.image)
+
+    def describe(self) -> str:
+        """How a skipped item is named: `file_name (id N)`."""
+        return f"{self.image.file_name} (id {self.image.image_id})"
+
+
+def encode_coco_item(
+    item: CocoItem, *, quality: int, max_pixels: int | None = DEFAULT_MAX_PIXELS
+) -> bytes | Skip:
+    """Reads and checks one image; returns its serialized record or `Skip(reason)`.
+
+    RGB and grayscale JPEGs are stored byte for byte (TensorFlow's JPEG decoder expands
+    grayscale to RGB); anything else (PNG behind a .jpg name, CMYK) is re-encoded as an RGB
+    JPEG at `quality`. Every image is fully decoded once, so a corrupt file is skipped here
+    and never reaches tf.data; so is one over `max_pixels` (width x height, from its header).
+    """
+    try:
+        data = read_image_file(item.path)
+        decoded = to_rgb_jpeg(data, quality=quality, max_pixels=max_pixels)
+    except ImageError as e:
+        return Skip(str(e))
+    ann = item.image
+    if (decoded.height, decoded.width) != (ann.height, ann.width):
+        return Skip(
+            f"image is {decoded.height}x{decoded.width} pixels but the annotation file says "
+            f"{ann.height}x{ann.width} (wrong image folder?)"
+        )
+    keep_original = decoded.source_format == "JPEG" and decoded.source_mode == "L"
+    return coco_example(ann, data if keep_original else decoded.data)
+
+
+@dataclasses.dataclass
+class BuildSummary:
+    """The outcome of `build_coco` / `build_coco_splits`.
+
+    Attributes:
+        write: the writer's summary (records, shards, bytes, skipped images, time).
+        annotations: split -> what parsing its annotation file kept and skipped.
+    """
+
+    write: WriteSummary
+    annotations: dict[str, AnnotationReport]
+
+    def format(self) -> str:
+        """A multi-line human-readable summary."""
+        lines = []
+        for split, report in self.annotations.items():
+            lines.append(f"{split}: {report.summary()}")
+        lines.append(self.write.format(unit="images"))
+        return "\n".join(lines)
+
+
+def build_coco_splits(
+    output_dir: str | os.PathLike,
+    sources: Mapping[str, tuple[str | os.PathLike, str | os.PathLike]],
+    *,
+    num_shards: Mapping[str, int] | None = None,
+    num_workers: int | None = None,
+    seed: int = 0,
+    quality: int = 95,
+    overwrite: bool = False,
+    progress: bool = True,
+    copy_annotations: bool = True,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+) -> BuildSummary:
+    """Builds the TFRecords of several splits in one go (one manifest for the directory).
+
+    Args:
+        output_dir: the output folder.
+        sources: split name -> (annotation JSON, image folder), e.g.
+            `{"val": ("annotations/instances_val2017.json", "val2017")}`. Records are named
+            `coco_<split>.record-NNNNN-of-NNNNN`.
+        num_shards: split -> shard count; default `DEFAULT_SHARDS` (train 100, val 10, others
+            10), lowered to the number of images for tiny sets.
+        num_workers: encoding processes; None = all cores, <= 1 = this process.
+        seed: seed of the shuffle that spreads the training images over its shards (other
+            splits keep the annotation file's order).
+        quality: JPEG quality for the few images that must be re-encoded.
+        overwrite: replace a different data set in `output_dir`.
+        progress: print the annotation reports and a progress bar to stderr.
+        copy_annotations: copy the annotation file of every split but "train" next to the
+            records as `instances_<split>.json`, where the evaluation finds its ground truth
+            (the training file is large and never needed there).
+        max_pixels: images with more pixels (width x height, from the header, before
+            decoding) are skipped and listed like unreadable ones; None for no limit.
+
+    Returns:
+        A `BuildSummary`.
+
+    Raises:
+        FileNotFoundError: a missing annotation file or image folder.
+        FileExistsError: `output_dir` holds a different data set and `overwrite` is False.
+        ValueError: bad arguments, or an annotation file that is not COCO or has no images.
+    """
+    if not sources:
+        raise ValueError("sources must name at least one split")
+    if not 1 <= quality <= 100:
+        raise ValueError(f"quality must be in 1..100, got {quality}")
+    max_pixels = check_max_pixels(max_pixels)
+    specs, reports = [], {}
+    for split, (annotations_file, image_dir) in sources.items():
+        image_root = Path(image_dir)
+        if not image_root.is_dir():
+            raise FileNotFoundError(f"image folder {image_root} (split {split!r}) does not exist")
+        images, report = load_coco_annotations(annotations_file)
+        if not images:
+            raise ValueError(f"{annotations_file} lists no images")
+        reports[split] = report
+        if progress:
+            print(f"{split}: {report.summary()}", file=sys.stderr)
+        items = [CocoItem(str(image_root / im.file_name), im) for im in images]
+        if split == "train":
+            random.Random(seed).shuffle(items)
+        wanted = (num_shards or {}).get(split)
+        count = wanted if wanted is not None else min(DEFAULT_SHARDS.get(split, 10), len(items))
+        specs.append(SplitSpec(split, items, count, SHARD_PATTERN))
+    if overwrite:  # never leave another data set's classes beside a half-written one
+        dataset_info_path(output_dir).unlink(missing_ok=True)
+    summary = write_sharded(
+        output_dir,
+        specs,
+        functools.partial(encode_coco_item, quality=quality, max_pixels=max_pixels),
+        dataset="coco-tfod",
+        options={"quality": quality, "seed": seed},
+        item_key=CocoItem.key,
+        describe=CocoItem.describe,
+        num_workers=num_workers,
+        overwrite=overwrite,
+        progress=progress,
+        unit="img",
+    )
+    if copy_annotations:
+        for split, (annotations_file, _) in sources.items():
+            if split != "train":
+                target = Path(output_dir) / f"instances_{split}.json"
+                try:
+                    with atomic_path(target) as tmp:
+                        shutil.copyfile(annotations_file, tmp)
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    shards = sum(r.num_shards for r in summary.splits.values())
+                    raise DiskFullError(target, shards) from e
+    info = _dataset_info(specs, reports, quality, summary)
+    if info is not None:
+        with disk_full_as_error(dataset_info_path(output_dir), summary):
+            write_dataset_info(output_dir, info)
+    return BuildSummary(summary, reports)
+
+
+def _dataset_info(
+    specs: list[SplitSpec],
+    reports: Mapping[str, AnnotationReport],
+    quality: int,
+    summary: WriteSummary,
+) -> DatasetInfo | None:
+    """The `dataset_info.json` of a build: every split's categories in id order, with the
+    images holding a kept box of each; None when no file lists a category (test images)."""
+    names: dict[int, str] = {}
+    for report in reports.values():
+        for cat_id, name in report.categories.items():
+            names.setdefault(cat_id, name)
+    if not names:
+        return None
+    images: dict[int, dict[str, int]] = {cat_id: {} for cat_id in names}
+    for spec in specs:
+        per_class = collections.Counter(
+            cat for item in spec.items for cat in {o.category_id for o in item.image.objects}
+        )
+        for cat_id in names:
+            images[cat_id][spec.name] = per_class[cat_id]
+    return DatasetInfo(
+        kind="coco",
+        classes=tuple(ClassInfo(cat_id, names[cat_id], images[cat_id]) for cat_id in sorted(names)),
+        label_offset=None,
+        image_policy={"resize": None, "quality": quality},
+        splits={name: r.num_records for name, r in summary.splits.items()},
+    )
+
+
+def build_coco(
+    annotations_file: str | os.PathLike,
+    image_dir: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    split: str,
+    num_shards: int | None = None,
+    num_workers: int | None = None,
+    seed: int = 0,
+    quality: int = 95,
+    overwrite: bool = False,
+    progress: bool = True,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+) -> BuildSummary:
+    """Builds `coco_<split>.record-NNNNN-of-NNNNN` from one annotation file and image folder.
+
+    Usage (tests/data/builders/test_build_coco.py runs it on tiny files):
+
+        build_coco("annotations/instances_val2017.json", "val2017", "tfrecords", split="val")
+
+    Args:
+        annotations_file: COCO annotation JSON (`instances_val2017.json`).
+        image_dir: the folder its `file_name`s are relative to (`val2017/`).
+        output_dir: the output folder.
+        split: the split name ("train" gives 100 shards, "val" 10 by default).
+        num_shards: shard count instead of the default.
+        num_workers, seed, quality, overwrite, progress, max_pixels: as in
+            `build_coco_splits`.
+
+    The annotation file of a split other than "train" is copied next to the records
+    (`instances_<split>.json`) for the evaluation.
+
+    Returns:
+        A `BuildSummary`.
+
+    Raises:
+        As `build_coco_splits`. Note that the directory's manifest names the splits written
+        together: to put train and val in one folder, build them in one `build_coco_splits`
+        call (or the `cvbench build-coco --coco-dir` command).
+    """
+    return build_coco_splits(
+        output_dir,
+        {split: (annotations_file, image_dir)},
+        num_shards=None if num_shards is None else {split: num_shards},
+        num_workers=num_workers,
+        seed=seed,
+        quality=quality,
+        overwrite=overwrite,
+        progress=progress,
+        max_pixels=max_pixels,
+    )

@@ -1,0 +1,371 @@
+"""COCO TFRecords (TF Object Detection API format) -> `tf.data` batches for SSD320.
+
+Reads `coco_<split>.record-NNNNN-of-NNNNN` files, as `cvbench.data.build_coco` (and the TF OD
+API's `create_coco_tf_record.py`) write them; the record layout and its parser are in
+`cvbench.data.coco_schema`. This module holds only what is COCO's: the SSD320 augmentation and
+the element structure; reading (files, scan, rank split, corrupt records) is
+`cvbench.data.read.reader`, batching (decode guard, padding, options) `cvbench.data.read.pipeline`.
+
+Class ids: records carry COCO category ids (1..90 with gaps: 80 are used). The model wants
+contiguous indices `[0, num_classes)`; a `CocoLabelMap` holds the COCO id of each index.
+SSD320 v1.2 uses 90 classes with index = COCO id - 1 (`CocoLabelMap.ssd320()`, the default;
+the ten unused ids simply never occur); `CocoLabelMap.coco80()` is the compact 80-class map,
+`CocoLabelMap.from_categories` one for any annotation file. Boxes whose id is not in the map
+are dropped. Records without `image/object/class/label` (NVIDIA's copy of the OD API script
+wrote only the names) get their ids from the COCO 2017 names.
+
+Boxes are `[ymin, xmin, ymax, xmax]` normalized to [0, 1] (`cvbench.detection.box_ops`).
+
+Images come out as RGB values in [0, 255], resized: the SSD320 model subtracts its channel
+means (`MEAN_RGB`, i.e. `cvbench.data.read.channel_means.CAFFE_MEAN_RGB`) itself
+(`subtract_mean=True` does it here instead, for models that do not).
+
+Element structure:
+
+* training: `(images, targets)`. images [B, S, S, 3] `dtype`; targets the `target_encoder`'s
+  output batched (SSD: `{"boxes": [B, N, 5], "classes": [B, N, num_classes + 1]}` float32
+  for N anchors, see `cvbench.detection.targets`), or without an encoder
+  `{"boxes": [B, 100, 4] float32, "classes": [B, 100] int32 (-1 padding), "num_boxes": [B]
+  int32}`. Endless (`repeat=True`), the last partial batch dropped. Recipe (SSD320 v1.2):
+  random crop as the OD API's `random_crop_image` (aspect 0.75-3.0, area 0.75-1.0, no
+  minimum object cover, overlap threshold 0: boxes entirely outside the crop are dropped,
+  the others clipped to it), fused with the JPEG decode; random horizontal flip; fixed
+  bilinear resize to S x S (aspect not kept); at most 100 boxes.
+* evaluation: `(images, meta)`. meta: `image_id` [B] int64, `image_size` [B, 2] int32 (the
+  original height, width), `valid` [B] bool. Every record appears exactly once across all
+  ranks (each rank reads a contiguous range of the records); padding rows (`valid` False,
+  `image_id` -1, zero image) fill the last batch and any batch up to `steps`, the same number
+  on every rank (the dataset's cardinality).
+
+Sharding across processes: `num_shards` / `shard_index`, by default Horovod's size and rank
+when Horovod is initialised. Training shards files (records when there are fewer files than
+ranks). Corrupt input (truncated files, CRC errors, undecodable JPEGs) raises an error naming
+the file, or with `skip_corrupt=True` is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import tensorflow as tf
+
+from cvbench.data._distributed import resolve_shards
+from cvbench.data.coco_labels import COCO_2017_CATEGORIES, CocoLabelMap
+from cvbench.data.coco_schema import category_name_table, parse_example, record_prefix
+from cvbench.data.read.channel_means import CAFFE_MEAN_RGB
+from cvbench.data.read.pipeline import check_args, eval_batches, train_batches
+from cvbench.data.read.reader import (
+    eval_examples,
+    list_split_files,
+    rank_seed,
+    scan_files,
+    train_examples,
+)
+from cvbench.data.read.spec import ReadSpec, read_spec
+
+__all__ = [
+    "COCO_2017_CATEGORIES",
+    "CROP_AREA_RANGE",
+    "CROP_ASPECT_RATIO_RANGE",
+    "MAX_BOXES",
+    "MEAN_RGB",
+    "CocoLabelMap",
+    "coco_dataset",
+    "crop_boxes",
+    "flip_boxes_left_right",
+    "list_record_files",
+    "num_examples",
+    "pad_boxes",
+    "sample_crop_window",
+]
+
+MAX_BOXES = 100
+MEAN_RGB = CAFFE_MEAN_RGB  # subtracted with subtract_mean=True
+CROP_ASPECT_RATIO_RANGE: tuple[float, float] = (0.75, 3.0)
+CROP_AREA_RANGE: tuple[float, float] = (0.75, 1.0)
+
+
+def list_record_files(data_dir: str | os.PathLike, split: str) -> list[str]:
+    """Sorted shard paths of `split` (`coco_<split>.record-?????-of-?????`) in `data_dir`.
+
+    Raises:
+        FileNotFoundError: no such folder or no such files (saying what was looked for and
+            how to build them).
+    """
+    try:
+        return list_split_files(data_dir, record_prefix(split))
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{e}; build COCO TFRecords with `cvbench build-coco`") from None
+
+
+def num_examples(data_dir: str | os.PathLike, split: str) -> int:
+    """The number of complete records of a COCO split (reads only the record headers)."""
+    files = list_record_files(data_dir, split)
+    return sum(scan_files(files, skip_corrupt=True, counter=None))
+
+
+def sample_crop_window(
+    image_shape: tf.Tensor,
+    boxes: tf.Tensor,
+    seed: tf.Tensor,
+    *,
+    aspect_ratio_range: tuple[float, float] = CROP_ASPECT_RATIO_RANGE,
+    area_range: tuple[float, float] = CROP_AREA_RANGE,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Samples an SSD random-crop window (OD API `random_crop_image`, min object cover 0).
+
+    Args:
+        image_shape: int32 [3], `(height, width, channels)`.
+        boxes: float32 [N, 4], normalized `[ymin, xmin, ymax, xmax]` (N may be 0).
+        seed: int [2], the stateless random seed (same seed, same window).
+        aspect_ratio_range: allowed crop width / height.
+        area_range: allowed crop area as a fraction of the image area.
+
+    Returns:
+        `crop` int32 [4] `(offset_y, offset_x, height, width)` in pixels (what
+        `tf.image.decode_and_crop_jpeg` takes) and `window` float32 [4], the same crop as a
+        normalized `[ymin, xmin, ymax, xmax]` box. When no window meets the constraints in 100
+        attempts, the whole image.
+    """
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        image_shape,
+        bounding_boxes=tf.clip_by_value(tf.reshape(boxes, [1, -1, 4]), 0.0, 1.0),
+        seed=seed,
+        min_object_covered=0.0,
+        aspect_ratio_range=aspect_ratio_range,
+        area_range=area_range,
+        max_attempts=100,
+        use_image_if_no_bounding_boxes=True,
+    )
+    crop = tf.stack([begin[0], begin[1], size[0], size[1]])
+    hw = tf.cast(tf.tile(image_shape[:2], [2]), tf.float32)
+    window = tf.cast(tf.concat([begin[:2], begin[:2] + size[:2]], 0), tf.float32) / hw
+    return crop, window
+
+
+def crop_boxes(boxes: tf.Tensor, window: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Boxes in a crop window's frame, as the OD API's `random_crop_image` (overlap 0) does.
+
+    Boxes completely outside the window (touching its edge counts as outside) are dropped; the
+    others are re-expressed relative to the window and clipped to [0, 1].
+
+    Args:
+        boxes: float32 [N, 4], normalized `[ymin, xmin, ymax, xmax]`.
+        window: float32 [4], the crop as a normalized `[ymin, xmin, ymax, xmax]` box.
+
+    Returns:
+        `new_boxes` float32 [M, 4] (normalized to the window) and `keep` bool [N], which of the
+        inputs survive (gather the other per-box fields with it).
+    """
+    ymin, xmin, ymax, xmax = tf.unstack(boxes, 4, axis=1)
+    keep = (ymin < window[2]) & (xmin < window[3]) & (ymax > window[0]) & (xmax > window[1])
+    kept = tf.boolean_mask(boxes, keep)
+    origin = tf.tile(window[:2], [2])
+    scale = tf.tile(window[2:] - window[:2], [2])
+    return tf.clip_by_value((kept - origin) / scale, 0.0, 1.0), keep
+
+
+def flip_boxes_left_right(boxes: tf.Tensor) -> tf.Tensor:
+    """Mirrors normalized `[ymin, xmin, ymax, xmax]` boxes [N, 4]: x -> 1 - x."""
+    ymin, xmin, ymax, xmax = tf.unstack(boxes, 4, axis=1)
+    return tf.stack([ymin, 1.0 - xmax, ymax, 1.0 - xmin], axis=1)
+
+
+def pad_boxes(
+    boxes: tf.Tensor, classes: tf.Tensor, max_boxes: int = MAX_BOXES
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Keeps the first `max_boxes` boxes and pads to exactly that many.
+
+    Args:
+        boxes: float32 [N, 4]; classes: int32 [N].
+        max_boxes: the fixed count.
+
+    Returns:
+        `boxes` float32 [max_boxes, 4] (zero rows as padding), `classes` int32 [max_boxes]
+        (-1 as padding) and `num_boxes` int32 scalar (the real rows, first).
+    """
+    n = tf.minimum(tf.shape(boxes)[0], max_boxes)
+    pad = max_boxes - n
+    boxes = tf.pad(boxes[:n], [[0, pad], [0, 0]])
+    classes = tf.pad(tf.cast(classes[:n], tf.int32), [[0, pad]], constant_values=-1)
+    boxes.set_shape([max_boxes, 4])
+    classes.set_shape([max_boxes])
+    return boxes, classes, n
+
+
+def _resize(image: tf.Tensor, image_size: int, dtype: tf.DType, subtract_mean: bool) -> tf.Tensor:
+    image = tf.image.resize(image, [image_size, image_size], method="bilinear")
+    if subtract_mean:
+        image -= tf.constant(MEAN_RGB, tf.float32)
+    return tf.cast(image, dtype)
+
+
+def _train_transform(
+    example: Mapping[str, tf.Tensor],
+    *,
+    image_size: int,
+    class_table: tf.Tensor,
+    drop_crowd: bool,
+    dtype: tf.DType,
+    subtract_mean: bool,
+) -> dict[str, tf.Tensor]:
+    """Crop (fused with the JPEG decode), flip, resize; boxes mapped to classes, padded."""
+    boxes, classes = example["boxes"], _to_indices(example["coco_ids"], class_table)
+    keep = classes >= 0
+    if drop_crowd:
+        keep &= tf.logical_not(example["is_crowd"])
+    boxes, classes = tf.boolean_mask(boxes, keep), tf.boolean_mask(classes, keep)
+
+    crop_seed, flip_seed = tf.unstack(tf.random.split(example["seed"], 2))
+    encoded = example["encoded"]
+    crop, window = sample_crop_window(tf.image.extract_jpeg_shape(encoded), boxes, crop_seed)
+    image = tf.image.decode_and_crop_jpeg(encoded, crop, channels=3)
+    boxes, keep = crop_boxes(boxes, window)
+    classes = tf.boolean_mask(classes, keep)
+
+    flip = tf.random.stateless_uniform([], flip_seed) < 0.5
+    image = tf.cond(flip, lambda: tf.image.flip_left_right(image), lambda: image)
+    boxes = tf.cond(flip, lambda: flip_boxes_left_right(boxes), lambda: boxes)
+
+    boxes, classes, num_boxes = pad_boxes(boxes, classes)
+    return {
+        "image": _resize(image, image_size, dtype, subtract_mean),
+        "boxes": boxes,
+        "classes": classes,
+        "num_boxes": num_boxes,
+    }
+
+
+def _eval_transform(
+    example: Mapping[str, tf.Tensor], *, image_size: int, dtype: tf.DType, subtract_mean: bool
+) -> dict[str, tf.Tensor]:
+    image = tf.image.decode_jpeg(example["encoded"], channels=3)
+    return {
+        "image": _resize(image, image_size, dtype, subtract_mean),
+        "image_id": example["image_id"],
+        "image_size": tf.shape(image)[:2],
+        "valid": tf.constant(True),
+    }
+
+
+def _to_indices(coco_ids: tf.Tensor, class_table: tf.Tensor) -> tf.Tensor:
+    """COCO ids [N] -> class indices int32 [N] through the label map's table, -1 if unmapped."""
+    n = tf.cast(tf.shape(class_table)[0], tf.int64)
+    inside = (coco_ids >= 0) & (coco_ids < n)
+    return tf.where(inside, tf.gather(class_table, tf.clip_by_value(coco_ids, 0, n - 1)), -1)
+
+
+def coco_dataset(
+    data_dir: str | os.PathLike,
+    split: str | None = None,
+    *,
+    spec: ReadSpec | None = None,
+    label_map: CocoLabelMap | None = None,
+    target_encoder: Callable[[tf.Tensor, tf.Tensor], Any] | None = None,
+    drop_crowd: bool = False,
+    subtract_mean: bool = False,
+    cycle_length: int = 10,
+    **read: Any,
+) -> tf.data.Dataset:
+    """A training or evaluation pipeline over COCO TFRecords (see the module docstring).
+
+    Args:
+        data_dir: the folder of `coco_<split>.record-NNNNN-of-NNNNN`.
+        split: "train", "val" or another split name the builder wrote; None: `spec.split`.
+        spec: the reading arguments (`ReadSpec`): the image size is the square model input
+            side S (default 320, for SSD320; at least 32), the shuffle buffer defaults to
+            2048 records; training: crop, flip, shuffle, repeat, drop remainder; evaluation:
+            resize only, every record once, padding marked.
+        label_map: COCO id <-> class index; default `CocoLabelMap.ssd320()` (90 classes).
+        target_encoder: training only: `target_encoder(boxes, classes)` per example (boxes
+            float32 [100, 4] with zero padding rows, classes int32 [100] with -1 padding), e.g.
+            `cvbench.detection.targets.TargetEncoder(multiscale_anchors(S), num_classes)`.
+            None: the padded boxes are the targets.
+        drop_crowd: training only: leave out `is_crowd` boxes (the reference keeps them).
+        subtract_mean: subtract the SSD320 channel means here (the ssd320 model does it).
+        cycle_length: files read in parallel.
+        **read: `ReadSpec` fields replacing the spec's (or making it, without `spec`).
+
+    Returns:
+        A `tf.data.Dataset` of the element structure in the module docstring.
+
+    Raises:
+        ValueError: bad arguments; a truncated file when `skip_corrupt` is False.
+        FileNotFoundError: no folder or no records of `split`.
+    """
+    spec = read_spec(spec, split=split, **read).with_defaults(image_size=320, shuffle_buffer=2048)
+    split, training, batch_size = spec.require_split(), spec.training, spec.batch_size
+    image_size, skip_corrupt = spec.image_size, spec.skip_corrupt
+    tf_dtype = check_args(spec.dtype)
+    if image_size < 32:
+        raise ValueError(f"image_size must be >= 32, got {image_size}")
+    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
+    files = list_record_files(data_dir, split)
+    counter = spec.corrupt_counter if skip_corrupt else None
+    name_to_id = category_name_table()
+    reading = {
+        "num_shards": num_shards,
+        "shard_index": shard_index,
+        "cycle_length": cycle_length,
+        "skip_corrupt": skip_corrupt,
+        "counter": counter,
+    }
+
+    def parse(record: tf.Tensor) -> dict:
+        return parse_example(record, name_to_id)
+
+    if not training:
+        examples, steps = eval_examples(files, parse, batch_size=batch_size, **reading)
+        pad = {
+            "image_id": tf.constant(-1, tf.int64),
+            "image_size": tf.constant([0, 0], tf.int32),
+            "valid": tf.constant(False),
+        }
+        return eval_batches(
+            examples,
+            lambda e: _eval_transform(
+                e, image_size=image_size, dtype=tf_dtype, subtract_mean=subtract_mean
+            ),
+            to_element=_split_image,
+            pad=(tf.zeros([image_size, image_size, 3], tf_dtype), pad),
+            batch_size=batch_size,
+            steps=steps,
+            skip_corrupt=skip_corrupt,
+            counter=counter,
+        )
+
+    class_table = tf.constant((label_map or CocoLabelMap.ssd320()).index_table())
+    seed_r = rank_seed(spec.seed, shard_index)
+    examples = train_examples(files, parse, seed=seed_r, repeat=spec.repeat, **reading)
+
+    def to_element(out: dict, example: dict) -> tuple[tf.Tensor, Any]:
+        image, padded = _split_image(out, example)
+        if target_encoder is None:
+            return image, padded
+        return image, target_encoder(padded["boxes"], padded["classes"])
+
+    return train_batches(
+        examples,
+        lambda e: _train_transform(
+            e,
+            image_size=image_size,
+            class_table=class_table,
+            drop_crowd=drop_crowd,
+            dtype=tf_dtype,
+            subtract_mean=subtract_mean,
+        ),
+        to_element=to_element,
+        batch_size=batch_size,
+        seed=seed_r,
+        shuffle_buffer=spec.shuffle_buffer,
+        skip_corrupt=skip_corrupt,
+        counter=counter,
+    )
+
+
+def _split_image(out: dict, example: dict) -> tuple[tf.Tensor, dict]:
+    """`(image, the rest)` of a transform's output dict."""
+    del example
+    return out["image"], {k: v for k, v in out.items() if k != "image"}

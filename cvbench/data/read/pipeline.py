@@ -1,0 +1,403 @@
+"""The second half of every input pipeline: examples -> training or evaluation batches.
+
+A reader (`cvbench.data.read.imagenet`, `.coco`, `.tfds`) gives a dataset of *example* dicts (its
+parse output plus `filename`, `source` and `index`, which name a corrupt image) and a
+per-example `transform` (decode + augmentation); this module does the rest, the same way for
+every reader:
+
+* `train_batches`: shuffle -> a stateless seed per example (`seed` key, int64 [2]) ->
+  guarded `transform` -> `to_element` -> batch (dropping the remainder) -> prefetch;
+* `eval_batches`: guarded `transform` -> `to_element` -> the pad element repeated -> exactly
+  `steps` full batches (asserted as the cardinality) -> prefetch.
+
+*Guarded*: a `transform` that fails on an example (an undecodable image) raises an error
+naming the image and its file (`corrupt.checked_map`: a plain parallel map over chunks of
+examples, which finds the failed example only after a failure), or with `skip_corrupt=True`
+the example is skipped, printed and counted (`corrupt.guarded_map`, one small dataset per
+example). Both give the same elements in the same order, so a seed gives the same batches
+either way. Both set `tf.data.Options.deterministic` (training when a seed is given,
+evaluation always) and map fusion.
+
+`train_pipeline` / `eval_pipeline` are the classification instances (ImageNet records and
+TFDS), on examples with:
+
+* `encoded`: scalar string, the encoded image;
+* `label`: int32, 0-based class;
+* `boxes`: float32 [num_boxes, 4] normalized `[ymin, xmin, ymax, xmax]` (may be empty);
+* `filename`, `source`: strings naming the image and the file it came from;
+* `index`: int64, the record's position in `source`.
+
+`check_labels` makes a label outside the model's classes an error naming the record (what
+`imagenet_dataset(num_classes=...)` adds before either pipeline).
+
+`train_pipeline` yields `(images, labels)` batches; `eval_pipeline` yields
+`(images, labels, weights)` batches where padding rows have weight 0 (see its docstring).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+from cvbench.data.read.corrupt import (
+    CorruptRecordCounter,
+    apply_policy,
+    checked_map,
+    guarded_map,
+    no_autograph,
+)
+from cvbench.data.read.image_preprocessing import ImagePreprocessing
+from cvbench.data.read.preprocessing import preprocess_for_eval, preprocess_for_train
+
+TrainPreprocess = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
+EvalPreprocess = Callable[[tf.Tensor], tf.Tensor]
+Transform = Callable[[dict], Any]
+ToElement = Callable[[Any, dict], Any]
+
+
+def check_preprocessing(
+    preprocessing: ImagePreprocessing | None, hook: Any, hook_name: str
+) -> None:
+    """`preprocessing` is None or an `ImagePreprocessing`, and not given with `hook` (a custom
+    preprocess function replaces the whole recipe, so its knobs would be ignored)."""
+    if preprocessing is not None and not isinstance(preprocessing, ImagePreprocessing):
+        raise ValueError(
+            f"preprocessing must be an ImagePreprocessing or None, got {preprocessing!r}"
+        )
+    if preprocessing is not None and hook is not None:
+        raise ValueError(
+            f"{hook_name} replaces the whole preprocessing, so preprocessing={preprocessing!r} "
+            f"would be ignored; pass one of them"
+        )
+
+
+def check_args(dtype: Any, *, num_classes: int | None = None) -> tf.DType:
+    """Validates a reader's own arguments (`num_classes`: None or a positive int; the shared
+    ones are `ReadSpec`'s); returns `dtype` as a floating `tf.DType`."""
+    if num_classes is not None:
+        _check_num_classes(num_classes)
+    try:
+        tf_dtype = tf.as_dtype(dtype)
+    except TypeError:
+        raise ValueError(f"dtype must be a floating dtype name, got {dtype!r}") from None
+    if not tf_dtype.is_floating:
+        raise ValueError(f"dtype must be a floating dtype (float32, bfloat16, ...), got {dtype!r}")
+    return tf_dtype
+
+
+def _image_and_record(e: dict) -> list:
+    """`<filename> (record <index> of <source>)`, as string tensors to join: where an
+    example came from, in every data error."""
+    return [e["filename"], " (record ", tf.strings.as_string(e["index"]), " of ", e["source"], ")"]
+
+
+def _undecodable(out: Any, ok: tf.Tensor, e: dict) -> tf.Tensor:
+    return tf.strings.join(["undecodable image ", *_image_and_record(e)])
+
+
+def _check_num_classes(num_classes: Any) -> None:
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+
+
+def check_labels(examples: tf.data.Dataset, num_classes: int) -> tf.data.Dataset:
+    """Raises on an example whose `label` is outside [0, `num_classes`).
+
+    The error takes the path an undecodable image's does (a `tf.debugging.Assert` in the
+    dataset: `tf.errors.InvalidArgumentError` when the example is read, see
+    `cvbench.data.read.corrupt`), with a message naming the label (0-based, and as stored,
+    1-based), the class count, the image and its record: `label 3 (stored as 4) is outside
+    [0, 3) for num_classes=3: image a.JPEG (record 2 of /data/train-00000-of-00001)`. It is
+    always an error (`skip_corrupt` does not skip it): the records and the model disagree on
+    the classes. The check costs a comparison per example; the message is only built for
+    an offending one.
+
+    Args:
+        examples: example dicts with `label` (int32, 0-based), `filename`, `source`, `index`.
+        num_classes: the model's classes.
+
+    Raises:
+        ValueError: `num_classes` is not a positive int.
+    """
+    _check_num_classes(num_classes)
+
+    def message(e: dict) -> tf.Tensor:
+        return tf.strings.join(
+            [
+                "label ",
+                tf.strings.as_string(e["label"]),
+                " (stored as ",
+                tf.strings.as_string(e["label"] + 1),
+                f") is outside [0, {num_classes}) for num_classes={num_classes}: image ",
+                *_image_and_record(e),
+            ]
+        )
+
+    def check(e: dict) -> dict:
+        def fail() -> tf.Tensor:
+            with tf.control_dependencies([tf.debugging.Assert(False, [message(e)])]):
+                return tf.constant(False)
+
+        inside = tf.logical_and(e["label"] >= 0, e["label"] < num_classes)
+        done = tf.cond(inside, lambda: tf.constant(True), fail)
+        with tf.control_dependencies([done]):
+            return tf.nest.map_structure(tf.identity, e)
+
+    return examples.map(no_autograph(check))
+
+
+def _guarded(
+    ds: tf.data.Dataset,
+    transform: Transform,
+    to_element: ToElement,
+    output_spec: Any,
+    *,
+    skip_corrupt: bool,
+    counter: CorruptRecordCounter | None,
+    deterministic: bool,
+) -> tf.data.Dataset:
+    """`transform` over examples; corrupt ones raise (`checked_map`, the fast path) or are
+    skipped (`guarded_map`); then `to_element`."""
+    if not skip_corrupt:
+        mapped = checked_map(
+            ds,
+            transform,
+            message_fn=lambda e: _undecodable(None, None, e),
+            output_spec=output_spec,
+            deterministic=deterministic,
+        )
+        return mapped.map(to_element, num_parallel_calls=tf.data.AUTOTUNE)
+    guarded = guarded_map(ds, transform, output_spec=output_spec, deterministic=deterministic)
+    checked = apply_policy(
+        guarded,
+        lambda t: t[1],
+        lambda t: _undecodable(*t),
+        skip_corrupt=skip_corrupt,
+        counter=counter,
+    )
+    return checked.map(lambda out, ok, e: to_element(out, e), num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _options(deterministic: bool) -> tf.data.Options:
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    # Consecutive maps run as one function (the parse, seed and label steps), which saves
+    # a function call and a hand-over between threads per example; results are unchanged.
+    options.experimental_optimization.map_fusion = True
+    return options
+
+
+def train_batches(
+    examples: tf.data.Dataset,
+    transform: Transform,
+    *,
+    to_element: ToElement,
+    batch_size: int,
+    seed: int | None,
+    shuffle_buffer: int,
+    skip_corrupt: bool,
+    counter: CorruptRecordCounter | None,
+    output_spec: Any = None,
+) -> tf.data.Dataset:
+    """Shuffle, seed, transform (guarded), batch dropping the remainder, prefetch.
+
+    Args:
+        examples: example dicts (repeat them before calling for an endless stream).
+        transform: example (with `seed`, int64 [2], a stateless random seed) -> a nest of
+            tensors of static shape; an error at run time marks the example corrupt.
+        to_element: `(transform output, example) -> element`, the batch element (unguarded,
+            converted by AutoGraph unless wrapped in `no_autograph`: e.g. pick the label, or
+            run a target encoder).
+        batch_size: elements per batch.
+        seed: makes shuffling and the per-example seeds deterministic; None:
+            nondeterministic.
+        shuffle_buffer: examples in the shuffle buffer (1 disables shuffling).
+        skip_corrupt: skip and count examples `transform` fails on instead of raising.
+        counter: counts them.
+        output_spec: the `tf.TensorSpec` nest `transform` returns (traced if None).
+
+    Returns:
+        Batches of `to_element`'s structure, each with a leading batch dimension.
+    """
+    if shuffle_buffer > 1:
+        examples = examples.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    seeds = tf.data.Dataset.random(seed=seed).batch(2)
+    ds = tf.data.Dataset.zip((examples, seeds)).map(no_autograph(lambda e, s: {**e, "seed": s}))
+    ds = _guarded(
+        ds,
+        transform,
+        to_element,
+        output_spec,
+        skip_corrupt=skip_corrupt,
+        counter=counter,
+        deterministic=seed is not None,
+    )
+    ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    return ds.with_options(_options(seed is not None))
+
+
+def eval_batches(
+    examples: tf.data.Dataset,
+    transform: Transform,
+    *,
+    to_element: ToElement,
+    pad: Any,
+    batch_size: int,
+    steps: int,
+    skip_corrupt: bool,
+    counter: CorruptRecordCounter | None,
+    output_spec: Any = None,
+) -> tf.data.Dataset:
+    """Transform (guarded) every example once, in order; pad to exactly `steps` full batches.
+
+    Padding elements fill the last batch and any further batches up to `steps`, so that every
+    rank runs the same number of steps (collective ops in step) with static shapes.
+
+    Args:
+        examples: example dicts, one pass, at most `steps * batch_size` of them.
+        transform: example -> a nest of tensors of static shape.
+        to_element: `(transform output, example) -> element`.
+        pad: the padding element, of `to_element`'s structure (e.g. a zero image, weight 0).
+        batch_size: elements per batch.
+        steps: batches to yield (`cvbench.data.read.reader.eval_steps` of the largest rank).
+        skip_corrupt: skip and count examples `transform` fails on instead of raising.
+        counter: counts them.
+        output_spec: the `tf.TensorSpec` nest `transform` returns (traced if None).
+
+    Returns:
+        Exactly `steps` batches (the dataset's cardinality) of `to_element`'s structure.
+    """
+    ds = _guarded(
+        examples,
+        transform,
+        to_element,
+        output_spec,
+        skip_corrupt=skip_corrupt,
+        counter=counter,
+        deterministic=True,
+    )
+    ds = ds.concatenate(tf.data.Dataset.from_tensors(pad).repeat()).take(steps * batch_size)
+    ds = ds.batch(batch_size, drop_remainder=True)
+    ds = ds.apply(tf.data.experimental.assert_cardinality(steps)).prefetch(tf.data.AUTOTUNE)
+    return ds.with_options(_options(True))
+
+
+def train_pipeline(
+    examples: tf.data.Dataset,
+    *,
+    batch_size: int,
+    image_size: int,
+    dtype: tf.DType,
+    seed: int | None,
+    shuffle_buffer: int,
+    skip_corrupt: bool,
+    counter: CorruptRecordCounter | None,
+    preprocess: TrainPreprocess | None = None,
+    preprocessing: ImagePreprocessing | None = None,
+) -> tf.data.Dataset:
+    """Classification training: shuffle, augment, batch (dropping the remainder), prefetch.
+
+    Args:
+        examples: example dicts (repeat them before calling for an endless stream).
+        batch_size: images per batch.
+        image_size: output height and width.
+        dtype: image dtype.
+        seed: makes shuffling and augmentation deterministic; None: nondeterministic.
+        shuffle_buffer: examples in the shuffle buffer (1 disables shuffling).
+        skip_corrupt: skip and count undecodable images instead of raising.
+        counter: counts skipped images.
+        preprocess: `(image_bytes, boxes, seed[2]) -> image` to use instead of
+            `preprocess_for_train(image_size=image_size, dtype=dtype,
+            preprocessing=preprocessing)`.
+        preprocessing: the recipe's knobs (`ImagePreprocessing`); None: the defaults. Not
+            with `preprocess`.
+
+    Returns:
+        `(images [batch, image_size, image_size, 3] dtype, labels [batch] int32)` batches.
+
+    Raises:
+        ValueError: `preprocessing` is not an `ImagePreprocessing`, or is given with
+            `preprocess`.
+    """
+    check_preprocessing(preprocessing, preprocess, "preprocess")
+    if preprocess is None:
+        preprocess = functools.partial(
+            preprocess_for_train, image_size=image_size, dtype=dtype, preprocessing=preprocessing
+        )
+    return train_batches(
+        examples,
+        lambda e: preprocess(e["encoded"], e["boxes"], e["seed"]),
+        to_element=no_autograph(lambda image, e: (image, e["label"])),
+        output_spec=tf.TensorSpec([image_size, image_size, 3], dtype),
+        batch_size=batch_size,
+        seed=seed,
+        shuffle_buffer=shuffle_buffer,
+        skip_corrupt=skip_corrupt,
+        counter=counter,
+    )
+
+
+def eval_pipeline(
+    examples: tf.data.Dataset,
+    *,
+    batch_size: int,
+    image_size: int,
+    dtype: tf.DType,
+    steps: int,
+    skip_corrupt: bool,
+    counter: CorruptRecordCounter | None,
+    preprocess: EvalPreprocess | None = None,
+    preprocessing: ImagePreprocessing | None = None,
+) -> tf.data.Dataset:
+    """Classification evaluation: decode, resize, central crop, pad to `steps` full batches.
+
+    Every example of `examples` appears once, in order, with weight 1.0; padding rows (zero
+    image, label 0, weight 0.0) fill the last batch and any further batches up to `steps`, so
+    that every rank runs the same number of steps (collective ops in step) with static
+    shapes. Count correct predictions with the weights (Keras metrics take them as
+    `sample_weight`; `model.evaluate` uses the third element as sample weights).
+
+    Args:
+        examples: example dicts, one pass, at most `steps * batch_size` of them.
+        batch_size: images per batch.
+        image_size: output height and width.
+        dtype: image dtype.
+        steps: batches to yield (`eval_steps` of the largest rank's record count).
+        skip_corrupt: skip and count undecodable images instead of raising.
+        counter: counts skipped images.
+        preprocess: `image_bytes -> image` to use instead of `preprocess_for_eval`.
+        preprocessing: the recipe's knobs (`ImagePreprocessing`); None: the defaults. Not
+            with `preprocess`.
+
+    Returns:
+        `(images [batch, image_size, image_size, 3] dtype, labels [batch] int32,
+        weights [batch] float32)` batches; exactly `steps` of them (its cardinality).
+
+    Raises:
+        ValueError: `preprocessing` is not an `ImagePreprocessing`, or is given with
+            `preprocess`.
+    """
+    check_preprocessing(preprocessing, preprocess, "preprocess")
+    if preprocess is None:
+        preprocess = functools.partial(
+            preprocess_for_eval, image_size=image_size, dtype=dtype, preprocessing=preprocessing
+        )
+    pad = (
+        tf.zeros([image_size, image_size, 3], dtype),
+        tf.constant(0, tf.int32),
+        tf.constant(0.0),
+    )
+    return eval_batches(
+        examples,
+        lambda e: preprocess(e["encoded"]),
+        to_element=no_autograph(lambda image, e: (image, e["label"], tf.constant(1.0))),
+        pad=pad,
+        output_spec=tf.TensorSpec([image_size, image_size, 3], dtype),
+        batch_size=batch_size,
+        steps=steps,
+        skip_corrupt=skip_corrupt,
+        counter=counter,
+    )

@@ -1,0 +1,334 @@
+"""The record-reading skeleton every TFRecord reader shares: sharded files -> parsed examples.
+
+A reader (`cvbench.data.read.imagenet`, `cvbench.data.read.coco`) supplies only a *parse function*
+(serialized record -> dict of tensors) and its augmentation; this module does the rest, the
+same way for each (after TF Model Garden's `InputReader(decoder_fn, parser_fn)`):
+
+1. `list_split_files` finds `<split>-NNNNN-of-NNNNN` files (or a given glob) and says what was
+   looked for where when there are none.
+2. `scan_files` counts each file's records (`cvbench.data.tfrecord.scan_tfrecord`) before any
+   reading, so a truncated file is reported at start-up, by name, not hours into a run.
+3. Per rank: `train_examples` deals out whole files (by-file sharding) when there are at least
+   as many files as ranks, else every rank reads all files and keeps every R-th record;
+   `eval_examples` gives rank `r` of `R` a contiguous range of the records
+   (`rank_segments`), across file boundaries, so every record is read by exactly one rank.
+4. `read_records` streams the records of (file, skip, take) segments. A record the TensorFlow
+   reader rejects mid-file (CRC mismatch) ends that file; the records it did not deliver come
+   out as a lost-records marker naming the file, which `drop_lost_markers` raises on or
+   skips and counts (`cvbench.data.read.corrupt`).
+5. The parse function turns each record into an example; the skeleton adds `source` (the file)
+   and `index` (the record's position in it), which name a corrupt image in error messages.
+
+`cvbench.data.read.pipeline` then takes the examples to batches (decode guard, padding, options).
+
+Record elements (before parsing) are dicts: `record` (string), `source` (the file, string),
+`index` (int64) and `lost` (int64: 0 for a record; for a marker, the number of records of that
+segment that were not read).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from cvbench.data.read.corrupt import CorruptRecordCounter, apply_policy, no_autograph
+from cvbench.data.tfrecord import scan_tfrecord
+
+ParseFn = Callable[[tf.Tensor], dict]
+
+
+def split_glob(split: str) -> str:
+    """The file glob of a split's shards, e.g. 'train-?????-of-?????'."""
+    return f"{glob.escape(split)}-?????-of-?????"
+
+
+def list_split_files(
+    data_dir: str | os.PathLike, split: str, file_pattern: str | None = None
+) -> list[str]:
+    """The sorted shard files of `split` in `data_dir`.
+
+    Args:
+        data_dir: the directory of the TFRecord files.
+        split: split name, e.g. 'train' or 'validation'.
+        file_pattern: a glob relative to `data_dir` to use instead of `<split>-?????-of-?????`.
+
+    Raises:
+        FileNotFoundError: `data_dir` does not exist or nothing matches; the message says
+            what was looked for, where, and which shard-like files are there.
+    """
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"data directory {root} does not exist")
+    pattern = file_pattern or split_glob(split)
+    files = sorted(p for p in glob.glob(str(root / pattern)) if os.path.isfile(p))
+    if not files:
+        present = sorted({n.split("-")[0] for n in os.listdir(root) if "-of-" in n})
+        hint = f"; shard files present for: {', '.join(present)}" if present else ""
+        raise FileNotFoundError(f"no TFRecord files matching {pattern!r} in {root}{hint}")
+    return files
+
+
+def rank_seed(seed: int | None, shard_index: int) -> int | None:
+    """A per-rank seed derived from `seed`, so ranks do not draw identical augmentations."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, shard_index]).generate_state(1)[0])
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Records `[skip, skip + take)` of one file."""
+
+    path: str
+    skip: int
+    take: int
+
+
+def scan_files(
+    files: list[str], *, skip_corrupt: bool, counter: CorruptRecordCounter | None
+) -> list[int]:
+    """Counts the complete records of each file; handles truncated files.
+
+    Returns:
+        The number of complete records of each file.
+
+    Raises:
+        ValueError: a truncated file, when `skip_corrupt` is False (naming the file). With
+            `skip_corrupt` its complete records are used and the cut-off record is counted.
+    """
+    counts = []
+    for path in files:
+        scan = scan_tfrecord(path)
+        if scan.truncated:
+            if not skip_corrupt:
+                raise ValueError(
+                    f"{scan.describe()}; copy or build it again, or pass skip_corrupt=True to "
+                    "read only its complete records"
+                )
+            print(f"cvbench: skipped corrupt input: {scan.describe()}", file=sys.stderr)
+            if counter is not None:
+                counter.add_found_before_reading(1)
+        counts.append(scan.num_records)
+    return counts
+
+
+def rank_segments(
+    files: list[str], counts: list[int], num_shards: int, shard_index: int
+) -> list[Segment]:
+    """The records of rank `shard_index` of `num_shards`: a contiguous slice of all records.
+
+    Records are numbered across `files` in order; rank r gets records
+    `[r * N // R, (r + 1) * N // R)`, so the ranks' counts differ by at most one and every
+    record belongs to exactly one rank. Example: counts [3, 3], 2 ranks -> rank 0 reads
+    records 0..2 of file 0, rank 1 records 0..2 of file 1.
+    """
+    total = sum(counts)
+    lo = shard_index * total // num_shards
+    hi = (shard_index + 1) * total // num_shards
+    segments, start = [], 0
+    for path, n in zip(files, counts, strict=True):
+        a, b = max(lo, start), min(hi, start + n)
+        if a < b:
+            segments.append(Segment(path, a - start, b - a))
+        start += n
+    return segments
+
+
+def eval_steps(max_records_per_rank: int, batch_size: int) -> int:
+    """Batches every rank yields: ceil(max records of any rank / batch_size)."""
+    return -(-max_records_per_rank // batch_size)
+
+
+def _segment_records(path: tf.Tensor, skip: tf.Tensor, take: tf.Tensor) -> tf.data.Dataset:
+    records = tf.data.TFRecordDataset(path).ignore_errors().skip(skip).take(take)
+    tagged = records.map(no_autograph(lambda r: (r, tf.constant(False))))
+    end = tf.data.Dataset.from_tensors((tf.constant(b""), tf.constant(True)))
+
+    def step(count: tf.Tensor, x: tuple) -> tuple:
+        record, is_end = x
+        missing = take - count
+        # Records: lost 0. The end element: the records not delivered, or -1 when none are
+        # missing (it is then dropped below).
+        lost = tf.where(is_end, tf.where(missing > 0, missing, -1), tf.constant(0, tf.int64))
+        return count + 1, {"record": record, "source": path, "index": skip + count, "lost": lost}
+
+    stream = tagged.concatenate(end).scan(tf.constant(0, tf.int64), no_autograph(step))
+    return stream.filter(no_autograph(lambda e: e["lost"] >= 0))
+
+
+def read_records(
+    segments: list[Segment],
+    *,
+    cycle_length: int = 8,
+    shuffle_files: bool = False,
+    seed: int | None = None,
+    repeat: bool = False,
+    deterministic: bool | None = None,
+) -> tf.data.Dataset:
+    """Streams the records of `segments` (interleaved across files), with lost markers.
+
+    Args:
+        segments: what to read (may be empty: a rank with no records).
+        cycle_length: files read at once.
+        shuffle_files: shuffle the segment order (again each epoch).
+        seed: the file-shuffle seed.
+        repeat: repeat forever.
+        deterministic: keep a fixed interleave order.
+
+    Returns:
+        A dataset of record dicts (see the module doc).
+    """
+    paths = [s.path for s in segments]
+    skips = [s.skip for s in segments]
+    takes = [s.take for s in segments]
+    ds = tf.data.Dataset.from_tensor_slices(
+        (
+            tf.constant(paths, tf.string),
+            tf.constant(skips, tf.int64),
+            tf.constant(takes, tf.int64),
+        )
+    )
+    if shuffle_files:
+        ds = ds.shuffle(len(segments), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    return ds.interleave(
+        no_autograph(_segment_records),
+        cycle_length=max(1, min(cycle_length, len(segments))),
+        block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic,
+    )
+
+
+def drop_lost_markers(
+    ds: tf.data.Dataset, *, skip_corrupt: bool, counter: CorruptRecordCounter | None
+) -> tf.data.Dataset:
+    """Raises on lost-records markers (naming the file), or counts and drops them."""
+
+    def message(e: dict) -> tf.Tensor:
+        return tf.strings.join(
+            [
+                "corrupted TFRecord data in ",
+                e["source"],
+                ": the reader stopped at record ",
+                tf.strings.as_string(e["index"]),
+                " (CRC mismatch or truncation); ",
+                tf.strings.as_string(e["lost"]),
+                " records were not read",
+            ]
+        )
+
+    return apply_policy(
+        ds,
+        lambda e: tf.equal(e["lost"], 0),
+        message,
+        skip_corrupt=skip_corrupt,
+        counter=counter,
+        weight_fn=lambda e: e["lost"],
+    )
+
+
+def _parse(records: tf.data.Dataset, parse_fn: ParseFn) -> tf.data.Dataset:
+    def to_example(element: dict) -> dict:
+        parsed = parse_fn(element["record"])
+        return {**parsed, "source": element["source"], "index": element["index"]}
+
+    return records.map(no_autograph(to_example), num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def train_examples(
+    files: list[str],
+    parse_fn: ParseFn,
+    *,
+    num_shards: int,
+    shard_index: int,
+    seed: int | None,
+    repeat: bool,
+    cycle_length: int,
+    skip_corrupt: bool,
+    counter: CorruptRecordCounter | None,
+) -> tf.data.Dataset:
+    """The training examples of one rank: its part of the records, parsed, in file order.
+
+    With at least as many files as ranks, rank `r` reads files `r, r + R, ...` in an order
+    shuffled with `seed` (again each epoch); with fewer, every rank reads all files in a fixed
+    interleave and keeps records `r, r + R, ...`.
+
+    Args:
+        files: the split's files (`list_split_files`).
+        parse_fn: serialized record (string scalar) -> dict of tensors.
+        num_shards: ranks splitting the data.
+        shard_index: this rank.
+        seed: the rank's seed (`rank_seed`): file order; None: nondeterministic (faster).
+        repeat: repeat forever.
+        cycle_length: files read at once.
+        skip_corrupt: skip and count truncated files and corrupt records instead of raising.
+        counter: counts them.
+
+    Returns:
+        Example dicts: `parse_fn`'s keys plus `source` (string) and `index` (int64).
+
+    Raises:
+        ValueError: this rank's files hold no records; a truncated file when `skip_corrupt`
+            is False.
+    """
+    by_file = len(files) >= num_shards
+    mine = files[shard_index::num_shards] if by_file else files
+    counts = scan_files(mine, skip_corrupt=skip_corrupt, counter=counter)
+    if sum(counts) == 0:
+        raise ValueError(f"no records in the files {mine[:3]}...")
+    records = read_records(
+        [Segment(p, 0, n) for p, n in zip(mine, counts, strict=True)],
+        cycle_length=cycle_length,
+        shuffle_files=by_file,
+        seed=seed,
+        deterministic=seed is not None or not by_file,
+    )
+    records = drop_lost_markers(records, skip_corrupt=skip_corrupt, counter=counter)
+    if not by_file:  # fewer files than ranks: split the records instead
+        records = records.shard(num_shards, shard_index)
+    if repeat:
+        records = records.repeat()
+    return _parse(records, parse_fn)
+
+
+def eval_examples(
+    files: list[str],
+    parse_fn: ParseFn,
+    *,
+    num_shards: int,
+    shard_index: int,
+    batch_size: int,
+    cycle_length: int,
+    skip_corrupt: bool,
+    counter: CorruptRecordCounter | None,
+) -> tuple[tf.data.Dataset, int]:
+    """The evaluation examples of one rank (a contiguous range, in order) and the step count.
+
+    Args:
+        files, parse_fn, num_shards, shard_index, cycle_length, skip_corrupt, counter: as in
+            `train_examples`.
+        batch_size: examples per batch, for the step count.
+
+    Returns:
+        `(examples, steps)`: the rank's example dicts, one pass, deterministic; and the
+        batches every rank must yield, `eval_steps(ceil(records / num_shards), batch_size)`
+        (the largest rank's count), so all ranks run the same number of steps.
+
+    Raises:
+        ValueError: a truncated file when `skip_corrupt` is False.
+    """
+    counts = scan_files(files, skip_corrupt=skip_corrupt, counter=counter)
+    steps = eval_steps(-(-sum(counts) // num_shards), batch_size)
+    segments = rank_segments(files, counts, num_shards, shard_index)
+    records = read_records(segments, cycle_length=cycle_length, deterministic=True)
+    records = drop_lost_markers(records, skip_corrupt=skip_corrupt, counter=counter)
+    return _parse(records, parse_fn), steps
