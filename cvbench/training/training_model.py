@@ -97,14 +97,41 @@ class TrainingModel(keras.Model):
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         del x, training
+        return self._data_loss(y, y_pred, sample_weight) + self._extra_loss()
+
+    def _data_loss(self, y, y_pred, sample_weight):
         if sample_weight is not None and isinstance(self.loss_fn, keras.losses.Loss):
             loss = self.loss_fn(y, y_pred, sample_weight=sample_weight)
         else:
             loss = self.loss_fn(y, y_pred)
-        loss = ops.cast(loss, "float32")
+        return ops.cast(loss, "float32")
+
+    def _extra_loss(self):
+        loss = ops.zeros((), "float32")
         for extra in self.losses:
             loss = loss + ops.cast(ops.sum(extra), "float32")
         return loss
+
+    def test_step(self, *args):
+        """Keras' test step, but on TensorFlow the `loss` of a batch whose rows carry sample
+        weights (0 for the padding of an evaluation shard) is the mean over the weighted rows
+        and weighs by their weight: a `keras.losses.Loss` reducing `sum_over_batch_size` gives
+        `sum(w * l) / rows`, which Keras' tracker weighted by `rows`, so padded rows counted
+        as zero losses (4 ranks evaluating 10 records in batches of 2 pad them to 16 rows:
+        the loss came out 10/16 of the one-process loss)."""
+        if keras.config.backend() != "tensorflow" or len(args) != 1:
+            return super().test_step(*args)
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(args[0])
+        y_pred = self(x, training=False)
+        reduction = getattr(self.loss_fn, "reduction", None)
+        if sample_weight is None or reduction != "sum_over_batch_size":
+            return super().test_step(args[0])
+        rows = ops.cast(ops.shape(_first(x))[0], "float32")
+        weight = ops.sum(ops.cast(sample_weight, "float32"))
+        data = self._data_loss(y, y_pred, sample_weight)
+        mean = ops.where(weight > 0, data * rows / ops.maximum(weight, 1e-12), 0.0)
+        self._loss_tracker.update_state(mean + self._extra_loss(), sample_weight=weight)
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
     # ------------------------------------------------------------------ the train step
     def train_step(self, *args):
