@@ -6,12 +6,13 @@ Misuse (bad flags, bad values, missing files: `CLIError`, `ValueError`, `FileNot
 `cvbench COMMAND: error: ...` and exit with code 1 (`RUN_ERROR`): corrupt input data
 (TensorFlow's `InvalidArgumentError` raised by cvbench's corrupt-record check, or a
 `DataLossError`), told by the file and record, without TensorFlow's graph and stack text; a
-checkpoint that the disk had no space for; a bad input file (`cvbench.utils.errors.BadFileError`:
-malformed, of another kind, or over a size limit, named with the limit's flag); and any other
-`OSError` (a read-only folder, a file where a folder is expected, a full disk), named by its
-path. Hints written for the Python API (`pass skip_corrupt=True`) name the command's flags
-instead (`pass --skip-corrupt`). Any other exception is a bug: `known_error` returns None and
-the command keeps its traceback.
+checkpoint that the disk had no space for; another rank or host lost under Horovod
+(`RankFailedError`, naming the lost ranks and host); a bad input file
+(`cvbench.utils.errors.BadFileError`: malformed, of another kind, or over a size limit, named
+with the limit's flag); and any other `OSError` (a read-only folder, a file where a folder is
+expected, a full disk), named by its path. Hints written for the Python API
+(`pass skip_corrupt=True`) name the command's flags instead (`pass --skip-corrupt`). Any other
+exception is a bug: `known_error` returns None and the command keeps its traceback.
 
 The subcommand modules import `CLIError` and `for_command_line` from here, not from
 `cvbench.cli`, whose `__init__` imports them (through `importlib`): no module imports its
@@ -65,6 +66,10 @@ def known_error(error: BaseException, *, command: str) -> tuple[str, int] | None
     checkpoint = sys.modules.get("cvbench.training.checkpoint")  # loaded if it wrote one
     if checkpoint is not None and isinstance(error, checkpoint.CheckpointWriteError):
         return f"cvbench {command}: error: {for_command_line(str(error))}", RUN_ERROR
+    distributed = sys.modules.get("cvbench.training.distributed")  # loaded by every training run
+    if distributed is not None and isinstance(error, distributed.RankFailedError):
+        # another rank or host was lost: its own output says why; this rank's line says which
+        return f"cvbench {command}: error: {error}", RUN_ERROR
     message = _data_error(error)
     if message is not None:
         return f"cvbench {command}: error: {for_command_line(message)}", RUN_ERROR

@@ -96,6 +96,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="end",
         help="evaluate top-1/top-5 at the end (default), after every epoch, or never",
     )
+    p.add_argument(
+        "--eval-count",
+        type=positive_int,
+        default=None,
+        help="evaluate N times, evenly over the run (the last at its end), with the results "
+        "(COCO AP for SSD320) in the epoch logs, train_log.jsonl and TensorBoard; replaces --eval",
+    )
     p.add_argument("--no-export", action="store_true", help="do not export the model at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=train_command, usage_error=p.error)
@@ -111,6 +118,8 @@ def train_command(args: argparse.Namespace) -> int:
 
     if args.force_resume and not args.resume:
         raise CLIError("--force-resume needs --resume")
+    if args.eval_count is not None and args.eval != "end":
+        raise CLIError(f"--eval-count replaces --eval; drop --eval {args.eval}")
     task = task_from_args(args, synthetic_steps=args.steps_per_epoch or 100)
     config = TrainConfig(
         log_dir=args.log_dir,
@@ -136,7 +145,9 @@ def train_command(args: argparse.Namespace) -> int:
     if args.log_dir is None and run.trainer.is_chief:
         print(NO_LOG_DIR, file=sys.stderr, flush=True)
     # The recipe's run (--epochs is its knob): exactly its planned steps.
-    results = run.fit(steps_per_epoch=args.steps_per_epoch, evaluate=args.eval)
+    results = run.fit(
+        steps_per_epoch=args.steps_per_epoch, evaluate=args.eval, eval_count=args.eval_count
+    )
     if results is not None:
         print_results(run.trainer, results)
     report_corrupt(args, task, run.trainer.distribution, log_dir=args.log_dir)

@@ -72,6 +72,7 @@ class TaskRun:
         steps_per_epoch: int | None = None,
         evaluate: str = "end",
         callbacks: Sequence[keras.callbacks.Callback] = (),
+        eval_count: int | None = None,
     ) -> dict[str, float] | None:
         """Trains `epochs` epochs and evaluates as asked.
 
@@ -83,6 +84,10 @@ class TaskRun:
             evaluate: "end" (after training), "epoch" (after every epoch, recorded in the
                 epoch logs as `val_<name>`; the last one is returned) or "none".
             callbacks: Keras callbacks for `Trainer.fit`.
+            eval_count: evaluate this many times, evenly over the run, instead (NVIDIA's SSD
+                `eval_count`): after the epochs `eval_epochs(epochs, eval_count)`, the last
+                one the run's end; recorded like `evaluate="epoch"` (`val_<name>` in the epoch
+                logs, the run log and TensorBoard); the last one is returned.
 
         Returns:
             The last evaluation's results, or None with `evaluate="none"`.
@@ -92,6 +97,16 @@ class TaskRun:
         if epochs is None:
             epochs, planned_steps = fit_lengths(self.plan)
             steps_per_epoch = steps_per_epoch or planned_steps
+        validation = self.evaluate if evaluate == "epoch" else None
+        if eval_count is not None:
+            chosen = eval_epochs(epochs, eval_count)
+            trainer = self.trainer
+
+            def validation() -> dict[str, float]:
+                # called at every epoch end, after the epoch counter moved on
+                return self.evaluate() if trainer.state["epoch"] in chosen else {}
+
+            evaluate = "epoch"
         # The resolved recipe: the run log's first event, written once the checkpoints allow
         # the run (a refused resume writes nothing).
         record = recipe_record(self.task.recipe, self.plan, notes=self.notes)
@@ -101,7 +116,7 @@ class TaskRun:
             epochs=epochs,
             steps_per_epoch=steps_per_epoch or self.train.steps_per_epoch,
             batch_size=self.batch_size,
-            validation_data=self.evaluate if evaluate == "epoch" else None,
+            validation_data=validation,
             callbacks=callbacks,
         )
         if evaluate == "end":
@@ -110,6 +125,25 @@ class TaskRun:
             last = {k: v[-1] for k, v in self.history.history.items() if k.startswith("val_")}
             return {k[len("val_") :]: float(v) for k, v in last.items()}
         return None
+
+
+def eval_epochs(epochs: int, count: int) -> frozenset[int]:
+    """The epochs (1-based) after which a run of `epochs` epochs evaluates `count` times,
+    evenly: `ceil(k * epochs / count)` for k = 1..count, so the last is the run's end.
+
+    Example:
+        >>> sorted(eval_epochs(50, 4)), sorted(eval_epochs(3, 3)), sorted(eval_epochs(7, 1))
+        ([13, 25, 38, 50], [1, 2, 3], [7])
+
+    Raises:
+        ValueError: `count` below 1 or above `epochs` (at most one evaluation per epoch).
+    """
+    if not isinstance(count, int) or not 1 <= count <= epochs:
+        raise ValueError(
+            f"eval_count must be between 1 and the run's {epochs} epochs (one evaluation per "
+            f"epoch at most), got {count!r}"
+        )
+    return frozenset(-(-k * epochs // count) for k in range(1, count + 1))
 
 
 def build_trainer(

@@ -16,11 +16,21 @@ instead (or a launcher that does not watch its workers) is caught by Horovod's s
 defaults set here make the survivors fail with an error after `stall_shutdown_s` seconds
 (60) in a collective that some rank never joined. `HOROVOD_GLOO_TIMEOUT_SECONDS` (30 here)
 bounds the connection set-up at start. Variables set in the environment win over these defaults.
+
+Several hosts: at start every rank prints one line naming its rank and host (`cvbench: rank 2
+of 4 on host hostB, local rank 0 of 2`), and every rank learns every rank's host and Gloo
+interface address (`Horovod.hosts`, `Horovod.addresses`), and each rank listens on a TCP port
+of that address that answers as long as the process lives. When a host is lost, a survivor's
+error names the ranks and hosts that no longer answer (`rank_failure`): Horovod's own error
+says only that it was shut down.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import socket
+import threading
 from collections.abc import Callable, Sequence
 
 import keras
@@ -171,6 +181,22 @@ class Horovod(Distribution):
         self.rank = hvd.rank()
         self.size = hvd.size()
         self.local_rank = hvd.local_rank()
+        self.local_size = hvd.local_size()
+        self.hosts = [socket.gethostname()]
+        self.addresses = [_interface_address()]
+        self._ports: list[int | None] = [None]
+        if self.size > 1:
+            presence = _Presence(self.addresses[0])
+            me = (self.hosts[0], self.addresses[0], presence.port)
+            gathered = hvd.allgather_object(me, name="cvbench.hosts")
+            self.hosts = [h for h, _, _ in gathered]
+            self.addresses = [a for _, a, _ in gathered]
+            self._ports = [p for _, _, p in gathered]
+            print(
+                f"cvbench: rank {self.rank} of {self.size} on host {self.hosts[self.rank]}, "
+                f"local rank {self.local_rank} of {self.local_size}",
+                flush=True,
+            )
         self._pin_gpu()
 
     def _pin_gpu(self) -> None:
@@ -258,9 +284,79 @@ class Horovod(Distribution):
             lines = [line.strip() for line in text.splitlines() if line.strip()] or [""]
             detail = next((line for line in lines if any(m in line for m in markers)), lines[0])
             return RankFailedError(
-                f"rank {self.rank}: another rank failed or exited, so training stops "
-                f"(Horovod: {detail.strip()[:300]})"
+                f"rank {self.rank}: another rank failed or exited, so training stops"
+                f"{self._lost(text)} (Horovod: {detail.strip()[:300]})"
             )
+        return None
+
+    def _lost(self, text: str) -> str:
+        """`; rank 0 runs on hostA, lost ranks 2, 3 on host hostB (10.27.0.2)`: the ranks
+        whose presence port no longer answers (else those at an address the error names),
+        grouped by host; `; rank 0 runs on hostA` when none is found."""
+        if len(self.hosts) != self.size or len(self._ports) != self.size:
+            return ""
+        here = f"; rank {self.rank} runs on {self.hosts[self.rank]}"
+        others = [r for r in range(self.size) if r != self.rank]
+        lost = [r for r in others if not _answers(self.addresses[r], self._ports[r])]
+        if not lost:
+            named = set(re.findall(r"(\d{1,3}(?:\.\d{1,3}){3})", text))
+            lost = [r for r in others if self.addresses[r] in named]
+        if not lost:
+            return here
+        groups = []
+        for host in dict.fromkeys(self.hosts[r] for r in lost):
+            ranks = [r for r in lost if self.hosts[r] == host]
+            word = "rank" if len(ranks) == 1 else "ranks"
+            names = ", ".join(str(r) for r in ranks)
+            groups.append(f"{word} {names} on host {host} ({self.addresses[ranks[0]]})")
+        return f"{here}, lost " + "; ".join(groups)
+
+
+class _Presence:
+    """A TCP port on `address` that accepts (and closes) connections while this process
+    lives: another rank that cannot connect knows this one is gone (or unreachable)."""
+
+    def __init__(self, address: str | None) -> None:
+        self._socket = socket.create_server((address or "", 0))
+        self.port = self._socket.getsockname()[1]
+        threading.Thread(target=self._serve, name="cvbench-presence", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:
+                return
+            connection.close()
+
+
+def _answers(address: str | None, port: int | None, timeout_s: float = 3.0) -> bool:
+    """Whether the presence port of a rank at `address` accepts a connection."""
+    if address is None or port is None:
+        return True  # nothing to ask: not counted as lost
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _interface_address() -> str | None:
+    """The IPv4 address of Gloo's interface (`HOROVOD_GLOO_IFACE`, which horovodrun sets from
+    `--network-interface`), else of this host's name; None when neither resolves."""
+    iface = os.environ.get("HOROVOD_GLOO_IFACE")
+    if iface:
+        try:
+            import psutil  # a Horovod dependency
+
+            for addr in psutil.net_if_addrs().get(iface, []):
+                if addr.family == socket.AF_INET:
+                    return addr.address
+        except ImportError:
+            pass
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
         return None
 
 

@@ -9,6 +9,14 @@ every knob of it after overrides). `--resume` (`TrainConfig.resume`) into a run 
 differs (`plan_differences`, which also compares every variable's shape) is refused with a
 message naming each difference, unless `force_resume` is set: then it resumes with a warning
 naming them. A key an older checkpoint lacks is not compared.
+
+A run resumed on another number of ranks (a node lost, `--resume` on the nodes left) is not a
+different plan when only the world size changed (`world_size_change`): the same images per
+rank and step, the same planned images and epochs, the same settings. The new run's own plan
+(the recipe's scaling rule at the new global batch: its rate, steps per epoch, total and warmup
+steps) then continues from the same point of the run counted in images: the step counters are
+converted (`step x old global batch / new global batch`), so that the run ends at the planned
+number of images, and the schedule sits where it was.
 """
 
 from __future__ import annotations
@@ -35,9 +43,11 @@ def run_plan(
     optimizer: Any = None,
     schedule: Any = None,
     settings: dict[str, Any] | None = None,
+    ranks: int | None = None,
 ) -> dict[str, Any]:
     """The plan stored in each checkpoint's state (steps per epoch derived from the rest;
-    `optimizer`, `schedule` and `settings` as JSON values: `describe`)."""
+    `optimizer`, `schedule` and `settings` as JSON values: `describe`; `ranks` the world
+    size)."""
     steps = None
     if planned_steps is not None and epochs:
         steps = planned_steps // epochs
@@ -51,7 +61,87 @@ def run_plan(
         "optimizer": describe(optimizer),
         "schedule": describe(schedule),
         "settings": describe(settings or {}),
+        "ranks": ranks,
     }
+
+
+#: Counters of the trainer state that count steps (converted when the world size changes).
+STEP_COUNTERS = ("step", "batch_in_epoch", "consumed")
+
+
+def world_size_change(stored: dict[str, Any], now: dict[str, Any]) -> dict[str, int] | None:
+    """`{"ranks_before", "ranks", "global_batch_before", "global_batch"}` when the checkpointed
+    plan `stored` and this run's plan `now` differ in the number of ranks only: the same
+    images per rank and step, per epoch (`steps_per_epoch x global_batch`) and in all
+    (`planned_steps x global_batch`), the same epochs and warmup in images; else None.
+
+    Example (4 ranks x 2 images, 12 steps, resumed on 2 ranks x 2: 24 steps of 4):
+        >>> old = {"ranks": 4, "global_batch": 8, "planned_steps": 12, "epochs": 6,
+        ...        "steps_per_epoch": 2, "schedule": {"warmup_steps": 2}}
+        >>> new = {"ranks": 2, "global_batch": 4, "planned_steps": 24, "epochs": 6,
+        ...        "steps_per_epoch": 4, "schedule": {"warmup_steps": 4}}
+        >>> world_size_change(old, new)["global_batch"]
+        4
+        >>> world_size_change(old, dict(new, planned_steps=20)) is None
+        True
+    """
+    keys = ("ranks", "global_batch", "planned_steps")
+    if any(not isinstance(stored.get(k), int) or not isinstance(now.get(k), int) for k in keys):
+        return None
+    if stored["ranks"] == now["ranks"]:
+        return None
+    old_gb, new_gb = stored["global_batch"], now["global_batch"]
+    if old_gb * now["ranks"] != new_gb * stored["ranks"]:  # another batch per rank
+        return None
+    if stored.get("epochs") != now.get("epochs"):
+        return None
+    for key in ("planned_steps", "steps_per_epoch"):
+        if stored.get(key) is not None and stored[key] * old_gb != (now.get(key) or 0) * new_gb:
+            return None
+    warmups = [(p.get("schedule") or {}) for p in (stored, now)]
+    if isinstance(warmups[0], dict) and isinstance(warmups[1], dict):
+        old_w, new_w = warmups[0].get("warmup_steps"), warmups[1].get("warmup_steps")
+        if isinstance(old_w, int) and isinstance(new_w, int) and old_w * old_gb != new_w * new_gb:
+            return None
+    return {
+        "ranks_before": stored["ranks"],
+        "ranks": now["ranks"],
+        "global_batch_before": old_gb,
+        "global_batch": new_gb,
+    }
+
+
+def _without_world_size(plan: dict[str, Any]) -> dict[str, Any]:
+    """`plan` without what follows from the world size (compared by `world_size_change`)."""
+    out = {k: v for k, v in plan.items() if k not in
+           ("ranks", "global_batch", "planned_steps", "steps_per_epoch")}  # fmt: skip
+    if isinstance(out.get("schedule"), dict):
+        out["schedule"] = {k: v for k, v in out["schedule"].items() if k != "warmup_steps"}
+    return out
+
+
+def convert_steps(state: dict[str, Any], change: dict[str, int]) -> dict[str, Any]:
+    """The checkpointed trainer `state` counted in steps of the new global batch (the same
+    images); raises ValueError when a counter is not a whole number of new steps.
+
+    Example:
+        >>> change = {"global_batch_before": 8, "global_batch": 4}
+        >>> convert_steps({"step": 3, "batch_in_epoch": 1, "consumed": 3}, change)["step"]
+        6
+    """
+    old_gb, new_gb = change["global_batch_before"], change["global_batch"]
+    out = dict(state)
+    for key in (*STEP_COUNTERS, "iterations"):
+        if not isinstance(state.get(key), int):
+            continue
+        images = state[key] * old_gb
+        if images % new_gb:
+            raise ValueError(
+                f"{key} {state[key]} at global batch {old_gb} is {images} images, not a whole "
+                f"number of steps at global batch {new_gb}"
+            )
+        out[key] = images // new_gb
+    return out
 
 
 def describe(value: Any) -> Any:
@@ -104,13 +194,15 @@ def plan_differences(now: dict[str, Any], meta: dict, variables: list) -> list[s
     run's (`meta`): "epochs 2 in the checkpoint, 4 now", ...; keys an older checkpoint lacks
     are not compared."""
     stored = meta.get("state", {})
+    if world_size_change(stored, now) is not None:
+        stored, now = _without_world_size(stored), _without_world_size(now)
     keys = ["epochs", "steps_per_epoch"]
     if stored.get("epochs") is None:
         keys = ["planned_steps"]
     differences = [
         f"{key.replace('_', ' ')} {stored[key]} in the checkpoint, {now[key]} now"
         for key in [*keys, "global_batch", "precision"]
-        if stored.get(key) is not None and now[key] is not None and stored[key] != now[key]
+        if stored.get(key) is not None and now.get(key) is not None and stored[key] != now[key]
     ]
     differences += _setting_differences(stored, now)
     shapes = [tuple(info["shape"]) for info in meta["model"]]
@@ -140,6 +232,16 @@ def restore_checked(trainer: Any, path: Path, meta: dict, arrays: dict) -> dict:
             f"({differences}), as force_resume=True asks",
             stacklevel=6,
         )
+    plan_now = trainer._plan()
+    change = world_size_change(meta.get("state", {}), plan_now)
+    state = dict(meta["state"], path=str(path))
+    inner = getattr(trainer.optimizer, "inner_optimizer", trainer.optimizer)
+    if change is not None:
+        try:
+            iterations = _checkpointed_iterations(meta, arrays, inner)
+            state = convert_steps(dict(state, iterations=iterations), change)
+        except ValueError as e:
+            return {"refused": f"cannot resume from {path} on {change['ranks']} ranks: {e}"}
     try:
         ckpt.restore_variables(
             meta,
@@ -149,9 +251,33 @@ def restore_checked(trainer: Any, path: Path, meta: dict, arrays: dict) -> dict:
         )
     except ValueError as e:
         return {"refused": f"cannot resume from {path}: {e}"}
-    state = dict(meta["state"], path=str(path))
-    print(f"cvbench: resumed from {path} (step {state['step']})", flush=True)
+    if change is None:
+        print(f"cvbench: resumed from {path} (step {state['step']})", flush=True)
+        return state
+    if state.get("iterations") is not None:
+        inner.iterations.assign(state["iterations"])
+    old_step, old_gb = meta["state"]["step"], change["global_batch_before"]
+    fields = dict(change, step_before=old_step, step=state["step"], images=old_step * old_gb,
+                  planned_steps=plan_now["planned_steps"],
+                  planned_images=plan_now["planned_steps"] * change["global_batch"])  # fmt: skip
+    print(
+        f"cvbench: resumed from {path} (step {old_step} at {change['ranks_before']} ranks, "
+        f"global batch {old_gb}: {fields['images']} images) on {change['ranks']} ranks: "
+        f"global batch {change['global_batch']}, step {state['step']} of "
+        f"{plan_now['planned_steps']} ({fields['planned_images']} images planned)",
+        flush=True,
+    )
+    trainer.run_events.append(("world_size", fields))
     return state
+
+
+def _checkpointed_iterations(meta: dict, arrays: dict, optimizer: Any) -> int | None:
+    """The optimizer's step count in the checkpoint (its `iterations` variable), or None."""
+    target = getattr(getattr(optimizer, "iterations", None), "path", None)
+    for i, info in enumerate(meta.get("optimizer", [])):
+        if target is not None and info.get("path") == target:
+            return int(np.asarray(arrays[f"optimizer/{i}"]).reshape(()))
+    return None
 
 
 def _base_name(name: str | None) -> str | None:

@@ -93,6 +93,7 @@ class _TrainerCheckpoints:
             optimizer=self._optimizer_spec,
             schedule=self._schedule_spec,
             settings=self.run_settings,
+            ranks=self.size,
         )
 
     def _resume_or_sync(self) -> None:
@@ -112,7 +113,9 @@ class _TrainerCheckpoints:
     def _restore_latest(self) -> dict | None:
         """Rank 0 loads the newest valid checkpoint, refusing one written for another plan
         (epochs, steps per epoch, global batch, precision, model) unless
-        `config.force_resume`; every rank gets its trainer state, or the same refusal.
+        `config.force_resume`; every rank gets its trainer state, or the same refusal. A
+        checkpoint of the same run on another number of ranks is resumed with its step
+        counters converted to the new global batch (`resume.world_size_change`).
 
         Raises:
             ValueError: naming the checkpoint and what differs.

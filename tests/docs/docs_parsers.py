@@ -2,6 +2,7 @@
 
 `cvbench` (cvbench's argparse parser), Python scripts (their own argparse parser, stopped
 right after parsing), `horovodrun` (Horovod's launcher parser, then the command it starts),
+`mpirun` / `srun` (the command they start: from the first `cvbench` or `python` word on),
 `make` (`make -n`, then the cvbench lines of the recipe), `pip install` (extras and versions
 against pyproject.toml, the Dockerfile and the installed TensorFlow), `docker build/run`
 (build args against the Dockerfile's ARGs, the image tag), shell scripts (exist, are
@@ -209,6 +210,8 @@ def parse_command(cmd: Command, block: list[Command], built_tags: set[str]) -> N
     elif program == "horovodrun":
         inner = parse_horovodrun(args)
         parse_command(Command(cmd.line, inner), block, built_tags)
+    elif program in ("mpirun", "srun"):
+        parse_command(Command(cmd.line, launched_command(cmd)), block, built_tags)
     elif program == "make":
         parse_make(cmd.argv)
     elif program == "pip":
@@ -224,6 +227,15 @@ def parse_command(cmd: Command, block: list[Command], built_tags: set[str]) -> N
         parse_shell_script(cmd)
     else:
         raise CommandError(f"{cmd}: no parser for {program!r} (tests/docs/docs_parsers.py)")
+
+
+def launched_command(cmd: Command) -> list[str]:
+    """What `mpirun ... cvbench ...` / `srun ... python ...` starts: the words from the first
+    `cvbench` / `python` on (their own options are left to the launcher, not checked)."""
+    for i, word in enumerate(cmd.argv[1:], start=1):
+        if word in ("cvbench", "python", "python3"):
+            return cmd.argv[i:]
+    raise CommandError(f"{cmd}: starts no cvbench or python command")
 
 
 def check_synopsis(text: str) -> None:

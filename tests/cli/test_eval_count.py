@@ -1,0 +1,65 @@
+"""`cvbench train --eval-count N`: N evaluations evenly over the run, recorded in the epoch
+logs (train_log.jsonl, TensorBoard), the last one at the end and printed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_train_cli import write_tiny_imagenet
+
+import cvbench.cli as cli
+
+
+@pytest.fixture(autouse=True)
+def with_train_command(monkeypatch):
+    monkeypatch.setattr(cli, "_COMMAND_MODULES", ("cvbench.cli.train",))
+
+
+@pytest.mark.slow
+def test_eval_count_evaluates_evenly_and_records_each_evaluation(tmp_path, capsys):
+    data = write_tiny_imagenet(tmp_path / "imagenet")  # 8 training, 6 validation images
+    run = tmp_path / "run"
+    argv = ["train", "--model", "resnet18", "--data-dir", str(data), "--batch-size", "2",
+            "--image-size", "32", "--num-classes", "4", "--precision", "fp32", "--epochs", "3",
+            "--steps-per-epoch", "1", "--eval-count", "2", "--log-dir", str(run),
+            "--log-every", "0", "--no-progress", "--no-export", "--seed", "0"]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    events = [json.loads(x) for x in (run / "train_log.jsonl").read_text().splitlines()]
+    epochs = [e for e in events if e["event"] == "epoch"]
+    # 2 evaluations over 3 epochs: after epochs ceil(1 x 3 / 2) = 2 and ceil(2 x 3 / 2) = 3.
+    assert [e["epoch"] for e in epochs] == [1, 2, 3]
+    assert ["val_top1" in e for e in epochs] == [False, True, True]
+    # 6 validation images: top-1 is a multiple of 1/6; top-5 over 4 classes is always right.
+    last = epochs[-1]
+    assert round(last["val_top1"] * 6, 4) == round(last["val_top1"] * 6) and last["val_top5"] == 1
+    assert f"top1: {last['val_top1']:.6g}" in out
+
+
+BASE = ["train", "--model", "resnet18", "--synthetic", "--batch-size", "2", "--image-size", "32",
+        "--num-classes", "4", "--precision", "fp32", "--epochs", "3", "--steps-per-epoch", "1",
+        "--no-progress", "--no-export"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--eval-count", "2", "--eval", "none"], "--eval-count replaces --eval; drop --eval none"),
+        (["--eval-count", "5"], "eval_count must be between 1 and the run's 3 epochs"),
+    ],
+)
+def test_bad_eval_counts_give_one_line_and_exit_2(extra, message, capsys):
+    assert cli.main([*BASE, *extra]) == 2
+    err = capsys.readouterr().err
+    # (after the no --log-dir notice: the epochs are known once the run is planned)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("cvbench: error: ") and message in last and "Traceback" not in err
+
+
+def test_eval_count_zero_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main([*BASE, "--eval-count", "0"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--eval-count" in err and "positive integer" in err and "Traceback" not in err
