@@ -174,7 +174,8 @@ def prepare_run(
         precision: the Trainer's precision ("auto", "fp32", "bf16", "fp16"; "auto" is
             fp16 on a GPU, the recipes' AMP).
         config: the Trainer's run settings (its loss scaling is the recipe's).
-        distribution: "auto" (Horovod under horovodrun), "single", or a `Distribution`.
+        distribution: "auto" (Horovod under horovodrun; on JAX every local device), "single",
+            or a `Distribution`.
         seed: seeds the training data order (per epoch); None: nondeterministic.
         steps_per_epoch: steps in an epoch when it is not the data's (the plan is made for
             it: synthetic data has `options.synthetic_steps`).
@@ -199,6 +200,9 @@ def prepare_run(
         batch_per_gpu=batch_size,
     )  # fmt: skip
     banner = f"cvbench: recipe {recipe.name}: {run_plan.describe()}"
+    if dist.num_devices != dist.size:  # JAX data parallelism: processes x their devices
+        per_device = batch_size * dist.size // dist.num_devices
+        banner += f" (over {dist.num_devices} devices: {per_device} images per device)"
     callers_own = tuple(getattr(task, "callers_own", tuple)())
     if optimizer is None:
         optimizer = recipe.optimizer
