@@ -3,7 +3,9 @@
 The command parses its flags into the task (`task_from_args`: the model's recipe, or
 `--recipe`, with every knob flag resolved into it as a deviation naming the flag), then runs
 `cvbench.tasks.prepare_run` and `TaskRun.fit`. Under `horovodrun` every rank runs the
-command; only rank 0 prints.
+command; only rank 0 prints. On the JAX backend (`--backend jax` or `KERAS_BACKEND=jax`) it
+trains on every local device (`--devices N`: the first N), and with the `KERAS_DISTRIBUTION_*`
+variables set, one command per process (`cvbench.cli.backend_args`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import sys
 
 from cvbench.cli.args import non_negative_int, positive_int
+from cvbench.cli.backend_args import add_backend_flags, distribution_from_args
 from cvbench.cli.errors import CLIError
 from cvbench.cli.evaluate import register as register_eval
 from cvbench.cli.recipe_args import add_recipe_flags
@@ -105,7 +108,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-export", action="store_true", help="do not export the model at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=train_command, usage_error=p.error)
+    add_backend_flags(p)
 
     p.set_defaults(func=train_command, usage_error=p.error)
     register_eval(subparsers)
@@ -113,13 +116,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def train_command(args: argparse.Namespace) -> int:
     """Runs `cvbench train`."""
-    from cvbench.tasks import prepare_run
-    from cvbench.training import TrainConfig
-
     if args.force_resume and not args.resume:
         raise CLIError("--force-resume needs --resume")
     if args.eval_count is not None and args.eval != "end":
         raise CLIError(f"--eval-count replaces --eval; drop --eval {args.eval}")
+    # First: --backend must be set before Keras starts, jax.distributed before JAX runs.
+    distribution = distribution_from_args(args)
+    from cvbench.tasks import prepare_run
+    from cvbench.training import TrainConfig
+
     task = task_from_args(args, synthetic_steps=args.steps_per_epoch or 100)
     config = TrainConfig(
         log_dir=args.log_dir,
@@ -141,6 +146,7 @@ def train_command(args: argparse.Namespace) -> int:
         config=config,
         seed=args.seed,
         steps_per_epoch=args.steps_per_epoch,
+        distribution=distribution,
     )
     if args.log_dir is None and run.trainer.is_chief:
         print(NO_LOG_DIR, file=sys.stderr, flush=True)

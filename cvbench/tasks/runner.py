@@ -209,7 +209,8 @@ def prepare_run(
         precision: the Trainer's precision ("auto", "fp32", "bf16", "fp16"; "auto" is
             fp16 on a GPU, the recipes' AMP).
         config: the Trainer's run settings (its loss scaling is the recipe's).
-        distribution: "auto" (Horovod under horovodrun), "single", or a `Distribution`.
+        distribution: "auto" (Horovod under horovodrun; on JAX every local device), "single",
+            or a `Distribution`.
         seed: seeds the training data order (per epoch); None: nondeterministic.
         steps_per_epoch: steps in an epoch when it is not the data's (the plan is made for
             it: synthetic data has `options.synthetic_steps`).
@@ -255,6 +256,7 @@ def prepare_run(
         precision_reason=precision_note(recipe, trainer.precision, precision),
         overrides=overrides(recipe),
         callers_own=callers_own,
+        devices=devices_note(dist, batch_size),
     )
     if dist.is_chief:
         for line in notes.banner(recipe, run_plan):
@@ -320,17 +322,22 @@ class RunNotes:
             (flags, `TaskOptions` arguments, the data's classes).
         callers_own: the recipe's parts the caller replaced ("optimizer and schedule",
             "training preprocessing", ...).
+        devices: JAX data parallelism's split, e.g. "over 4 devices: 2 images per device"
+            ("" with one device per rank).
     """
 
     precision: str
     precision_reason: str
     overrides: tuple[tuple[str, Any, str], ...] = ()
     callers_own: tuple[str, ...] = ()
+    devices: str = ""
 
     def banner(self, recipe: Recipe, run: RecipePlan) -> list[str]:
         """The lines rank 0 prints: `cvbench: recipe R: <plan>, precision P (why)` with the
         caller's parts, then `cvbench: overrides: ...` when there are any."""
-        first = f"cvbench: recipe {recipe.name}: {run.describe()}, precision {self.precision}"
+        devices = f" ({self.devices})" if self.devices else ""
+        first = f"cvbench: recipe {recipe.name}: {run.describe()}{devices}, precision "
+        first += self.precision
         first += f" ({self.precision_reason})"
         if self.callers_own:
             first += f"; {', '.join(self.callers_own)}: the caller's"
@@ -339,6 +346,15 @@ class RunNotes:
             text = "; ".join(f"{k} {v!r} ({reason})" for k, v, reason in self.overrides)
             lines.append(f"cvbench: overrides of {recipe.name}: {text}")
         return lines
+
+
+def devices_note(dist: Any, batch_size: int) -> str:
+    """ "over N devices: k images per device" when the ranks' devices are more than the
+    ranks (JAX data parallelism: processes x their devices), else ""."""
+    devices = getattr(dist, "num_devices", dist.size)
+    if devices == dist.size:
+        return ""
+    return f"over {devices} devices: {batch_size * dist.size // devices} images per device"
 
 
 def precision_note(recipe: Recipe, used: str, asked: str) -> str:

@@ -27,6 +27,7 @@ says only that it was shut down.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -57,11 +58,29 @@ class Distribution:
     rank = 0
     size = 1
     local_rank = 0
+    #: Whether the compiled steps see the global batch (JAX `keras.distribution`), so that
+    #: metric states are already global; False: each rank's steps see its own batch.
+    global_steps = False
 
     @property
     def is_chief(self) -> bool:
         """True on rank 0, the rank that prints and writes files."""
         return self.rank == 0
+
+    @property
+    def num_devices(self) -> int:
+        """Devices training together (one per rank here)."""
+        return self.size
+
+    def scope(self) -> contextlib.AbstractContextManager:
+        """Where the Trainer builds variables and runs steps; nothing here."""
+        return contextlib.nullcontext()
+
+    def check_batch(self, batch_size: int) -> None:
+        """Raises `ValueError` when `batch_size` per rank cannot be split; any size here."""
+
+    def adopt_variables(self, variables: Sequence[keras.Variable]) -> None:
+        """Lays out variables made outside `scope()` as those made in it; nothing here."""
 
     def wrap_optimizer(self, optimizer: keras.optimizers.Optimizer, compression: str = "none"):
         """Returns `optimizer` (nothing to average)."""
@@ -405,8 +424,11 @@ def get_distribution(distribution: str | Distribution = "auto") -> Distribution:
     """Resolves the Trainer's `distribution` argument.
 
     Args:
-        distribution: "auto" (Horovod when launched by horovodrun/mpirun, otherwise a single
-            process), "horovod", "single", or a `Distribution` instance.
+        distribution: "auto" (Horovod when launched by horovodrun/mpirun; on the JAX backend
+            `JaxDataParallel` over every local device, and every process the
+            `KERAS_DISTRIBUTION_*` variables name, when there is more than one device;
+            otherwise a single process on one device), "horovod", "jax", "single", or a
+            `Distribution` instance.
 
     Raises:
         ValueError: for an unknown value.
@@ -415,11 +437,32 @@ def get_distribution(distribution: str | Distribution = "auto") -> Distribution:
     if isinstance(distribution, Distribution):
         return distribution
     if distribution == "auto":
-        return Horovod() if launched_by_horovod() else SingleProcess()
+        if launched_by_horovod():
+            return Horovod()
+        if keras.config.backend() == "jax":
+            return _jax_auto()
+        return SingleProcess()
     if distribution == "horovod":
         return Horovod()
+    if distribution == "jax":
+        from cvbench.training.jax_distributed import JaxDataParallel
+
+        return JaxDataParallel()
     if distribution == "single":
         return SingleProcess()
     raise ValueError(
-        f"distribution must be 'auto', 'horovod', 'single' or a Distribution, got {distribution!r}"
+        "distribution must be 'auto', 'horovod', 'jax', 'single' or a Distribution, got "
+        f"{distribution!r}"
     )
+
+
+def _jax_auto() -> Distribution:
+    """`JaxDataParallel` when several processes are asked for or there are several local
+    devices, else `SingleProcess`."""
+    from cvbench.training.jax_distributed import JaxDataParallel, launched_for_jax
+
+    if launched_for_jax():
+        return JaxDataParallel()
+    import jax
+
+    return JaxDataParallel() if jax.local_device_count() > 1 else SingleProcess()

@@ -57,6 +57,7 @@ def run_epochs(
         "start",
         precision=trainer.precision,
         ranks=trainer.size,
+        devices=trainer.distribution.num_devices,
         global_batch=trainer.global_batch,
         resumed_step=trainer.state["step"],
     )

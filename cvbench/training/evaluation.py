@@ -1,6 +1,7 @@
 """`Trainer.evaluate`'s loop: Keras' `evaluate` on each rank's part of the data, then the
 metric states (totals and counts) summed over ranks, so that every rank gets the results
-over the whole set."""
+over the whole set. Under JAX data parallelism the steps already see the global batch, so
+the metric states are global and are not summed again."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def evaluate_trainer(
         if steps is None and not type(data).__module__.startswith("tensorflow"):
             steps = known_length(data)
         model.evaluate(evaluation_batches(data), steps=steps, verbose=0)
-    if trainer.size > 1:
+    if trainer.size > 1 and not trainer.distribution.global_steps:
         variables = model.metrics_variables
         values = [keras.ops.convert_to_numpy(v.value) for v in variables]
         totals = trainer.distribution.sum_arrays(values)

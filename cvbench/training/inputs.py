@@ -49,6 +49,24 @@ def split_batch(element: Any) -> Batch:
     return element, None, None
 
 
+def host_batch(batch: Batch) -> Batch:
+    """`batch` with TensorFlow tensors (a `tf.data.Dataset`'s elements) as NumPy arrays when
+    the Keras backend is not TensorFlow: JAX cannot take `tf.Tensor`s (their `tf.float32`
+    dtype is no NumPy dtype), so `imagenet_dataset` / `coco_dataset` pipelines feed the JAX
+    Trainer through here. On TensorFlow, `batch` is returned as it is."""
+    if keras.config.backend() == "tensorflow":
+        return batch
+
+    def to_host(leaf: Any) -> Any:
+        if type(leaf).__module__.startswith("tensorflow") and hasattr(leaf, "numpy"):
+            return leaf.numpy()
+        return leaf
+
+    return tuple(
+        None if part is None else keras.tree.map_structure(to_host, part) for part in batch
+    )
+
+
 def batch_length(x: Any) -> int:
     """The leading dimension of the first tensor in `x` (images in the batch)."""
     leaves = keras.tree.flatten(x)
@@ -179,7 +197,7 @@ class IterableSource(BatchSource):
         else:
             iterator = self._iterate_from(start)
         for element in iterator:
-            yield split_batch(element)
+            yield host_batch(split_batch(element))
 
 
 class FactorySource(BatchSource):
@@ -202,7 +220,7 @@ class FactorySource(BatchSource):
         else:
             iterator = itertools.islice(iter(data), start, None)
         for element in iterator:
-            yield split_batch(element)
+            yield host_batch(split_batch(element))
 
 
 def make_source(

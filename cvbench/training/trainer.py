@@ -41,7 +41,11 @@ from cvbench.training.run_log import RunLog
 from cvbench.training.signals import StopRequest
 from cvbench.training.step_timing import benchmark_trainer
 from cvbench.training.throughput import ThroughputSummary
-from cvbench.training.trainer_checkpoints import _TrainerCheckpoints, holding_log_dir
+from cvbench.training.trainer_checkpoints import (
+    _TrainerCheckpoints,
+    holding_log_dir,
+    in_distribution_scope,
+)
 from cvbench.training.training_model import TrainingModel
 from cvbench.utils.model_file import ModelInfo
 
@@ -123,17 +127,21 @@ class Trainer(_TrainerCheckpoints):
             )
         self._optimizer_spec, self._schedule_spec = check_optimizer_args(optimizer, schedule)
         self._seed_everything()
-        if isinstance(model, keras.Model):
-            check_model_policy(model, self.precision)
-            self.model = model
-        elif callable(model):
-            self.model = build_model_with_policy(model, self.precision)
-        else:
-            raise ValueError(
-                f"model must be a keras.Model or a function building one, got {model!r}"
-            )
-        self.training_model = TrainingModel(self.model, loss)
+        with self.distribution.scope():
+            if isinstance(model, keras.Model):
+                check_model_policy(model, self.precision)
+                self.distribution.adopt_variables(model.variables)
+                self.model = model
+            elif callable(model):
+                self.model = build_model_with_policy(model, self.precision)
+            else:
+                raise ValueError(
+                    f"model must be a keras.Model or a function building one, got {model!r}"
+                )
+            self.training_model = TrainingModel(self.model, loss)
         self.metrics = list(metrics)
+        for metric in self.metrics:  # instances made before the Trainer hold variables
+            self.distribution.adopt_variables(getattr(metric, "variables", ()))
         self.optimizer: keras.optimizers.Optimizer | None = None
         # Where training stands; checkpointed. `data_seed` orders array data (rank 0's seed).
         self.state = {
@@ -210,7 +218,9 @@ class Trainer(_TrainerCheckpoints):
             tf.config.experimental.enable_op_determinism()
 
     def _jit_compile(self) -> bool | str:
-        if self.size > 1 and self.config.jit_compile == "auto":
+        # Horovod ranks run without XLA by default; JAX's one step over the global batch is jitted.
+        horovod = self.size > 1 and not self.distribution.global_steps
+        if horovod and self.config.jit_compile == "auto":
             return False
         return self.config.jit_compile
 
@@ -223,6 +233,7 @@ class Trainer(_TrainerCheckpoints):
         )
         self._compiled = True
 
+    @in_distribution_scope
     def compile_for_inference(self) -> None:
         """Compiles the model for evaluation or forward passes when nothing has yet (no
         optimizer is built: `fit` or `prepare` builds the real one later)."""
@@ -242,6 +253,7 @@ class Trainer(_TrainerCheckpoints):
             epochs=epochs,
         )
 
+    @in_distribution_scope
     def prepare(self, *, global_batch: int, steps_per_epoch: int | None, epochs: int) -> None:
         """Sets the Trainer up for training without `fit` (what `fit` does first, and what the
         benchmarks call): builds the optimizer for `epochs` x `steps_per_epoch` steps of
@@ -265,6 +277,7 @@ class Trainer(_TrainerCheckpoints):
 
     # ----------------------------------------------------------------- fit
     @holding_log_dir
+    @in_distribution_scope
     def fit(
         self,
         train_data: Any,
@@ -322,6 +335,7 @@ class Trainer(_TrainerCheckpoints):
             seed=self.state["data_seed"],
         )
         per_rank = source.batch_size or peek_batch_size(train_data)
+        self.distribution.check_batch(per_rank)
         if self.size > 1:
             if source.steps_per_epoch is None:
                 raise ValueError(
@@ -367,6 +381,7 @@ class Trainer(_TrainerCheckpoints):
         return history
 
     # ----------------------------------------------------------------- evaluate
+    @in_distribution_scope
     def evaluate(
         self, data: Any, *, steps: int | None = None, batch_size: int | None = None
     ) -> dict[str, float]:
@@ -389,6 +404,7 @@ class Trainer(_TrainerCheckpoints):
         return evaluate_trainer(self, data, steps=steps, batch_size=batch_size)
 
     # ----------------------------------------------------------------- benchmark
+    @in_distribution_scope
     def benchmark(
         self,
         data: Any,

@@ -4,7 +4,8 @@ and the resume from the newest valid one.
 `_TrainerCheckpoints` is a base class of `cvbench.training.Trainer`, which sets the
 attributes its methods read (`config`, `distribution`, `model`, `optimizer`, `state`, the
 run's plan) and calls them: `prepare` resumes or syncs the ranks (`_resume_or_sync`), the
-epoch loop saves (`save_checkpoint`) and `fit` holds the run folder (`holding_log_dir`).
+epoch loop saves (`save_checkpoint`) and `fit` holds the run folder (`holding_log_dir`);
+`in_distribution_scope` runs the Trainer's methods in its distribution's scope.
 Users call these methods on the Trainer, and the API reference lists them there.
 """
 
@@ -33,6 +34,18 @@ def holding_log_dir(fit: Callable) -> Callable:
             return fit(trainer, *args, **kwargs)
         finally:
             trainer.release_log_dir()
+
+    return run
+
+
+def in_distribution_scope(method: Callable) -> Callable:
+    """A Trainer method run inside its distribution's scope (JAX `keras.distribution`:
+    variables made there are replicated, steps take this process' slice of the batch)."""
+
+    @functools.wraps(method)
+    def run(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+        with trainer.distribution.scope():
+            return method(trainer, *args, **kwargs)
 
     return run
 

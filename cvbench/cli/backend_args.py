@@ -1,0 +1,73 @@
+"""`--backend` and `--devices` of `cvbench train`: the Keras backend, and the devices of JAX
+data parallelism.
+
+`--backend` sets `KERAS_BACKEND` for the run, so it must come before Keras starts (the
+command imports Keras only after parsing). On JAX the Trainer trains on every local device
+(`keras.distribution.DataParallel`); `--devices N` takes the first N of each process. Several
+processes (one command per host, or several on one host) are started with the variables
+`keras.distribution.initialize()` reads, the same three on every process but its id:
+
+    KERAS_DISTRIBUTION_JOB_ADDRESSES=host0:1234 KERAS_DISTRIBUTION_NUM_PROCESSES=2 \\
+    KERAS_DISTRIBUTION_PROCESS_ID=0 cvbench train --backend jax ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from cvbench.cli.args import positive_int
+from cvbench.cli.errors import CLIError
+
+BACKENDS = ("tensorflow", "jax")
+
+
+def add_backend_flags(p: argparse.ArgumentParser) -> None:
+    """Adds --backend and --devices to `p`."""
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="the Keras backend (default: KERAS_BACKEND, else tensorflow); jax trains on "
+        "every local device through keras.distribution",
+    )
+    p.add_argument(
+        "--devices",
+        type=positive_int,
+        default=None,
+        help="JAX backend: train on the first N local devices of each process (default: all)",
+    )
+
+
+def distribution_from_args(args: argparse.Namespace) -> Any:
+    """The Trainer's distribution for --backend / --devices ("auto" without --devices);
+    sets `KERAS_BACKEND` for --backend first.
+
+    Raises:
+        CLIError: Keras already runs another backend; --devices without JAX, or more devices
+            than there are.
+    """
+    backend = getattr(args, "backend", None)
+    if backend is not None:
+        keras = sys.modules.get("keras")
+        running = keras.config.backend() if keras is not None else None
+        if running is not None and running != backend:
+            raise CLIError(f"--backend {backend}: Keras already runs the {running} backend")
+        os.environ["KERAS_BACKEND"] = backend
+    devices = getattr(args, "devices", None)
+    if devices is None:
+        return "auto"
+    import keras
+
+    if keras.config.backend() != "jax":
+        raise CLIError(
+            f"--devices is for the JAX backend (--backend jax), not {keras.config.backend()}"
+        )
+    from cvbench.training.jax_distributed import JaxDataParallel
+
+    try:
+        return JaxDataParallel(devices=devices)
+    except ValueError as e:
+        raise CLIError(f"--devices {devices}: {e}") from None
