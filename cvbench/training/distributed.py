@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import socket
-import threading
 from collections.abc import Callable, Sequence
 
 import keras
 import numpy as np
+
+from cvbench.training.rank_presence import Presence, interface_address, lost_ranks
 
 # Variables set by the launchers: horovodrun (Gloo) sets HOROVOD_RANK; mpirun sets the MPI ones.
 _LAUNCHER_RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
@@ -202,10 +202,10 @@ class Horovod(Distribution):
         self.local_rank = hvd.local_rank()
         self.local_size = hvd.local_size()
         self.hosts = [socket.gethostname()]
-        self.addresses = [_interface_address()]
+        self.addresses = [interface_address()]
         self._ports: list[int | None] = [None]
         if self.size > 1:
-            presence = _Presence(self.addresses[0])
+            presence = Presence(self.addresses[0])
             me = (self.hosts[0], self.addresses[0], presence.port)
             gathered = hvd.allgather_object(me, name="cvbench.hosts")
             self.hosts = [h for h, _, _ in gathered]
@@ -309,74 +309,11 @@ class Horovod(Distribution):
         return None
 
     def _lost(self, text: str) -> str:
-        """`; rank 0 runs on hostA, lost ranks 2, 3 on host hostB (10.27.0.2)`: the ranks
-        whose presence port no longer answers (else those at an address the error names),
-        grouped by host; `; rank 0 runs on hostA` when none is found."""
+        """`; rank 0 runs on hostA, lost ranks 2, 3 on host hostB (10.27.0.2)`
+        (`rank_presence.lost_ranks`); "" without the ranks' hosts and presence ports."""
         if len(self.hosts) != self.size or len(self._ports) != self.size:
             return ""
-        here = f"; rank {self.rank} runs on {self.hosts[self.rank]}"
-        others = [r for r in range(self.size) if r != self.rank]
-        lost = [r for r in others if not _answers(self.addresses[r], self._ports[r])]
-        if not lost:
-            named = set(re.findall(r"(\d{1,3}(?:\.\d{1,3}){3})", text))
-            lost = [r for r in others if self.addresses[r] in named]
-        if not lost:
-            return here
-        groups = []
-        for host in dict.fromkeys(self.hosts[r] for r in lost):
-            ranks = [r for r in lost if self.hosts[r] == host]
-            word = "rank" if len(ranks) == 1 else "ranks"
-            names = ", ".join(str(r) for r in ranks)
-            groups.append(f"{word} {names} on host {host} ({self.addresses[ranks[0]]})")
-        return f"{here}, lost " + "; ".join(groups)
-
-
-class _Presence:
-    """A TCP port on `address` that accepts (and closes) connections while this process
-    lives: another rank that cannot connect knows this one is gone (or unreachable)."""
-
-    def __init__(self, address: str | None) -> None:
-        self._socket = socket.create_server((address or "", 0))
-        self.port = self._socket.getsockname()[1]
-        threading.Thread(target=self._serve, name="cvbench-presence", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self._socket.accept()
-            except OSError:
-                return
-            connection.close()
-
-
-def _answers(address: str | None, port: int | None, timeout_s: float = 3.0) -> bool:
-    """Whether the presence port of a rank at `address` accepts a connection."""
-    if address is None or port is None:
-        return True  # nothing to ask: not counted as lost
-    try:
-        with socket.create_connection((address, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def _interface_address() -> str | None:
-    """The IPv4 address of Gloo's interface (`HOROVOD_GLOO_IFACE`, which horovodrun sets from
-    `--network-interface`), else of this host's name; None when neither resolves."""
-    iface = os.environ.get("HOROVOD_GLOO_IFACE")
-    if iface:
-        try:
-            import psutil  # a Horovod dependency
-
-            for addr in psutil.net_if_addrs().get(iface, []):
-                if addr.family == socket.AF_INET:
-                    return addr.address
-        except ImportError:
-            pass
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return None
+        return lost_ranks(self.rank, self.hosts, self.addresses, self._ports, text)
 
 
 class _GradientReduction:
