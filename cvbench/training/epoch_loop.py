@@ -1,7 +1,7 @@
 """The Trainer's epoch loop: steps, logs, checkpoints and the end-of-epoch evaluation.
 
-`Trainer.fit` sets the run up (data source, optimizer, rank sync, resume) and calls
-`run_epochs`; everything that happens per step and per epoch is here. Ranks agree on stopping
+`Trainer.fit` sets the run up (this rank's data source, `rank_source`; optimizer, rank
+sync, resume) and calls `run_epochs`; everything that happens per step and per epoch is here. Ranks agree on stopping
 at log steps and epoch ends (`any_rank_stopped`), and metrics printed or logged are averaged
 over ranks (`mean_over_ranks`).
 
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from cvbench.training.checkpoint import checkpoint_name
-from cvbench.training.inputs import BatchSource, batch_length
+from cvbench.training.inputs import BatchSource, batch_length, make_source, peek_batch_size
 from cvbench.training.run_log import RunLog
 from cvbench.training.signals import STOP_SIGNALS, StopRequest, TrainingInterruptedError
 from cvbench.training.throughput import STEP_HEADER, ThroughputMeter, format_step_line
@@ -251,3 +251,45 @@ def log_epoch(
     if scale is not None:
         scalars["loss_scale"] = scale
     log.scalars(trainer.state["step"], scalars, prefix="epoch/")
+
+
+def rank_source(
+    trainer: Any,
+    train_data: Any,
+    *,
+    batch_size: int | None,
+    steps_per_epoch: int | None,
+    shuffle: bool,
+) -> tuple[Any, int]:
+    """`(source, batch per rank)`: this rank's training batches for `Trainer.fit` (rank 0's
+    data seed broadcast on the first fit), with every rank running the same steps per epoch
+    (the shortest shard's: shards can differ in length).
+
+    Raises:
+        ValueError: several ranks and no known steps per epoch; a batch the distribution
+            cannot split over its devices.
+    """
+    if trainer.state["data_seed"] < 0:
+        # Rank 0's seed orders the data, so that ranks with their own seeds still agree.
+        seed = trainer.config.seed if trainer.config.seed is not None else 0
+        trainer.state["data_seed"] = trainer.distribution.broadcast_object(seed)
+    source = make_source(
+        train_data,
+        batch_size=batch_size,
+        steps_per_epoch=steps_per_epoch,
+        rank=trainer.rank,
+        size=trainer.size,
+        shuffle=shuffle,
+        seed=trainer.state["data_seed"],
+    )
+    per_rank = source.batch_size or peek_batch_size(train_data)
+    trainer.distribution.check_batch(per_rank)
+    if trainer.size > 1:
+        if source.steps_per_epoch is None:
+            raise ValueError(
+                "under Horovod every rank must run the same number of steps: pass steps_per_epoch"
+            )
+        # Shards can differ in length: every rank runs the shortest one's steps.
+        fewest = -trainer.distribution.allreduce_max(np.array([-source.steps_per_epoch]))[0]
+        source.steps_per_epoch = int(fewest)
+    return source, per_rank

@@ -23,13 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import keras
-import numpy as np
 
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import Distribution, get_distribution
-from cvbench.training.epoch_loop import run_epochs
+from cvbench.training.epoch_loop import rank_source, run_epochs
 from cvbench.training.evaluation import evaluate_trainer
-from cvbench.training.inputs import make_source, peek_batch_size
 from cvbench.training.optimizers import assemble_optimizer, check_optimizer_args
 from cvbench.training.precision import (
     build_model_with_policy,
@@ -321,30 +319,10 @@ class Trainer(_TrainerCheckpoints):
         """
         if not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs must be a positive int, got {epochs!r}")
-        if self.state["data_seed"] < 0:
-            # Rank 0's seed orders the data, so that ranks with their own seeds still agree.
-            seed = self.config.seed if self.config.seed is not None else 0
-            self.state["data_seed"] = self.distribution.broadcast_object(seed)
-        source = make_source(
-            train_data,
-            batch_size=batch_size,
-            steps_per_epoch=steps_per_epoch,
-            rank=self.rank,
-            size=self.size,
+        source, per_rank = rank_source(
+            self, train_data, batch_size=batch_size, steps_per_epoch=steps_per_epoch,
             shuffle=shuffle,
-            seed=self.state["data_seed"],
-        )
-        per_rank = source.batch_size or peek_batch_size(train_data)
-        self.distribution.check_batch(per_rank)
-        if self.size > 1:
-            if source.steps_per_epoch is None:
-                raise ValueError(
-                    "under Horovod every rank must run the same number of steps: pass "
-                    "steps_per_epoch"
-                )
-            # Shards can differ in length: every rank runs the shortest one's steps.
-            fewest = -self.distribution.allreduce_max(np.array([-source.steps_per_epoch]))[0]
-            source.steps_per_epoch = int(fewest)
+        )  # fmt: skip
         self.prepare(
             global_batch=per_rank * self.size, steps_per_epoch=source.steps_per_epoch, epochs=epochs
         )
