@@ -1,9 +1,9 @@
 """The Trainer's epoch loop: steps, logs, checkpoints and the end-of-epoch evaluation.
 
 `Trainer.fit` sets the run up (this rank's data source, `rank_source`; optimizer, rank
-sync, resume) and calls `run_epochs`; everything that happens per step and per epoch is here. Ranks agree on stopping
-at log steps and epoch ends (`any_rank_stopped`), and metrics printed or logged are averaged
-over ranks (`mean_over_ranks`).
+sync, resume) and calls `run_epochs`; everything that happens per step and per epoch is
+here. Ranks agree on stopping at log steps and epoch ends (`any_rank_stopped`), and metrics
+printed or logged are averaged over ranks (`mean_over_ranks`).
 
 Skipped steps (`TrainingModel`: a step whose loss or gradients are not finite changes no
 variable; its logs say `skipped`) are counted, in the epoch and in the run

@@ -21,12 +21,15 @@ def evaluate_trainer(
     model = trainer.training_model
     if is_array_data(data):
         part = rank_rows(data, trainer.rank, trainer.size)
+        batch_size = batch_size or 32
+        if trainer.distribution.global_steps:
+            part = _padded_for_global_steps(trainer, part, batch_size)
         x, y, sample_weight = (part + (None,))[:3]
         model.evaluate(
             x,
             y,
             sample_weight=sample_weight,
-            batch_size=batch_size or 32,
+            batch_size=batch_size,
             steps=steps,
             verbose=0,
         )
@@ -42,3 +45,25 @@ def evaluate_trainer(
             variable.assign(total.astype(value.dtype))
     results = model.get_metrics_result()
     return {k: float(keras.ops.convert_to_numpy(v)) for k, v in results.items()}
+
+
+def _padded_for_global_steps(trainer: Any, part: tuple, batch_size: int) -> tuple:
+    """This rank's rows padded to as many full batches as the rank with most batches has,
+    the padding weighing 0: every step of a global-array engine (JAX data parallelism) then
+    has one full batch from every process (rows differ by one between ranks, and a last
+    partial batch would not split over the devices)."""
+    import numpy as np
+
+    x, y, weight = (tuple(part) + (None,))[:3]
+    rows = len(keras.tree.flatten(x)[0])
+    batches = -(-rows // batch_size)
+    batches = int(trainer.distribution.allreduce_max(np.array([batches], np.float64))[0])
+    pad = batches * batch_size - rows
+    weight = np.ones(rows, "float32") if weight is None else np.asarray(weight, "float32")
+
+    def padded(a):
+        a = np.asarray(a)
+        return np.concatenate([a, np.repeat(a[:1], pad, axis=0)]) if pad else a
+
+    x, y = keras.tree.map_structure(padded, x), keras.tree.map_structure(padded, y)
+    return x, y, np.concatenate([weight, np.zeros(pad, "float32")])

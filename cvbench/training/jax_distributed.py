@@ -72,7 +72,17 @@ def _initialize(job_addresses: str | None, num_processes: int | None, process_id
             f"several JAX processes need {', '.join(missing)} (or the Trainer's arguments): "
             "the coordinator's host:port, the process count and this process' id"
         )
-    keras.distribution.initialize(job_addresses, num_processes, process_id)
+    try:
+        keras.distribution.initialize(job_addresses, num_processes, process_id)
+    except RuntimeError as e:
+        if "must be called before" not in str(e):
+            raise
+        raise RuntimeError(
+            "several JAX processes: jax.distributed must start before anything runs on JAX "
+            "(a model, a metric or an array made before the Trainer starts it); call "
+            "keras.distribution.initialize() at the top of the script, or make them after "
+            "the Trainer"
+        ) from e
 
 
 class JaxDataParallel(Distribution):

@@ -252,7 +252,8 @@ def restore_checked(trainer: Any, path: Path, meta: dict, arrays: dict) -> dict:
     except ValueError as e:
         return {"refused": f"cannot resume from {path}: {e}"}
     if change is None:
-        print(f"cvbench: resumed from {path} (step {state['step']})", flush=True)
+        if trainer.is_chief:
+            print(f"cvbench: resumed from {path} (step {state['step']})", flush=True)
         return state
     if state.get("iterations") is not None:
         inner.iterations.assign(state["iterations"])
@@ -260,6 +261,9 @@ def restore_checked(trainer: Any, path: Path, meta: dict, arrays: dict) -> dict:
     fields = dict(change, step_before=old_step, step=state["step"], images=old_step * old_gb,
                   planned_steps=plan_now["planned_steps"],
                   planned_images=plan_now["planned_steps"] * change["global_batch"])  # fmt: skip
+    trainer.run_events.append(("world_size", fields))
+    if not trainer.is_chief:
+        return state
     print(
         f"cvbench: resumed from {path} (step {old_step} at {change['ranks_before']} ranks, "
         f"global batch {old_gb}: {fields['images']} images) on {change['ranks']} ranks: "
@@ -267,7 +271,6 @@ def restore_checked(trainer: Any, path: Path, meta: dict, arrays: dict) -> dict:
         f"{plan_now['planned_steps']} ({fields['planned_images']} images planned)",
         flush=True,
     )
-    trainer.run_events.append(("world_size", fields))
     return state
 
 

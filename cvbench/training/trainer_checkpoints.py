@@ -133,13 +133,19 @@ class _TrainerCheckpoints:
         Raises:
             ValueError: naming the checkpoint and what differs.
         """
-        state = None
+        state = found = None
         if self.is_chief:
             manager = self._checkpoints()
             manager.remove_temporaries()
             found = manager.latest()
+        if self.distribution.global_steps and self.size > 1:
+            # Variables are global arrays: every process must take part in assigning them,
+            # so every process restores rank 0's checkpoint (sent to it), not rank 0 alone.
+            found = self.distribution.broadcast_object(found)
             if found is not None:
                 state = resume.restore_checked(self, *found)
+        elif found is not None:
+            state = resume.restore_checked(self, *found)
         state = self.distribution.broadcast_object(state)
         if state is not None and "refused" in state:
             raise ValueError(state["refused"])
