@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import pytest
-from PIL import Image
+from coco_records import build_two_image_coco
 
 from cvbench.data.dataset_info import DATASET_INFO_NAME
 from cvbench.demo.shapes import SHAPE_NAMES
@@ -16,28 +13,7 @@ from cvbench.tasks import ClassificationTask, DetectionTask, TaskOptions
 @pytest.fixture(scope="module")
 def coco_records(tmp_path_factory):
     """COCO records of 2 images whose categories are 1 (person), 3 (car) and 90 (bus)."""
-    from cvbench.data import build_coco_splits
-
-    root = tmp_path_factory.mktemp("coco")
-    (root / "img").mkdir()
-    for i in (1, 2):
-        Image.fromarray(np.full((20, 30, 3), 100, np.uint8)).save(root / "img" / f"{i}.jpg")
-    data = {
-        "images": [{"id": i, "file_name": f"{i}.jpg", "height": 20, "width": 30} for i in (1, 2)],
-        "annotations": [
-            {"id": 1, "image_id": 1, "category_id": 3, "bbox": [1, 1, 5, 5], "iscrowd": 0},
-            {"id": 2, "image_id": 2, "category_id": 90, "bbox": [2, 2, 8, 8], "iscrowd": 0},
-        ],
-        "categories": [
-            {"id": 1, "name": "person"},
-            {"id": 3, "name": "car"},
-            {"id": 90, "name": "bus"},
-        ],  # fmt: skip
-    }
-    (root / "instances_val.json").write_text(json.dumps(data))
-    sources = {s: (root / "instances_val.json", root / "img") for s in ("train", "val")}
-    build_coco_splits(root / "records", sources, num_workers=1, progress=False)
-    return root / "records"
+    return build_two_image_coco(tmp_path_factory.mktemp("coco"), {1: "person", 3: "car", 90: "bus"})
 
 
 def test_six_class_folder_gives_six_classes_with_names(six_class_records):

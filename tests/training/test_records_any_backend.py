@@ -4,13 +4,11 @@ they ended in `TypeError: Cannot interpret 'tf.float32' as a data type`)."""
 
 from __future__ import annotations
 
-import json
-
 import keras
 import numpy as np
 import pytest
+from coco_records import build_two_image_coco
 from jpeg_records import write_jpeg_records
-from PIL import Image
 from training_helpers import sparse_ce
 
 from cvbench.training import TrainConfig, Trainer
@@ -31,24 +29,7 @@ def imagenet_records(tmp_path_factory):
 @pytest.fixture(scope="module")
 def coco_records(tmp_path_factory):
     """COCO records of 2 images of 20x30 pixels, one box each (categories 3 and 90)."""
-    from cvbench.data import build_coco_splits
-
-    root = tmp_path_factory.mktemp("coco")
-    (root / "img").mkdir()
-    for i in (1, 2):
-        Image.fromarray(np.full((20, 30, 3), 100, np.uint8)).save(root / "img" / f"{i}.jpg")
-    data = {
-        "images": [{"id": i, "file_name": f"{i}.jpg", "height": 20, "width": 30} for i in (1, 2)],
-        "annotations": [
-            {"id": 1, "image_id": 1, "category_id": 3, "bbox": [1, 1, 5, 5], "iscrowd": 0},
-            {"id": 2, "image_id": 2, "category_id": 90, "bbox": [2, 2, 8, 8], "iscrowd": 0},
-        ],
-        "categories": [{"id": 3, "name": "car"}, {"id": 90, "name": "bus"}],
-    }
-    (root / "instances_val.json").write_text(json.dumps(data))
-    sources = {s: (root / "instances_val.json", root / "img") for s in ("train", "val")}
-    build_coco_splits(root / "records", sources, num_workers=1, progress=False)
-    return root / "records"
+    return build_two_image_coco(tmp_path_factory.mktemp("coco"), {3: "car", 90: "bus"})
 
 
 def pooled_classifier() -> keras.Model:
