@@ -120,7 +120,10 @@ def test_a_lost_host_stops_the_other_within_60_s_and_one_host_resumes_to_the_pla
     print(said)
     banner = [x for x in resumed.stdout.splitlines() if "cvbench: recipe" in x]
     assert len(banner) == 1, banner
-    assert "global batch 4 = 2 x 2, peak LR 0.004, 4 steps per epoch, 24 steps" in banner[0]
+    assert (
+        "global batch 4 = 2 x 2, peak LR 0.004 (0.256 x 4 / 256), 4 steps per epoch, 24 steps"
+        in banner[0]
+    )
     events = [json.loads(x) for x in (run_dir / "train_log.jsonl").read_text().splitlines()]
     starts = [e for e in events if e["event"] == "start"]
     assert [(e["ranks"], e["global_batch"]) for e in starts] == [(4, 8), (2, 4)]

@@ -126,7 +126,10 @@ def test_cvbench_train_over_two_hosts_scales_the_recipe_and_writes_once(two_host
     # Printed once, by rank 0.
     banner = [x for x in run.stdout.splitlines() if "cvbench: recipe" in x]
     assert len(banner) == 1 and banner[0].startswith("[0]<stdout>:"), banner
-    assert "global batch 8 = 4 x 2, peak LR 0.008, 2 steps per epoch, 2 steps" in banner[0]
+    assert (
+        "global batch 8 = 4 x 2, peak LR 0.008 (0.256 x 8 / 256), 2 steps per epoch, 2 steps"
+        in banner[0]
+    )
     if two_hosts.namespaced:
         for r, host in enumerate(["hostA", "hostA", "hostB", "hostB"]):
             assert f"[{r}]<stdout>:cvbench: rank {r} of 4 on host {host}," in run.stdout
