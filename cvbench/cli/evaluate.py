@@ -74,4 +74,5 @@ def use_saved_run(args: argparse.Namespace, checkpoint: Path) -> None:
     if saved and args.model in (None, saved["model"]):
         args.model, args.recipe = saved["model"], saved["recipe"]
         if args.num_classes is None:
-            args.num_classes = saved["recipe"].model_knobs.num_classes
+            knobs = dict(saved["recipe"].knobs())
+            args.num_classes = knobs.get("model.num_classes", knobs.get("detection.num_classes"))
