@@ -58,7 +58,7 @@ class TaskRun:
     train: TrainData
     batch_size: int
     plan: RecipePlan
-    notes: RunNotes = None  # type: ignore[assignment]
+    notes: RunNotes
     history: keras.callbacks.History | None = None
 
     def evaluate(self) -> dict[str, float]:
