@@ -136,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = ["python", "benchmarks/train_throughput.py"]
     command += list(argv) if argv is not None else sys.argv[1:]
     environment = describe_environment(command)
+    print(f"cpu: {environment['cpu_line']}", flush=True)
 
     def tables(results) -> str:
         parts = [throughput_table(results.throughput)]

@@ -11,6 +11,8 @@ from typing import Any
 
 import keras
 
+from cvbench.utils.cpu import SPEED_FLAGS, cpu_flags, cpu_model, describe_cpu
+
 _PACKAGES = ("keras", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "torch", "torchvision")
 
 
@@ -19,18 +21,6 @@ def _version(package: str) -> str | None:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (the platform's processor string elsewhere)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def accelerators() -> list[str]:
@@ -66,6 +56,8 @@ def describe_environment(argv: list[str] | None = None) -> dict[str, Any]:
         "backend": keras.config.backend(),
         "devices": accelerators(),
         "cpu": cpu_model(),
+        "cpu_flags": sorted(set(SPEED_FLAGS) & cpu_flags()),
+        "cpu_line": describe_cpu(),
         "cpu_count": os.cpu_count(),
         "load_average": load,
         "python": platform.python_version(),

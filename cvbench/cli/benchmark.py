@@ -65,6 +65,7 @@ def benchmark_command(args: argparse.Namespace) -> int:
     from cvbench.benchmark.run import benchmark_cvbench, benchmark_latency
     from cvbench.training.distributed import get_distribution
     from cvbench.training.step_timing import endless_batches
+    from cvbench.utils.cpu import describe_cpu
 
     dist = get_distribution("auto")
     seed = 0 if args.seed is None else args.seed
@@ -94,6 +95,7 @@ def benchmark_command(args: argparse.Namespace) -> int:
     )
     measured = result.throughput
     say("-" * 64)
+    say(f"cpu: {describe_cpu()}")
     say(measured.format())
     say("-" * 64)
     latency = None
@@ -117,6 +119,7 @@ def benchmark_command(args: argparse.Namespace) -> int:
             "steps": len(measured.window_rates) * measured.window_steps,
             "global_batch": measured.images_per_step,
             "ranks": dist.size,
+            "cpu": describe_cpu(),
             "latency": None if latency is None else latency.to_dict(),
         }
         if skipped is not None:

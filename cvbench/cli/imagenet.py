@@ -157,6 +157,9 @@ def run_bench(args: argparse.Namespace) -> int:
         run_input_benchmark,
         write_benchmark_records,
     )
+    from cvbench.utils.cpu import describe_cpu
+
+    print(f"cpu: {describe_cpu()}")
 
     def measure(data_dir: str) -> None:
         result = run_input_benchmark(

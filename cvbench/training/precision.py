@@ -18,12 +18,12 @@ import contextlib
 import math
 import warnings
 from collections.abc import Callable, Collection, Iterator
-from pathlib import Path
 
 import keras
 from keras import ops
 
 from cvbench.training.config import canonical_precision
+from cvbench.utils.cpu import cpu_flags
 from cvbench.utils.model_layers import all_layers
 
 #: CPU feature flags (as /proc/cpuinfo names them) of native bfloat16 arithmetic.
@@ -31,22 +31,6 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 # Warnings already given in this process (each is given once).
 _WARNED: set[str] = set()
-
-
-def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
-    """The feature flags of the first CPU in `cpuinfo` (empty where there is no such file).
-
-    Reads the `flags` line (x86) or the `Features` line (ARM).
-    """
-    try:
-        text = Path(cpuinfo).read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
 
 
 def cpu_has_fast_bfloat16(flags: Collection[str] | None = None) -> bool:

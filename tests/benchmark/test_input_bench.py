@@ -19,6 +19,7 @@ from cvbench.benchmark.input_bench import (
     sample_photos,
     write_benchmark_records,
 )
+from cvbench.utils.cpu import describe_cpu
 
 ARGS = ["--num-images", "8", "--image-height", "60", "--image-width", "80", "--batch-size", "4"]
 ARGS += ["--image-size", "32", "--warmup-batches", "1", "--batches", "2", "--rounds", "1"]
@@ -104,7 +105,7 @@ def test_cli_and_script_print_both_pipelines(capsys):
     args = parser.parse_args(["bench-input", *ARGS])
     assert args.func(args) == 0
     out = capsys.readouterr().out
-    assert "records: 8 generated JPEGs 80x60" in out
+    assert out.startswith(f"cpu: {describe_cpu()}\nrecords: 8 generated JPEGs 80x60")
     for mode in ("training", "evaluation"):
         assert f"{mode:11s} tf.data (cvbench) " in out and f"{mode:11s} DALI CPU " in out
     assert "ratio cvbench / DALI CPU: training " in out and "x per core" in out

@@ -14,6 +14,7 @@ from pathlib import Path
 import keras
 import pytest
 
+from cvbench.utils.cpu import SPEED_FLAGS, describe_cpu
 from throughput_suite import reference
 
 pytestmark = pytest.mark.backend_agnostic
@@ -53,6 +54,7 @@ def test_script_measures_cvbench_beside_the_reference(tmp_path, monkeypatch, cap
     )  # fmt: skip
     assert status == 0
     printed = capsys.readouterr().out
+    assert printed.startswith(f"cpu: {describe_cpu()}\n")  # a figure names its machine
     assert "| resnet18 | train | float32 | 2 | 32 |" in printed
     assert "cvbench / keras.applications" in printed
     assert (tmp_path / "table.md").read_text() in printed + "\n"
@@ -60,6 +62,7 @@ def test_script_measures_cvbench_beside_the_reference(tmp_path, monkeypatch, cap
     result = json.loads(out.read_text())  # strict JSON: NaN written as null
     env = result["environment"]
     assert env["backend"] == keras.config.backend()
+    assert env["cpu_line"] == describe_cpu() and set(env["cpu_flags"]) <= set(SPEED_FLAGS)
     assert env["command"].startswith("python benchmarks/train_throughput.py --models resnet18")
     assert result["config"]["batch_size"] == 2 and result["config"]["windows"] == 2
     rows = {(r["mode"], r["implementation"]): r for r in result["throughput"]}

@@ -8,6 +8,7 @@ import pytest
 
 import cvbench.cli as cli
 from cvbench.benchmark import run as run_module
+from cvbench.utils import cpu as cpu_module
 
 TINY = ["--model", "resnet18", "--synthetic", "--batch-size", "2", "--image-size", "32"]
 TINY += ["--num-classes", "4", "--precision", "fp32"]
@@ -34,6 +35,7 @@ def test_flags_reach_benchmark_cvbench(monkeypatch, tmp_path, capsys):
         return ThroughputResult("resnet18", kwargs["mode"], "cvbench", "float32", 8, 32, t)
 
     monkeypatch.setattr(run_module, "benchmark_cvbench", fake)
+    monkeypatch.setattr(cpu_module, "describe_cpu", lambda: "AMD EPYC, 2 cores, flags: avx2")
     path = tmp_path / "bench.json"
     argv = ["benchmark", *TINY, "--steps", "10", "--burn-in", "0", "--log-every", "5"]
     assert cli.main([*argv, "--seed", "7", "--json", str(path)]) == 0
@@ -47,12 +49,14 @@ def test_flags_reach_benchmark_cvbench(monkeypatch, tmp_path, capsys):
     assert (seen["warmup_steps"], seen["steps"], seen["window_steps"]) == (1, 10, 5)
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == ["  step      img/s", "     3       10.0 img/s"]
-    assert out[3] == "Images/sec: 50.0 (2 windows: too few for a standard error; jitter = 14.8)"
+    assert out[3] == "cpu: AMD EPYC, 2 cores, flags: avx2"  # a figure names its machine
+    assert out[4] == "Images/sec: 50.0 (2 windows: too few for a standard error; jitter = 14.8)"
     summary = json.loads(path.read_text())
     assert summary["mean"] == 50.0 and summary["stderr"] is None  # strict JSON: NaN -> null
     assert summary["steps"] == 10 and summary["global_batch"] == 8 and summary["ranks"] == 1
     assert summary["window_rates"] == [40.0, 60.0] and summary["cpu_images_per_sec"] == 25.0
     assert summary["model"] == "resnet18" and summary["latency"] is None
+    assert summary["cpu"] == "AMD EPYC, 2 cores, flags: avx2"
 
 
 def test_log_every_zero_prints_no_step_lines(monkeypatch, capsys):
@@ -98,7 +102,7 @@ def test_a_tiny_training_and_inference_benchmark(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     # Steps 2 and 3 end the two windows (after one burn-in step).
     assert [line.split()[0] for line in out[1:3]] == ["2", "3"]
-    assert out[4].startswith("Images/sec: ")
+    assert out[4].startswith("cpu: ") and out[5].startswith("Images/sec: ")
 
     path = tmp_path / "inference.json"
     argv = ["benchmark", *TINY, "--mode", "inference", "--steps", "2", "--burn-in", "1"]

@@ -1,6 +1,6 @@
 import pytest
 
-from cvbench.demo.config import DemoConfig, cpu_flags, demo_precision
+from cvbench.demo.config import DemoConfig, demo_precision
 
 
 def test_precision_follows_the_hardware():
@@ -11,17 +11,6 @@ def test_precision_follows_the_hardware():
     assert demo_precision(has_gpu=False, flags=frozenset({"amx_bf16"})) == "mixed_bfloat16"
     # AVX2 / plain AVX-512 only: bfloat16 is emulated and slower than float32.
     assert demo_precision(has_gpu=False, flags=frozenset({"avx2", "avx512f"})) == "float32"
-
-
-def test_cpu_flags_reads_the_first_cpu(tmp_path):
-    info = tmp_path / "cpuinfo"
-    info.write_text(
-        "processor\t: 0\nflags\t\t: fpu avx2 amx_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n"
-    )
-    assert cpu_flags(info) == frozenset({"fpu", "avx2", "amx_bf16"})
-    assert cpu_flags(tmp_path / "missing") == frozenset()
-    (tmp_path / "arm").write_text("Features\t: fp asimd bf16\n")
-    assert cpu_flags(tmp_path / "arm") == frozenset({"fp", "asimd", "bf16"})
 
 
 def test_quick_is_smaller_than_the_default():

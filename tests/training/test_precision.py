@@ -14,7 +14,6 @@ from cvbench.training.precision import (
     backend_has_gpu,
     build_model_with_policy,
     check_model_policy,
-    cpu_flags,
     cpu_has_fast_bfloat16,
     dtype_policy_scope,
     loss_scale_optimizer,
@@ -140,26 +139,6 @@ def test_slow_precisions_warn_once_each(fresh_warnings):
         warnings.simplefilter("error")  # a second warning would raise here
         assert resolve_precision("fp16", has_gpu=False, flags=AVX2) == "mixed_float16"
         assert resolve_precision("mixed_bfloat16", has_gpu=False, flags=AVX2) == ("mixed_bfloat16")
-
-
-@pytest.mark.backend_agnostic
-def test_cpu_flags_reads_the_first_cpu(tmp_path):
-    info = tmp_path / "cpuinfo"
-    info.write_text(
-        "processor\t: 0\nflags\t\t: fpu avx2 amx_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n"
-    )
-    assert cpu_flags(info) == frozenset({"fpu", "avx2", "amx_bf16"})
-    assert cpu_has_fast_bfloat16(cpu_flags(info))
-    assert cpu_flags(tmp_path / "missing") == frozenset()
-    (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")
-    assert cpu_flags(tmp_path / "arm") == frozenset({"fp", "asimd", "bf16"})
-    assert not cpu_has_fast_bfloat16(cpu_flags(tmp_path / "arm"))  # ARM bf16: not in BF16_CPU_FLAGS
-
-
-@pytest.mark.backend_agnostic
-def test_cpu_flags_without_a_flags_line_are_empty(tmp_path):
-    (tmp_path / "cpuinfo").write_text("processor\t: 0\nmodel name\t: a virtual CPU\n")
-    assert cpu_flags(tmp_path / "cpuinfo") == frozenset()
 
 
 @pytest.mark.backend_agnostic
