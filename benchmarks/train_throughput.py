@@ -31,7 +31,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-# JAX preallocates 75% of GPU memory by default; leave room for PyTorch in the same process.
+# JAX preallocates 75% of GPU memory by default; leave room for PyTorch's process on the GPU.
 _JAX_MEMORY_WITH_TORCH = "0.55"
 
 

@@ -6,6 +6,8 @@ as `cvbench benchmark` (`cvbench.benchmark`):
 
 - `suite`: `SuiteConfig`, `run_suite`, `SuiteResults` (the order, time budget, variants);
 - `reference`: the references, built and run as their users do;
+- `torch_workload`: torchvision's models in PyTorch AMP (imports neither Keras nor cvbench);
+- `workload_process`: a workload in a child process of its own (torchvision's);
 - `table`: the throughput table with the ratios;
 - `fused_batchnorm`: a speed-change prototype measured as a variant (not in the builders);
 - `environment`: where a run ran (versions, devices, load).

@@ -6,14 +6,14 @@
   with plain `model.predict` (`PredictReference`); the same backend, precision policy and
   batch as the cvbench run.
 - torchvision `resnet50` / `inception_v3` (no auxiliary head) in PyTorch eager mode with
-  automatic mixed precision (`torch.autocast`, `GradScaler` for float16) and channels_last
-  memory, as NVIDIA's PyTorch scripts run them. PyTorch is imported only here and only when
-  such a workload is built.
+  automatic mixed precision and channels_last memory, as NVIDIA's PyTorch scripts run them
+  (`torch_workload.TorchWorkload`), in a process of its own (`torch_reference`): PyTorch is
+  never imported into the process that runs Keras.
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,13 +22,15 @@ import keras
 from cvbench.training.config import OptimizerConfig, canonical_precision
 from cvbench.training.precision import dtype_policy_scope
 
+from . import torch_workload
+from .torch_workload import TORCHVISION
+from .workload_process import ProcessWorkload
+
 #: The references' implementation names in results and tables.
 KERAS = "keras.applications"
 TORCH = "torchvision"
 #: cvbench model name -> keras.applications class name.
 KERAS_APPLICATIONS = {"resnet50": "ResNet50", "inception_v3": "InceptionV3"}
-#: cvbench model name -> torchvision builder name.
-TORCHVISION = {"resnet50": "resnet50", "inception_v3": "inception_v3"}
 
 
 def has_reference(model: str, kind: str) -> bool:
@@ -130,131 +132,46 @@ class PredictReference:
         pass
 
 
-def import_torch() -> tuple[Any, Any]:
-    """Imports `torch` and `torchvision`, or says how to install them.
+def torch_reference(
+    model: str,
+    *,
+    batch_size: int,
+    image_size: int,
+    num_classes: int,
+    precision: str,
+    training: bool,
+    optimizer: OptimizerConfig | None = None,
+    seed: int = 0,
+) -> ProcessWorkload:
+    """torchvision's `model` (`torch_workload.TorchWorkload`) built and run in a child process.
 
-    Raises:
-        ImportError: when either is missing.
-    """
-    try:
-        return importlib.import_module("torch"), importlib.import_module("torchvision")
-    except ImportError as e:
-        raise ImportError(
-            "the torchvision reference needs PyTorch and torchvision: pip install torch "
-            f"torchvision (for the GPU build see pytorch.org) ({e})"
-        ) from e
-
-
-_TORCH_DTYPES = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16", "float32": None}
-
-
-class TorchWorkload:
-    """A torchvision model on a fixed random batch: training steps or inference passes.
-
-    Training: `zero_grad`, forward and loss under `torch.autocast`, backward through
-    `GradScaler` (enabled for float16), optimizer step: NVIDIA's PyTorch AMP loop. Inference:
-    `eval()` mode under `torch.inference_mode()` and autocast. Runs on CUDA when available.
-
-    Args:
-        model: "resnet50" or "inception_v3".
-        batch_size: images per step.
-        image_size: input height and width.
-        num_classes: classifier width.
-        precision: "fp16"/"bf16"/"fp32" or policy names (autocast dtype).
-        training: train steps (True) or inference passes (False).
-        optimizer: momentum, Nesterov and weight decay of the SGD update.
-        channels_last: NHWC memory format for the model and the batch.
-        seed: seeds the batch and the initialization.
+    Both runtimes size their thread pools to the machine; in one process they fight and
+    torchvision runs at a fraction of its speed. In its own process it idles while the
+    other implementations' windows run.
 
     Raises:
         ValueError: for a model without a torchvision counterpart.
-        ImportError: without PyTorch/torchvision.
+        ImportError: without PyTorch/torchvision (checked here, before a process starts).
     """
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        batch_size: int,
-        image_size: int,
-        num_classes: int,
-        precision: str,
-        training: bool,
-        optimizer: OptimizerConfig | None = None,
-        channels_last: bool = True,
-        seed: int = 0,
-    ) -> None:
-        if model not in TORCHVISION:
-            raise ValueError(
-                f"no torchvision reference for {model!r}; known: {sorted(TORCHVISION)}"
-            )
-        torch, torchvision = import_torch()
-        self.torch = torch
-        torch.manual_seed(seed)
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        if self.device == "cuda":
-            torch.backends.cudnn.benchmark = True
-        kwargs: dict[str, Any] = {"weights": None, "num_classes": num_classes}
-        if model == "inception_v3":
-            kwargs.update(aux_logits=False, init_weights=False)
-        net = getattr(torchvision.models, TORCHVISION[model])(**kwargs)
-        memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        self.net = net.to(self.device, memory_format=memory_format)
-        self.x = torch.randn(batch_size, 3, image_size, image_size, device=self.device)
-        self.x = self.x.contiguous(memory_format=memory_format)
-        self.y = torch.randint(0, num_classes, (batch_size,), device=self.device)
-        dtype_name = _TORCH_DTYPES[canonical_precision(precision)]
-        self.dtype = getattr(torch, dtype_name) if dtype_name else None
-        self.training = training
-        self.images_per_step = batch_size
-        self.net.train(training)
-        if training:
-            opt = optimizer or OptimizerConfig()
-            self.optimizer = torch.optim.SGD(
-                self.net.parameters(),
-                lr=0.01,
-                momentum=opt.momentum,
-                nesterov=opt.nesterov,
-                weight_decay=opt.weight_decay,
-            )
-            self.loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
-            self.scaler = torch.amp.GradScaler(self.device, enabled=self.dtype is torch.float16)
-
-    def _autocast(self) -> Any:
-        return self.torch.autocast(
-            device_type=self.device, dtype=self.dtype, enabled=self.dtype is not None
+    if model not in TORCHVISION:
+        raise ValueError(f"no torchvision reference for {model!r}; known: {sorted(TORCHVISION)}")
+    missing = [m for m in ("torch", "torchvision") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(
+            "the torchvision reference needs PyTorch and torchvision: pip install torch "
+            f"torchvision (for the GPU build see pytorch.org) (missing: {', '.join(missing)})"
         )
-
-    def _sync(self) -> None:
-        if self.device == "cuda":
-            self.torch.cuda.synchronize()
-
-    def _step(self) -> None:
-        if self.training:
-            self.optimizer.zero_grad(set_to_none=True)
-            with self._autocast():
-                loss = self.loss_fn(self.net(self.x), self.y)
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            with self.torch.inference_mode(), self._autocast():
-                self.net(self.x)
-
-    def call(self) -> None:
-        """One synced step (a latency sample)."""
-        self._step()
-        self._sync()
-
-    def first_step(self) -> None:
-        self.call()
-
-    def run(self, steps: int) -> None:
-        for _ in range(steps):
-            self._step()
-        self._sync()
-
-    def close(self) -> None:
-        del self.net
-        if self.device == "cuda":
-            self.torch.cuda.empty_cache()
+    opt = optimizer or OptimizerConfig()
+    kwargs = dict(
+        batch_size=batch_size,
+        image_size=image_size,
+        num_classes=num_classes,
+        policy=canonical_precision(precision),
+        training=training,
+        momentum=opt.momentum,
+        nesterov=opt.nesterov,
+        weight_decay=opt.weight_decay,
+        seed=seed,
+    )
+    factory = f"{torch_workload.__file__}:TorchWorkload"
+    return ProcessWorkload(factory, {"model": model, **kwargs}, name="torchvision")

@@ -2,9 +2,10 @@
 
 For each precision and model: training images/s of cvbench (`cvbench benchmark`'s code
 path, `cvbench.benchmark.run`), of keras.applications with plain `model.fit` and, when
-asked, of torchvision (PyTorch AMP, channels_last), their windows alternating so that the
-ratios hold on a loaded machine; then inference images/s the same way; then cvbench's
-inference latency percentiles per batch size (SSD320 including its post-processing).
+asked, of torchvision (PyTorch AMP, channels_last, in a process of its own), their windows
+alternating so that the ratios hold on a loaded machine; then inference images/s the same
+way; then cvbench's inference latency percentiles per batch size (SSD320 including its
+post-processing).
 """
 
 from __future__ import annotations
@@ -221,7 +222,7 @@ def _inference_workloads(
 
 
 def _torch(config: SuiteConfig, model: CvbenchModel, policy: str, *, training: bool) -> Any:
-    return reference.TorchWorkload(
+    return reference.torch_reference(
         model.name,
         batch_size=_batch_size(config, model),
         image_size=model.image_size,

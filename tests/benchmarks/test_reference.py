@@ -1,4 +1,4 @@
-"""Reference builders: keras.applications under a precision, PyTorch imported only on demand;
+"""Reference builders: keras.applications under a precision, PyTorch's absence explained;
 the plain `fit` / `predict` workloads step as often as asked."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import pytest
 from tiny_keras import tiny_batch, tiny_classifier
 
 from throughput_suite import reference
+from throughput_suite.torch_workload import TorchWorkload, import_torch
 
 
 @pytest.mark.backend_agnostic
@@ -37,7 +38,7 @@ def test_keras_resnet50_is_built_under_the_precision():
 
 
 @pytest.mark.backend_agnostic
-def test_torch_is_imported_only_when_asked_and_its_absence_is_explained(monkeypatch):
+def test_torch_absent_is_explained(monkeypatch):
     real_import = importlib.import_module
 
     def no_torch(name, *args):
@@ -47,17 +48,10 @@ def test_torch_is_imported_only_when_asked_and_its_absence_is_explained(monkeypa
 
     monkeypatch.setattr(importlib, "import_module", no_torch)
     with pytest.raises(ImportError, match="pip install torch torchvision"):
-        reference.import_torch()
+        import_torch()
     with pytest.raises(ImportError, match="pip install torch"):
-        reference.TorchWorkload(
-            "resnet50", batch_size=2, image_size=32, num_classes=10, precision="fp16",
-            training=True,
-        )  # fmt: skip
-    with pytest.raises(ValueError, match="no torchvision reference for 'ssd320'"):
-        reference.TorchWorkload(
-            "ssd320", batch_size=2, image_size=32, num_classes=10, precision="fp16",
-            training=True,
-        )  # fmt: skip
+        TorchWorkload("resnet50", batch_size=2, image_size=32, num_classes=10,
+                      policy="mixed_float16", training=True)  # fmt: skip
 
 
 @pytest.mark.backend_agnostic
