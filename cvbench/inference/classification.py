@@ -103,8 +103,10 @@ def classify(
             float32 RGB in `[0, 255]`, or the path of a `.keras` file with its `ModelInfo`.
         inputs: image paths or folders, an array `(H, W, 3)` / `(B, H, W, 3)`, a list of
             arrays, or a `tf.data.Dataset` of images (see `cvbench.inference.images`).
-        info: the model's `ModelInfo`; default the file's, or for a model object
-            `default_info` (its input size, "center_crop", classes named "0", "1", ...).
+        info: the model's `ModelInfo`; default the file's. Required with a model object,
+            which does not say what input it expects (`default_info(model,
+            task="classification")` states the defaults: [0, 255] RGB, its input size,
+            "center_crop", classes named "0", "1", ...).
         top_k: classes kept per image (at most the number of classes).
         batch_size: images per model call.
         skip_corrupt: skip image files that cannot be read or are over `max_image_pixels`
@@ -118,7 +120,7 @@ def classify(
         One `Classification` per image, in input order.
 
     Raises:
-        ValueError: for `top_k < 1`, a detector, a model file without `ModelInfo`, a model
+        ValueError: for `top_k < 1`, a detector, a model file or object without `ModelInfo`, a model
             output that is not `(B, num_classes)`, or bad inputs (naming the file).
         FileNotFoundError: for a missing model or image file.
         BadFileError: (a `ValueError`) for a malformed model file, or an image file that

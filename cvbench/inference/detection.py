@@ -98,8 +98,9 @@ def detect(
             `.keras` file with its `ModelInfo`.
         inputs: image paths or folders, an array `(H, W, 3)` / `(B, H, W, 3)`, a list of
             arrays, or a `tf.data.Dataset` of images (see `cvbench.inference.images`).
-        info: the model's `ModelInfo`; default the file's, or for a model object
-            `default_info` (its input size, "stretch", SSD320 v1.2's anchors and NMS).
+        info: the model's `ModelInfo`; default the file's. Required with a model object
+            (`default_info(model, task="detection")` states the defaults: its input size,
+            "stretch", SSD320 v1.2's anchors and NMS).
         score_threshold: keep detections scoring above it, in `[0, 1)`.
         box_format: "xyxy" (`[xmin, ymin, xmax, ymax]`), "xywh" (COCO
             `[xmin, ymin, width, height]`) or "yxyx" (`[ymin, xmin, ymax, xmax]`), pixels.
@@ -116,7 +117,7 @@ def detect(
 
     Raises:
         ValueError: for a bad `score_threshold` or `box_format`, a classifier, a model file
-            without `ModelInfo`, or bad inputs (naming the file).
+            or object without `ModelInfo`, or bad inputs (naming the file).
         FileNotFoundError: for a missing model or image file.
         BadFileError: (a `ValueError`) for a malformed model file, or an image file that
             cannot be read or is over `max_image_pixels` (unless `skip_corrupt`).

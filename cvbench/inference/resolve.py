@@ -109,7 +109,8 @@ def resolve_model(model: Any, *, info: ModelInfo | None, task: str) -> tuple[Any
 
     Args:
         model: a `keras.Model`, or the path of a `.keras` file (loaded in safe mode).
-        info: overrides the file's info; for a model object, None means `default_info`.
+        info: overrides the file's info; required with a model object (a model object does
+            not say what input it expects: `default_info` states the [0, 255] defaults).
         task: "classification" or "detection", the task the caller runs.
 
     Returns:
@@ -117,7 +118,8 @@ def resolve_model(model: Any, *, info: ModelInfo | None, task: str) -> tuple[Any
 
     Raises:
         FileNotFoundError: for a missing model file.
-        ValueError: for a file without `ModelInfo` (and no `info`), or an info of another task.
+        ValueError: for a file without `ModelInfo` (and no `info`), a model object without
+            `info`, or an info of another task.
     """
     if isinstance(model, str | os.PathLike):
         path = Path(model)
@@ -132,7 +134,13 @@ def resolve_model(model: Any, *, info: ModelInfo | None, task: str) -> tuple[Any
         model, _ = load_model(path)
         info = info or stored
     elif info is None:
-        info = default_info(model, task=task)
+        name = getattr(model, "name", type(model).__name__)
+        raise ValueError(
+            f"model {name!r} is a model object without ModelInfo: its input range, resize "
+            "and class names are unknown (a trained model may expect normalized input). Pass "
+            f"info=cvbench.inference.default_info(model, task={task!r}) for [0, 255] RGB "
+            "input, or the path of its .keras file (Trainer.export writes one with its info)"
+        )
     if info.task != task:
         raise ValueError(
             f"the model is a {info.task} model (its ModelInfo); {task} needs a "

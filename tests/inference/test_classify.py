@@ -16,6 +16,8 @@ from PIL import Image
 
 from cvbench.inference import save_model
 from cvbench.inference.classification import classify, softmax
+from cvbench.inference.detection import detect
+from cvbench.inference.resolve import default_info
 
 pytestmark = pytest.mark.backend_agnostic
 
@@ -83,9 +85,16 @@ def test_batch_size_does_not_change_the_results():
     assert [r.source for r in one] == [0, 1, 2, 3, 4]
 
 
-def test_a_model_object_without_info_gets_numbered_classes():
-    (result,) = classify(channel_classifier(), _image(), top_k=1)
-    assert result.class_names == ("1",)
+def test_a_model_object_without_info_is_refused_and_default_info_states_the_defaults():
+    # A trained model may expect normalized input (the Trainer's model does): no guessing.
+    model = channel_classifier()
+    with pytest.raises(ValueError, match=r"model object without ModelInfo.*default_info\(model, "
+                       r"task='classification'\)"):  # fmt: skip
+        classify(model, _image(), top_k=1)
+    with pytest.raises(ValueError, match="without ModelInfo"):
+        detect(model, _image())
+    (result,) = classify(model, _image(), info=default_info(model, task="classification"), top_k=1)
+    assert result.class_names == ("1",)  # numbered classes, [0, 255] input, center crop
 
 
 def test_to_dict_is_json_ready():

@@ -111,8 +111,8 @@ def test_tiny_ssd_equals_postprocess_scaled_to_each_image():
     model = build_ssd(num_classes=2, backbone="resnet18", image_size=64, depth=16, head_layers=1)
     rng = np.random.default_rng(0)
     images = [rng.uniform(0, 255, (48, 80, 3)), rng.uniform(0, 255, (64, 64, 3))]
-    dets = detect(model, images, score_threshold=0.0, box_format="yxyx")
     info = default_info(model, task="detection")
+    dets = detect(model, images, info=info, score_threshold=0.0, box_format="yxyx")
     stretched = np.stack(
         [
             np.asarray(Image.fromarray(images[0][..., c].astype(np.float32)).resize((64, 64), 2))
