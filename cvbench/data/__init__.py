@@ -20,6 +20,9 @@ Public names (the ends of the flows):
     CorruptRecordCounter: counts records skipped with skip_corrupt=True.
     DatasetInfo, read_dataset_info: the builders' `dataset_info.json` beside the records
         (classes in label order with names and counts, label offset, image policy).
+    ClassifierInputs: what a classification pipeline does to [0, 255] RGB (resize rule,
+        normalization, class names); `imagenet_dataset` attaches it to its dataset
+        (`cvbench_inputs`) and a `Trainer` fitted on it writes model files that agree.
 
 Where each concept lives, by flow stage (one room each; the top holds what several share):
     acquire/            raw data in: `download.py` (checked, resumable downloads),
@@ -87,6 +90,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "DatasetInfo": ("cvbench.data.dataset_info", "DatasetInfo"),
     "read_dataset_info": ("cvbench.data.dataset_info", "read_dataset_info"),
     "ImagePreprocessing": ("cvbench.data.read.image_preprocessing", "ImagePreprocessing"),
+    "ClassifierInputs": ("cvbench.data.read.model_inputs", "ClassifierInputs"),
 }
 
 __all__ = sorted(_LAZY)

@@ -37,7 +37,12 @@ on float32 values, so nothing is rounded to integers):
 * "center_crop": resize so that the image covers `round(side / crop_fraction)` on both axes
   (for a square input: the shorter side to `round(size / crop_fraction)`, the longer side in
   proportion, rounded to the nearest pixel), then crop the center `image_size` (offsets
-  rounded down), as `cvbench.data.read.preprocessing.preprocess_for_eval` does.
+  rounded down), as `cvbench.data.read.preprocessing.preprocess_for_eval` does
+  (`ImagePreprocessing.eval_crop="resize_then_crop"`);
+* "crop_then_resize": keep the central `crop_fraction` of each side (the window of
+  `tf.image.central_crop`: `start = int((side - side * crop_fraction) / 2)`, `size = side -
+  2 * start`), then resize it to `image_size` (`eval_crop="crop_then_resize"`, nvcnn's
+  Inception V3).
 
 An image already of the target size under "stretch" is passed through unchanged. Every image
 keeps its original size and the `Geometry` that maps model-input pixels back to it.
@@ -89,12 +94,13 @@ class Geometry:
     Attributes:
         original_size: `(height, width)` of the original image in pixels.
         scale: `(y, x)` factors from original pixels to resized pixels.
-        offset: `(top, left)` of the crop in resized pixels (0 for "stretch").
+        offset: `(top, left)` of the crop in resized pixels (0 for "stretch"; for
+            "crop_then_resize" the crop's corner times the scale, not a whole number).
     """
 
     original_size: tuple[int, int]
     scale: tuple[float, float]
-    offset: tuple[int, int]
+    offset: tuple[float, float]
 
     def to_original(self, boxes: np.ndarray) -> np.ndarray:
         """Model-input pixel boxes `[ymin, xmin, ymax, xmax]` to original-image pixels,
@@ -151,6 +157,23 @@ def center_crop_geometry(
     return (new_h, new_w), ((new_h - out_h) // 2, (new_w - out_w) // 2)
 
 
+def central_crop_window(
+    height: int, width: int, crop_fraction: float
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """`((top, left), (crop_height, crop_width))` of `tf.image.central_crop(image,
+    crop_fraction)` on a `height` x `width` image (the "crop_then_resize" rule).
+
+    Example:
+        >>> central_crop_window(375, 500, 0.875)  # int(46.875 / 2) = 23, int(62.5 / 2) = 31
+        ((23, 31), (329, 438))
+    """
+    if crop_fraction == 1.0:
+        return (0, 0), (height, width)
+    top = int((height - height * crop_fraction) / 2)
+    left = int((width - width * crop_fraction) / 2)
+    return (top, left), (height - 2 * top, width - 2 * left)
+
+
 def _resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
     if image.shape[:2] == (height, width):
         return image
@@ -185,6 +208,13 @@ def resize_image(image: np.ndarray, info: ModelInfo) -> tuple[np.ndarray, Geomet
     if info.resize == "stretch":
         geometry = Geometry((height, width), (out_h / height, out_w / width), (0, 0))
         return _resize(image, out_h, out_w), geometry
+    if info.resize == "crop_then_resize":
+        (top, left), (crop_h, crop_w) = central_crop_window(height, width, info.crop_fraction)
+        cropped = image[top : top + crop_h, left : left + crop_w]
+        sy, sx = out_h / crop_h, out_w / crop_w
+        return _resize(cropped, out_h, out_w), Geometry(
+            (height, width), (sy, sx), (top * sy, left * sx)
+        )
     (new_h, new_w), (top, left) = center_crop_geometry(
         height, width, image_size=info.image_size, crop_fraction=info.crop_fraction
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 import keras
 
+from cvbench.data.read.model_inputs import ClassifierInputs
 from cvbench.tasks.base import (
     DATA_CLASSES_REASON,
     SYNTHETIC_EVAL_BATCHES,
@@ -230,14 +231,17 @@ class ClassificationTask(RecordTask):
         """The recipe's `cvbench.data.ImagePreprocessing` (crops, scaling, decoder)."""
         return self.recipe.preprocessing
 
+    def inputs(self) -> ClassifierInputs:
+        """What the recipe's pipeline does to [0, 255] RGB (`cvbench.data.ClassifierInputs`:
+        evaluation resize, normalization) and the dataset's class names: the one source of
+        `input_normalization`, `model_info` and `user_model`."""
+        names = getattr(self, "class_names", None)
+        return ClassifierInputs(self.image_size, self.preprocessing(), names and tuple(names))
+
     def input_normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """`(mean, std)` with which the pipeline maps `[0, 255]` pixels to the model's input,
-        `(x - mean) / std`: ImageNet's, or the recipe's (`input_scaling="inception"`,
-        `x / 127.5 - 1`, is mean = std = 127.5)."""
-        preprocessing = self.preprocessing()
-        if preprocessing.input_scaling == "inception":
-            return (127.5,) * 3, (127.5,) * 3
-        return tuple(preprocessing.mean), tuple(preprocessing.std)
+        `(x - mean) / std` (`ClassifierInputs.normalization`)."""
+        return self.inputs().normalization()
 
     def evaluation_data(self, *, batch_size: int, distribution: Any) -> Any:
         """This rank's `(images, labels, weights)` validation batches (padding weighs 0),
@@ -264,25 +268,15 @@ class ClassificationTask(RecordTask):
     # ----------------------------------------------------------------- model files
     def model_info(self) -> ModelInfo:
         """What inference needs: the class names (the dataset's, else `"0"`, `"1"`, ...),
-        the input size and the evaluation resize (center crop of 0.875; a task with its own
-        `eval_preprocess` states its own rule with `dataclasses.replace`)."""
-        names = getattr(self, "class_names", None) or [str(i) for i in range(self.num_classes)]
-        return ModelInfo(
-            task="classification",
-            class_names=tuple(names),
-            image_size=(self.image_size, self.image_size),
-            resize="center_crop",
-            model=self.options.model,
-        )
+        the input size and the recipe's evaluation resize rule and crop fraction (a task with
+        its own `eval_preprocess` states its own rule with `dataclasses.replace`)."""
+        return self.inputs().model_info(self.num_classes, model=self.options.model)
 
     def user_model(self, model: keras.Model) -> keras.Model:
         """The trained `model` as users get it: built-in Keras layers only
-        (`to_plain_keras`), taking `[0, 255]` RGB (the data pipeline's normalization,
-        `input_normalization`, put in front), logits out."""
-        from cvbench.utils.plain_keras import to_plain_keras, with_input_normalization
-
-        mean, std = self.input_normalization()
-        return with_input_normalization(to_plain_keras(model), mean=mean, std=std)
+        (`to_plain_keras`), taking `[0, 255]` RGB (the data pipeline's normalization put in
+        front), logits out."""
+        return self.inputs().user_model(model)
 
 
 def _hard_labels(y_true: Any, y_pred: Any) -> Any:

@@ -17,6 +17,7 @@ import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import keras
 
@@ -75,6 +76,26 @@ def user_model(
         # stacklevel 3: the warning names the caller of `Trainer.user_model`, as before.
         warnings.warn(f"exporting the model as it is: {err}", stacklevel=3)
         return model
+
+
+#: The attribute of a dataset holding its input contract (`cvbench.data.read.model_inputs`:
+#: the Trainer reads it without importing the data layer).
+INPUTS_ATTRIBUTE = "cvbench_inputs"
+
+
+def adopt_inputs(trainer: Any, *datasets: Any) -> None:
+    """Gives `trainer` the `model_info` and `export_transform` of the first of `datasets`
+    that carries an input contract (`cvbench_inputs`, attached by `imagenet_dataset`),
+    unless the caller gave either: the model files then take [0, 255] RGB with the
+    pipeline's normalization in front, and record its class names and resize rule."""
+    if trainer.model_info is not None or trainer.export_transform is not None:
+        return
+    for data in datasets:
+        inputs = getattr(data, INPUTS_ATTRIBUTE, None)
+        if inputs is not None:
+            trainer.model_info = inputs.model_info_for(trainer.model)
+            trainer.export_transform = inputs.user_model
+            return
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ around it:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import Distribution, get_distribution
 from cvbench.training.epoch_loop import rank_source, run_epochs
 from cvbench.training.evaluation import evaluate_trainer
+from cvbench.training.export import adopt_inputs
 from cvbench.training.optimizers import assemble_optimizer, check_optimizer_args
 from cvbench.training.precision import (
     build_model_with_policy,
@@ -319,6 +321,7 @@ class Trainer(_TrainerCheckpoints):
         """
         if not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs must be a positive int, got {epochs!r}")
+        adopt_inputs(self, validation_data, train_data)
         source, per_rank = rank_source(
             self, train_data, batch_size=batch_size, steps_per_epoch=steps_per_epoch,
             shuffle=shuffle,
@@ -439,4 +442,12 @@ class Trainer(_TrainerCheckpoints):
             return {}
         from cvbench.training.export import export_trained_model
 
+        if self.model_info is None:
+            warnings.warn(
+                f"{directory}/model.keras gets no ModelInfo (class names, input size, resize): "
+                "cvbench predict and classify will refuse it. Train on a cvbench dataset "
+                "(imagenet_dataset states its inputs) or pass Trainer(model_info=..., "
+                "export_transform=...)",
+                stacklevel=2,
+            )
         return export_trained_model(self.user_model(), Path(directory), info=self.model_info)

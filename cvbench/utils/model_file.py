@@ -45,7 +45,7 @@ TASKS = ("classification", "detection")
 #: "center_crop": resize the shorter side to `round(side / crop_fraction)` (aspect kept),
 #: then crop the center `image_size` (ImageNet evaluation); "stretch": resize to
 #: `image_size` ignoring the aspect ratio (SSD; boxes then scale back per axis).
-RESIZE_RULES = ("center_crop", "stretch")
+RESIZE_RULES = ("center_crop", "stretch", "crop_then_resize")
 #: The Keras model description inside a `.keras` archive.
 CONFIG_ENTRY = "config.json"
 #: Largest `cvbench.json` / `metadata.json` accepted, in bytes (declared, uncompressed).
@@ -70,7 +70,8 @@ class ModelInfo:
         image_size: `(height, width)` of the model's input.
         resize: how images are brought to `image_size` (see `RESIZE_RULES`).
         crop_fraction: for "center_crop", the fraction of the resized shorter side kept
-            (0.875: 224 of 256).
+            (0.875: 224 of 256); for "crop_then_resize", the central fraction of each side
+            kept before resizing.
         detection: for detectors, `{"anchors": multiscale_anchors kwargs (min_level,
             max_level, anchor_scale, aspect_ratios, scales_per_octave), "scales": box-coder
             scales, "postprocess": postprocess kwargs (iou_threshold, score_threshold,

@@ -13,6 +13,7 @@ from cvbench.data.image_io import ImageError
 from cvbench.inference.images import (
     Geometry,
     center_crop_geometry,
+    central_crop_window,
     iter_batches,
     iter_images,
     read_image,
@@ -67,6 +68,33 @@ def test_center_crop_takes_the_middle_columns():
     np.testing.assert_array_equal(out[..., 1], 200.0)
     np.testing.assert_array_equal(out[..., 0], 0.0)
     assert geometry == Geometry((8, 24), (1.0, 1.0), (0, 8))
+
+
+@pytest.mark.parametrize("shape, fraction", [((40, 50), 0.5), ((375, 500), 0.875), ((7, 9), 1.0),
+                                             ((299, 299), 0.875), ((3, 5), 0.8)])  # fmt: skip
+def test_central_crop_window_is_tf_image_central_crop(shape, fraction):
+    import tensorflow as tf  # the reference only; the rule itself is numpy
+
+    h, w = shape
+    index = np.arange(h * w, dtype=np.float32).reshape(h, w, 1)
+    crop = tf.image.central_crop(index, fraction).numpy()
+    (top, left), (ch, cw) = central_crop_window(h, w, fraction)
+    assert crop.shape[:2] == (ch, cw)
+    assert crop[0, 0, 0] == top * w + left  # its first pixel is the window's corner
+
+
+def test_crop_then_resize_crops_then_resizes_and_maps_boxes_back():
+    # 40 x 50, fraction 0.5: top int((40 - 20) / 2) = 10, left int((50 - 25) / 2) = 12, a
+    # 20 x 26 window; resized to 10 x 13: scale 0.5 both ways, offset (10, 12) x 0.5.
+    image = np.zeros((40, 50, 3), np.uint8)
+    image[10:30, 12:38] = 90  # exactly the window
+    info = dataclasses.replace(classifier_info(), image_size=(10, 13), resize="crop_then_resize",
+                               crop_fraction=0.5)  # fmt: skip
+    out, geometry = resize_image(image, info)
+    assert out.shape == (10, 13, 3)
+    np.testing.assert_array_equal(out, 90.0)
+    assert geometry == Geometry((40, 50), (0.5, 0.5), (5.0, 6.0))
+    np.testing.assert_allclose(geometry.to_original(np.array([0, 0, 10, 13])), [10, 12, 30, 38])
 
 
 def test_stretch_keeps_an_image_of_the_input_size_unchanged():

@@ -40,6 +40,11 @@ def test_classification_task_takes_size_loss_and_pipeline_from_the_recipe():
     assert (preprocessing.aspect_ratio_range, preprocessing.area_range) == ((0.8, 1.25), (0.1, 1.0))
     # x / 127.5 - 1 is (x - 127.5) / 127.5: the exported model and `cvbench eval` use it.
     assert task.input_normalization() == ((127.5,) * 3, (127.5,) * 3)
+    # its model files state the rule its evaluation pipeline follows (not center_crop)
+    assert (task.model_info().resize, task.model_info().crop_fraction) == (
+        "crop_then_resize",
+        0.875,
+    )
     resnet = ClassificationTask(TaskOptions(model="resnet50", recipe="resnet50_v1.5_90e"))
     assert resnet.input_normalization() == ((123.68, 116.28, 103.53), (58.395, 57.12, 57.385))
     from cvbench.data import ImagePreprocessing

@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from cvbench.data._distributed import resolve_shards
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
+from cvbench.data.read.model_inputs import ClassifierInputs, attach, class_names_of
 from cvbench.data.read.pipeline import (
     EvalPreprocess,
     TrainPreprocess,
@@ -130,29 +131,59 @@ def imagenet_dataset(
         )
         if num_classes is not None:
             examples = check_labels(examples, num_classes)
-        return train_pipeline(
-            examples,
-            batch_size=batch_size,
-            image_size=spec.image_size,
-            dtype=tf_dtype,
-            seed=seed_r,
-            shuffle_buffer=spec.shuffle_buffer,
-            skip_corrupt=skip_corrupt,
-            counter=counter,
-            preprocess=train_preprocess,
-            preprocessing=preprocessing,
+        return _with_inputs(
+            train_pipeline(
+                examples,
+                batch_size=batch_size,
+                image_size=spec.image_size,
+                dtype=tf_dtype,
+                seed=seed_r,
+                shuffle_buffer=spec.shuffle_buffer,
+                skip_corrupt=skip_corrupt,
+                counter=counter,
+                preprocess=train_preprocess,
+                preprocessing=preprocessing,
+            ),
+            data_dir,
+            spec.image_size,
+            preprocessing,
+            own=train_preprocess,
         )
     examples, steps = eval_examples(files, parse_imagenet_example, batch_size=batch_size, **reading)
     if num_classes is not None:
         examples = check_labels(examples, num_classes)
-    return eval_pipeline(
-        examples,
-        batch_size=batch_size,
-        image_size=spec.image_size,
-        dtype=tf_dtype,
-        steps=steps,
-        skip_corrupt=skip_corrupt,
-        counter=counter,
-        preprocess=eval_preprocess,
-        preprocessing=preprocessing,
+    return _with_inputs(
+        eval_pipeline(
+            examples,
+            batch_size=batch_size,
+            image_size=spec.image_size,
+            dtype=tf_dtype,
+            steps=steps,
+            skip_corrupt=skip_corrupt,
+            counter=counter,
+            preprocess=eval_preprocess,
+            preprocessing=preprocessing,
+        ),
+        data_dir,
+        spec.image_size,
+        preprocessing,
+        own=eval_preprocess,
     )
+
+
+def _with_inputs(
+    dataset: tf.data.Dataset,
+    data_dir: str | os.PathLike,
+    image_size: int,
+    preprocessing: ImagePreprocessing | None,
+    *,
+    own: Any,
+) -> tf.data.Dataset:
+    """`dataset` carrying its `ClassifierInputs` (`model_inputs`), unless the caller's own
+    preprocess function made its images (then what it does is the caller's to state)."""
+    if own is not None:
+        return dataset
+    inputs = ClassifierInputs(
+        image_size, preprocessing or ImagePreprocessing(), class_names_of(data_dir)
+    )
+    return attach(dataset, inputs)

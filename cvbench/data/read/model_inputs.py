@@ -1,0 +1,130 @@
+"""What a classification pipeline does to images, for the model files trained on it.
+
+`imagenet_dataset` attaches a `ClassifierInputs` to the dataset it returns (the attribute
+`cvbench_inputs`): the evaluation resize, the normalization and the data set's class names
+(from `dataset_info.json`). A `Trainer` fitted on such a dataset writes model files that take
+[0, 255] RGB and do that same normalization in front of the trained model, with the
+`ModelInfo` (class names, input size, resize rule) that `cvbench predict` and
+`cvbench.inference.classify` read: a user's pipeline and the model files agree by
+construction. A dataset made with a caller's own `train_preprocess` / `eval_preprocess`
+carries none (its preprocessing is the caller's to state, `Trainer(model_info=...,
+export_transform=...)`); nor does a dataset derived from it (`.map`, `.take`, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cvbench.data.read.image_preprocessing import ImagePreprocessing
+from cvbench.utils.model_file import ModelInfo
+
+#: The attribute of a `tf.data.Dataset` holding its `ClassifierInputs`.
+ATTRIBUTE = "cvbench_inputs"
+
+#: `ImagePreprocessing.eval_crop` -> `ModelInfo.resize`: inference's name of the same rule.
+RESIZE_OF_EVAL_CROP = {"resize_then_crop": "center_crop", "crop_then_resize": "crop_then_resize"}
+
+
+@dataclass(frozen=True)
+class ClassifierInputs:
+    """How [0, 255] RGB images became a classifier's input in a cvbench pipeline.
+
+    Args:
+        image_size: the square input size.
+        preprocessing: the pipeline's `ImagePreprocessing` (evaluation crop, scaling).
+        class_names: the data set's class names in label order, or None (then "0", "1", ...).
+        resize: the `ModelInfo.resize` rule, for a pipeline of one's own preprocess functions
+            (e.g. "stretch" for a plain resize); None: the one of `preprocessing.eval_crop`.
+
+    Example:
+        >>> inputs = ClassifierInputs(32, ImagePreprocessing(), ("a", "b"), resize="stretch")
+        >>> inputs.model_info(2).resize, inputs.normalization()[0]
+        ('stretch', (123.68, 116.28, 103.53))
+    """
+
+    image_size: int
+    preprocessing: ImagePreprocessing
+    class_names: tuple[str, ...] | None = None
+    resize: str | None = None
+
+    def normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """`(mean, std)` with which the pipeline maps `[0, 255]` pixels to the model's input,
+        `(x - mean) / std`: the recipe's mean and std, or for `input_scaling="inception"`
+        (`x / 127.5 - 1`) mean = std = 127.5.
+
+        Example:
+            >>> ClassifierInputs(224, ImagePreprocessing.nvcnn_inception_v3()).normalization()
+            ((127.5, 127.5, 127.5), (127.5, 127.5, 127.5))
+        """
+        p = self.preprocessing
+        if p.input_scaling == "inception":
+            return (127.5,) * 3, (127.5,) * 3
+        return tuple(p.mean), tuple(p.std)
+
+    def model_info(self, num_classes: int, *, model: str | None = None) -> ModelInfo:
+        """The `ModelInfo` of a classifier of `num_classes` outputs trained on this pipeline.
+
+        Raises:
+            ValueError: when the data set's class names are not `num_classes`, or for an
+                evaluation crop inference has no rule for ("crop_then_resize").
+        """
+        names = self.class_names or tuple(str(i) for i in range(num_classes))
+        if len(names) != num_classes:
+            raise ValueError(
+                f"the data set has {len(names)} classes (dataset_info.json) but the model "
+                f"outputs {num_classes}"
+            )
+        crop = self.preprocessing.eval_crop
+        if self.resize is None and crop not in RESIZE_OF_EVAL_CROP:
+            raise ValueError(
+                f"eval_crop={crop!r} has no inference resize rule (known: "
+                f"{sorted(RESIZE_OF_EVAL_CROP)}): pass Trainer(model_info=...) stating one"
+            )
+        return ModelInfo(
+            task="classification",
+            class_names=tuple(names),
+            image_size=(self.image_size, self.image_size),
+            resize=self.resize or RESIZE_OF_EVAL_CROP[crop],
+            crop_fraction=self.preprocessing.crop_fraction,
+            model=model,
+        )
+
+    def model_info_for(self, model: Any) -> ModelInfo:
+        """`model_info` for a built Keras classifier (its output width, its name)."""
+        return self.model_info(int(model.output_shape[-1]), model=None)
+
+    def user_model(self, model: Any) -> Any:
+        """`model` as users get it: built-in Keras layers only (`to_plain_keras`), taking
+        `[0, 255]` RGB (this pipeline's normalization put in front)."""
+        from cvbench.utils.plain_keras import to_plain_keras, with_input_normalization
+
+        mean, std = self.normalization()
+        return with_input_normalization(to_plain_keras(model), mean=mean, std=std)
+
+
+def attach(dataset: Any, inputs: ClassifierInputs | None) -> Any:
+    """`dataset` carrying `inputs` as its `cvbench_inputs` (returned as it is for None)."""
+    if inputs is not None:
+        setattr(dataset, ATTRIBUTE, inputs)
+    return dataset
+
+
+def inputs_of(*datasets: Any) -> ClassifierInputs | None:
+    """The first `cvbench_inputs` among `datasets` (None where none carries one)."""
+    for data in datasets:
+        found = getattr(data, ATTRIBUTE, None)
+        if isinstance(found, ClassifierInputs):
+            return found
+    return None
+
+
+def class_names_of(data_dir: Any, names: Sequence[str] | None = None) -> tuple[str, ...] | None:
+    """`names`, else the class names of `data_dir/dataset_info.json`, else None."""
+    if names is not None:
+        return tuple(names)
+    from cvbench.data.dataset_info import read_dataset_info
+
+    info = read_dataset_info(data_dir)
+    return None if info is None else info.class_names
