@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format test-jax mutation clean
+.PHONY: setup demo test test-all test-heavy lint format test-jax mutation clean
 
 setup:
 	@scripts/bootstrap.sh
@@ -21,11 +21,23 @@ format: setup
 	$(VENV)/bin/ruff format .
 
 test-jax: setup
-	KERAS_BACKEND=jax $(PY) -m pytest -m backend_agnostic $(PYTEST_ARGS)
+	KERAS_BACKEND=jax $(PY) -m pytest -m "backend_agnostic and not heavy" $(PYTEST_ARGS)
 
+# The README's test command and CI's: everything but the heaviest tests (tests/heavy_tests.txt),
+# under TensorFlow; the backend-agnostic ones again under JAX. About 45 minutes on 2 cores.
 test: lint
+	KERAS_BACKEND=tensorflow $(PY) -m pytest -m "not heavy" $(PYTEST_ARGS)
+	KERAS_BACKEND=jax $(PY) -m pytest -m "backend_agnostic and not heavy" $(PYTEST_ARGS)
+
+# Everything, the heavy tests included (about 2 hours on 2 cores): before an issue is resolved.
+test-all: lint
 	KERAS_BACKEND=tensorflow $(PY) -m pytest $(PYTEST_ARGS)
 	KERAS_BACKEND=jax $(PY) -m pytest -m backend_agnostic $(PYTEST_ARGS)
+
+# Only the heavy tests.
+test-heavy: setup
+	KERAS_BACKEND=tensorflow $(PY) -m pytest -m heavy $(PYTEST_ARGS)
+	KERAS_BACKEND=jax $(PY) -m pytest -m "backend_agnostic and heavy" $(PYTEST_ARGS)
 
 # Mutation testing of the core units (not part of `make test`: about half an hour on 2 cores).
 # MUTATION_ARGS: modules and options of scripts/mutation.py, e.g. MUTATION_ARGS="detection --jobs 4".

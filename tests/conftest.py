@@ -1,5 +1,6 @@
 """Shared test setup: every test starts from the same seed, a fresh Keras session and the
-float32 dtype policy (a test that sets a mixed policy cannot leak it into the next one)."""
+float32 dtype policy (a test that sets a mixed policy cannot leak it into the next one);
+the tests named in `heavy_tests.txt` are marked `heavy` (`make test` deselects them)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,39 @@ import h5py
 import keras
 import numpy as np
 import pytest
+
+HEAVY_LIST = Path(__file__).with_name("heavy_tests.txt")
+
+
+def _heavy_ids() -> set[str]:
+    lines = HEAVY_LIST.read_text().splitlines()
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
+def _stale(ids: set[str]) -> list[str]:
+    """Listed ids whose file or test function no longer exists (checked from the source)."""
+    root = HEAVY_LIST.parent.parent
+    stale = []
+    for node in sorted(ids):
+        path, _, name = node.partition("::")
+        source = root / path
+        function = name.split("[")[0]
+        if not source.is_file() or f"def {function}(" not in source.read_text():
+            stale.append(node)
+    return stale
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `-m "not heavy"` must see the mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks `heavy_tests.txt`'s tests `heavy`; a listed test whose file or function is gone
+    stops the run, so the list cannot rot."""
+    heavy = _heavy_ids()
+    stale = _stale(heavy)
+    if stale:
+        raise pytest.UsageError(f"{HEAVY_LIST.name} names tests that do not exist: {stale}")
+    for item in items:
+        if item.nodeid in heavy:
+            item.add_marker(pytest.mark.heavy)
 
 
 @pytest.fixture(autouse=True)
