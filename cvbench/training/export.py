@@ -39,6 +39,14 @@ def export_trained_model(
     Returns:
         The written paths by kind: "keras" and, on TensorFlow, "saved_model".
     """
+    if info is None:
+        warnings.warn(
+            f"{directory}/model.keras gets no ModelInfo (class names, input size, resize): "
+            "cvbench predict and classify will refuse it. Train on a cvbench dataset "
+            "(imagenet_dataset states its inputs) or pass Trainer(model_info=..., "
+            "export_transform=...)",
+            stacklevel=3,
+        )
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = {}

@@ -18,7 +18,6 @@ around it:
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -442,12 +441,4 @@ class Trainer(_TrainerCheckpoints):
             return {}
         from cvbench.training.export import export_trained_model
 
-        if self.model_info is None:
-            warnings.warn(
-                f"{directory}/model.keras gets no ModelInfo (class names, input size, resize): "
-                "cvbench predict and classify will refuse it. Train on a cvbench dataset "
-                "(imagenet_dataset states its inputs) or pass Trainer(model_info=..., "
-                "export_transform=...)",
-                stacklevel=2,
-            )
         return export_trained_model(self.user_model(), Path(directory), info=self.model_info)

@@ -154,3 +154,12 @@ def test_a_dataset_with_the_callers_own_preprocessing_states_nothing(tmp_path):
     given.model_info = stub.model_info
     adopt_inputs(given, ours)
     assert given.export_transform is None  # a caller's own choice is never replaced
+
+
+def test_an_export_without_model_info_says_what_the_file_lacks(tmp_path):
+    from cvbench.training.export import export_trained_model
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    with pytest.warns(UserWarning, match=r"model.keras gets no ModelInfo .* will refuse it"):
+        written = export_trained_model(model, tmp_path / "export")
+    assert read_model_info(written["keras"]) is None
