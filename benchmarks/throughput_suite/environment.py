@@ -50,14 +50,15 @@ def describe_environment(argv: list[str] | None = None) -> dict[str, Any]:
         load = [round(x, 2) for x in os.getloadavg()]
     except OSError:
         load = None
+    model, flags = cpu_model(), cpu_flags()
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(argv if argv is not None else sys.argv),
         "backend": keras.config.backend(),
         "devices": accelerators(),
-        "cpu": cpu_model(),
-        "cpu_flags": sorted(set(SPEED_FLAGS) & cpu_flags()),
-        "cpu_line": describe_cpu(),
+        "cpu": model,
+        "cpu_flags": sorted(set(SPEED_FLAGS) & flags),
+        "cpu_line": describe_cpu(model=model, flags=flags),
         "cpu_count": os.cpu_count(),
         "load_average": load,
         "python": platform.python_version(),

@@ -153,14 +153,10 @@ def torch_reference(
         ValueError: for a model without a torchvision counterpart.
         ImportError: without PyTorch/torchvision (checked here, before a process starts).
     """
-    if model not in TORCHVISION:
-        raise ValueError(f"no torchvision reference for {model!r}; known: {sorted(TORCHVISION)}")
+    torch_workload.check_model(model)
     missing = [m for m in ("torch", "torchvision") if importlib.util.find_spec(m) is None]
     if missing:
-        raise ImportError(
-            "the torchvision reference needs PyTorch and torchvision: pip install torch "
-            f"torchvision (for the GPU build see pytorch.org) (missing: {', '.join(missing)})"
-        )
+        raise ImportError(f"{torch_workload.INSTALL_HINT} (missing: {', '.join(missing)})")
     opt = optimizer or OptimizerConfig()
     kwargs = dict(
         batch_size=batch_size,

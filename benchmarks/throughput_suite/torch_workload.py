@@ -15,6 +15,11 @@ from typing import Any
 
 #: cvbench model name -> torchvision builder name.
 TORCHVISION = {"resnet50": "resnet50", "inception_v3": "inception_v3"}
+#: How to get PyTorch and torchvision, in the errors that say they are missing.
+INSTALL_HINT = (
+    "the torchvision reference needs PyTorch and torchvision: pip install torch torchvision "
+    "(for the GPU build see pytorch.org)"
+)
 #: Keras policy name -> autocast dtype (None: float32, no autocast).
 TORCH_DTYPES = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16", "float32": None}
 
@@ -22,6 +27,12 @@ TORCH_DTYPES = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16", "float
 def _forget_torchvision() -> None:
     for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
         del sys.modules[name]
+
+
+def check_model(model: str) -> None:
+    """Raises ValueError for a model without a torchvision counterpart."""
+    if model not in TORCHVISION:
+        raise ValueError(f"no torchvision reference for {model!r}; known: {sorted(TORCHVISION)}")
 
 
 def import_torch() -> tuple[Any, Any]:
@@ -48,10 +59,7 @@ def import_torch() -> tuple[Any, Any]:
             sys.modules[name] = types.ModuleType(name)
             torchvision = importlib.import_module("torchvision")
     except ImportError as e:
-        raise ImportError(
-            "the torchvision reference needs PyTorch and torchvision: pip install torch "
-            f"torchvision (for the GPU build see pytorch.org) ({e})"
-        ) from e
+        raise ImportError(f"{INSTALL_HINT} ({e})") from e
     return torch, torchvision
 
 
@@ -93,10 +101,7 @@ class TorchWorkload:
         channels_last: bool = True,
         seed: int = 0,
     ) -> None:
-        if model not in TORCHVISION:
-            raise ValueError(
-                f"no torchvision reference for {model!r}; known: {sorted(TORCHVISION)}"
-            )
+        check_model(model)
         if policy not in TORCH_DTYPES:
             raise ValueError(f"policy must be one of {sorted(TORCH_DTYPES)}, got {policy!r}")
         torch, torchvision = import_torch()

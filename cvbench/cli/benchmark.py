@@ -94,8 +94,9 @@ def benchmark_command(args: argparse.Namespace) -> int:
         **model,
     )
     measured = result.throughput
+    cpu = describe_cpu()
     say("-" * 64)
-    say(f"cpu: {describe_cpu()}")
+    say(f"cpu: {cpu}")
     say(measured.format())
     say("-" * 64)
     latency = None
@@ -119,7 +120,7 @@ def benchmark_command(args: argparse.Namespace) -> int:
             "steps": len(measured.window_rates) * measured.window_steps,
             "global_batch": measured.images_per_step,
             "ranks": dist.size,
-            "cpu": describe_cpu(),
+            "cpu": cpu,
             "latency": None if latency is None else latency.to_dict(),
         }
         if skipped is not None:

@@ -94,8 +94,6 @@ def central_crop_window(
         >>> central_crop_window(375, 500, 0.875)  # int(46.875 / 2) = 23, int(62.5 / 2) = 31
         ((23, 31), (329, 438))
     """
-    if crop_fraction == 1.0:
-        return (0, 0), (height, width)
     top = int((height - height * crop_fraction) / 2)
     left = int((width - width * crop_fraction) / 2)
     return (top, left), (height - 2 * top, width - 2 * left)

@@ -13,7 +13,6 @@ export_transform=...)`); nor does a dataset derived from it (`.map`, `.take`, ..
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,8 +91,8 @@ class ClassifierInputs:
         )
 
     def model_info_for(self, model: Any) -> ModelInfo:
-        """`model_info` for a built Keras classifier (its output width, its name)."""
-        return self.model_info(int(model.output_shape[-1]), model=None)
+        """`model_info` for a built Keras classifier of any output width."""
+        return self.model_info(int(model.output_shape[-1]))
 
     def user_model(self, model: Any) -> Any:
         """`model` as users get it: built-in Keras layers only (`to_plain_keras`), taking
@@ -111,19 +110,8 @@ def attach(dataset: Any, inputs: ClassifierInputs | None) -> Any:
     return dataset
 
 
-def inputs_of(*datasets: Any) -> ClassifierInputs | None:
-    """The first `cvbench_inputs` among `datasets` (None where none carries one)."""
-    for data in datasets:
-        found = getattr(data, ATTRIBUTE, None)
-        if isinstance(found, ClassifierInputs):
-            return found
-    return None
-
-
-def class_names_of(data_dir: Any, names: Sequence[str] | None = None) -> tuple[str, ...] | None:
-    """`names`, else the class names of `data_dir/dataset_info.json`, else None."""
-    if names is not None:
-        return tuple(names)
+def class_names_of(data_dir: Any) -> tuple[str, ...] | None:
+    """The class names of `data_dir/dataset_info.json`, or None without that file."""
     from cvbench.data.dataset_info import read_dataset_info
 
     info = read_dataset_info(data_dir)
