@@ -131,29 +131,26 @@ def imagenet_dataset(
         )
         if num_classes is not None:
             examples = check_labels(examples, num_classes)
-        return _with_inputs(
-            train_pipeline(
-                examples,
-                batch_size=batch_size,
-                image_size=spec.image_size,
-                dtype=tf_dtype,
-                seed=seed_r,
-                shuffle_buffer=spec.shuffle_buffer,
-                skip_corrupt=skip_corrupt,
-                counter=counter,
-                preprocess=train_preprocess,
-                preprocessing=preprocessing,
-            ),
-            data_dir,
-            spec.image_size,
-            preprocessing,
-            own=train_preprocess,
+        dataset = train_pipeline(
+            examples,
+            batch_size=batch_size,
+            image_size=spec.image_size,
+            dtype=tf_dtype,
+            seed=seed_r,
+            shuffle_buffer=spec.shuffle_buffer,
+            skip_corrupt=skip_corrupt,
+            counter=counter,
+            preprocess=train_preprocess,
+            preprocessing=preprocessing,
         )
-    examples, steps = eval_examples(files, parse_imagenet_example, batch_size=batch_size, **reading)
-    if num_classes is not None:
-        examples = check_labels(examples, num_classes)
-    return _with_inputs(
-        eval_pipeline(
+        own = train_preprocess
+    else:
+        examples, steps = eval_examples(
+            files, parse_imagenet_example, batch_size=batch_size, **reading
+        )
+        if num_classes is not None:
+            examples = check_labels(examples, num_classes)
+        dataset = eval_pipeline(
             examples,
             batch_size=batch_size,
             image_size=spec.image_size,
@@ -163,12 +160,9 @@ def imagenet_dataset(
             counter=counter,
             preprocess=eval_preprocess,
             preprocessing=preprocessing,
-        ),
-        data_dir,
-        spec.image_size,
-        preprocessing,
-        own=eval_preprocess,
-    )
+        )
+        own = eval_preprocess
+    return _with_inputs(dataset, data_dir, spec.image_size, preprocessing, own=own)
 
 
 def _with_inputs(
