@@ -94,9 +94,10 @@ def central_crop_window(
         >>> central_crop_window(375, 500, 0.875)  # int(46.875 / 2) = 23, int(62.5 / 2) = 31
         ((23, 31), (329, 438))
     """
-    top = int((height - height * crop_fraction) / 2)
-    left = int((width - width * crop_fraction) / 2)
-    return (top, left), (height - 2 * top, width - 2 * left)
+    # float32, as the pipeline's `central_fraction_crop` (TensorFlow's float64 at 0.875)
+    sides = np.array([height, width], np.float32)
+    top, left = ((sides - sides * np.float32(crop_fraction)) / np.float32(2)).astype(np.int64)
+    return (int(top), int(left)), (height - 2 * int(top), width - 2 * int(left))
 
 
 def _resize(image: np.ndarray, height: int, width: int) -> np.ndarray:

@@ -103,6 +103,26 @@ class ClassifierInputs:
         return with_input_normalization(to_plain_keras(model), mean=mean, std=std)
 
 
+def eval_preprocessing(info: ModelInfo) -> ImagePreprocessing:
+    """The `ImagePreprocessing` whose evaluation crop is `info.resize` ("center_crop" or
+    "crop_then_resize") at `info.crop_fraction`, bilinear (for `eval_view`).
+
+    Raises:
+        ValueError: for "stretch", which is no evaluation crop.
+
+    Example:
+        >>> info = ModelInfo(task="classification", class_names=("a",), image_size=(8, 8),
+        ...                  resize="crop_then_resize", crop_fraction=0.5)
+        >>> p = eval_preprocessing(info)
+        >>> p.eval_crop, p.crop_fraction
+        ('crop_then_resize', 0.5)
+    """
+    crops = {rule: crop for crop, rule in RESIZE_OF_EVAL_CROP.items()}
+    if info.resize not in crops:
+        raise ValueError(f"resize {info.resize!r} is no evaluation crop (known: {sorted(crops)})")
+    return ImagePreprocessing(eval_crop=crops[info.resize], crop_fraction=info.crop_fraction)
+
+
 def attach(dataset: Any, inputs: ClassifierInputs | None) -> Any:
     """`dataset` carrying `inputs` as its `cvbench_inputs` (returned as it is for None)."""
     if inputs is not None:

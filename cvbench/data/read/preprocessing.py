@@ -359,6 +359,19 @@ def central_crop(image: tf.Tensor, size: int) -> tf.Tensor:
     return image[top : top + size, left : left + size]
 
 
+def central_fraction_crop(image: tf.Tensor, fraction: float) -> tf.Tensor:
+    """The central `fraction` of each side, `tf.image.central_crop(image, fraction)`'s
+    window (`start = int((side - side * fraction) / 2)`, `size = side - 2 * start`) computed
+    in float32 where TensorFlow uses float64, which TFLite has no kernels for. The two agree
+    at 0.875 (`side * 0.875` is exact in float32 below 2**21 pixels) and at 1.0; at other
+    fractions float32 rounding can move a window by one pixel for some sides."""
+    shape = tf.shape(image)
+    sides = tf.cast(shape[:2], tf.float32)
+    start = tf.cast((sides - sides * fraction) / 2, tf.int32)
+    end = shape[:2] - start
+    return image[start[0] : end[0], start[1] : end[1]]
+
+
 def eval_resize_size(image_size: int, crop_fraction: float = EVAL_CROP_FRACTION) -> int:
     """The shorter side evaluation resizes to: `round(image_size / crop_fraction)`
     (224 -> 256 with the default 0.875)."""
@@ -374,10 +387,10 @@ def preprocess_for_eval(
 ) -> tf.Tensor:
     """Evaluation preprocessing: by default shorter side to `image_size / 0.875`, central crop.
 
-    With `preprocessing.eval_crop="crop_then_resize"`: `tf.image.central_crop(image,
-    crop_fraction)` (offsets `int((side - side * crop_fraction) / 2)`, the aspect ratio
-    kept), then resized to `image_size` x `image_size` (the aspect ratio not kept), nvcnn's
-    evaluation.
+    With `preprocessing.eval_crop="crop_then_resize"`: `central_fraction_crop(image,
+    crop_fraction)` (`tf.image.central_crop`'s window: offsets
+    `int((side - side * crop_fraction) / 2)`, the aspect ratio kept), then resized to
+    `image_size` x `image_size` (the aspect ratio not kept), nvcnn's evaluation.
 
     Args:
         image_bytes: scalar string, an encoded image.
@@ -393,12 +406,31 @@ def preprocess_for_eval(
         ValueError: `preprocessing` is not an `ImagePreprocessing`.
     """
     p = _check(preprocessing)
-    image = _decode(image_bytes, p)
+    image = eval_view(_decode(image_bytes, p), image_size=image_size, preprocessing=p)
+    return scale_input(image, p, dtype)
+
+
+def eval_view(
+    image: tf.Tensor, *, image_size: int, preprocessing: ImagePreprocessing | None = None
+) -> tf.Tensor:
+    """The evaluation crop and resize of `preprocess_for_eval` on a decoded image (also what
+    a serving export does in its graph): `(H, W, 3)` RGB `[0, 255]`, any dtype, ->
+    `(image_size, image_size, 3)` float32 `[0, 255]`, not yet scaled.
+
+    Example:
+        >>> view = eval_view(tf.zeros([300, 400, 3], tf.uint8), image_size=224)
+        >>> view.shape.as_list(), view.dtype.name
+        ([224, 224, 3], 'float32')
+    """
+    p = _check(preprocessing)
+    # float32 first (the same values: the resize computes in float32) and a reshape as the
+    # shape check: TFLite has built-in kernels for these, none for EnsureShape or a resize
+    # from uint8 to float32
     if p.eval_crop == "crop_then_resize":
-        image = tf.image.central_crop(image, p.crop_fraction)
+        image = tf.cast(central_fraction_crop(image, p.crop_fraction), tf.float32)
         image = resize(image, [image_size, image_size], p.resize_method)
     else:
+        image = tf.cast(image, tf.float32)
         image = resize_shorter_side(image, p.eval_resize_size(image_size), p.resize_method)
         image = central_crop(image, image_size)
-    image = tf.ensure_shape(image, [image_size, image_size, 3])
-    return scale_input(image, p, dtype)
+    return tf.reshape(image, [image_size, image_size, 3])
