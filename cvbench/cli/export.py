@@ -16,6 +16,9 @@ from cvbench.cli.args import add_max_input_side, positive_int
 from cvbench.cli.errors import CLIError
 from cvbench.cli.predict import with_flag_hints
 
+#: `--coco-threshold`'s value of `args.score_threshold`: the model file's own threshold.
+COCO_THRESHOLD = "the model file's"
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds the `export` subcommand."""
@@ -23,9 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "export",
         help="write a serving SavedModel or TFLite file of a model file",
         description="Exports a cvbench .keras model file for serving: the signature takes "
-        "uint8 (B, H, W, 3) images already resized to the model's input size and returns "
-        "probabilities and top-k classes (classifiers) or decoded, NMS-ed boxes, scores, "
-        "classes and num_detections (SSDs). Batch norms are folded into the convolutions.",
+        "uint8 (B, H, W, 3) images of any size (one per batch), resizes and crops them in "
+        "the graph by the model file's rule, and returns probabilities and the top-k "
+        "classes with their names (classifiers) or decoded, NMS-ed boxes, scores, classes, "
+        "class names and num_detections (SSDs). Batch norms are folded into the convolutions.",
     )
     p.add_argument("model", metavar="MODEL", help="a .keras model file written by cvbench")
     p.add_argument(
@@ -36,12 +40,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--output", required=True, metavar="PATH", help="directory or file to write")
     p.add_argument("--top-k", type=positive_int, default=5, help="classes per image (default 5)")
-    p.add_argument(
+    threshold = p.add_mutually_exclusive_group()
+    threshold.add_argument(
         "--score-threshold",
         type=float,
         default=None,
         metavar="T",
-        help="detectors: keep boxes scoring above T (default: the model file's)",
+        help="detectors: keep boxes scoring above T (default 0.5, as predict)",
+    )
+    threshold.add_argument(
+        "--coco-threshold",
+        dest="score_threshold",
+        action="store_const",
+        const=COCO_THRESHOLD,
+        help="detectors: the model file's own threshold (COCO evaluation's, 1e-8 for "
+        "ssd320: every image returns its max_total boxes)",
     )
     p.add_argument(
         "--overwrite",
@@ -71,13 +84,17 @@ def handler(args: argparse.Namespace) -> int:
         check_parent_path(args.output)
         read_model_info(model, max_input_side=side)
         from cvbench.inference import export_for_serving
+        from cvbench.inference.detection import SCORE_THRESHOLD
 
+        threshold = {None: SCORE_THRESHOLD, COCO_THRESHOLD: None}.get(
+            args.score_threshold, args.score_threshold
+        )
         written = export_for_serving(
             model,
             args.output,
             format=args.format,
             top_k=args.top_k,
-            score_threshold=args.score_threshold,
+            score_threshold=threshold,
             overwrite=args.overwrite,
             max_input_side=side,
         )

@@ -28,6 +28,7 @@ from typing import Any
 
 from cvbench.detection.anchors import multiscale_anchors
 from cvbench.inference import serving
+from cvbench.inference.detection import SCORE_THRESHOLD
 from cvbench.inference.fold_batchnorm import fold_batchnorm
 from cvbench.inference.outputs import (
     EXPORT_MARKER,
@@ -49,7 +50,7 @@ def export_for_serving(
     format: str = "saved_model",
     info: ModelInfo | None = None,
     top_k: int = 5,
-    score_threshold: float | None = None,
+    score_threshold: float | None = SCORE_THRESHOLD,
     fold: bool = True,
     overwrite: bool = False,
     max_input_side: int = MAX_INPUT_SIDE,
@@ -66,7 +67,10 @@ def export_for_serving(
         info: the model's `ModelInfo` (task, input size, post-processing); required with a
             model object.
         top_k: classifiers: classes returned per image (at most the class count).
-        score_threshold: SSDs: replaces the stored post-processing's score threshold.
+        score_threshold: SSDs: keep the detections scoring above it; by default
+            `cvbench.inference.detection.SCORE_THRESHOLD` (0.5, what `detect` and `cvbench
+            predict` show); None: the model file's own post-processing threshold (1e-8
+            for SSD320: COCO evaluation's, every image then returns `max_total` boxes).
         fold: fold the batch norms into the convolutions (`fold_batchnorm`).
         overwrite: replace an existing `out` that is a previous cvbench export (module
             docstring).
@@ -195,16 +199,19 @@ def serving_function(
     """
     import tensorflow as tf
 
-    height, width = info.image_size
-    spec = tf.TensorSpec((None, height, width, 3), tf.uint8, name="images")
+    spec = tf.TensorSpec((None, None, None, 3), tf.uint8, name="images")
+    names = info.class_names
     if info.task == "classification":
         if isinstance(top_k, bool) or not (isinstance(top_k, int) and top_k >= 1):
             raise ValueError(f"top_k must be an int >= 1; got {top_k!r}")
         k = min(top_k, info.num_classes)
+        to_input = serving.model_input_function(info)
 
         def classify(images):
-            logits = model(tf.cast(images, tf.float32), training=False)
-            return serving.classifier_outputs(logits, top_k=k, probabilities=probabilities)
+            logits = model(to_input(images), training=False)
+            outputs = serving.classifier_outputs(logits, top_k=k, probabilities=probabilities)
+            names_k = serving.class_name_tensor(outputs["top_k_indices"], names)
+            return {**outputs, "top_k_class_names": names_k}
 
         return tf.function(classify, input_signature=[spec])
     post = dict(info.detection["postprocess"])
@@ -214,12 +221,15 @@ def serving_function(
         post["score_threshold"] = float(score_threshold)
     anchors = multiscale_anchors(info.image_size, **info.detection["anchors"])
     scales = tuple(info.detection["scales"])
+    to_input = serving.model_input_function(info)
 
     def detect(images):
-        outputs = model(tf.cast(images, tf.float32), training=False)
-        return serving.detections(
+        outputs = model(to_input(images), training=False)
+        found = serving.detections(
             outputs["boxes"], outputs["classes"], anchors, scales=scales, **post
         )
+        found_names = serving.class_name_tensor(found["detection_classes"], names)
+        return {**found, "detection_class_names": found_names}
 
     return tf.function(detect, input_signature=[spec])
 
@@ -246,8 +256,9 @@ def _backend() -> str:
 def _write_saved_model(model: Any, fn: Any, path: Path) -> None:
     import keras
 
+    # The endpoint's variables only: `archive.track(model)` would also save the model's Keras
+    # variables beside the TF variables the function uses, every weight twice (Keras 3.15).
     archive = keras.export.ExportArchive()
-    archive.track(model)
     archive.add_endpoint(SIGNATURE, fn)
     archive.write_out(str(path), verbose=False)
 

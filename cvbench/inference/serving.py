@@ -1,15 +1,24 @@
 """The serving functions of exported models, in TensorFlow: uint8 images in, what a client
 uses out.
 
-- Classifiers: `(B, H, W, 3)` uint8 RGB images (already resized to the model's input size)
-  -> `"probabilities"` float32 `(B, num_classes)` (softmax of the logits),
-  `"top_k_indices"` int32 `(B, k)` and `"top_k_scores"` float32 `(B, k)`, best first.
-- SSDs: the same images -> the OD API exported detector's outputs, `"detection_boxes"`
-  float32 `(B, max_total, 4)` `[ymin, xmin, ymax, xmax]` normalized to `[0, 1]` of the input
-  and clipped to it, `"detection_scores"` float32 `(B, max_total)`, `"detection_classes"`
-  int32 `(B, max_total)` (class indices `[0, num_classes)`, not the OD API's 1-based float
-  labels), `"num_detections"` int32 `(B,)`. Entries past `num_detections` are 0 (boxes,
-  scores) and -1 (classes). Semantics of `cvbench.detection.postprocess.postprocess`.
+Inputs: `(B, H, W, 3)` uint8 RGB images of any size (one size per batch), brought to the
+model's input in the graph by the model file's `ModelInfo.resize` rule, with the evaluation
+pipeline's own TensorFlow code (`model_input_function`): "stretch" is the COCO pipeline's
+bilinear `tf.image.resize`; "center_crop" and "crop_then_resize" are
+`cvbench.data.read.preprocessing.eval_view` (bilinear). An image already of the model's size
+passes "stretch" unchanged.
+
+- Classifiers -> `"probabilities"` float32 `(B, num_classes)` (softmax of the logits),
+  `"top_k_indices"` int32 `(B, k)`, `"top_k_scores"` float32 `(B, k)`, best first, and
+  `"top_k_class_names"` string `(B, k)` (the model file's class names).
+- SSDs -> the OD API exported detector's outputs, `"detection_boxes"` float32
+  `(B, max_total, 4)` `[ymin, xmin, ymax, xmax]` normalized to `[0, 1]` of the input image
+  (of the original image too: "stretch" scales each axis) and clipped to it,
+  `"detection_scores"` float32 `(B, max_total)`, `"detection_classes"` int32
+  `(B, max_total)` (class indices `[0, num_classes)`, not the OD API's 1-based float
+  labels), `"detection_class_names"` string `(B, max_total)`, `"num_detections"` int32
+  `(B,)`. Entries past `num_detections` are 0 (boxes, scores), -1 (classes) and "" (names).
+  Semantics of `cvbench.detection.postprocess.postprocess`.
 
 NMS, per image (`tf.map_fn`) and per class (one op per class, unrolled):
 `tf.image.non_max_suppression_with_scores` (candidates scoring strictly above the threshold;
@@ -27,10 +36,54 @@ kernel, unlike TensorFlow's, may keep other boxes among exactly equal scores).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cvbench.detection import box_coder
+from cvbench.utils.model_file import ModelInfo
+
+
+def model_input_function(info: ModelInfo) -> Callable[[Any], Any]:
+    """`images -> model input`: uint8 `(B, H, W, 3)` -> float32 `(B, h, w, 3)` in `[0, 255]`,
+    `(h, w) = info.image_size`, by `info.resize` (module docstring).
+
+    Raises:
+        ValueError: for a "center_crop" or "crop_then_resize" input that is not square (the
+            evaluation pipeline's crops are square).
+    """
+    import tensorflow as tf
+
+    height, width = info.image_size
+    if info.resize == "stretch":
+        # float32 first (the COCO pipeline's resize of uint8 computes the same in float32):
+        # TFLite's resize keeps the input's dtype
+        return lambda images: tf.image.resize(
+            tf.cast(images, tf.float32), [height, width], method="bilinear"
+        )
+    if height != width:
+        raise ValueError(f"{info.resize} needs a square input size; got {info.image_size}")
+    from cvbench.data.read.model_inputs import eval_preprocessing
+    from cvbench.data.read.preprocessing import eval_view
+
+    preprocessing = eval_preprocessing(info)
+    view = tf.TensorSpec((height, width, 3), tf.float32)
+
+    def to_input(images):
+        return tf.map_fn(
+            lambda image: eval_view(image, image_size=height, preprocessing=preprocessing),
+            images,
+            fn_output_signature=view,
+        )
+
+    return to_input
+
+
+def class_name_tensor(indices: Any, class_names: Sequence[str]) -> Any:
+    """`class_names[i]` for each index of `indices` (int), "" for -1 (no detection)."""
+    import tensorflow as tf
+
+    table = tf.constant([*class_names, ""])
+    return tf.gather(table, tf.where(indices < 0, len(class_names), indices))
 
 
 def _sigmoid(x: Any) -> Any:

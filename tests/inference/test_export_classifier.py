@@ -1,4 +1,6 @@
-"""The exported classifier: uint8 in; probabilities and top-k out; SavedModel and TFLite."""
+"""The exported classifier: uint8 images of any size in (resized and cropped in the graph by
+the file's rule, with the evaluation pipeline's code); probabilities, top-k and class names
+out; SavedModel and TFLite; each weight stored once."""
 
 from __future__ import annotations
 
@@ -13,13 +15,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cvbench.inference import ModelInfo, save_model
+from cvbench.inference import ModelInfo, save_model, serving
 from cvbench.inference import export as export_lib
 from cvbench.inference.export import export_for_serving
 from cvbench.models import resnet18
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
-INFO = ModelInfo(task="classification", class_names=tuple("abcde"), image_size=(32, 32))
+# "stretch": a 32 x 32 image reaches the model unchanged, so the outputs compare with the
+# Keras model's on the same pixels (the crop rules: test_raw_size_images_*)
+INFO = ModelInfo(
+    task="classification", class_names=tuple("abcde"), image_size=(32, 32), resize="stretch"
+)
+NAMES = np.array([name.encode() for name in "abcde"])
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +60,7 @@ def test_saved_model_signature(classifier, tmp_path):
     path = export_for_serving(classifier, tmp_path / "cls", info=INFO, top_k=3)
     serve = tf.saved_model.load(str(path)).signatures["serving_default"]
     (spec,) = serve.structured_input_signature[1].values()
-    assert spec.dtype == tf.uint8 and spec.shape.as_list() == [None, 32, 32, 3]
+    assert spec.dtype == tf.uint8 and spec.shape.as_list() == [None, None, None, 3]
     x = images(6)
     out = {k: v.numpy() for k, v in serve(images=tf.constant(x)).items()}
     logits = np.asarray(classifier(x.astype("float32"), training=False), np.float64)
@@ -63,6 +70,61 @@ def test_saved_model_signature(classifier, tmp_path):
     order = np.argsort(-probs, axis=-1, kind="stable")[:, :3]
     np.testing.assert_array_equal(out["top_k_indices"], order)
     np.testing.assert_allclose(out["top_k_scores"], np.take_along_axis(probs, order, -1), atol=1e-4)
+    np.testing.assert_array_equal(out["top_k_class_names"], NAMES[order])  # the file's names
+    assert len(set(order[:, 0])) > 1  # not one class for every image
+
+
+def _pipeline_views(raw: np.ndarray, rule: str) -> np.ndarray:
+    """What the evaluation pipeline feeds the model for these images, from its entry point:
+    PNG bytes -> `preprocess_for_eval` (scaling x / 1 - 0, so pixels stay [0, 255])."""
+    from cvbench.data import ImagePreprocessing
+    from cvbench.data.read.preprocessing import preprocess_for_eval
+
+    crop = {"center_crop": "resize_then_crop", "crop_then_resize": "crop_then_resize"}[rule]
+    p = ImagePreprocessing(eval_crop=crop, crop_fraction=0.875, mean=(0.0,) * 3, std=(1.0,) * 3)
+    return np.stack([
+        preprocess_for_eval(tf.io.encode_png(image), image_size=32, preprocessing=p).numpy()
+        for image in raw
+    ])  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["saved_model", "tflite"])
+@pytest.mark.parametrize("rule", ["center_crop", "crop_then_resize"])
+def test_raw_size_images_get_the_evaluation_pipelines_pixels(classifier, tmp_path, rule, fmt):
+    info = ModelInfo(task="classification", class_names=tuple("abcde"), image_size=(32, 32),
+                     resize=rule)  # fmt: skip
+    raw = np.random.default_rng(7).integers(0, 256, (4, 45, 61, 3), dtype=np.uint8)
+    views = _pipeline_views(raw, rule)
+    # the two rules see other pixels of a 45 x 61 image: 37 x 50 then the central 32, or the
+    # central 39 x 53 (int(45 * 0.125 / 2) = 2, int(61 * 0.125 / 2) = 3) resized to 32
+    assert np.abs(views - _pipeline_views(raw, ({*RULES} - {rule}).pop())).max() > 10
+    # the export's own step, as its graph runs it: the pipeline's pixels exactly
+    to_input = tf.function(serving.model_input_function(info))
+    np.testing.assert_array_equal(to_input(tf.constant(raw)).numpy(), views)
+    expected = tf.nn.softmax(classifier(views, training=False)).numpy()
+    out_path = tmp_path / ("cls.tflite" if fmt == "tflite" else "cls")
+    path = export_for_serving(classifier, out_path, info=info, top_k=2, format=fmt, fold=False)
+    if fmt == "tflite":
+        out = tf.lite.Interpreter(model_path=str(path)).get_signature_runner()(images=raw)
+    else:
+        serve = tf.saved_model.load(str(path)).signatures["serving_default"]
+        out = {k: v.numpy() for k, v in serve(images=tf.constant(raw)).items()}
+    # not folded, the same pixels: float32 rounding of other convolution kernels only
+    np.testing.assert_allclose(out["probabilities"], expected, atol=1e-5)
+    order = np.argsort(-expected, axis=-1, kind="stable")[:, :2]
+    np.testing.assert_array_equal(out["top_k_class_names"], NAMES[order])
+
+
+RULES = ("center_crop", "crop_then_resize")
+
+
+def test_each_weight_is_stored_once(classifier, tmp_path):
+    # Keras' own `track` would store every variable twice (89.7 MB for ResNet-18's 44.8 MB)
+    path = export_for_serving(classifier, tmp_path / "cls", info=INFO)
+    weights = sum(int(np.prod(w.shape)) * 4 for w in classifier.weights)
+    stored = sum(f.stat().st_size for f in (path / "variables").iterdir())
+    # folded: the batch norms' 4 vectors per layer become one bias: a little less
+    assert 0.9 * weights < stored < 1.05 * weights, (stored, weights)
 
 
 def test_top_k_above_the_class_count_gives_every_class(classifier, tmp_path):

@@ -54,3 +54,32 @@ def test_a_file_without_model_info_is_an_error(tmp_path, capsys):
         f"cvbench: error: {path} holds no ModelInfo (no cvbench.json entry): save it with "
         "cvbench.inference.save_model(model, path, info)"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "threshold"),
+    [([], 0.5), (["--score-threshold", "0.2"], 0.2), (["--coco-threshold"], None)],
+)
+def test_the_threshold_flags(model_file, tmp_path, monkeypatch, flags, threshold):
+    # predict's 0.5 by default; --coco-threshold: the file's own (None to export_for_serving)
+    import cvbench.inference
+    import cvbench.inference.export
+
+    seen = {}
+
+    def fake(model, output, **kwargs):
+        seen.update(kwargs)
+        return output
+
+    monkeypatch.setattr(cvbench.inference.export, "export_for_serving", fake)
+    monkeypatch.setattr(cvbench.inference, "export_for_serving", fake, raising=False)
+    assert cli.main(["export", str(model_file), "--output", str(tmp_path / "o"), *flags]) == 0
+    assert seen["score_threshold"] == threshold
+
+
+def test_one_threshold_flag_at_a_time(model_file, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["export", str(model_file), "--output", "o", "--coco-threshold",
+                  "--score-threshold", "0.3"])  # fmt: skip
+    assert exit_info.value.code == 2
+    assert "not allowed with argument --coco-threshold" in capsys.readouterr().err

@@ -48,6 +48,9 @@ def tiny_ssd():
 def assert_same_detections(got: dict, expected: dict) -> None:
     np.testing.assert_array_equal(got["num_detections"], expected["num_detections"])
     np.testing.assert_array_equal(got["detection_classes"], expected["classes"])
+    if "detection_class_names" in got:  # the file's names; "" past num_detections
+        names = np.array([b"a", b"b", b"c", b""])[expected["classes"]]
+        np.testing.assert_array_equal(got["detection_class_names"], names)
     np.testing.assert_allclose(got["detection_boxes"], expected["boxes"], atol=1e-5)
     np.testing.assert_allclose(got["detection_scores"], expected["scores"], atol=1e-5)
 
@@ -73,6 +76,44 @@ def test_exported_ssd_equals_numpy_postprocess(tiny_ssd, tmp_path, threshold):
     # The folded graph computes the same outputs as the Keras model (to float rounding).
     folded = fold_batchnorm(tiny_ssd)(images.astype("float32"))
     np.testing.assert_allclose(folded["classes"], outputs["classes"], atol=1e-4)
+
+
+def test_raw_size_images_are_stretched_in_the_graph(tiny_ssd, tmp_path):
+    # 50 x 70 images: bilinear to 64 x 64 as the COCO pipeline's `tf.image.resize`; the
+    # boxes are normalized, so they hold for the original images too
+    path = export_for_serving(tiny_ssd, tmp_path / "ssd", info=ssd_info(), score_threshold=None)
+    images = np.random.default_rng(2).integers(0, 256, (2, 50, 70, 3), dtype=np.uint8)
+    serve = tf.saved_model.load(str(path)).signatures["serving_default"]
+    got = {k: v.numpy() for k, v in serve(images=tf.constant(images)).items()}
+    resized = tf.image.resize(tf.constant(images), [64, 64], method="bilinear")
+    outputs = tiny_ssd(resized, training=False)
+    expected = postprocess(outputs["boxes"], outputs["classes"], ANCHORS_64, **POST)
+    assert_same_detections(got, expected)
+
+
+def test_the_default_threshold_is_predicts(tiny_ssd, tmp_path):
+    # the class logits shifted (through the predictor's bias) so that 60 of the two images'
+    # 2 x 516 x 3 candidates score above 0.5: the serving default (predict's 0.5, not the
+    # file's COCO 1e-8) keeps some of them (NMS drops overlaps) and none of the rest
+    from cvbench.inference.detection import SCORE_THRESHOLD
+
+    assert SCORE_THRESHOLD == 0.5
+    images = np.random.default_rng(3).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
+    logits = np.asarray(tiny_ssd(images.astype("float32"), training=False)["classes"])
+    shift = -np.sort(logits.ravel())[-61:-59].mean()  # between the 60th and 61st
+    model = keras.models.clone_model(tiny_ssd)
+    model.set_weights(tiny_ssd.get_weights())
+    predictor = model.get_layer("head").class_predictor
+    kernel, bias = predictor.get_weights()
+    predictor.set_weights([kernel, bias + shift])
+    path = export_for_serving(model, tmp_path / "ssd", info=ssd_info())
+    got = tf.saved_model.load(str(path)).signatures["serving_default"](images=tf.constant(images))
+    got = {k: v.numpy() for k, v in got.items()}
+    outputs = model(images.astype("float32"), training=False)
+    expected = postprocess(outputs["boxes"], outputs["classes"], ANCHORS_64,
+                           **POST | {"score_threshold": 0.5})  # fmt: skip
+    assert_same_detections(got, expected)
+    assert expected["num_detections"].min() > 0 and expected["num_detections"].max() < 100
 
 
 @pytest.mark.parametrize(
@@ -147,8 +188,10 @@ def test_tflite_ssd_matches_the_saved_model(tiny_ssd, tmp_path):
     # The whole SSD in TFLite: its convolutions (XNNPACK) round differently from
     # TensorFlow's by about 1e-6, which may swap two detections whose scores are that
     # close; compare each image's detections as a set, scores sorted.
-    lite = export_for_serving(tiny_ssd, tmp_path / "ssd.tflite", info=ssd_info(), format="tflite")
-    saved = export_for_serving(tiny_ssd, tmp_path / "ssd", info=ssd_info())
+    # the file's threshold (1e-8): 100 detections per image to compare, not a few
+    lite = export_for_serving(tiny_ssd, tmp_path / "ssd.tflite", info=ssd_info(), format="tflite",
+                              score_threshold=None)  # fmt: skip
+    saved = export_for_serving(tiny_ssd, tmp_path / "ssd", info=ssd_info(), score_threshold=None)
     images = np.random.default_rng(4).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
     got = tf.lite.Interpreter(model_path=str(lite)).get_signature_runner()(images=images)
     serve = tf.saved_model.load(str(saved)).signatures["serving_default"]
@@ -163,3 +206,7 @@ def test_tflite_ssd_matches_the_saved_model(tiny_ssd, tmp_path):
             return sorted(zip(classes, map(tuple, boxes.tolist()), strict=True))
 
         assert rows(got) == rows(expected)
+    np.testing.assert_array_equal(
+        np.sort(got["detection_class_names"], axis=-1),
+        np.sort(expected["detection_class_names"].astype(object), axis=-1),
+    )
