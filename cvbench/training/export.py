@@ -59,7 +59,7 @@ def export_trained_model(
         staging = Path(tempfile.mkdtemp(prefix=".saved_model.", dir=directory))
         try:
             with _naming(final):
-                model.export(str(staging / "model"), format="tf_saved_model", verbose=False)
+                _write_saved_model(model, staging / "model")
             if final.exists():
                 shutil.rmtree(final)
             (staging / "model").rename(final)
@@ -129,3 +129,20 @@ def _naming(path: Path) -> Iterator[None]:
 
 #: The disk errors TensorFlow's writers report as text: full, quota, read-only, forbidden.
 _TF_DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
+
+
+def _write_saved_model(model: keras.Model, path: Path) -> None:
+    """`model`'s SavedModel, what `model.export(path)` writes (endpoint "serve", also the
+    "serving_default" signature; inference mode) with each weight stored once: Keras 3.15's
+    `export` also tracks the model, which saves every weight a second time."""
+    import tensorflow as tf
+
+    specs = [
+        tf.TensorSpec((None, *tensor.shape[1:]), tensor.dtype, name=tensor.name)
+        for tensor in model.inputs
+    ]
+    archive = keras.export.ExportArchive()
+    archive.add_endpoint(
+        "serve", lambda *x: model(x[0] if len(x) == 1 else list(x), training=False), specs
+    )
+    archive.write_out(str(path), verbose=False)
