@@ -66,16 +66,8 @@ def model_input_function(info: ModelInfo) -> Callable[[Any], Any]:
     from cvbench.data.read.preprocessing import eval_view
 
     preprocessing = eval_preprocessing(info)
-    view = tf.TensorSpec((height, width, 3), tf.float32)
-
-    def to_input(images):
-        return tf.map_fn(
-            lambda image: eval_view(image, image_size=height, preprocessing=preprocessing),
-            images,
-            fn_output_signature=view,
-        )
-
-    return to_input
+    # batched (one crop window per batch: its images share a size), no per-image loop
+    return lambda images: eval_view(images, image_size=height, preprocessing=preprocessing)
 
 
 def class_name_tensor(indices: Any, class_names: Sequence[str]) -> Any:

@@ -125,14 +125,15 @@ def resize(image: tf.Tensor, size: Any, method: str = "bilinear") -> tf.Tensor:
     """`tf.image.resize(image, size, method)`, or for "bilinear_tf1" TF1's bilinear resize
     without half-pixel centres (`ResizeBilinear(align_corners=False,
     half_pixel_centers=False)`, what `tf.compat.v1.image.resize_images` does). Returns
-    float32 [height, width, channels].
+    float32 [height, width, channels] (or a batch of them for a batch).
     """
     if method == "bilinear_tf1":
-        batch = tf.expand_dims(tf.cast(image, tf.float32), 0)
+        single = image.shape.rank == 3
+        batch = tf.cast(image[tf.newaxis] if single else image, tf.float32)
         out = tf.raw_ops.ResizeBilinear(
             images=batch, size=size, align_corners=False, half_pixel_centers=False
         )
-        return out[0]
+        return out[0] if single else out
     return tf.image.resize(image, size, method=method)
 
 
@@ -341,22 +342,23 @@ def resize_shorter_side(image: tf.Tensor, size: int, method: str = "bilinear") -
     """Resize (default bilinear) so the shorter side is `size`, keeping the aspect ratio.
 
     The longer side is rounded to the nearest pixel: a 375 x 500 image with size 256 becomes
-    256 x 341 (500 * 256 / 375 = 341.33). `method` as `resize`. Returns float32.
+    256 x 341 (500 * 256 / 375 = 341.33). `method` as `resize`. Returns float32. `image`:
+    `(H, W, C)` or a batch `(B, H, W, C)` (all of one size).
     """
-    shape = tf.shape(image)
-    height, width = tf.cast(shape[0], tf.float32), tf.cast(shape[1], tf.float32)
-    scale = tf.cast(size, tf.float32) / tf.minimum(height, width)
-    new_h = tf.where(height <= width, size, tf.cast(tf.round(height * scale), tf.int32))
-    new_w = tf.where(width < height, size, tf.cast(tf.round(width * scale), tf.int32))
-    return resize(image, tf.stack([new_h, new_w]), method)
+    sides = tf.cast(tf.shape(image)[-3:-1], tf.float32)
+    scale = tf.cast(size, tf.float32) / tf.reduce_min(sides)
+    # the shorter side's round(side * size / side) is `size` exactly (float32 error < 0.5 up
+    # to 2**20 pixels); no tf.where, which tf2onnx converts into a Resize ONNX cannot load
+    return resize(image, tf.cast(tf.round(sides * scale), tf.int32), method)
 
 
 def central_crop(image: tf.Tensor, size: int) -> tf.Tensor:
-    """The central `size` x `size` crop (offsets rounded down)."""
+    """The central `size` x `size` crop (offsets rounded down) of `(H, W, C)` or of each
+    image of a batch `(B, H, W, C)`."""
     shape = tf.shape(image)
-    top = (shape[0] - size) // 2
-    left = (shape[1] - size) // 2
-    return image[top : top + size, left : left + size]
+    top = (shape[-3] - size) // 2
+    left = (shape[-2] - size) // 2
+    return image[..., top : top + size, left : left + size, :]
 
 
 def central_fraction_crop(image: tf.Tensor, fraction: float) -> tf.Tensor:
@@ -364,12 +366,13 @@ def central_fraction_crop(image: tf.Tensor, fraction: float) -> tf.Tensor:
     window (`start = int((side - side * fraction) / 2)`, `size = side - 2 * start`) computed
     in float32 where TensorFlow uses float64, which TFLite has no kernels for. The two agree
     at 0.875 (`side * 0.875` is exact in float32 below 2**21 pixels) and at 1.0; at other
-    fractions float32 rounding can move a window by one pixel for some sides."""
-    shape = tf.shape(image)
-    sides = tf.cast(shape[:2], tf.float32)
+    fractions float32 rounding can move a window by one pixel for some sides. `image`:
+    `(H, W, C)` or a batch `(B, H, W, C)` (one window for all)."""
+    sides_int = tf.shape(image)[-3:-1]
+    sides = tf.cast(sides_int, tf.float32)
     start = tf.cast((sides - sides * fraction) / 2, tf.int32)
-    end = shape[:2] - start
-    return image[start[0] : end[0], start[1] : end[1]]
+    end = sides_int - start
+    return image[..., start[0] : end[0], start[1] : end[1], :]
 
 
 def eval_resize_size(image_size: int, crop_fraction: float = EVAL_CROP_FRACTION) -> int:
@@ -415,7 +418,8 @@ def eval_view(
 ) -> tf.Tensor:
     """The evaluation crop and resize of `preprocess_for_eval` on a decoded image (also what
     a serving export does in its graph): `(H, W, 3)` RGB `[0, 255]`, any dtype, ->
-    `(image_size, image_size, 3)` float32 `[0, 255]`, not yet scaled.
+    `(image_size, image_size, 3)` float32 `[0, 255]`, not yet scaled. A batch
+    `(B, H, W, 3)` of one size gets each image's view (the same ops, batched).
 
     Example:
         >>> view = eval_view(tf.zeros([300, 400, 3], tf.uint8), image_size=224)
@@ -433,4 +437,4 @@ def eval_view(
         image = tf.cast(image, tf.float32)
         image = resize_shorter_side(image, p.eval_resize_size(image_size), p.resize_method)
         image = central_crop(image, image_size)
-    return tf.reshape(image, [image_size, image_size, 3])
+    return tf.reshape(image, [-1, image_size, image_size, 3][4 - image.shape.rank :])

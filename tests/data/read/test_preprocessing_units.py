@@ -59,3 +59,39 @@ def test_bilinear_tf1_resize_of_a_2x2_image_in_both_directions(tf, pp):
     image = tf.constant([[[0.0], [10.0]], [[20.0], [30.0]]])
     out = pp.resize(image, [4, 4], "bilinear_tf1").numpy()[..., 0]
     assert out.tolist() == [[0, 5, 10, 10], [10, 15, 20, 20], [20, 25, 30, 30], [20, 25, 30, 30]]
+
+
+def test_resize_shorter_side_is_the_size_exactly_for_every_side(tf, pp):
+    # The shorter side is round(side * (size / side)) in float32: `size` itself (the error
+    # of the two roundings is far below 0.5); the longer side round(long * (size / short))
+    # in float32, numpy's the same IEEE arithmetic. Both orientations, sides 1..2999.
+    f = np.float32
+    for size in (256, 342):
+        for short in range(1, 3000, 13):
+            long = short * 3 + 1
+            scale = f(size) / f(short)
+            expected_long = int(np.round(f(long) * scale))
+            for shape, want in (([short, long, 1], (size, expected_long)),
+                                ([long, short, 1], (expected_long, size))):  # fmt: skip
+                out = pp.resize_shorter_side(tf.zeros(shape, tf.uint8), size, "nearest")
+                assert tuple(out.shape[:2]) == want, (shape, size)
+
+
+@pytest.mark.parametrize("eval_crop", ["resize_then_crop", "crop_then_resize"])
+@pytest.mark.parametrize("method", ["bilinear", "bilinear_tf1"])
+def test_eval_view_of_a_batch_is_each_images_view(tf, pp, eval_crop, method):
+    # A serving export runs `eval_view` on a batch (one size): each image's view must equal
+    # what the pipeline computes for that image alone, bit for bit. 45 x 37 at 16 px:
+    # resize_then_crop resizes to shorter side round(16 / 0.875) = 18 -> 22 x 18, crops 16;
+    # crop_then_resize takes 0.875 of each side (offsets int(5.625 / 2) = 2, int(4.625 / 2) =
+    # 2: 41 x 33), resizes to 16 x 16.
+    p = pp.ImagePreprocessing(eval_crop=eval_crop, resize_method=method)
+    images = np.random.default_rng(5).integers(0, 256, (3, 45, 37, 3), dtype=np.uint8)
+    batch = pp.eval_view(tf.constant(images), image_size=16, preprocessing=p).numpy()
+    assert batch.shape == (3, 16, 16, 3) and batch.dtype == np.float32
+    for image, view in zip(images, batch, strict=True):
+        alone = pp.eval_view(tf.constant(image), image_size=16, preprocessing=p).numpy()
+        np.testing.assert_array_equal(view, alone)
+    crop = pp.central_fraction_crop(tf.constant(images), 0.875)
+    assert crop.shape == (3, 41, 33, 3)
+    np.testing.assert_array_equal(crop.numpy(), images[:, 2:43, 2:35])
