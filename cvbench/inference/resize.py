@@ -1,7 +1,9 @@
 """The resize rules of `ModelInfo.resize`: an image of any size to the model's input.
 
-Each image is brought to `ModelInfo.image_size` by its `ModelInfo.resize` rule (bilinear, on
-float32 values, so nothing is rounded to integers):
+Each image is brought to `ModelInfo.image_size` by its `ModelInfo.resize` rule, interpolating
+by `ModelInfo.interpolation` on float32 values (nothing is rounded to integers) with
+TensorFlow's arithmetic, so an image becomes the very pixels the evaluation pipeline gives the
+model (`tf.image.resize` bilinear, or TF1's bilinear for "bilinear_tf1"):
 
 * "stretch": resize to `image_size`, ignoring the aspect ratio;
 * "center_crop": resize so that the image covers `round(side / crop_fraction)` on both axes
@@ -24,7 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image
 
 from cvbench.utils.model_file import ModelInfo
 
@@ -77,9 +78,11 @@ def center_crop_geometry(
     """
     out_h, out_w = int(image_size[0]), int(image_size[1])
     cover_h, cover_w = round(out_h / crop_fraction), round(out_w / crop_fraction)
-    scale = max(cover_h / height, cover_w / width)
-    new_h = cover_h if scale == cover_h / height else round(height * scale)
-    new_w = cover_w if scale == cover_w / width else round(width * scale)
+    # float32, as the pipeline's `resize_shorter_side`: the covering side comes out exact
+    f = np.float32
+    sides = np.array([height, width], np.float32)
+    scale = max(f(cover_h) / sides[0], f(cover_w) / sides[1])
+    new_h, new_w = (int(side) for side in np.round(sides * scale))
     new_h, new_w = max(new_h, out_h), max(new_w, out_w)
     return (new_h, new_w), ((new_h - out_h) // 2, (new_w - out_w) // 2)
 
@@ -100,20 +103,41 @@ def central_crop_window(
     return (int(top), int(left)), (height - 2 * int(top), width - 2 * int(left))
 
 
-def _resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    if image.shape[:2] == (height, width):
-        return image
-    channels = [
-        np.asarray(
-            Image.fromarray(image[..., c]).resize((width, height), Image.Resampling.BILINEAR)
+def _axis_weights(in_size: int, out_size: int, interpolation: str):
+    """TensorFlow's bilinear weights along one axis, in its float32 arithmetic
+    (`resize_bilinear_op.cc`): source coordinate `(i + 0.5) * scale - 0.5` ("bilinear",
+    half-pixel centres) or `i * scale` ("bilinear_tf1"), `scale = in_size / out_size`;
+    neighbours `max(floor(x), 0)` and `min(ceil(x), in_size - 1)`, weight `x - floor(x)`."""
+    f = np.float32
+    scale = f(in_size) / f(out_size)
+    x = np.arange(out_size, dtype=np.float32)
+    x = (x + f(0.5)) * scale - f(0.5) if interpolation == "bilinear" else x * scale
+    floor = np.floor(x)
+    lower = np.maximum(floor, 0).astype(np.int64)
+    upper = np.minimum(np.ceil(x), in_size - 1).astype(np.int64)
+    return lower, upper, (x - floor).astype(np.float32)
+
+
+def _resize(image: np.ndarray, height: int, width: int, interpolation: str) -> np.ndarray:
+    """`(H, W, C)` float32 -> `(height, width, C)` float32, `tf.image.resize(image, (height,
+    width), "bilinear")` (antialias off) or TF1's bilinear for "bilinear_tf1", bit for bit:
+    `top + (bottom - top) * y_lerp` of `left + (right - left) * x_lerp`, in float32."""
+    if interpolation not in ("bilinear", "bilinear_tf1"):
+        raise ValueError(
+            f"interpolation must be 'bilinear' or 'bilinear_tf1'; got {interpolation!r}"
         )
-        for c in range(3)
-    ]
-    return np.stack(channels, axis=-1)
+    top, bottom, y_lerp = _axis_weights(image.shape[0], height, interpolation)
+    left, right, x_lerp = _axis_weights(image.shape[1], width, interpolation)
+    x_lerp = x_lerp[:, None]
+    rows_top, rows_bottom = image[top], image[bottom]
+    top_values = rows_top[:, left] + (rows_top[:, right] - rows_top[:, left]) * x_lerp
+    bottom_values = rows_bottom[:, left] + (rows_bottom[:, right] - rows_bottom[:, left]) * x_lerp
+    return top_values + (bottom_values - top_values) * y_lerp[:, None, None]
 
 
 def resize_image(image: np.ndarray, info: ModelInfo) -> tuple[np.ndarray, Geometry]:
-    """One image brought to `info.image_size` by `info.resize` (module docstring).
+    """One image brought to `info.image_size` by `info.resize` (module docstring), clipped to
+    [0, 255] and truncated to integers with `info.quantize_uint8`.
 
     Args:
         image: `(H, W, 3)` RGB in `[0, 255]`, any numeric dtype.
@@ -128,21 +152,29 @@ def resize_image(image: np.ndarray, info: ModelInfo) -> tuple[np.ndarray, Geomet
     image = np.asarray(image)
     if image.ndim != 3 or image.shape[-1] != 3 or min(image.shape[:2]) < 1:
         raise ValueError(f"an image must have shape (H, W, 3); got {image.shape}")
-    image = np.ascontiguousarray(image, dtype=np.float32)
+    resized, geometry = _by_rule(np.ascontiguousarray(image, dtype=np.float32), info)
+    if info.quantize_uint8:  # the pipeline's float32 -> uint8 cast truncates
+        resized = np.clip(resized, 0.0, 255.0).astype(np.uint8).astype(np.float32)
+    return resized, geometry
+
+
+def _by_rule(image: np.ndarray, info: ModelInfo) -> tuple[np.ndarray, Geometry]:
     height, width = image.shape[:2]
     out_h, out_w = info.image_size
     if info.resize == "stretch":
         geometry = Geometry((height, width), (out_h / height, out_w / width), (0, 0))
-        return _resize(image, out_h, out_w), geometry
+        return _resize(image, out_h, out_w, info.interpolation), geometry
     if info.resize == "crop_then_resize":
         (top, left), (crop_h, crop_w) = central_crop_window(height, width, info.crop_fraction)
         cropped = image[top : top + crop_h, left : left + crop_w]
         sy, sx = out_h / crop_h, out_w / crop_w
-        return _resize(cropped, out_h, out_w), Geometry(
+        return _resize(cropped, out_h, out_w, info.interpolation), Geometry(
             (height, width), (sy, sx), (top * sy, left * sx)
         )
     (new_h, new_w), (top, left) = center_crop_geometry(
         height, width, image_size=info.image_size, crop_fraction=info.crop_fraction
     )
-    resized = _resize(image, new_h, new_w)[top : top + out_h, left : left + out_w]
-    return resized, Geometry((height, width), (new_h / height, new_w / width), (top, left))
+    resized = _resize(image, new_h, new_w, info.interpolation)
+    return resized[top : top + out_h, left : left + out_w], Geometry(
+        (height, width), (new_h / height, new_w / width), (top, left)
+    )

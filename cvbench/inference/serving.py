@@ -4,9 +4,10 @@ uses out.
 Inputs: `(B, H, W, 3)` uint8 RGB images of any size (one size per batch), brought to the
 model's input in the graph by the model file's `ModelInfo.resize` rule, with the evaluation
 pipeline's own TensorFlow code (`model_input_function`): "stretch" is the COCO pipeline's
-bilinear `tf.image.resize`; "center_crop" and "crop_then_resize" are
-`cvbench.data.read.preprocessing.eval_view` (bilinear). An image already of the model's size
-passes "stretch" unchanged.
+`tf.image.resize`; "center_crop" and "crop_then_resize" are
+`cvbench.data.read.preprocessing.eval_view` (then `quantize` for `ModelInfo.quantize_uint8`);
+both interpolate by `ModelInfo.interpolation`. An image already of the model's size passes
+"stretch" unchanged.
 
 - Classifiers -> `"probabilities"` float32 `(B, num_classes)` (softmax of the logits),
   `"top_k_indices"` int32 `(B, k)`, `"top_k_scores"` float32 `(B, k)`, best first, and
@@ -53,21 +54,27 @@ def model_input_function(info: ModelInfo) -> Callable[[Any], Any]:
     """
     import tensorflow as tf
 
+    from cvbench.data.read.model_inputs import eval_preprocessing
+    from cvbench.data.read.preprocessing import eval_view, quantize, resize
+
     height, width = info.image_size
     if info.resize == "stretch":
         # float32 first (the COCO pipeline's resize of uint8 computes the same in float32):
         # TFLite's resize keeps the input's dtype
-        return lambda images: tf.image.resize(
-            tf.cast(images, tf.float32), [height, width], method="bilinear"
+        return lambda images: resize(
+            tf.cast(images, tf.float32), [height, width], info.interpolation
         )
     if height != width:
         raise ValueError(f"{info.resize} needs a square input size; got {info.image_size}")
-    from cvbench.data.read.model_inputs import eval_preprocessing
-    from cvbench.data.read.preprocessing import eval_view
 
-    preprocessing = eval_preprocessing(info)
-    # batched (one crop window per batch: its images share a size), no per-image loop
-    return lambda images: eval_view(images, image_size=height, preprocessing=preprocessing)
+    p = eval_preprocessing(info)
+
+    def to_input(images):
+        # batched (one crop window per batch: its images share a size), no per-image loop
+        view = eval_view(images, image_size=height, preprocessing=p)
+        return tf.cast(quantize(view, p), tf.float32)
+
+    return to_input
 
 
 def class_name_tensor(indices: Any, class_names: Sequence[str]) -> Any:

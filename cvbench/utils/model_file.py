@@ -46,6 +46,9 @@ TASKS = ("classification", "detection")
 #: then crop the center `image_size` (ImageNet evaluation); "stretch": resize to
 #: `image_size` ignoring the aspect ratio (SSD; boxes then scale back per axis).
 RESIZE_RULES = ("center_crop", "stretch", "crop_then_resize")
+#: How the resize of `RESIZE_RULES` interpolates: "bilinear" is `tf.image.resize`'s (half-pixel
+#: centres, no antialiasing); "bilinear_tf1" TF1's (no half-pixel centres, nvcnn's Inception V3).
+INTERPOLATIONS = ("bilinear", "bilinear_tf1")
 #: The Keras model description inside a `.keras` archive.
 CONFIG_ENTRY = "config.json"
 #: Largest `cvbench.json` / `metadata.json` accepted, in bytes (declared, uncompressed).
@@ -72,6 +75,9 @@ class ModelInfo:
         crop_fraction: for "center_crop", the fraction of the resized shorter side kept
             (0.875: 224 of 256); for "crop_then_resize", the central fraction of each side
             kept before resizing.
+        interpolation: the resize's interpolation (see `INTERPOLATIONS`).
+        quantize_uint8: the resized image clipped to `[0, 255]` and truncated to integers
+            before the model (nvcnn's uint8 images; `ImagePreprocessing.quantize_uint8`).
         detection: for detectors, `{"anchors": multiscale_anchors kwargs (min_level,
             max_level, anchor_scale, aspect_ratios, scales_per_octave), "scales": box-coder
             scales, "postprocess": postprocess kwargs (iou_threshold, score_threshold,
@@ -93,6 +99,8 @@ class ModelInfo:
     crop_fraction: float = 0.875
     detection: Mapping[str, Any] | None = None
     model: str | None = None
+    interpolation: str = "bilinear"
+    quantize_uint8: bool = False
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -107,6 +115,12 @@ class ModelInfo:
         object.__setattr__(self, "image_size", size)
         if self.resize not in RESIZE_RULES:
             raise ValueError(f"resize must be one of {RESIZE_RULES}; got {self.resize!r}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(
+                f"interpolation must be one of {INTERPOLATIONS}; got {self.interpolation!r}"
+            )
+        if not isinstance(self.quantize_uint8, bool):
+            raise ValueError(f"quantize_uint8 must be a bool; got {self.quantize_uint8!r}")
         if not 0.0 < float(self.crop_fraction) <= 1.0:
             raise ValueError(f"crop_fraction must be in (0, 1]; got {self.crop_fraction!r}")
         if (self.task == "detection") != (self.detection is not None):

@@ -45,8 +45,12 @@ def test_a_classifier_info():
     # Inception V3's recipe (inception_v3_nvcnn) evaluates with nvcnn's central crop, then
     # resize: its files say so; ResNet-50's (DLE) resizes to 256, then crops 224
     info = ClassificationTask(TaskOptions(model="inception_v3", num_classes=3)).model_info()
-    assert (info.task, info.image_size, info.resize, info.crop_fraction, info.model) == (
-        "classification", (299, 299), "crop_then_resize", 0.875, "inception_v3")  # fmt: skip
+    # and resizes with TF1's bilinear (no half-pixel centres)
+    assert (info.task, info.image_size, info.resize, info.crop_fraction, info.model,
+            info.interpolation) == (
+        "classification", (299, 299), "crop_then_resize", 0.875, "inception_v3",
+        "bilinear_tf1")  # fmt: skip
     info = ClassificationTask(TaskOptions(model="resnet50", num_classes=3)).model_info()
-    assert (info.image_size, info.resize, info.crop_fraction, info.model) == (
-        (224, 224), "center_crop", 0.875, "resnet50")  # fmt: skip
+    assert (info.image_size, info.resize, info.crop_fraction, info.model,
+            info.interpolation) == (
+        (224, 224), "center_crop", 0.875, "resnet50", "bilinear")  # fmt: skip

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
-from cvbench.utils.model_file import ModelInfo
+from cvbench.utils.model_file import INTERPOLATIONS, ModelInfo
 
 #: The attribute of a `tf.data.Dataset` holding its `ClassifierInputs`.
 ATTRIBUTE = "cvbench_inputs"
@@ -67,7 +67,8 @@ class ClassifierInputs:
 
         Raises:
             ValueError: when the data set's class names are not `num_classes`, or for an
-                evaluation crop inference has no rule for ("crop_then_resize").
+                evaluation crop or resize method inference has no rule for (`ModelInfo`'s
+                `RESIZE_RULES` and `INTERPOLATIONS`).
         """
         names = self.class_names or tuple(str(i) for i in range(num_classes))
         if len(names) != num_classes:
@@ -81,6 +82,12 @@ class ClassifierInputs:
                 f"eval_crop={crop!r} has no inference resize rule (known: "
                 f"{sorted(RESIZE_OF_EVAL_CROP)}): pass Trainer(model_info=...) stating one"
             )
+        method = self.preprocessing.resize_method
+        if method not in INTERPOLATIONS:
+            raise ValueError(
+                f"resize_method={method!r} has no inference rule (known: {INTERPOLATIONS}): "
+                "pass Trainer(model_info=...) stating one"
+            )
         return ModelInfo(
             task="classification",
             class_names=tuple(names),
@@ -88,6 +95,8 @@ class ClassifierInputs:
             resize=self.resize or RESIZE_OF_EVAL_CROP[crop],
             crop_fraction=self.preprocessing.crop_fraction,
             model=model,
+            interpolation=method,
+            quantize_uint8=self.preprocessing.quantize_uint8,
         )
 
     def model_info_for(self, model: Any) -> ModelInfo:
@@ -105,7 +114,8 @@ class ClassifierInputs:
 
 def eval_preprocessing(info: ModelInfo) -> ImagePreprocessing:
     """The `ImagePreprocessing` whose evaluation crop is `info.resize` ("center_crop" or
-    "crop_then_resize") at `info.crop_fraction`, bilinear (for `eval_view`).
+    "crop_then_resize") at `info.crop_fraction`, interpolating by `info.interpolation`,
+    quantizing by `info.quantize_uint8` (for `eval_view` and `quantize`).
 
     Raises:
         ValueError: for "stretch", which is no evaluation crop.
@@ -120,7 +130,12 @@ def eval_preprocessing(info: ModelInfo) -> ImagePreprocessing:
     crops = {rule: crop for crop, rule in RESIZE_OF_EVAL_CROP.items()}
     if info.resize not in crops:
         raise ValueError(f"resize {info.resize!r} is no evaluation crop (known: {sorted(crops)})")
-    return ImagePreprocessing(eval_crop=crops[info.resize], crop_fraction=info.crop_fraction)
+    return ImagePreprocessing(
+        eval_crop=crops[info.resize],
+        crop_fraction=info.crop_fraction,
+        resize_method=info.interpolation,
+        quantize_uint8=info.quantize_uint8,
+    )
 
 
 def attach(dataset: Any, inputs: ClassifierInputs | None) -> Any:

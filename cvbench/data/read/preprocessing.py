@@ -101,6 +101,14 @@ def normalize(
     return tf.cast(image * tf.constant(scale) + tf.constant(offset), dtype)
 
 
+def quantize(image: tf.Tensor, preprocessing: ImagePreprocessing) -> tf.Tensor:
+    """With `preprocessing.quantize_uint8`: `image` clipped to [0, 255] and cast to uint8
+    (truncating, nvcnn's images); otherwise `image` as it is."""
+    if not preprocessing.quantize_uint8:
+        return image
+    return tf.cast(tf.clip_by_value(tf.cast(image, tf.float32), 0.0, 255.0), tf.uint8)
+
+
 def scale_input(
     image: tf.Tensor, preprocessing: ImagePreprocessing, dtype: Any = tf.float32
 ) -> tf.Tensor:
@@ -114,8 +122,7 @@ def scale_input(
         preprocessing: the recipe (`input_scaling`, `mean`, `std`).
         dtype: the output dtype.
     """
-    if preprocessing.quantize_uint8:
-        image = tf.cast(tf.clip_by_value(tf.cast(image, tf.float32), 0.0, 255.0), tf.uint8)
+    image = quantize(image, preprocessing)
     if preprocessing.input_scaling == "inception":
         return tf.cast(tf.cast(image, tf.float32) * (1.0 / 127.5) - 1.0, dtype)
     return normalize(image, dtype, mean=preprocessing.mean, std=preprocessing.std)
