@@ -5,7 +5,8 @@
   too (from `cvbench.utils.model_file`, re-exported here).
 - `classify` / `detect` on paths, folders, arrays or a tf.data dataset; `write_coco_results`;
   `draw_results`;
-  `export_for_serving` (SavedModel / TFLite with softmax + top-k or decoding + NMS in the graph).
+  `export_for_serving` (SavedModel / TFLite with softmax + top-k or decoding + NMS in the graph)
+  and `read_export_info` (the `ModelInfo` an export carries).
 
 The names are imported on first use, so that importing a light module of this package
 (`cvbench.inference.images`, `.outputs`) does not load Keras: `cvbench predict` refuses a bad
@@ -28,6 +29,7 @@ _LAZY = {
     "draw_detection": "cvbench.inference.draw",
     "draw_results": "cvbench.inference.draw",
     "export_for_serving": "cvbench.inference.export",
+    "read_export_info": "cvbench.inference.export_info",
     "default_info": "cvbench.inference.resolve",
     "ModelInfo": "cvbench.utils.model_file",
     "load_model": "cvbench.utils.model_file",

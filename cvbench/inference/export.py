@@ -14,10 +14,14 @@ is in place, renamed back if that fails). It only ever replaces a previous cvben
 (`cvbench.inference.outputs.is_cvbench_export`: a SavedModel folder holding exactly what
 export writes, with its `EXPORT_MARKER`; or a TFLite file), never another file or folder, and
 never the current folder, a parent of it, the home folder or `/` (`protected_folder`).
+
+Both formats carry the model file's `ModelInfo` (`cvbench.inference.export_info`:
+`read_export_info`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -29,6 +33,7 @@ from typing import Any
 from cvbench.detection.anchors import multiscale_anchors
 from cvbench.inference import serving
 from cvbench.inference.detection import SCORE_THRESHOLD
+from cvbench.inference.export_info import with_tflite_info
 from cvbench.inference.fold_batchnorm import fold_batchnorm
 from cvbench.inference.outputs import (
     EXPORT_MARKER,
@@ -130,11 +135,20 @@ def export_for_serving(
         probabilities=_ends_in_softmax(model),
     )
     with errors_naming(label):
-        _write_export(served, fn, out, format=format, task=info.task)
+        _write_export(served, fn, out, format=format, info=_as_served(info, score_threshold))
     return Path(label)
 
 
-def _write_export(served: Any, fn: Any, out: Path, *, format: str, task: str) -> None:
+def _as_served(info: ModelInfo, score_threshold: float | None) -> ModelInfo:
+    """`info` with the score threshold the export applies (what the export carries)."""
+    if info.task != "detection" or score_threshold is None:
+        return info
+    detection = dict(info.detection)
+    detection["postprocess"] = {**detection["postprocess"], "score_threshold": score_threshold}
+    return dataclasses.replace(info, detection=detection)
+
+
+def _write_export(served: Any, fn: Any, out: Path, *, format: str, info: ModelInfo) -> None:
     """Writes the export in a temporary folder beside `out`, then swaps it into place."""
     import tensorflow as tf
 
@@ -148,11 +162,12 @@ def _write_export(served: Any, fn: Any, out: Path, *, format: str, task: str) ->
             raise _os_error(err) from None
         if format == "saved_model":
             result = saved
-            marker = {"cvbench_export": 1, "format": format, "task": task}
+            marker = {"cvbench_export": 1, "format": format, "task": info.task,
+                      "model_info": info.to_dict()}  # fmt: skip
             (saved / EXPORT_MARKER).write_text(json.dumps(marker) + "\n", encoding="utf-8")
         else:
             result = staging / "model.tflite"
-            result.write_bytes(to_tflite(saved))
+            result.write_bytes(with_tflite_info(to_tflite(saved), info))
         _chmod_for_umask(result)
         _swap_into_place(result, out, aside=staging / "previous")
     finally:

@@ -127,6 +127,25 @@ def test_each_weight_is_stored_once(classifier, tmp_path):
     assert 0.9 * weights < stored < 1.05 * weights, (stored, weights)
 
 
+@pytest.mark.parametrize("fmt", ["saved_model", "tflite"])
+def test_the_export_carries_the_model_info(classifier, tmp_path, fmt):
+    from cvbench.inference import read_export_info
+
+    info = ModelInfo(task="classification", class_names=tuple("abcde"), image_size=(32, 32),
+                     resize="crop_then_resize", crop_fraction=0.8, interpolation="bilinear_tf1",
+                     quantize_uint8=True)  # fmt: skip
+    out = tmp_path / ("cls.tflite" if fmt == "tflite" else "cls")
+    path = export_for_serving(classifier, out, info=info, format=fmt, fold=False)
+    assert read_export_info(path) == info
+    if fmt == "tflite":  # the metadata entry leaves the flatbuffer runnable
+        runner = tf.lite.Interpreter(model_path=str(path)).get_signature_runner()
+        assert runner(images=images(1))["top_k_class_names"].shape == (1, 5)
+    other = tmp_path / "other.tflite"
+    other.write_bytes(b"not a flatbuffer")
+    with pytest.raises(ValueError, match="other.tflite: not a TFLite file"):
+        read_export_info(other)
+
+
 def test_top_k_above_the_class_count_gives_every_class(classifier, tmp_path):
     path = export_for_serving(classifier, tmp_path / "cls", info=INFO, top_k=50)
     out = tf.saved_model.load(str(path)).signatures["serving_default"](

@@ -12,6 +12,7 @@ from cvbench.detection.postprocess import postprocess
 from cvbench.detection.ssd import build_ssd
 from cvbench.inference import ModelInfo
 from cvbench.inference.export import export_for_serving, to_tflite
+from cvbench.inference.export_info import read_export_info
 from cvbench.inference.fold_batchnorm import fold_batchnorm
 from cvbench.inference.serving import detections
 
@@ -210,3 +211,12 @@ def test_tflite_ssd_matches_the_saved_model(tiny_ssd, tmp_path):
         np.sort(got["detection_class_names"], axis=-1),
         np.sort(expected["detection_class_names"].astype(object), axis=-1),
     )
+    # both carry the file's ModelInfo: names, input size, anchors, coder, NMS settings
+    assert read_export_info(lite) == read_export_info(saved) == ssd_info()
+
+
+def test_the_export_states_the_threshold_it_applies(tiny_ssd, tmp_path):
+    lite = export_for_serving(tiny_ssd, tmp_path / "ssd.tflite", info=ssd_info(), format="tflite")
+    served = read_export_info(lite)  # the default: predict's 0.5, not the file's 1e-8
+    assert served == ssd_info(score_threshold=0.5) != ssd_info()
+    assert served.detection["postprocess"]["score_threshold"] == 0.5
