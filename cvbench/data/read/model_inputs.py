@@ -1,8 +1,8 @@
 """What a classification pipeline does to images, for the model files trained on it.
 
-`imagenet_dataset` attaches a `ClassifierInputs` to the dataset it returns (the attribute
-`cvbench_inputs`): the evaluation resize, the normalization and the data set's class names
-(from `dataset_info.json`). A `Trainer` fitted on such a dataset writes model files that take
+`imagenet_dataset` and `tfds_dataset` attach a `ClassifierInputs` to the dataset they return
+(the attribute `cvbench_inputs`): the evaluation resize, the normalization and the data set's
+class names (from `dataset_info.json`, or the TFDS `label` feature's). A `Trainer` fitted on such a dataset writes model files that take
 [0, 255] RGB and do that same normalization in front of the trained model, with the
 `ModelInfo` (class names, input size, resize rule) that `cvbench predict` and
 `cvbench.inference.classify` read: a user's pipeline and the model files agree by

@@ -24,6 +24,7 @@ import tensorflow as tf
 from cvbench.data._distributed import resolve_shards
 from cvbench.data.read.corrupt import no_autograph
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
+from cvbench.data.read.model_inputs import ClassifierInputs, attach
 from cvbench.data.read.pipeline import (
     EvalPreprocess,
     TrainPreprocess,
@@ -113,7 +114,8 @@ def tfds_dataset(
 
     Returns:
         Training: `(images, labels)` batches; evaluation: `(images, labels, weights)` batches,
-        exactly as `cvbench.data.imagenet_dataset`.
+        exactly as `cvbench.data.imagenet_dataset`, carrying their `ClassifierInputs` (the
+        `label` feature's class names) as it does, unless a preprocess hook made them.
 
     Raises:
         ValueError: bad arguments (`preprocessing` with the split's preprocess hook too),
@@ -138,12 +140,16 @@ def tfds_dataset(
     seed_r = rank_seed(spec.seed, shard_index)
     common = {"data_dir": data_dir, "download": download}
 
+    own = train_preprocess if training else eval_preprocess
+    inputs = None if own is not None else ClassifierInputs(
+        spec.image_size, preprocessing or ImagePreprocessing(), _class_names(tfds, name, data_dir)
+    )  # fmt: skip
     if training:
         read_config = tfds.ReadConfig(shuffle_seed=seed_r)
         ds = _load(tfds, name, mine, shuffle_files=True, read_config=read_config, **common)
         if spec.repeat:
             ds = ds.repeat()
-        return train_pipeline(
+        dataset = train_pipeline(
             _examples(ds, f"{name}/{split}"),
             batch_size=batch_size,
             image_size=spec.image_size,
@@ -155,12 +161,13 @@ def tfds_dataset(
             preprocess=train_preprocess,
             preprocessing=preprocessing,
         )
+        return attach(dataset, inputs)
 
     datasets = [_load(tfds, name, part, shuffle_files=False, **common) for part in parts]
     largest = max(
         _num_examples(tfds, name, p, data_dir, d) for p, d in zip(parts, datasets, strict=True)
     )
-    return eval_pipeline(
+    dataset = eval_pipeline(
         _examples(datasets[shard_index], f"{name}/{split}"),
         batch_size=batch_size,
         image_size=spec.image_size,
@@ -171,3 +178,14 @@ def tfds_dataset(
         preprocess=eval_preprocess,
         preprocessing=preprocessing,
     )
+    return attach(dataset, inputs)
+
+
+def _class_names(tfds: Any, name: str, data_dir: Any) -> tuple[str, ...] | None:
+    """The names of the dataset's `label` feature (a `ClassLabel`), or None."""
+    try:
+        label = tfds.builder(name, data_dir=data_dir).info.features["label"]
+    except (KeyError, ValueError, TypeError):
+        return None
+    names = getattr(label, "names", None)
+    return tuple(map(str, names)) if names else None

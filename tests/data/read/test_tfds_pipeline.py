@@ -72,3 +72,30 @@ def test_unprepared_tfds_data_is_a_clear_error(tmp_path):
             num_shards=1,
             shard_index=0,
         )
+
+
+def test_a_tfds_dataset_carries_its_inputs_and_class_names(mocked):
+    # as imagenet_dataset: what a Trainer fitted on it writes into its model files; the
+    # names are the builder's `label` ClassLabel names (imagenet2012: 1000 WordNet ids)
+    from cvbench.data import ImagePreprocessing, tfds_dataset
+    from cvbench.data.read.model_inputs import ATTRIBUTE
+
+    p = ImagePreprocessing(eval_crop="crop_then_resize", resize_method="bilinear_tf1")
+    ds = tfds_dataset("imagenet2012", "validation", batch_size=4, image_size=32,
+                      training=False, preprocessing=p)  # fmt: skip
+    inputs = getattr(ds, ATTRIBUTE)
+    assert (inputs.image_size, inputs.preprocessing) == (32, p)
+    assert len(inputs.class_names) == 1000 and inputs.class_names[0] == "n01440764"
+    info = inputs.model_info(1000)
+    assert (info.resize, info.interpolation) == ("crop_then_resize", "bilinear_tf1")
+
+    def stretch(image_bytes):
+        import tensorflow as tf
+
+        return tf.image.resize(
+            tf.io.decode_image(image_bytes, 3, expand_animations=False), [32, 32]
+        )
+
+    own = tfds_dataset("imagenet2012", "validation", batch_size=4, image_size=32,
+                       training=False, eval_preprocess=stretch)  # fmt: skip
+    assert getattr(own, ATTRIBUTE, None) is None  # the caller's preprocessing: not stated
