@@ -2,13 +2,14 @@
 
 `imagenet_dataset` and `tfds_dataset` attach a `ClassifierInputs` to the dataset they return
 (the attribute `cvbench_inputs`): the evaluation resize, the normalization and the data set's
-class names (from `dataset_info.json`, or the TFDS `label` feature's). A `Trainer` fitted on such a dataset writes model files that take
-[0, 255] RGB and do that same normalization in front of the trained model, with the
-`ModelInfo` (class names, input size, resize rule) that `cvbench predict` and
-`cvbench.inference.classify` read: a user's pipeline and the model files agree by
-construction. A dataset made with a caller's own `train_preprocess` / `eval_preprocess`
-carries none (its preprocessing is the caller's to state, `Trainer(model_info=...,
-export_transform=...)`); nor does a dataset derived from it (`.map`, `.take`, ...).
+class names (from `dataset_info.json`, or the TFDS `label` feature's). A `Trainer` fitted on
+such a dataset writes model files that take [0, 255] RGB and do that same normalization in
+front of the trained model, with the `ModelInfo` (class names, input size, resize rule) that
+`cvbench predict` and `cvbench.inference.classify` read: a user's pipeline and the model
+files agree by construction. A dataset made with a caller's own `train_preprocess` /
+`eval_preprocess` carries none (its preprocessing is the caller's to state,
+`Trainer(model_info=..., export_transform=...)`); nor does a dataset derived from it (`.map`,
+`.take`, ...).
 """
 
 from __future__ import annotations
