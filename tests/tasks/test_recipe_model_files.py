@@ -25,6 +25,8 @@ from cvbench.inference.resize import resize_image
 from cvbench.tasks import ClassificationTask, TaskOptions
 from cvbench.tasks.recipes import get_recipe, list_recipes
 
+pytestmark = pytest.mark.backend_agnostic  # predict runs on JAX too; the pipeline is tf.data
+
 RECIPES = [name for name in list_recipes() if get_recipe(name).task == "classification"]
 # image sizes: smaller than every input (upsampled), larger, square, long and thin
 SIZES = [(45, 61), (375, 500), (320, 320), (17, 400)]
