@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import os
 import shutil
 import tempfile
@@ -33,7 +32,7 @@ from typing import Any
 from cvbench.detection.anchors import multiscale_anchors
 from cvbench.inference import serving
 from cvbench.inference.detection import SCORE_THRESHOLD
-from cvbench.inference.export_info import with_tflite_info
+from cvbench.inference.export_info import export_marker, with_tflite_info
 from cvbench.inference.fold_batchnorm import fold_batchnorm
 from cvbench.inference.outputs import (
     EXPORT_MARKER,
@@ -162,9 +161,7 @@ def _write_export(served: Any, fn: Any, out: Path, *, format: str, info: ModelIn
             raise _os_error(err) from None
         if format == "saved_model":
             result = saved
-            marker = {"cvbench_export": 1, "format": format, "task": info.task,
-                      "model_info": info.to_dict()}  # fmt: skip
-            (saved / EXPORT_MARKER).write_text(json.dumps(marker) + "\n", encoding="utf-8")
+            (saved / EXPORT_MARKER).write_text(export_marker(info, format), encoding="utf-8")
         else:
             result = staging / "model.tflite"
             result.write_bytes(with_tflite_info(to_tflite(saved), info))

@@ -7,7 +7,9 @@ signature (class names, input size, resize rule, post-processing settings).
   buffer is the same JSON, UTF-8 (`Model.metadata`, readable with the TFLite schema or
   `flatbuffers`; the interpreter ignores it).
 
-`read_export_info(path)` reads either back.
+`export_marker(info, format)` writes the SavedModel's marker, `with_tflite_info` the TFLite
+entry, both from `info_json`; `read_export_info(path)` reads either back, with the limits and
+checks of `read_model_info` (`MAX_JSON_BYTES`, `info_from_json`).
 """
 
 from __future__ import annotations
@@ -16,13 +18,25 @@ import json
 import os
 from pathlib import Path
 
-from cvbench.inference.outputs import EXPORT_MARKER
-from cvbench.utils.model_file import INFO_ENTRY, ModelInfo
+from cvbench.inference.outputs import EXPORT_MARKER, TFLITE_IDENTIFIER
+from cvbench.utils.errors import BadFileError
+from cvbench.utils.model_file import INFO_ENTRY, MAX_JSON_BYTES, ModelInfo, info_from_json
+
+#: The version of the SavedModel marker (`export_marker`; `is_cvbench_export` checks it).
+_MARKER_VERSION = 1
 
 
 def info_json(info: ModelInfo) -> str:
     """`info` as the JSON text both formats hold."""
     return json.dumps(info.to_dict(), sort_keys=True)
+
+
+def export_marker(info: ModelInfo, format: str) -> str:
+    """The text of a SavedModel export's `EXPORT_MARKER`: what wrote it, and `info` (encoded
+    as `info_json` encodes it: sorted keys)."""
+    marker = {"cvbench_export": _MARKER_VERSION, "format": format, "task": info.task,
+              "model_info": info.to_dict()}  # fmt: skip
+    return json.dumps(marker, sort_keys=True) + "\n"
 
 
 def with_tflite_info(flatbuffer: bytes, info: ModelInfo) -> bytes:
@@ -47,33 +61,68 @@ def read_export_info(path: str | os.PathLike) -> ModelInfo:
     """The `ModelInfo` an export of `export_for_serving` carries (module docstring).
 
     Raises:
-        ValueError: for a path that is no cvbench export or holds no info (an export of an
-            older cvbench), naming the path.
+        BadFileError: (a `ValueError`) for a path that is no cvbench export, holds no info
+            (an export of an older cvbench), an info over `MAX_JSON_BYTES` or a malformed
+            one, naming the path.
     """
     path = Path(path)
     if path.is_dir():
-        try:
-            marker = json.loads((path / EXPORT_MARKER).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"{path}: no readable {EXPORT_MARKER} ({err})") from None
+        marker = _json(_read_bounded(path / EXPORT_MARKER), path / EXPORT_MARKER)
         data = marker.get("model_info") if isinstance(marker, dict) else None
     else:
         data = _tflite_info(path)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: the export holds no ModelInfo (exported by an older cvbench?)")
-    return ModelInfo.from_dict(data)
+    if data is None:
+        raise BadFileError(f"{path}: the export holds no ModelInfo (exported by an older cvbench?)")
+    return info_from_json(data, path=path)
 
 
-def _tflite_info(path: Path) -> dict | None:
-    from tensorflow.lite.tools import flatbuffer_utils
+def _read_bounded(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+    except OSError as err:
+        raise BadFileError(f"{path}: not readable ({err.strerror or err})") from None
+    if len(data) > MAX_JSON_BYTES:
+        raise BadFileError(f"{path}: over the limit of {MAX_JSON_BYTES} bytes")
+    return data
+
+
+def _json(data: bytes, path: Path):
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BadFileError(f"{path}: not valid JSON ({err})") from None
+
+
+def _tflite_info(path: Path):
+    """The decoded `cvbench.json` entry of a TFLite file, None without one. Reads the
+    flatbuffer lazily (the generated accessors, not the object API that copies every
+    weight into Python lists)."""
+    from tensorflow.lite.python import schema_py_generated as schema
 
     try:
-        model = flatbuffer_utils.read_model_from_bytearray(bytearray(path.read_bytes()))
-    except Exception as err:  # the flatbuffers reader raises anything on foreign bytes
-        raise ValueError(f"{path}: not a TFLite file ({type(err).__name__})") from None
-    for entry in model.metadata or []:
-        if _name(entry) == INFO_ENTRY:
-            return json.loads(bytes(model.buffers[entry.buffer].data).decode("utf-8"))
+        buf = path.read_bytes()
+    except OSError as err:
+        raise BadFileError(f"{path}: not readable ({err.strerror or err})") from None
+    if buf[4:8] != TFLITE_IDENTIFIER:
+        raise BadFileError(f"{path}: not a TFLite file (no TFL3 identifier)")
+    try:
+        model = schema.Model.GetRootAs(buf, 0)
+        for i in range(model.MetadataLength()):
+            entry = model.Metadata(i)
+            if (entry.Name() or b"").decode("utf-8", "replace") != INFO_ENTRY:
+                continue
+            if not 0 <= entry.Buffer() < model.BuffersLength():
+                raise BadFileError(f"{path}: {INFO_ENTRY} names buffer {entry.Buffer()}, not there")
+            buffer = model.Buffers(entry.Buffer())
+            if buffer.DataLength() > MAX_JSON_BYTES:
+                limit = f"over the limit of {MAX_JSON_BYTES} bytes"
+                raise BadFileError(f"{path}: {INFO_ENTRY} is {limit}")
+            return _json(buffer.DataAsNumpy().tobytes() if buffer.DataLength() else b"", path)
+    except BadFileError:
+        raise
+    except Exception as err:  # the generated reader raises anything on foreign bytes
+        raise BadFileError(f"{path}: not a TFLite file ({type(err).__name__})") from None
     return None
 
 

@@ -23,7 +23,7 @@ EXPORT_MARKER = "cvbench_export.json"
 #: What a SavedModel export holds: the marker, the graph, its fingerprint, the variables.
 _SAVED_MODEL_ENTRIES = {EXPORT_MARKER, "saved_model.pb", "fingerprint.pb", "variables", "assets"}
 #: The file identifier of a TFLite flatbuffer (bytes 4 to 8).
-_TFLITE_IDENTIFIER = b"TFL3"
+TFLITE_IDENTIFIER = b"TFL3"
 
 
 def check_folder_path(path: str | os.PathLike) -> None:
@@ -141,7 +141,7 @@ def is_cvbench_export(path: str | os.PathLike) -> bool:
         return False
     if path.is_file():
         with open(path, "rb") as f:
-            return f.read(8)[4:8] == _TFLITE_IDENTIFIER
+            return f.read(8)[4:8] == TFLITE_IDENTIFIER
     if not path.is_dir():
         return False
     names = {p.name for p in path.iterdir()}

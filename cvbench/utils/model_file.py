@@ -63,6 +63,12 @@ MAX_INPUT_SIDE = 8192
 _JSON_LIMITS = {INFO_ENTRY: MAX_JSON_BYTES, "metadata.json": MAX_JSON_BYTES}
 
 
+def _as_tuple(value: Any) -> tuple:
+    """A list or tuple as a tuple; anything else (a number, a string) as `(value,)`, which
+    the field's check then refuses, naming the value."""
+    return tuple(value) if isinstance(value, list | tuple) else (value,)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelInfo:
     """What inference needs besides the weights.
@@ -105,11 +111,11 @@ class ModelInfo:
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}; got {self.task!r}")
-        names = tuple(self.class_names)
+        names = _as_tuple(self.class_names)
         if not names or not all(isinstance(n, str) for n in names):
             raise ValueError(f"class_names must be a non-empty sequence of str; got {names!r}")
         object.__setattr__(self, "class_names", names)
-        size = tuple(self.image_size)
+        size = _as_tuple(self.image_size)
         if len(size) != 2 or not all(isinstance(s, int) and s >= 1 for s in size):
             raise ValueError(f"image_size must be (height, width) ints >= 1; got {size!r}")
         object.__setattr__(self, "image_size", size)
