@@ -126,9 +126,11 @@ def train_detector(
 
 
 def sample_detections(
-    model: keras.Model, data: DemoData, *, count: int = 8
+    model_file: str | os.PathLike, data: DemoData, *, count: int = 8
 ) -> tuple[list[np.ndarray], list[dict[str, np.ndarray]], int]:
-    """Runs `model` on the first `count` validation images.
+    """Runs the saved SSD (`ssd.keras`, its own resize rule, anchors and post-processing:
+    `cvbench.inference.detect`, as `cvbench predict` does) on the first `count` validation
+    images, keeping every detection the file's post-processing keeps.
 
     Returns:
         (uint8 [H, W, 3] images, one dict per image with "boxes" float32 [K, 4] as COCO
@@ -139,31 +141,22 @@ def sample_detections(
 
     from PIL import Image
 
-    from cvbench.detection.postprocess import predict_detections
+    from cvbench.inference.detection import detect
 
     coco = json.loads(Path(data.det_val_annotations).read_text())
     infos = sorted(coco["images"], key=lambda im: im["id"])[:count]
-    side = int(model.input_shape[1])
-    originals, resized = [], []
-    for info in infos:
-        with Image.open(data.det_val_images / info["file_name"]) as im:
-            rgb = im.convert("RGB")
-            originals.append(np.asarray(rgb))
-            resized.append(np.asarray(rgb.resize((side, side), Image.Resampling.BILINEAR)))
+    paths = [Path(data.det_val_images) / info["file_name"] for info in infos]
+    originals = []
+    for path in paths:
+        with Image.open(path) as im:
+            originals.append(np.asarray(im.convert("RGB")))
     ids = {info["id"] for info in infos}
     num_objects = sum(1 for ann in coco["annotations"] if ann["image_id"] in ids)
-    sizes = np.array([im.shape[:2] for im in originals])
-    dets = predict_detections(model, np.stack(resized).astype(np.float32), sizes)
-    out = []
-    for d in dets:
-        ymin, xmin, ymax, xmax = np.asarray(d["boxes"], np.float32).reshape(-1, 4).T
-        out.append(
-            {
-                "boxes": np.stack([xmin, ymin, xmax - xmin, ymax - ymin], axis=1),
-                "scores": np.asarray(d["scores"], np.float32),
-                "classes": np.asarray(d["classes"], np.int32),
-            }
-        )
+    found = detect(model_file, [str(p) for p in paths], score_threshold=0.0, box_format="xywh")
+    out = [
+        {"boxes": d.boxes, "scores": d.scores, "classes": d.class_ids.astype(np.int32)}
+        for d in found
+    ]
     return originals, out, num_objects
 
 

@@ -231,7 +231,7 @@ def run_demo(
                 shutil.rmtree(tree / "checkpoints", ignore_errors=True)
             _save_models(out, config, cls, det)
             plot_curves(_curve_panels(logs), staging / "curves.png", xlabel="step")
-            images, dets, num_objects = sample_detections(det.model, data)
+            images, dets, num_objects = sample_detections(staging / "ssd.keras", data)
             plot_detections(
                 images,
                 dets,

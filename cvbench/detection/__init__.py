@@ -5,8 +5,9 @@ evaluation. One concept per module:
   coder, also inside tf.data), `losses`;
 - `backbone` (a ResNet's C3-C5), `fpn`, `heads`, `batchnorm`, `ssd` (the wiring: `build_ssd`
   and its preset `ssd320`);
-- `postprocess` (decode, per-class NMS), `predict` (a model over a dataset -> COCO
-  detections), `coco_eval` (the pycocotools adapter).
+- `postprocess` (decode, per-class NMS), `predict` (a model's detection settings and the one
+  path from its outputs to detections: `Decoder`, `predict_detections`, `predict_coco`),
+  `coco_eval` (the pycocotools adapter).
 
 Boxes are `[ymin, xmin, ymax, xmax]` normalized to `[0, 1]` everywhere (see `box_ops`);
 COCO `[x, y, w, h]` pixels appear only at the edges (`box_ops.coco_to_boxes`,
@@ -28,12 +29,18 @@ from cvbench.detection.losses import (
     sigmoid_focal_loss,
     smooth_l1_loss,
 )
-from cvbench.detection.postprocess import multiclass_nms, nms, postprocess, predict_detections
-from cvbench.detection.predict import predict_coco
+from cvbench.detection.postprocess import multiclass_nms, nms, postprocess
+from cvbench.detection.predict import (
+    Decoder,
+    detection_settings,
+    predict_coco,
+    predict_detections,
+)
 from cvbench.detection.ssd import build_ssd, ssd320
 from cvbench.detection.targets import TargetEncoder, encode_targets
 
 __all__ = [
+    "Decoder",
     "FeaturePyramid",
     "SSDBoxLoss",
     "SSDClassLoss",
@@ -46,6 +53,7 @@ __all__ = [
     "build_backbone",
     "build_ssd",
     "copy_backbone_weights",
+    "detection_settings",
     "encode_targets",
     "evaluate_coco",
     "feature_map_sizes",

@@ -27,6 +27,31 @@ from collections.abc import Sequence
 
 import numpy as np
 
+#: SSD320 v1.2's anchors (the OD API config's `multiscale_anchor_generator`): the defaults of
+#: every function here, and `ANCHOR_SETTINGS`, the `ModelInfo.detection["anchors"]` of SSD320.
+MIN_LEVEL = 3
+MAX_LEVEL = 7
+ANCHOR_SCALE = 4.0
+ASPECT_RATIOS = (1.0, 2.0, 0.5)
+SCALES_PER_OCTAVE = 2
+
+
+def anchor_settings() -> dict:
+    """SSD320 v1.2's `multiscale_anchors` keyword arguments (a fresh dict, lists for tuples,
+    as JSON holds them).
+
+    Example:
+        >>> anchor_settings()["aspect_ratios"]
+        [1.0, 2.0, 0.5]
+    """
+    return {
+        "min_level": MIN_LEVEL,
+        "max_level": MAX_LEVEL,
+        "anchor_scale": ANCHOR_SCALE,
+        "aspect_ratios": list(ASPECT_RATIOS),
+        "scales_per_octave": SCALES_PER_OCTAVE,
+    }
+
 
 def image_hw(image_size: int | Sequence[int]) -> tuple[int, int]:
     """`(height, width)` of an image size given as an int (square) or a pair.
@@ -60,7 +85,7 @@ def _check_levels(min_level: int, max_level: int) -> None:
 
 
 def feature_map_sizes(
-    image_size: int | Sequence[int], *, min_level: int = 3, max_level: int = 7
+    image_size: int | Sequence[int], *, min_level: int = MIN_LEVEL, max_level: int = MAX_LEVEL
 ) -> list[tuple[int, int]]:
     """Feature-map sizes of pyramid levels `min_level..max_level`: `ceil(side / 2**level)`.
 
@@ -85,7 +110,9 @@ def feature_map_sizes(
 
 
 def anchors_per_location(
-    *, aspect_ratios: Sequence[float] = (1.0, 2.0, 0.5), scales_per_octave: int = 2
+    *,
+    aspect_ratios: Sequence[float] = ASPECT_RATIOS,
+    scales_per_octave: int = SCALES_PER_OCTAVE,
 ) -> int:
     """Number of anchors at each feature-map location: `len(aspect_ratios) * scales_per_octave`.
 
@@ -99,11 +126,11 @@ def anchors_per_location(
 def multiscale_anchors(
     image_size: int | Sequence[int],
     *,
-    min_level: int = 3,
-    max_level: int = 7,
-    anchor_scale: float = 4.0,
-    aspect_ratios: Sequence[float] = (1.0, 2.0, 0.5),
-    scales_per_octave: int = 2,
+    min_level: int = MIN_LEVEL,
+    max_level: int = MAX_LEVEL,
+    anchor_scale: float = ANCHOR_SCALE,
+    aspect_ratios: Sequence[float] = ASPECT_RATIOS,
+    scales_per_octave: int = SCALES_PER_OCTAVE,
 ) -> np.ndarray:
     """Every anchor of the pyramid, in the order of the detection head's outputs.
 

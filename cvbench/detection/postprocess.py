@@ -16,8 +16,9 @@ the current `max_total`-th best score cannot change the result (greedy NMS of a 
 the same boxes among its top-scored prefix whatever follows). It runs under any Keras
 backend; there is no graph version.
 
-Boxes are `[ymin, xmin, ymax, xmax]` normalized to `[0, 1]` (see `box_ops`) except in
-`predict_detections`, which returns pixel corners of each original image.
+Boxes are `[ymin, xmin, ymax, xmax]` normalized to `[0, 1]` (see `box_ops`). A model's
+detection settings (anchors, scales, these thresholds) and the paths from its outputs to
+pixels are `cvbench.detection.predict`'s (`Decoder`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ import keras
 import numpy as np
 
 from cvbench.detection import box_coder, box_ops
-from cvbench.detection.anchors import multiscale_anchors
 
 #: Post-processing of SSD320 v1.2.
 IOU_THRESHOLD = 0.6
@@ -192,55 +192,3 @@ def postprocess(
         out["classes"][i, :k] = classes
         out["num_detections"][i] = k
     return out
-
-
-def predict_detections(
-    model: keras.Model,
-    images: Any,
-    original_sizes: Any,
-    *,
-    batch_size: int = 32,
-    anchors: Any = None,
-    **postprocess_kwargs: Any,
-) -> list[dict[str, np.ndarray]]:
-    """Runs an SSD model and returns each image's detections in its original pixels.
-
-    The model input is a fixed resize of the original image, so normalized coordinates are the
-    same in both and a pixel box is the normalized box times the original height and width.
-
-    Args:
-        model: a model built by `ssd320` (input `(B, H, W, 3)`, dict outputs).
-        images: `(B, H, W, 3)` images already resized to the model's input size, `[0, 255]`.
-        original_sizes: `(B, 2)` original `(height, width)` of each image in pixels.
-        batch_size: `model.predict` batch size.
-        anchors: the model's anchors; default `multiscale_anchors` of its input size.
-        **postprocess_kwargs: thresholds for `postprocess`.
-
-    Returns:
-        One dict per image: `"boxes"` float32 `(K, 4)` pixel corners
-        `[ymin, xmin, ymax, xmax]` (use `box_ops.boxes_to_coco` on the normalized ones for
-        COCO), `"scores"` `(K,)`, `"classes"` int32 `(K,)` in `[0, num_classes)`.
-
-    Raises:
-        ValueError: if `original_sizes` does not have shape `(B, 2)`.
-    """
-    sizes = np.asarray(original_sizes, dtype=np.float32)
-    if sizes.ndim != 2 or sizes.shape[1] != 2 or sizes.shape[0] != len(images):
-        raise ValueError(f"original_sizes must have shape ({len(images)}, 2); got {sizes.shape}")
-    if anchors is None:
-        anchors = multiscale_anchors(tuple(model.input_shape[1:3]))
-    outputs = model.predict(images, batch_size=batch_size, verbose=0)
-    dets = postprocess(outputs["boxes"], outputs["classes"], anchors, **postprocess_kwargs)
-    results = []
-    for i, (height, width) in enumerate(sizes):
-        k = dets["num_detections"][i]
-        results.append(
-            {
-                "boxes": box_ops.boxes_to_pixels(dets["boxes"][i, :k], height, width).astype(
-                    np.float32
-                ),
-                "scores": dets["scores"][i, :k],
-                "classes": dets["classes"][i, :k],
-            }
-        )
-    return results

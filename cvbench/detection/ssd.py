@@ -31,7 +31,13 @@ import keras
 from keras import layers
 
 from cvbench.data.read.channel_means import CAFFE_MEAN_RGB
-from cvbench.detection.anchors import anchors_per_location, feature_map_sizes, image_hw
+from cvbench.detection.anchors import (
+    MAX_LEVEL,
+    MIN_LEVEL,
+    anchors_per_location,
+    feature_map_sizes,
+    image_hw,
+)
 from cvbench.detection.backbone import BACKBONE_LEVELS, build_backbone
 from cvbench.detection.fpn import FeaturePyramid
 from cvbench.detection.heads import WeightSharedHead
@@ -39,7 +45,6 @@ from cvbench.utils.model_layers import all_layers
 
 #: RGB channel means subtracted by SSD320 v1.2's ResNet feature extractor.
 CHANNEL_MEANS = CAFFE_MEAN_RGB
-MIN_LEVEL, MAX_LEVEL = 3, 7
 
 
 def build_ssd(

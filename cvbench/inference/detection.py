@@ -1,9 +1,9 @@
 """Detecting objects with a trained SSD: boxes in original-image pixels, class names, scores.
 
-The model outputs box codes and class logits for its anchors; `detect` decodes them and runs
-per-class NMS with `cvbench.detection.postprocess.postprocess`, configured by the model's
-`ModelInfo.detection` (anchors, box-coder scales, NMS settings), keeps the detections scoring
-above `score_threshold`, and maps the boxes from the model input back to each original image
+The model outputs box codes and class logits for its anchors; `detect` decodes them with
+`cvbench.detection.predict.Decoder` (the one path from outputs to boxes), configured by the
+model's `ModelInfo.detection` (anchors, box-coder scales, NMS settings), keeps the detections
+scoring above `score_threshold`, and maps the boxes from the model input back to each original image
 (`cvbench.inference.images.Geometry`: per axis for "stretch", through the crop for
 "center_crop"), clipped to it, in the requested pixel format (`box_formats`: "xyxy" by
 default, "xywh" for COCO, "yxyx").
@@ -22,8 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from cvbench.detection.anchors import multiscale_anchors
-from cvbench.detection.postprocess import postprocess
+from cvbench.detection.predict import Decoder
 from cvbench.inference.box_formats import check_box_format, from_yxyx
 from cvbench.inference.classification import finite_or_none
 from cvbench.inference.images import MAX_IMAGE_PIXELS, OnSkip, Source, iter_batches
@@ -126,11 +125,7 @@ def detect(
     if isinstance(score_threshold, bool) or not 0.0 <= float(score_threshold) < 1.0:
         raise ValueError(f"score_threshold must be in [0, 1); got {score_threshold!r}")
     model, info = resolve_model(model, info=info, task="detection")
-    settings = info.detection
-    anchors = multiscale_anchors(info.image_size, **settings["anchors"])
-    nms = dict(settings["postprocess"])
-    # Candidates below the threshold cannot change which higher-scored boxes greedy NMS keeps.
-    nms["score_threshold"] = max(float(score_threshold), float(nms.get("score_threshold", 0.0)))
+    decoder = Decoder(info.detection, info.image_size)
     height, width = info.image_size
     results = []
     batches = iter_batches(
@@ -148,9 +143,7 @@ def detect(
                 f"the detector outputs {np.shape(outputs['classes'])[-1]} class logits per "
                 f"anchor for {info.num_classes} class names"
             )
-        dets = postprocess(
-            outputs["boxes"], outputs["classes"], anchors, scales=settings["scales"], **nms
-        )
+        dets = decoder(outputs, score_threshold=score_threshold)
         for row, geometry in enumerate(batch.geometries):
             k = int(dets["num_detections"][row])
             model_pixels = dets["boxes"][row, :k] * np.array([height, width, height, width])

@@ -13,28 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cvbench.detection.box_coder import DEFAULT_SCALES
-from cvbench.detection.postprocess import (
-    IOU_THRESHOLD,
-    MAX_PER_CLASS,
-    MAX_TOTAL,
-    SCORE_THRESHOLD,
-)
+from cvbench.detection.predict import detection_settings
 from cvbench.utils.model_file import (
     ModelInfo,
     class_names_or_default,
     load_model,
     read_model_info,
 )
-
-#: Anchor and post-processing settings of SSD320 v1.2, for a detector object without info.
-DEFAULT_ANCHORS = {
-    "min_level": 3,
-    "max_level": 7,
-    "anchor_scale": 4.0,
-    "aspect_ratios": [1.0, 2.0, 0.5],
-    "scales_per_octave": 2,
-}
 
 
 def _input_size(model: Any) -> tuple[int, int]:
@@ -61,8 +46,9 @@ def default_info(model: Any, *, task: str, class_names: Sequence[str] | None = N
 
     Classifiers: the input size of the model, "center_crop" at 0.875. Detectors (outputs
     `{"boxes", "classes"}`, as `cvbench.detection.ssd.build_ssd` builds them): the input
-    size, "stretch", SSD320 v1.2's anchors (levels 3-7, scale 4, aspect ratios 1, 2, 0.5,
-    2 scales per octave), box-coder scales and post-processing.
+    size, "stretch", SSD320 v1.2's detection settings (`cvbench.detection.detection_settings()`:
+    anchors of levels 3-7, scale 4, aspect ratios 1, 2, 0.5, 2 scales per octave; box-coder
+    scales; post-processing).
 
     Args:
         model: a Keras model with a fixed input size.
@@ -85,22 +71,12 @@ def default_info(model: Any, *, task: str, class_names: Sequence[str] | None = N
             "info=ModelInfo(...) for another model"
         )
     num_classes = int(outputs["classes"].shape[-1])
-    detection = {
-        "anchors": DEFAULT_ANCHORS,
-        "scales": list(DEFAULT_SCALES),
-        "postprocess": {
-            "iou_threshold": IOU_THRESHOLD,
-            "score_threshold": SCORE_THRESHOLD,
-            "max_per_class": MAX_PER_CLASS,
-            "max_total": MAX_TOTAL,
-        },
-    }
     return ModelInfo(
         task=task,
         class_names=_names(class_names, num_classes),
         image_size=size,
         resize="stretch",
-        detection=detection,
+        detection=detection_settings(),
     )
 
 

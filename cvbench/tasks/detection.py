@@ -35,7 +35,6 @@ detections handed to COCOeval.
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -139,12 +138,29 @@ class DetectionTask(RecordTask):
         self._anchors: np.ndarray | None = None
 
     @property
+    def detection_settings(self) -> dict[str, Any]:
+        """How this task's SSD outputs become boxes (`ModelInfo.detection`): the recipe's
+        box-coder scales and post-processing knobs, SSD320 v1.2's anchors. Training targets,
+        evaluation and every model file use these (`cvbench.detection.predict`)."""
+        from cvbench.detection.predict import detection_settings
+
+        d = self.recipe.detection
+        return detection_settings(
+            scales=d.box_coder_scales,
+            iou_threshold=d.iou_threshold,
+            score_threshold=d.score_threshold,
+            max_per_class=d.max_per_class,
+            max_total=d.max_total,
+        )
+
+    @property
     def anchors(self) -> np.ndarray:
         """float32 [N, 4] anchors of `image_size`, `[ymin, xmin, ymax, xmax]` normalized."""
         if self._anchors is None:
-            from cvbench.detection.anchors import multiscale_anchors
+            from cvbench.detection.predict import Decoder
 
-            self._anchors = multiscale_anchors(self.image_size)
+            size = (self.image_size, self.image_size)
+            self._anchors = Decoder(self.detection_settings, size).anchors
         return self._anchors
 
     def model_kwargs(self) -> dict[str, Any]:
@@ -182,7 +198,8 @@ class DetectionTask(RecordTask):
     def _encoder(self) -> Any:
         from cvbench.detection.targets import TargetEncoder
 
-        return TargetEncoder(self.anchors, num_classes=self.num_classes)
+        scales = self.detection_settings["scales"]
+        return TargetEncoder(self.anchors, num_classes=self.num_classes, scales=scales)
 
     def synthetic_batch(self, batch_size: int, seed: int) -> tuple[np.ndarray, dict]:
         """Pixels uniform in [0, 255] and two random boxes per image with random classes,
@@ -195,9 +212,14 @@ class DetectionTask(RecordTask):
         labels = rng.integers(0, self.num_classes, (batch_size, 2)).astype(np.int32)
         from cvbench.detection.targets import encode_targets  # keras.ops: any backend
 
+        scales = self.detection_settings["scales"]
         per_image = [
             encode_targets(
-                self.anchors, boxes[i].astype(np.float32), labels[i], num_classes=self.num_classes
+                self.anchors,
+                boxes[i].astype(np.float32),
+                labels[i],
+                num_classes=self.num_classes,
+                scales=scales,
             )
             for i in range(batch_size)
         ]
@@ -246,7 +268,7 @@ class DetectionTask(RecordTask):
                 trainer.model,
                 [(batch, meta)] * SYNTHETIC_EVAL_BATCHES,
                 self.label_map.category_ids,
-                anchors=self.anchors,
+                settings=self.detection_settings,
             )
             per_image = len(dets) / (SYNTHETIC_EVAL_BATCHES * batch_size)
             return {"detections_per_image": float(per_image)}
@@ -254,7 +276,7 @@ class DetectionTask(RecordTask):
         dist = trainer.distribution
         data = self.read("val", batch_size=batch_size, distribution=dist, training=False)
         dets, image_ids = predict_coco(
-            trainer.model, data, self.label_map.category_ids, anchors=self.anchors
+            trainer.model, data, self.label_map.category_ids, settings=self.detection_settings
         )
         rows = dist.allgather_rows(_detections_to_rows(dets))
         all_ids = dist.allgather_rows(np.asarray(image_ids, np.float64).reshape(-1, 1))
@@ -278,11 +300,8 @@ class DetectionTask(RecordTask):
         """What inference needs: class names (the dataset's, else COCO's category names for
         80 or 90 classes, else `"0"`, `"1"`, ...), the input size (stretched to, as the
         data pipeline does), and the anchors, box-coder scales and post-processing settings
-        this task decodes with (`multiscale_anchors`' and `postprocess`' defaults)."""
+        this task trains and evaluates with (`detection_settings`)."""
         from cvbench.data.coco_labels import COCO_2017_CATEGORIES
-        from cvbench.detection.anchors import multiscale_anchors
-        from cvbench.detection.box_coder import DEFAULT_SCALES
-        from cvbench.detection.postprocess import postprocess
 
         names = getattr(self, "class_names", None)
         if not names and self.num_classes in (80, 90):
@@ -295,13 +314,7 @@ class DetectionTask(RecordTask):
             image_size=(self.image_size, self.image_size),
             resize="stretch",
             model=self.options.model,
-            detection={
-                "anchors": _keyword_defaults(multiscale_anchors),
-                "scales": list(DEFAULT_SCALES),
-                "postprocess": {
-                    k: v for k, v in _keyword_defaults(postprocess).items() if k != "scales"
-                },
-            },
+            detection=self.detection_settings,
         )
 
     def user_model(self, model: keras.Model) -> keras.Model:
@@ -367,16 +380,6 @@ def _label_map(options: TaskOptions) -> tuple[CocoLabelMap, tuple[str, ...] | No
         if max(ids) == info.num_classes
         else f" (index = category id - 1), or pass {info.num_classes} for index = rank of the id",
     )
-
-
-def _keyword_defaults(fn: Callable) -> dict[str, Any]:
-    """The keyword-only arguments of `fn` and their defaults (lists for tuples)."""
-    params = inspect.signature(fn).parameters.values()
-    return {
-        p.name: list(p.default) if isinstance(p.default, tuple) else p.default
-        for p in params
-        if p.kind is p.KEYWORD_ONLY
-    }
 
 
 def _detections_to_rows(dets: list[dict[str, Any]]) -> np.ndarray:

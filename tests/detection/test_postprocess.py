@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import keras
 import numpy as np
 import pytest
 
-from cvbench.detection.postprocess import multiclass_nms, nms, postprocess, predict_detections
+from cvbench.detection.postprocess import multiclass_nms, nms, postprocess
 
 pytestmark = pytest.mark.backend_agnostic
 
@@ -151,50 +150,3 @@ def test_postprocess_infinite_codes_give_finite_boxes():
     codes = np.array([[[0.0, 0.0, np.inf, 1e4]]], np.float32)
     out = postprocess(codes, np.zeros((1, 1, 1), np.float32), anchors)
     np.testing.assert_allclose(out["boxes"][0, 0], [0.0, 0.0, 1.0, 1.0])
-
-
-class FixedOutputs(keras.Model):
-    """A stand-in detector: fixed codes and logits for every image of the batch."""
-
-    def __init__(self, codes, logits):
-        super().__init__()
-        self.codes = keras.ops.convert_to_tensor(codes)
-        self.logits = keras.ops.convert_to_tensor(logits)
-
-    def call(self, images):
-        batch = keras.ops.shape(images)[0]
-        codes = keras.ops.broadcast_to(self.codes[None], (batch, *self.codes.shape))
-        logits = keras.ops.broadcast_to(self.logits[None], (batch, *self.logits.shape))
-        return {"boxes": codes + 0.0 * keras.ops.mean(images), "classes": logits}
-
-
-def test_predict_detections_maps_to_original_pixels():
-    from cvbench.detection.anchors import multiscale_anchors
-
-    anchors = multiscale_anchors(64)  # grids 8, 4, 2, 1, 1: 86 locations x 6 = 516 anchors
-    logits = np.full((516, 2), -30.0, np.float32)
-    logits[0, 1] = 2.0  # the first anchor: [-12, -12, 20, 20] / 64 -> clipped [0, 0, 20/64, ..]
-    model = FixedOutputs(np.zeros((516, 4), np.float32), logits)
-    model.build((None, 64, 64, 3))
-    images = np.zeros((2, 64, 64, 3), np.float32)
-    dets = predict_detections(model, images, [(480, 640), (100, 50)], anchors=anchors)
-    assert [len(d["scores"]) for d in dets] == [1, 1]
-    assert dets[0]["classes"].tolist() == [1]
-    # Normalized [0, 0, 0.3125, 0.3125] times (height, width) of each original image.
-    np.testing.assert_allclose(dets[0]["boxes"], [[0, 0, 150, 200]], rtol=1e-6)
-    np.testing.assert_allclose(dets[1]["boxes"], [[0, 0, 31.25, 15.625]], rtol=1e-6)
-    with pytest.raises(ValueError, match=r"original_sizes must have shape \(2, 2\)"):
-        predict_detections(model, images, [(480, 640)], anchors=anchors)
-
-
-def test_predict_detections_default_anchors_of_a_non_square_input():
-    # Input 64 x 128, anchors=None: multiscale_anchors((64, 128)), grids 8x16, 4x8, 2x4, 1x2,
-    # 1x1: 171 locations x 6 = 1026 anchors. The first, [-12, -12, 20, 20] in input pixels, is
-    # [-0.1875, -0.09375, 0.3125, 0.15625] normalized, clipped to [0, 0, 0.3125, 0.15625]; in
-    # a 100 x 200 original: [0, 0, 31.25, 31.25].
-    logits = np.full((1026, 1), -30.0, np.float32)
-    logits[0, 0] = 2.0
-    inputs = keras.Input((64, 128, 3))  # a functional model: it has an input_shape
-    model = keras.Model(inputs, FixedOutputs(np.zeros((1026, 4), np.float32), logits)(inputs))
-    dets = predict_detections(model, np.zeros((1, 64, 128, 3), np.float32), [(100, 200)])
-    np.testing.assert_allclose(dets[0]["boxes"], [[0, 0, 31.25, 31.25]], rtol=1e-6)
