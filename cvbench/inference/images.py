@@ -12,6 +12,12 @@ Inputs, in the order they are read (`iter_images`):
 
 Files are decoded with Pillow (any format it reads; palette, grayscale, CMYK modes to RGB,
 transparent pixels over white) and their EXIF orientation is not applied, as in training.
+Given the model's `ModelInfo` (as `classify`, `detect` and `cvbench predict` give it), RGB and
+grayscale JPEG files are decoded as the model's training pipeline decoded them instead: by
+libjpeg-turbo through `simplejpeg`, with the info's `dct_method` and `fancy_upscaling`, the
+pixels of TensorFlow's `decode_jpeg` with those options (tests/inference/test_images.py checks
+them equal; Pillow's differ by a few levels, up to 14 against DLE's options). A JPEG that
+`simplejpeg` refuses (a libjpeg warning, a truncated file) goes to Pillow, which decides.
 Pixels wider than 8 bits are brought to `[0, 255]` by a fixed rule:
 
 * float (Pillow mode "F", e.g. a float32 TIFF): taken to be in `[0, 1]`, multiplied by 255 and
@@ -95,12 +101,19 @@ class Batch:
     geometries: tuple[Geometry, ...]
 
 
-def read_image(path: str | os.PathLike, *, max_image_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
-    """Decodes an image file to `(H, W, 3)` uint8 RGB (module docstring: wide pixels).
+def read_image(
+    path: str | os.PathLike,
+    *,
+    max_image_pixels: int = MAX_IMAGE_PIXELS,
+    info: ModelInfo | None = None,
+) -> np.ndarray:
+    """Decodes an image file to `(H, W, 3)` uint8 RGB (module docstring: wide pixels, JPEG).
 
     Args:
         path: the image file.
         max_image_pixels: the largest width x height decoded, checked from the header first.
+        info: the model's `ModelInfo`: JPEG files decoded with its pipeline's JPEG options;
+            None: Pillow decodes every file.
 
     Raises:
         FileNotFoundError: for a missing file.
@@ -120,6 +133,10 @@ def read_image(path: str | os.PathLike, *, max_image_pixels: int = MAX_IMAGE_PIX
                     f"{path}: image of {width} x {height} = {width * height} pixels is over the "
                     f"limit of {max_image_pixels} pixels; pass max_image_pixels=N to raise it"
                 )
+            if info is not None and image.format == "JPEG" and image.mode in ("RGB", "L"):
+                pixels = _decode_jpeg(path, info)
+                if pixels is not None:
+                    return pixels
             image.load()
             return to_rgb_array(image)
     except (Image.UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
@@ -133,6 +150,24 @@ def read_image(path: str | os.PathLike, *, max_image_pixels: int = MAX_IMAGE_PIX
             else f"unreadable image: {err}"
         )
         raise ImageFileError(f"{path}: {reason}") from None
+
+
+def _decode_jpeg(path: Path, info: ModelInfo) -> np.ndarray | None:
+    """The JPEG file's pixels as `tf.io.decode_jpeg(data, channels=3, dct_method=...,
+    fancy_upscaling=...)` gives them (libjpeg-turbo's fast IDCT for "" and "INTEGER_FAST"), or
+    None when `simplejpeg` refuses the file."""
+    import simplejpeg
+
+    data = path.read_bytes()
+    try:
+        return simplejpeg.decode_jpeg(
+            data,
+            colorspace="RGB",
+            fastdct=info.dct_method in ("", "INTEGER_FAST"),
+            fastupsample=not info.fancy_upscaling,
+        )
+    except ValueError:
+        return None
 
 
 def _open_header(path: Path) -> Image.Image:
@@ -240,11 +275,16 @@ def image_paths(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> list
 
 
 def _read_paths(
-    paths: Iterable[Path], *, skip_corrupt: bool, on_skip: OnSkip | None, max_image_pixels: int
+    paths: Iterable[Path],
+    *,
+    skip_corrupt: bool,
+    on_skip: OnSkip | None,
+    max_image_pixels: int,
+    info: ModelInfo | None,
 ) -> Iterator[tuple[Source, np.ndarray]]:
     for path in paths:
         try:
-            image = read_image(path, max_image_pixels=max_image_pixels)
+            image = read_image(path, max_image_pixels=max_image_pixels, info=info)
         except ImageFileError as err:
             if skip_corrupt:
                 if on_skip is not None:
@@ -262,6 +302,7 @@ def iter_images(
     skip_corrupt: bool = False,
     on_skip: OnSkip | None = None,
     max_image_pixels: int = MAX_IMAGE_PIXELS,
+    info: ModelInfo | None = None,
 ) -> Iterator[tuple[Source, np.ndarray]]:
     """Every input image with its source (module docstring), decoded, in input order.
 
@@ -271,6 +312,7 @@ def iter_images(
             instead of raising.
         on_skip: called with the `ImageFileError` of each file skipped.
         max_image_pixels: the largest width x height of an image file decoded.
+        info: the model's `ModelInfo`, for JPEG files (`read_image`).
 
     Raises:
         ValueError: for an input of no supported kind, or a folder without images.
@@ -301,6 +343,7 @@ def iter_images(
             skip_corrupt=skip_corrupt,
             on_skip=on_skip,
             max_image_pixels=max_image_pixels,
+            info=info,
         )
     elif isinstance(inputs, Sequence) and inputs and all(isinstance(x, np.ndarray) for x in inputs):
         yield from enumerate(inputs)
@@ -330,7 +373,11 @@ def iter_batches(
         raise ValueError(f"batch_size must be an int >= 1; got {batch_size!r}")
     sources, images, geometries = [], [], []
     images_in = iter_images(
-        inputs, skip_corrupt=skip_corrupt, on_skip=on_skip, max_image_pixels=max_image_pixels
+        inputs,
+        skip_corrupt=skip_corrupt,
+        on_skip=on_skip,
+        max_image_pixels=max_image_pixels,
+        info=info,
     )
     for source, image in images_in:
         resized, geometry = resize_image(image, info)

@@ -49,6 +49,9 @@ RESIZE_RULES = ("center_crop", "stretch", "crop_then_resize")
 #: How the resize of `RESIZE_RULES` interpolates: "bilinear" is `tf.image.resize`'s (half-pixel
 #: centres, no antialiasing); "bilinear_tf1" TF1's (no half-pixel centres, nvcnn's Inception V3).
 INTERPOLATIONS = ("bilinear", "bilinear_tf1")
+#: The JPEG decoder's IDCT (`tf.io.decode_jpeg`'s `dct_method`): "" (TensorFlow's default, its
+#: "INTEGER_FAST"), "INTEGER_FAST", "INTEGER_ACCURATE".
+DCT_METHODS = ("", "INTEGER_FAST", "INTEGER_ACCURATE")
 #: The Keras model description inside a `.keras` archive.
 CONFIG_ENTRY = "config.json"
 #: Largest `cvbench.json` / `metadata.json` accepted, in bytes (declared, uncompressed).
@@ -84,6 +87,10 @@ class ModelInfo:
         interpolation: the resize's interpolation (see `INTERPOLATIONS`).
         quantize_uint8: the resized image clipped to `[0, 255]` and truncated to integers
             before the model (nvcnn's uint8 images; `ImagePreprocessing.quantize_uint8`).
+        dct_method: how the training pipeline decoded JPEG files (`DCT_METHODS`;
+            `ImagePreprocessing.dct_method`); inference decodes them alike.
+        fancy_upscaling: the pipeline's JPEG decoder interpolated subsampled chroma (True,
+            TensorFlow's default) or replicated it (False, DLE's and nvcnn's).
         detection: for detectors, `{"anchors": multiscale_anchors kwargs (min_level,
             max_level, anchor_scale, aspect_ratios, scales_per_octave), "scales": box-coder
             scales, "postprocess": postprocess kwargs (iou_threshold, score_threshold,
@@ -107,6 +114,8 @@ class ModelInfo:
     model: str | None = None
     interpolation: str = "bilinear"
     quantize_uint8: bool = False
+    dct_method: str = ""
+    fancy_upscaling: bool = True
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -127,6 +136,10 @@ class ModelInfo:
             )
         if not isinstance(self.quantize_uint8, bool):
             raise ValueError(f"quantize_uint8 must be a bool; got {self.quantize_uint8!r}")
+        if self.dct_method not in DCT_METHODS:
+            raise ValueError(f"dct_method must be one of {DCT_METHODS}; got {self.dct_method!r}")
+        if not isinstance(self.fancy_upscaling, bool):
+            raise ValueError(f"fancy_upscaling must be a bool; got {self.fancy_upscaling!r}")
         if not 0.0 < float(self.crop_fraction) <= 1.0:
             raise ValueError(f"crop_fraction must be in (0, 1]; got {self.crop_fraction!r}")
         if (self.task == "detection") != (self.detection is not None):

@@ -145,8 +145,9 @@ def test_default_info_checks_the_class_names():
 
 
 def test_no_tensorflow_import_under_jax(tmp_path):
-    # classify and detect on files and arrays, from a model file, never load TensorFlow. (The
-    # file is written here: Keras' own `model.save` imports TensorFlow when it is installed.)
+    # classify and detect on files (PNG, JPEG) and arrays, from a model file, never load
+    # TensorFlow. (The file is written here: Keras' own `model.save` imports TensorFlow when
+    # it is installed.)
     save_model(channel_classifier(), tmp_path / "c.keras", classifier_info())
     code = """
 import sys, numpy as np
@@ -156,7 +157,8 @@ from cvbench.inference.classification import classify
 from cvbench.inference.detection import detect
 from cvbench.inference.draw import draw_results
 Image.fromarray(np.zeros((20, 30, 3), np.uint8)).save("a.png")
-assert classify("c.keras", ["a.png"], top_k=1)[0].class_ids == (0,)
+Image.fromarray(np.full((20, 30, 3), 40, np.uint8)).save("b.jpg")  # decoded by simplejpeg
+assert [r.class_ids for r in classify("c.keras", ["a.png", "b.jpg"], top_k=1)] == [(0,)] * 2
 dets = detect(constant_detector(), np.zeros((2, 64, 64, 3)), info=detector_info())
 draw_results(dets, np.zeros((2, 64, 64, 3)), "drawn")
 assert len(dets[0].scores) == 2, dets

@@ -3,9 +3,9 @@ file's `ModelInfo` (resize rule, crop fraction, interpolation) brings an image f
 very pixels the pipeline gives the model, and `cvbench predict` of the file gives the
 pipeline's top-1.
 
-PNG files: a lossless format decodes to the same pixels in both (TensorFlow's decoder in the
-pipeline, PIL's in inference); JPEG decoders differ (the DLE and nvcnn recipes decode with
-`INTEGER_FAST` and no fancy upscaling, PIL with its defaults)."""
+PNG and JPEG files: a JPEG decodes by the file's `dct_method` and `fancy_upscaling` (the DLE
+and nvcnn recipes: `INTEGER_FAST` without fancy upscaling; the others TensorFlow's defaults),
+so that predict sees the pipeline's pixels (Pillow's defaults would differ by a few levels)."""
 
 from __future__ import annotations
 
@@ -37,17 +37,17 @@ def _task(name: str) -> ClassificationTask:
     return ClassificationTask(TaskOptions(model=recipe.model, recipe=name, num_classes=3))
 
 
-@pytest.fixture(scope="module")
-def image_files(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("images")
+@pytest.fixture(scope="module", params=["png", "jpg"])
+def image_files(tmp_path_factory, request):
+    folder = tmp_path_factory.mktemp(request.param)
     rng = np.random.default_rng(11)
     for i, (h, w) in enumerate(SIZES):
         # smooth + noise: a resize that differs by a sub-pixel moves values measurably
         ramp = np.linspace(0, 150, w)[None, :, None] + np.linspace(0, 50, h)[:, None, None]
         tint = np.eye(3)[i % 3] * 60  # a colour cast per image: the classes differ
         pixels = np.clip(ramp + tint + rng.integers(0, 40, (h, w, 3)), 0, 255).astype(np.uint8)
-        Image.fromarray(pixels).save(folder / f"{i}.png")
-    return sorted(folder.glob("*.png"))
+        Image.fromarray(pixels).save(folder / f"{i}.{request.param}")  # JPEG: quality 75, 4:2:0
+    return sorted(folder.glob(f"*.{request.param}"))
 
 
 def _pipeline(task: ClassificationTask, files, **scaling) -> np.ndarray:
@@ -67,7 +67,7 @@ def test_the_files_rule_gives_the_pipelines_pixels(name, image_files):
     info = task.model_info()
     # the pipeline's pixels before scaling: mean 0, std 1 (x - 0) / 1
     views = _pipeline(task, image_files, input_scaling="mean_std", mean=(0.0,) * 3, std=(1.0,) * 3)
-    mine = np.stack([resize_image(read_image(f), info)[0] for f in image_files])
+    mine = np.stack([resize_image(read_image(f, info=info), info)[0] for f in image_files])
     assert mine.shape == (len(SIZES), task.image_size, task.image_size, 3)
     np.testing.assert_array_equal(mine, views)
 

@@ -17,10 +17,10 @@ import math
 from dataclasses import dataclass
 
 from cvbench.data.read.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
+from cvbench.utils.model_file import DCT_METHODS
 
 EVAL_CROPS = ("resize_then_crop", "crop_then_resize")
 INPUT_SCALINGS = ("mean_std", "inception")
-DCT_METHODS = ("", "INTEGER_FAST", "INTEGER_ACCURATE")
 # `tf.image.ResizeMethod`'s names (tests/data/read/test_preprocessing_knobs.py checks the list),
 # plus "bilinear_tf1": TF1's `tf.image.resize_images(..., BILINEAR, align_corners=False)`,
 # i.e. `tf.compat.v1.image.resize_bilinear` without half-pixel centres (nvcnn's resize).

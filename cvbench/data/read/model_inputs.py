@@ -98,6 +98,8 @@ class ClassifierInputs:
             model=model,
             interpolation=method,
             quantize_uint8=self.preprocessing.quantize_uint8,
+            dct_method=self.preprocessing.dct_method,
+            fancy_upscaling=self.preprocessing.fancy_upscaling,
         )
 
     def model_info_for(self, model: Any) -> ModelInfo:
