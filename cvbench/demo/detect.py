@@ -22,15 +22,16 @@ from typing import Any
 import keras
 import numpy as np
 
+from cvbench.data.read.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 from cvbench.demo.config import DemoConfig
 from cvbench.demo.data import DemoData
 from cvbench.demo.shapes import SHAPE_NAMES
 from cvbench.demo.stage import StageResult, prepare_stage
 
-#: The classifier's input normalization (ImageNet mean and standard deviation, RGB), so that
-#: the SSD's backbone can start from the classifier trained a minute earlier.
-IMAGENET_MEAN = (123.68, 116.28, 103.53)
-IMAGENET_STD = (58.395, 57.12, 57.385)
+#: The classifier's input normalization (`shapes_preprocessing` normalizes with the ImageNet
+#: mean and standard deviation), so that the SSD's backbone can start from the classifier
+#: trained a minute earlier.
+IMAGENET_MEAN, IMAGENET_STD = IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
 
 
 def demo_ssd(
