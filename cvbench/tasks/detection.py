@@ -243,7 +243,19 @@ class DetectionTask(RecordTask):
         return {"label_map": self.label_map}
 
     def train_options(self) -> dict[str, Any]:
-        return {"target_encoder": self._encoder()}
+        """`coco_dataset`'s training options: the SSD target encoder and the recipe's
+        augmentation knobs (`detection.flip`, `detection.crop_*`, `detection.color_jitter`)."""
+        from cvbench.data.read.coco_augment import DetectionAugmentation
+
+        d = self.recipe.detection
+        augmentation = DetectionAugmentation(
+            flip=d.flip,
+            crop_aspect_range=d.crop_aspect_range,
+            crop_area_range=d.crop_area_range,
+            crop_min_object_covered=d.crop_min_object_covered,
+            color_jitter=d.color_jitter,
+        )
+        return {"target_encoder": self._encoder(), "augmentation": augmentation}
 
     # ----------------------------------------------------------------- evaluation
     def evaluate(self, trainer: Any, *, batch_size: int) -> dict[str, float]:

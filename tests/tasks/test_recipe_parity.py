@@ -196,6 +196,7 @@ REFERENCES = {
             ("detection.crop_aspect_range", (0.75, 3.0), SSD_CFG, 162),
             ("detection.crop_area_range", (0.75, 1.0), SSD_CFG, 164),
             ("detection.crop_min_object_covered", 0.0, SSD_CFG, 161),
+            ("detection.color_jitter", False, SSD_CFG, 155),  # flip and crop only
             ("detection.max_boxes", 100, SSD_CFG, 183),
             ("detection.score_threshold", 1e-8, SSD_CFG, 137),
             ("detection.iou_threshold", 0.6, SSD_CFG, 138),

@@ -30,7 +30,9 @@ Element structure:
   random crop as the OD API's `random_crop_image` (aspect 0.75-3.0, area 0.75-1.0, no
   minimum object cover, overlap threshold 0: boxes entirely outside the crop are dropped,
   the others clipped to it), fused with the JPEG decode; random horizontal flip; fixed
-  bilinear resize to S x S (aspect not kept); at most 100 boxes.
+  bilinear resize to S x S (aspect not kept); at most 100 boxes. `augmentation`
+  (`DetectionAugmentation`) sets the crop ranges and turns the flip off or the OD API's colour
+  jitter on (`cvbench.data.read.coco_augment`).
 * evaluation: `(images, meta)`. meta: `image_id` [B] int64, `image_size` [B, 2] int32 (the
   original height, width), `valid` [B] bool. Every record appears exactly once across all
   ranks (each rank reads a contiguous range of the records); padding rows (`valid` False,
@@ -55,6 +57,12 @@ from cvbench.data._distributed import resolve_shards
 from cvbench.data.coco_labels import COCO_2017_CATEGORIES, CocoLabelMap
 from cvbench.data.coco_schema import category_name_table, parse_example, record_prefix
 from cvbench.data.read.channel_means import CAFFE_MEAN_RGB
+from cvbench.data.read.coco_augment import (
+    CROP_AREA_RANGE,
+    CROP_ASPECT_RATIO_RANGE,
+    DetectionAugmentation,
+    color_jitter,
+)
 from cvbench.data.read.pipeline import check_args, eval_batches, train_batches
 from cvbench.data.read.reader import (
     eval_examples,
@@ -72,6 +80,7 @@ __all__ = [
     "MAX_BOXES",
     "MEAN_RGB",
     "CocoLabelMap",
+    "DetectionAugmentation",
     "coco_dataset",
     "crop_boxes",
     "flip_boxes_left_right",
@@ -83,8 +92,6 @@ __all__ = [
 
 MAX_BOXES = 100
 MEAN_RGB = CAFFE_MEAN_RGB  # subtracted with subtract_mean=True
-CROP_ASPECT_RATIO_RANGE: tuple[float, float] = (0.75, 3.0)
-CROP_AREA_RANGE: tuple[float, float] = (0.75, 1.0)
 
 
 def list_record_files(data_dir: str | os.PathLike, split: str) -> list[str]:
@@ -113,8 +120,10 @@ def sample_crop_window(
     *,
     aspect_ratio_range: tuple[float, float] = CROP_ASPECT_RATIO_RANGE,
     area_range: tuple[float, float] = CROP_AREA_RANGE,
+    min_object_covered: float = 0.0,
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Samples an SSD random-crop window (OD API `random_crop_image`, min object cover 0).
+    """Samples an SSD random-crop window (OD API `random_crop_image`; SSD320: min object
+    cover 0).
 
     Args:
         image_shape: int32 [3], `(height, width, channels)`.
@@ -122,6 +131,7 @@ def sample_crop_window(
         seed: int [2], the stateless random seed (same seed, same window).
         aspect_ratio_range: allowed crop width / height.
         area_range: allowed crop area as a fraction of the image area.
+        min_object_covered: the crop must cover at least this fraction of some box.
 
     Returns:
         `crop` int32 [4] `(offset_y, offset_x, height, width)` in pixels (what
@@ -133,7 +143,7 @@ def sample_crop_window(
         image_shape,
         bounding_boxes=tf.clip_by_value(tf.reshape(boxes, [1, -1, 4]), 0.0, 1.0),
         seed=seed,
-        min_object_covered=0.0,
+        min_object_covered=min_object_covered,
         aspect_ratio_range=aspect_ratio_range,
         area_range=area_range,
         max_attempts=100,
@@ -210,8 +220,10 @@ def _train_transform(
     drop_crowd: bool,
     dtype: tf.DType,
     subtract_mean: bool,
+    augmentation: DetectionAugmentation,
 ) -> dict[str, tf.Tensor]:
-    """Crop (fused with the JPEG decode), flip, resize; boxes mapped to classes, padded."""
+    """Crop (fused with the JPEG decode), flip, colour jitter (each as `augmentation` says),
+    resize; boxes mapped to classes, padded."""
     boxes, classes = example["boxes"], _to_indices(example["coco_ids"], class_table)
     keep = classes >= 0
     if drop_crowd:
@@ -220,14 +232,25 @@ def _train_transform(
 
     crop_seed, flip_seed = tf.unstack(tf.random.split(example["seed"], 2))
     encoded = example["encoded"]
-    crop, window = sample_crop_window(tf.image.extract_jpeg_shape(encoded), boxes, crop_seed)
+    a = augmentation
+    crop, window = sample_crop_window(
+        tf.image.extract_jpeg_shape(encoded),
+        boxes,
+        crop_seed,
+        aspect_ratio_range=a.crop_aspect_range,
+        area_range=a.crop_area_range,
+        min_object_covered=a.crop_min_object_covered,
+    )
     image = tf.image.decode_and_crop_jpeg(encoded, crop, channels=3)
     boxes, keep = crop_boxes(boxes, window)
     classes = tf.boolean_mask(classes, keep)
 
-    flip = tf.random.stateless_uniform([], flip_seed) < 0.5
-    image = tf.cond(flip, lambda: tf.image.flip_left_right(image), lambda: image)
-    boxes = tf.cond(flip, lambda: flip_boxes_left_right(boxes), lambda: boxes)
+    if a.flip:
+        flip = tf.random.stateless_uniform([], flip_seed) < 0.5
+        image = tf.cond(flip, lambda: tf.image.flip_left_right(image), lambda: image)
+        boxes = tf.cond(flip, lambda: flip_boxes_left_right(boxes), lambda: boxes)
+    if a.color_jitter:
+        image = color_jitter(image, example["seed"])
 
     boxes, classes, num_boxes = pad_boxes(boxes, classes)
     return {
@@ -266,6 +289,7 @@ def coco_dataset(
     target_encoder: Callable[[tf.Tensor, tf.Tensor], Any] | None = None,
     drop_crowd: bool = False,
     subtract_mean: bool = False,
+    augmentation: DetectionAugmentation | None = None,
     cycle_length: int = 10,
     **read: Any,
 ) -> tf.data.Dataset:
@@ -285,6 +309,8 @@ def coco_dataset(
             None: the padded boxes are the targets.
         drop_crowd: training only: leave out `is_crowd` boxes (the reference keeps them).
         subtract_mean: subtract the SSD320 channel means here (the ssd320 model does it).
+        augmentation: training only: crop, flip and colour jitter settings
+            (`cvbench.data.read.coco_augment.DetectionAugmentation`); default SSD320 v1.2's.
         cycle_length: files read in parallel.
         **read: `ReadSpec` fields replacing the spec's (or making it, without `spec`).
 
@@ -355,6 +381,7 @@ def coco_dataset(
             drop_crowd=drop_crowd,
             dtype=tf_dtype,
             subtract_mean=subtract_mean,
+            augmentation=augmentation or DetectionAugmentation(),
         ),
         to_element=to_element,
         batch_size=batch_size,

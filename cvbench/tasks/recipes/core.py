@@ -158,6 +158,7 @@ class DetectionKnobs:
     crop_aspect_range: tuple[float, float]
     crop_area_range: tuple[float, float]
     crop_min_object_covered: float
+    color_jitter: bool
     max_boxes: int
     score_threshold: float
     iou_threshold: float

@@ -71,6 +71,9 @@ SOURCES = {
     "detection.crop_aspect_range": _cfg(162, 163),
     "detection.crop_area_range": _cfg(164, 165),
     "detection.crop_min_object_covered": _cfg(161),
+    "detection.color_jitter": _cfg(
+        155, 168, note="flip and crop only; the README (line 367) lists colour jitter"
+    ),
     "detection.max_boxes": _cfg(183),
     "detection.score_threshold": _cfg(137),
     "detection.iou_threshold": _cfg(138),
@@ -126,6 +129,7 @@ SSD320_V12 = Recipe(
         crop_aspect_range=(0.75, 3.0),
         crop_area_range=(0.75, 1.0),
         crop_min_object_covered=0.0,
+        color_jitter=False,
         max_boxes=100,
         score_threshold=1e-8,
         iou_threshold=0.6,
