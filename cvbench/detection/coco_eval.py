@@ -265,7 +265,23 @@ def _load_groundtruth(groundtruth: Mapping[str, Any] | str | os.PathLike) -> dic
     missing = [k for k in ("images", "annotations", "categories") if k not in groundtruth]
     if missing:
         raise ValueError(f"ground truth is not a COCO annotation dict: missing keys {missing}")
-    return dict(groundtruth)
+    return {**groundtruth, "annotations": [_with_area(a) for a in groundtruth["annotations"]]}
+
+
+def _with_area(annotation: Mapping[str, Any]) -> dict[str, Any]:
+    """The annotation, with `area` = box width x height where it has none (box-only
+    annotation files leave it out; COCOeval's small / medium / large split needs it, and
+    `COCO.loadRes` fills results the same way)."""
+    if "area" in annotation:
+        return dict(annotation)
+    try:
+        _, _, w, h = (float(v) for v in annotation["bbox"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(
+            f"ground-truth annotation {dict(annotation)!r:.200} has no area and no "
+            f"[x, y, w, h] bbox ({type(err).__name__}: {err})"
+        ) from None
+    return {**annotation, "area": w * h}
 
 
 def _run_cocoeval(

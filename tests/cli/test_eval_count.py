@@ -63,3 +63,40 @@ def test_eval_count_zero_is_refused_by_the_parser(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "--eval-count" in err and "positive integer" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_ssd320_eval_count_logs_coco_ap_each_time(tmp_path, legacy_h5, capsys):
+    # NVIDIA's SSD `eval_count` on tiny COCO records (two images, one box each, val = train):
+    # SSD320 v1.2's recipe with a random ResNet-50 backbone file at 64 px, 2 evaluations over
+    # 2 epochs: after epochs ceil(1 x 2 / 2) = 1 and ceil(2 x 2 / 2) = 2, each COCOeval's 12
+    # numbers in the epoch's logs and TensorBoard, the last printed.
+    import keras
+    import tensorflow as tf
+    from coco_records import build_two_image_coco
+
+    records = build_two_image_coco(tmp_path / "coco", {3: "car", 90: "bus"})
+    notop = keras.applications.ResNet50(weights=None, include_top=False)
+    weights = legacy_h5(notop, tmp_path / "notop.h5", 3)
+    run = tmp_path / "run"
+    argv = ["train", "--model", "ssd320", "--data-dir", str(records), "--backbone-weights",
+            str(weights), "--image-size", "64", "--batch-size", "2", "--epochs", "2",
+            "--steps-per-epoch", "1", "--eval-count", "2", "--precision", "fp32",
+            "--log-dir", str(run), "--log-every", "0", "--no-progress", "--no-export",
+            "--seed", "0"]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    events = [json.loads(x) for x in (run / "train_log.jsonl").read_text().splitlines()]
+    epochs = [e for e in events if e["event"] == "epoch"]
+    assert [e["epoch"] for e in epochs] == [1, 2]
+    coco_keys = {f"val_{k}" for k in ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10",
+                                       "AR100", "ARs", "ARm", "ARl")}  # fmt: skip
+    for epoch in epochs:
+        assert coco_keys <= set(epoch), sorted(epoch)
+        assert -1.0 <= epoch["val_AP"] <= 1.0  # COCOeval's -1: no ground truth of that size
+    assert "Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ]" in out
+    steps = []
+    for path in sorted((run / "tensorboard").rglob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            steps += [event.step for v in event.summary.value if v.tag == "epoch/val_AP"]
+    assert len(steps) == 2 and steps == sorted(steps), steps

@@ -179,6 +179,22 @@ def test_bad_inputs_raise_value_error():
         evaluate_coco([], {"images": []})
 
 
+def test_annotations_without_area_get_the_box_area():
+    # Regression: a box-only annotation file (no "area") made pycocotools raise KeyError 'area'
+    # in the middle of a training run's evaluation (cvbench train --eval-count on records
+    # built from such a file). The box area w x h is what COCO.loadRes gives results.
+    gt = _groundtruth()
+    bare = {**gt, "annotations": [{k: v for k, v in a.items() if k != "area"}
+                                  for a in gt["annotations"]]}  # fmt: skip
+    dets = _perturbed_detections(gt, 1)
+    expected = evaluate_coco(dets, gt, print_fn=None)  # _groundtruth's areas are w x h
+    assert evaluate_coco(dets, bare, print_fn=None) == expected
+    assert all("area" not in a for a in bare["annotations"])  # the caller's dict untouched
+    broken = {**bare, "annotations": [{"id": 1, "image_id": 1, "category_id": 1}]}
+    with pytest.raises(ValueError, match="has no area and no .x, y, w, h. bbox"):
+        evaluate_coco([], broken, print_fn=None)
+
+
 @pytest.mark.skipif(not HAS_FASTER, reason="faster-coco-eval not installed")
 def test_faster_backend_gives_the_same_numbers():
     gt = _groundtruth()
