@@ -3,7 +3,11 @@
 `run` executes a command: `cvbench ...` and `python script.py ...` in this process (no new
 interpreter to start), anything else (environment assignments, `python -c`, `horovodrun`)
 in a subprocess whose PATH starts with this interpreter's folder (the venv), so that
-`python`, `cvbench` and `horovodrun` are the venv's.
+`python`, `cvbench` and `horovodrun` are the venv's. A command with the variables of
+`keras.distribution.initialize()` (`KERAS_DISTRIBUTION_NUM_PROCESSES=N`,
+`KERAS_DISTRIBUTION_PROCESS_ID`, a `localhost` `KERAS_DISTRIBUTION_JOB_ADDRESSES`) is what
+the docs tell each host to run: it runs as N processes at once on this machine, process ids
+0 to N-1, and every one must succeed.
 
 Checking a command without running it is `docs_parsers.py`'s job.
 """
@@ -116,6 +120,8 @@ def run_command(cmd: Command, cwd: Path, *, timeout: float = 600) -> str:
         raise CommandError(f"`{cmd}` is never run by the docs tests: mark the block `parse`")
     if program == "horovodrun" and cmd.argv[1:5] != ["-np", "2", "-H", "localhost:2"]:
         raise CommandError(f"`{cmd}`: run horovodrun as `-np 2 -H localhost:2` (a sub=...)")
+    if "KERAS_DISTRIBUTION_PROCESS_ID" in cmd.env:
+        return _run_processes(cmd, cwd, timeout=timeout)
     in_process = not cmd.env and (
         program == "cvbench" or (program == "python" and cmd.argv[1:2] not in (["-c"], ["-m"]))
     )
@@ -152,6 +158,40 @@ def run_command(cmd: Command, cwd: Path, *, timeout: float = 600) -> str:
     if code != 0:
         raise CommandError(f"`{cmd}` exited {code}:\n{output[-3000:]}")
     return output
+
+
+def _run_processes(cmd: Command, cwd: Path, *, timeout: float) -> str:
+    """The one command of each host of a `keras.distribution` job, all on this machine."""
+    address = cmd.env.get("KERAS_DISTRIBUTION_JOB_ADDRESSES", "")
+    count = int(cmd.env.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "0"))
+    if not address.startswith(("localhost:", "127.0.0.1:")) or count < 2:
+        raise CommandError(f"`{cmd}`: run it with a localhost job address, 2+ processes (sub=)")
+    argv = [sys.executable, *cmd.argv[1:]] if cmd.argv[0] == "python" else cmd.argv
+    procs = [
+        subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=subprocess_env({**cmd.env, "KERAS_DISTRIBUTION_PROCESS_ID": str(i)}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(count)
+    ]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=timeout)[0])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    failed = [i for i, proc in enumerate(procs) if proc.returncode != 0]
+    if failed:
+        tail = outputs[failed[0]][-3000:] if failed[0] < len(outputs) else ""
+        raise CommandError(f"`{cmd}`: process {failed[0]} of {count} failed:\n{tail}")
+    return "".join(outputs)
 
 
 def _run_script(path: Path, argv: list[str]) -> int:

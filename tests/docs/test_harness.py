@@ -121,6 +121,27 @@ def test_a_command_that_fails_fails(tmp_path):
         exercise(block, Workspace(tmp_path), _no_data, set())
 
 
+def test_a_keras_distribution_command_runs_as_every_hosts_process(tmp_path):
+    # the docs show host 0's command; run_command starts NUM_PROCESSES copies at once, each
+    # with its own process id, and fails when any of them fails
+    code = (
+        "import os, pathlib, sys; i = os.environ['KERAS_DISTRIBUTION_PROCESS_ID']; "
+        "pathlib.Path(f'ran{i}').write_text(i); sys.exit(int(i) * int(sys.argv[1]))"
+    )
+    env = {
+        "KERAS_DISTRIBUTION_JOB_ADDRESSES": "localhost:12355",
+        "KERAS_DISTRIBUTION_NUM_PROCESSES": "3",
+        "KERAS_DISTRIBUTION_PROCESS_ID": "0",
+    }
+    run_command(Command(1, ["python", "-c", code, "0"], env), tmp_path)
+    assert sorted(p.read_text() for p in tmp_path.glob("ran*")) == ["0", "1", "2"]
+    with pytest.raises(CommandError, match="process 1 of 3 failed"):
+        run_command(Command(1, ["python", "-c", code, "1"], env), tmp_path)
+    remote = {**env, "KERAS_DISTRIBUTION_JOB_ADDRESSES": "host0:12355"}
+    with pytest.raises(CommandError, match="localhost job address"):
+        run_command(Command(1, ["python", "-c", code, "0"], remote), tmp_path)
+
+
 def test_run_refuses_commands_that_change_the_machine(tmp_path):
     for argv in (["pip", "install", "."], ["make", "demo"], ["python", "-m", "venv", "v"]):
         with pytest.raises(CommandError, match="mark the block `parse`"):
