@@ -18,19 +18,19 @@ def values(model: keras.Model) -> list[np.ndarray]:
     return [np.array(keras.ops.convert_to_numpy(v.value)) for v in model.variables]
 
 
-def trainer(build, distribution) -> Trainer:
+def trainer(build, distribution, precision: str = "float32") -> Trainer:
     return Trainer(
         build,
         sparse_ce(),
         schedule=0.01,
-        precision="float32",
+        precision=precision,
         distribution=distribution,
         config=TrainConfig(log_every=0, progress_bar=False, seed=3, export=False),
     )
 
 
-def fit(build, distribution, data, *, batch_size: int, steps: int) -> Trainer:
-    run = trainer(build, distribution)
+def fit(build, distribution, data, *, batch_size: int, steps: int, **kw) -> Trainer:
+    run = trainer(build, distribution, **kw)
     run.fit(data, epochs=1, batch_size=batch_size, steps_per_epoch=steps, shuffle=False)
     return run
 
@@ -100,11 +100,72 @@ def resnet18_run() -> dict:
     return equal_runs(build, batch=8, steps=2, side=32, alone=False)
 
 
+def fp16_run() -> dict:
+    """mixed_float16 with dynamic loss scaling on 4 devices against one device: the same
+    steps taken (none skipped), the same loss scale, weights equal to fp16 rounding."""
+    rng = np.random.default_rng(4)
+    data = (
+        rng.normal(size=(24, 8, 8, 3)).astype("float32"),
+        rng.integers(0, 3, 24).astype("int32"),
+    )
+    runs = {
+        name: fit(tiny_classifier, name, data, batch_size=8, steps=3, precision="mixed_float16")
+        for name in ("auto", "single")
+    }
+    start = values(trainer(tiny_classifier, "single", "mixed_float16").model)
+    many, one = runs["auto"], runs["single"]
+
+    def scale(run: Trainer) -> float:
+        return float(keras.ops.convert_to_numpy(run.optimizer.dynamic_scale))
+
+    return {
+        "devices": len(many.model.trainable_variables[0].value.sharding.device_set),
+        "policy": many.model.dtype_policy.name,
+        "steps": [many.state["step"], one.state["step"]],
+        "skipped": [many.state["skipped_steps"], one.state["skipped_steps"]],
+        "scales": [scale(many), scale(one)],
+        "moved": max_difference(values(one.model), start),
+        "vs_single_relative": max_relative(values(many.model), values(one.model)),
+    }
+
+
+def detection_run() -> dict:
+    """`DetectionTask` (an SSD with a ResNet-18 backbone at 64 px, synthetic data, trained
+    batch norms) on 4 devices against one: one step of 8 images, then the task's evaluation
+    (its detections over the global batch)."""
+    from cvbench.tasks import DetectionTask, TaskOptions, prepare_run
+    from cvbench.tasks.recipes import get_recipe
+
+    recipe = get_recipe("ssd320_v1.2").with_overrides(
+        {"detection.backbone": "resnet18", "detection.freeze_batchnorm": False}, reason="test"
+    )
+    out = {}
+    for name in ("auto", "single"):
+        options = TaskOptions(model="ssd320", image_size=64, num_classes=3, recipe=recipe,
+                              synthetic_steps=1)  # fmt: skip
+        run = prepare_run(
+            DetectionTask(options), batch_size=8, precision="fp32", distribution=name, seed=5,
+            config=TrainConfig(log_every=0, progress_bar=False, seed=5, export=False),
+        )  # fmt: skip
+        run.fit(epochs=1, evaluate="none")
+        out[name] = (run.trainer, values(run.trainer.model), run.evaluate())
+    many, one = out["auto"], out["single"]
+    return {
+        "devices": len(many[0].model.trainable_variables[0].value.sharding.device_set),
+        "distribution": many[0].distribution.name,
+        "steps": [many[0].state["step"], one[0].state["step"]],
+        "vs_single_relative": max_relative(many[1], one[1]),
+        "metrics": [many[2], one[2]],
+    }
+
+
 SCENARIOS = {
     "dense": lambda: equal_runs(lambda: tiny_classifier(batchnorm=False), batch=8, steps=3),
     "batchnorm": lambda: equal_runs(tiny_classifier, batch=8, steps=3),
     "skip": skip_on_one_device,
     "resnet18": resnet18_run,
+    "fp16": fp16_run,
+    "detection": detection_run,
 }
 
 

@@ -81,3 +81,22 @@ def test_resnet18_with_batch_norm_on_four_devices_equals_one_device():
     # 2 steps of 8 images of 32 x 32; float32 sums over differently split batches round
     # differently: |a - b| / max(1, |b|) of every variable (moving variances included).
     assert result["vs_single_relative"] < 1e-4
+
+
+@pytest.mark.slow
+def test_fp16_and_a_detector_on_four_devices_train_as_one_device():
+    results = run_scenarios("fp16", "detection")
+    fp16 = results["fp16"]
+    # mixed_float16 with dynamic loss scaling: 3 steps of 8 rows, none skipped on either, the
+    # same loss scale (2**15, Keras' start, no overflow in 3 steps), weights to fp16 rounding
+    # of differently split sums (relative 1e-4, as the ResNet-18 check)
+    assert fp16["devices"] == 4 and fp16["policy"] == "mixed_float16"
+    assert fp16["steps"] == [3, 3] and fp16["skipped"] == [0, 0]
+    assert fp16["scales"][0] == fp16["scales"][1] == 2.0**15
+    assert fp16["moved"] > 1e-3 and fp16["vs_single_relative"] < 1e-4
+    det = results["detection"]
+    # DetectionTask (SSD, ResNet-18 backbone, batch norms trained: global statistics), one
+    # step of 8 synthetic images, then its evaluation: the same weights as one device
+    assert det["devices"] == 4 and det["distribution"] == "jax" and det["steps"] == [1, 1]
+    assert det["vs_single_relative"] < 1e-4
+    assert det["metrics"][0] == det["metrics"][1]
