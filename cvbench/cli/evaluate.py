@@ -43,6 +43,7 @@ def eval_command(args: argparse.Namespace) -> int:
     checkpoint = Path(args.checkpoint)
     if not checkpoint.exists():
         raise CLIError(f"--checkpoint {args.checkpoint!r} does not exist")
+    checkpoint = newest_checkpoint(checkpoint)
     use_saved_run(args, checkpoint)
     task = task_from_args(args)
     trainer = checkpoint_trainer(task, checkpoint, precision=args.precision, seed=args.seed)
@@ -55,6 +56,20 @@ def eval_command(args: argparse.Namespace) -> int:
         extra = {} if skipped is None else {"corrupt_records": skipped}
         write_json_atomic(args.json, {**results, **extra})
     return 0
+
+
+def newest_checkpoint(path: Path) -> Path:
+    """A run or checkpoint folder's newest valid checkpoint file, found once (each reading
+    after it, the run's settings and the weights, takes that file); a file as it is; a
+    folder without a valid checkpoint as it is (loading it then says so)."""
+    if not path.is_dir():
+        return path
+    from cvbench.training.checkpoint import find_checkpoint
+
+    try:
+        return find_checkpoint(path)
+    except FileNotFoundError:
+        return path
 
 
 def use_saved_run(args: argparse.Namespace, checkpoint: Path) -> None:

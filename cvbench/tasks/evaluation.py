@@ -73,9 +73,9 @@ def saved_run(path: str | Path) -> dict[str, Any]:
         if info.task == "classification":
             knobs["model.num_classes"] = len(info.class_names)
     else:
-        from cvbench.training.checkpoint import find_checkpoint, load_checkpoint
+        from cvbench.training.checkpoint import find_checkpoint, read_checkpoint_meta
 
-        meta, _ = load_checkpoint(find_checkpoint(path))
+        meta = read_checkpoint_meta(find_checkpoint(path))
         settings = meta.get("state", {}).get("settings") or {}
         if not settings.get("recipe"):
             return {}

@@ -152,6 +152,45 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray
     return meta, arrays
 
 
+def read_checkpoint_meta(path: str | os.PathLike) -> dict:
+    """A checkpoint's JSON document without reading its arrays: what a run's settings check
+    (`cvbench eval` choosing the run's recipe) needs before the weights. The sizes of the
+    archive are checked as `load_checkpoint` does (`check_archive`); the arrays' CRCs and
+    checksum are checked when they are loaded.
+
+    Raises:
+        ValueError: as `load_checkpoint`, for a file that is no cvbench checkpoint or whose
+            archive or metadata is damaged.
+    """
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(len(_ZIP_MAGIC))
+    except OSError as e:
+        raise ValueError(f"{path} is not a valid checkpoint: {e}") from e
+    if magic != _ZIP_MAGIC:
+        raise ValueError(
+            f"{path} is not a cvbench checkpoint: it is not an .npz archive"
+            if not _ZIP_MAGIC.startswith(magic)
+            else f"{path} is not a valid checkpoint: it ends after {len(magic)} bytes"
+        )
+    try:
+        check_archive(path)
+        with np.load(path, allow_pickle=False) as data:
+            if "meta" not in data.files:
+                raise ValueError(f"{path} is not a cvbench checkpoint: no cvbench metadata")
+            meta = json.loads(data["meta"].tobytes().decode("utf-8"))
+    except (OSError, EOFError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not a valid checkpoint: {e}") from e
+    except ValueError as e:
+        if str(e).startswith(str(path)):
+            raise
+        raise ValueError(f"{path} is not a valid checkpoint: {e}") from e
+    if not isinstance(meta, dict) or meta.get("format") not in _READABLE_FORMATS:
+        found = meta.get("format") if isinstance(meta, dict) else meta
+        raise ValueError(f"{path} is not a valid checkpoint: unknown format {found!r:.40}")
+    return meta
+
+
 def check_archive(path: str | os.PathLike) -> None:
     """Checks the sizes an `.npz` archive declares before anything is allocated: each member
     lies inside the file, stores as many bytes as its zip entry says (deflate at most

@@ -11,6 +11,7 @@ from cvbench.training.checkpoint import (
     CheckpointWriteError,
     find_checkpoint,
     load_checkpoint,
+    read_checkpoint_meta,
     restore_variables,
     save_checkpoint,
 )
@@ -216,3 +217,51 @@ def test_other_write_errors_are_raised_as_they_are(tmp_path, full_disk):
     with pytest.raises(PermissionError) as e:
         CheckpointManager(tmp_path).save(5, model_variables=variables(5))
     assert not isinstance(e.value, CheckpointWriteError) and e.value.errno == errno.EACCES
+
+
+def test_the_meta_alone_is_read_without_the_arrays(tmp_path, monkeypatch):
+    from cvbench.training import checkpoint as ckpt
+
+    path = save_checkpoint(tmp_path / "ckpt.npz", model_variables=variables(1), state={"e": 3})
+    full, _ = load_checkpoint(path)
+
+    def no_arrays(*args, **kwargs):
+        raise AssertionError("read_checkpoint_meta read the arrays")
+
+    monkeypatch.setattr(ckpt, "arrays_checksum", no_arrays)
+    assert read_checkpoint_meta(path) == full
+    for damage, words in [
+        (lambda b: b[:3], "ends after 3 bytes"),
+        (lambda b: b"not a zip " + b, "not an .npz archive"),
+        (lambda b: b[:200], "not a valid checkpoint"),
+    ]:
+        bad = tmp_path / "bad.npz"
+        bad.write_bytes(damage(path.read_bytes()))
+        with pytest.raises(ValueError, match=f"bad.npz.*{words}"):
+            read_checkpoint_meta(bad)
+    np.savez(tmp_path / "other.npz", x=np.zeros(2))
+    with pytest.raises(ValueError, match="other.npz is not a cvbench checkpoint: no cvbench"):
+        read_checkpoint_meta(tmp_path / "other.npz")
+    meta = np.frombuffer(json.dumps({"format": 99}).encode(), np.uint8)
+    np.savez(tmp_path / "future.npz", meta=meta)
+    with pytest.raises(ValueError, match="future.npz is not a valid checkpoint: unknown format 99"):
+        read_checkpoint_meta(tmp_path / "future.npz")
+
+
+def test_eval_reads_a_run_folders_checkpoint_arrays_once(tmp_path, monkeypatch):
+    # Regression: `cvbench eval --checkpoint RUN` read the whole checkpoint for its settings
+    # (saved_run), then again for its weights, after find_checkpoint had read it once more.
+    from cvbench.cli.evaluate import newest_checkpoint
+    from cvbench.tasks.evaluation import saved_run
+    from cvbench.training import checkpoint as ckpt
+
+    manager = CheckpointManager(tmp_path / "checkpoints")
+    manager.save(1, model_variables=variables(1), state={"settings": {}})
+    newest = manager.save(2, model_variables=variables(2), state={"settings": {}})
+    reads = []
+    real = ckpt.load_checkpoint
+    monkeypatch.setattr(ckpt, "load_checkpoint", lambda p: reads.append(p) or real(p))
+    found = newest_checkpoint(tmp_path)  # the run folder: the newest valid one, read once
+    assert found == newest and reads == [newest]
+    assert saved_run(found) == {}  # no recipe recorded: nothing to take; the meta only
+    assert reads == [newest]
