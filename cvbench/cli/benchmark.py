@@ -95,8 +95,12 @@ def benchmark_command(args: argparse.Namespace) -> int:
     )
     measured = result.throughput
     cpu = describe_cpu()
+    # training runs on every device of the distribution (JAX: all local devices of each
+    # process, the global batch sharded); inference on one device per rank
+    devices = dist.num_devices if args.mode == "train" else dist.size
     say("-" * 64)
     say(f"cpu: {cpu}")
+    say(f"devices: {devices} ({dist.name}; images/s over all of them)")
     say(measured.format())
     say("-" * 64)
     latency = None
@@ -120,6 +124,7 @@ def benchmark_command(args: argparse.Namespace) -> int:
             "steps": len(measured.window_rates) * measured.window_steps,
             "global_batch": measured.images_per_step,
             "ranks": dist.size,
+            "devices": devices,
             "cpu": cpu,
             "latency": None if latency is None else latency.to_dict(),
         }

@@ -50,10 +50,12 @@ def test_flags_reach_benchmark_cvbench(monkeypatch, tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == ["  step      img/s", "     3       10.0 img/s"]
     assert out[3] == "cpu: AMD EPYC, 2 cores, flags: avx2"  # a figure names its machine
-    assert out[4] == "Images/sec: 50.0 (2 windows: too few for a standard error; jitter = 14.8)"
+    assert out[4] == "devices: 1 (single; images/s over all of them)"
+    assert out[5] == "Images/sec: 50.0 (2 windows: too few for a standard error; jitter = 14.8)"
     summary = json.loads(path.read_text())
     assert summary["mean"] == 50.0 and summary["stderr"] is None  # strict JSON: NaN -> null
     assert summary["steps"] == 10 and summary["global_batch"] == 8 and summary["ranks"] == 1
+    assert summary["devices"] == 1
     assert summary["window_rates"] == [40.0, 60.0] and summary["cpu_images_per_sec"] == 25.0
     assert summary["model"] == "resnet18" and summary["latency"] is None
     assert summary["cpu"] == "AMD EPYC, 2 cores, flags: avx2"
@@ -102,7 +104,8 @@ def test_a_tiny_training_and_inference_benchmark(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     # Steps 2 and 3 end the two windows (after one burn-in step).
     assert [line.split()[0] for line in out[1:3]] == ["2", "3"]
-    assert out[4].startswith("cpu: ") and out[5].startswith("Images/sec: ")
+    assert out[4].startswith("cpu: ") and out[5] == "devices: 1 (single; images/s over all of them)"
+    assert out[6].startswith("Images/sec: ")
 
     path = tmp_path / "inference.json"
     argv = ["benchmark", *TINY, "--mode", "inference", "--steps", "2", "--burn-in", "1"]
@@ -112,6 +115,7 @@ def test_a_tiny_training_and_inference_benchmark(tmp_path, capsys):
     assert "| resnet18 | float32 | 32 | 2 |" in out  # the latency table's batch-2 row
     summary = json.loads(path.read_text())
     assert summary["mode"] == "inference" and summary["steps"] == 2 and summary["mean"] > 0
+    assert summary["devices"] == 1
     latencies = summary["latency"]["latencies"]
     assert [x["batch_size"] for x in latencies] == [1, 2]
     assert all(

@@ -53,3 +53,18 @@ def test_backend_flags_give_one_line_and_exit_2(flags, message, capsys):
     assert cli.main(["train", *TINY, *flags]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+@pytest.mark.slow
+def test_the_benchmark_trains_on_every_device_and_says_so(tmp_path):
+    # `cvbench benchmark` on the JAX backend: the Trainer's keras.distribution path, the
+    # global batch of 8 over 2 CPU devices; images/s count all of them
+    env = dict(os.environ, JAX_NUM_CPU_DEVICES="2", KERAS_BACKEND="jax", PYTHONPATH=str(ROOT))
+    argv = [sys.executable, "-m", "cvbench", "benchmark", *TINY, "--steps", "2", "--burn-in",
+            "1", "--log-every", "1", "--json", str(tmp_path / "bench.json")]  # fmt: skip
+    run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=500)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "devices: 2 (jax; images/s over all of them)" in run.stdout
+    summary = json.loads((tmp_path / "bench.json").read_text())
+    assert (summary["devices"], summary["ranks"], summary["global_batch"]) == (2, 1, 8)
+    assert summary["mean"] > 0
