@@ -90,8 +90,8 @@ def classifier_table(args: argparse.Namespace, workdir: Path) -> None:
 def postprocess_table(args: argparse.Namespace) -> None:
     import tensorflow as tf
 
-    from cvbench.detection.anchors import multiscale_anchors
     from cvbench.detection.postprocess import postprocess
+    from cvbench.detection.predict import Decoder, detection_settings
     from cvbench.detection.ssd import ssd320
     from cvbench.inference.serving import detections
 
@@ -100,8 +100,8 @@ def postprocess_table(args: argparse.Namespace) -> None:
     images = rng.uniform(0, 255, (args.post_batch, 320, 320, 3)).astype("float32")
     outputs = model.predict(images, batch_size=args.post_batch, verbose=0)
     codes, logits = outputs["boxes"], outputs["classes"]
-    anchors = multiscale_anchors(320)
-    post = {"iou_threshold": 0.6, "score_threshold": 1e-8, "max_per_class": 100, "max_total": 100}
+    settings = detection_settings()  # SSD320 v1.2's: what its model files record
+    anchors, post = Decoder(settings, (320, 320)).anchors, settings["postprocess"]
     graph = tf.function(lambda c, lg: detections(c, lg, anchors, **post))
     tf_codes, tf_logits = tf.constant(codes), tf.constant(logits)
     fns = {

@@ -79,12 +79,12 @@ def inference_model(model: CvbenchModel, precision: str) -> keras.Model:
 
 
 def ssd_postprocess(model: CvbenchModel) -> Callable[[Any], Any]:
-    """SSD320's post-processing (decode over its task's anchors, per-class NMS) as
-    `outputs -> detections`."""
-    from cvbench.detection.postprocess import postprocess
+    """SSD320's post-processing with its task's detection settings (`Decoder`: decode over
+    the anchors, per-class NMS) as `outputs -> detections`."""
+    from cvbench.detection.predict import Decoder
 
-    anchors = model.task.anchors
-    return lambda outputs: postprocess(outputs["boxes"], outputs["classes"], anchors)
+    task = model.task
+    return Decoder(task.detection_settings, (task.image_size, task.image_size))
 
 
 def cvbench_inference(
