@@ -15,8 +15,8 @@ transparent pixels over white) and their EXIF orientation is not applied, as in 
 Given the model's `ModelInfo` (as `classify`, `detect` and `cvbench predict` give it), RGB and
 grayscale JPEG files are decoded as the model's training pipeline decoded them instead: by
 libjpeg-turbo through `simplejpeg`, with the info's `dct_method` and `fancy_upscaling`, the
-pixels of TensorFlow's `decode_jpeg` with those options (tests/inference/test_images.py checks
-them equal; Pillow's differ by a few levels, up to 14 against DLE's options). A JPEG that
+pixels of TensorFlow's `decode_jpeg` with those options (tests/inference/test_jpeg_decoding.py
+checks them equal; Pillow's differ by a few levels, up to 14 against DLE's options). A JPEG that
 `simplejpeg` refuses (a libjpeg warning, a truncated file) goes to Pillow, which decides.
 Pixels wider than 8 bits are brought to `[0, 255]` by a fixed rule:
 
