@@ -96,18 +96,8 @@ def save_checkpoint(
     return path
 
 
-def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
-    """Reads a checkpoint file completely: every array is decompressed and CRC-checked, and
-    the arrays' SHA-256 is compared with the one stored at writing (format 2).
-
-    Returns:
-        `(meta, arrays)`: the JSON document and the arrays by key ("model/0", ...).
-
-    Raises:
-        ValueError: `"<path> is not a cvbench checkpoint: ..."` for a file of another kind
-            (not an `.npz` archive, or one without cvbench's metadata); `"<path> is not a
-            valid checkpoint: ..."` for a damaged one (truncated, bit-flipped), saying why.
-    """
+def _check_zip_magic(path: str | os.PathLike) -> None:
+    """Raises `ValueError` unless `path` starts as a zip archive (an `.npz`) does."""
     try:
         with open(path, "rb") as f:
             magic = f.read(len(_ZIP_MAGIC))
@@ -121,6 +111,21 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray
             f"{path} is not a cvbench checkpoint: it is not an .npz archive (checkpoints are "
             "the ckpt-<step>.npz files the Trainer writes in <log dir>/checkpoints)"
         )
+
+
+def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
+    """Reads a checkpoint file completely: every array is decompressed and CRC-checked, and
+    the arrays' SHA-256 is compared with the one stored at writing (format 2).
+
+    Returns:
+        `(meta, arrays)`: the JSON document and the arrays by key ("model/0", ...).
+
+    Raises:
+        ValueError: `"<path> is not a cvbench checkpoint: ..."` for a file of another kind
+            (not an `.npz` archive, or one without cvbench's metadata); `"<path> is not a
+            valid checkpoint: ..."` for a damaged one (truncated, bit-flipped), saying why.
+    """
+    _check_zip_magic(path)
     try:
         check_archive(path)
         with np.load(path, allow_pickle=False) as data:
@@ -162,17 +167,7 @@ def read_checkpoint_meta(path: str | os.PathLike) -> dict:
         ValueError: as `load_checkpoint`, for a file that is no cvbench checkpoint or whose
             archive or metadata is damaged.
     """
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(len(_ZIP_MAGIC))
-    except OSError as e:
-        raise ValueError(f"{path} is not a valid checkpoint: {e}") from e
-    if magic != _ZIP_MAGIC:
-        raise ValueError(
-            f"{path} is not a cvbench checkpoint: it is not an .npz archive"
-            if not _ZIP_MAGIC.startswith(magic)
-            else f"{path} is not a valid checkpoint: it ends after {len(magic)} bytes"
-        )
+    _check_zip_magic(path)
     try:
         check_archive(path)
         with np.load(path, allow_pickle=False) as data:
