@@ -2,10 +2,12 @@
 data parallelism.
 
 `--backend` sets `KERAS_BACKEND` for the run, so it must come before Keras starts (the
-command imports Keras only after parsing). On JAX the Trainer trains on every local device
-(`keras.distribution.DataParallel`); `--devices N` takes the first N of each process. Several
-processes (one command per host, or several on one host) are started with the variables
-`keras.distribution.initialize()` reads, the same three on every process but its id:
+command imports Keras only after parsing); `--deterministic` on JAX adds XLA's determinism
+flag to `XLA_FLAGS` before JAX starts (`cvbench.training.determinism`). On JAX the Trainer
+trains on every local device (`keras.distribution.DataParallel`); `--devices N` takes the
+first N of each process. Several processes (one command per host, or several on one host)
+are started with the variables `keras.distribution.initialize()` reads, the same three on
+every process but its id:
 
     KERAS_DISTRIBUTION_JOB_ADDRESSES=host0:1234 KERAS_DISTRIBUTION_NUM_PROCESSES=2 \\
     KERAS_DISTRIBUTION_PROCESS_ID=0 cvbench train --backend jax ...
@@ -41,9 +43,19 @@ def add_backend_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _deterministic_xla() -> None:
+    import keras
+
+    if keras.config.backend() == "jax":
+        from cvbench.training.determinism import request_deterministic_xla
+
+        request_deterministic_xla()  # XLA reads XLA_FLAGS once, when JAX starts
+
+
 def distribution_from_args(args: argparse.Namespace) -> Any:
     """The Trainer's distribution for --backend / --devices ("auto" without --devices);
-    sets `KERAS_BACKEND` for --backend first.
+    sets `KERAS_BACKEND` for --backend first, then (--deterministic on JAX) XLA's
+    determinism flag, before anything starts JAX.
 
     Raises:
         CLIError: Keras already runs another backend; --devices without JAX, or more devices
@@ -56,6 +68,8 @@ def distribution_from_args(args: argparse.Namespace) -> Any:
         if running is not None and running != backend:
             raise CLIError(f"--backend {backend}: Keras already runs the {running} backend")
         os.environ["KERAS_BACKEND"] = backend
+    if getattr(args, "deterministic", False):
+        _deterministic_xla()
     devices = getattr(args, "devices", None)
     if devices is None:
         return "auto"

@@ -1,6 +1,7 @@
 """Training: the Horovod-aware Trainer, its configuration, optimizers and schedules."""
 
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
+from cvbench.training.determinism import request_deterministic_xla
 from cvbench.training.distributed import Distribution, Horovod, SingleProcess, get_distribution
 from cvbench.training.optimizers import LARS, MomentumSGD, build_optimizer
 from cvbench.training.schedules import WarmupSchedule, build_schedule
@@ -24,4 +25,5 @@ __all__ = [
     "build_optimizer",
     "build_schedule",
     "get_distribution",
+    "request_deterministic_xla",
 ]

@@ -223,7 +223,9 @@ class TrainConfig:
         burn_in_steps: steps left out of the final `Images/sec` summary.
         progress_bar: show a progress bar on rank 0 ("auto": on a terminal or in a Jupyter kernel).
         seed: seeds Python, NumPy and the backend before the model is built.
-        deterministic: also make TensorFlow ops deterministic (bit-exact reruns and resumes).
+        deterministic: also make the backend's ops deterministic (bit-exact reruns and
+            resumes): TensorFlow's op determinism; on JAX GPUs XLA's deterministic kernels,
+            whose flag must be set before JAX starts (`cvbench.training.determinism`).
         jit_compile: XLA-compile the train step: "auto" lets Keras decide (off under Horovod,
             whose operations have no XLA kernels in this build).
         compression: "fp16" compresses gradients for the allreduce; only with

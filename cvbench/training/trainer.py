@@ -25,6 +25,7 @@ from typing import Any
 import keras
 
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
+from cvbench.training.determinism import enable_determinism
 from cvbench.training.distributed import Distribution, get_distribution
 from cvbench.training.epoch_loop import rank_source, run_epochs
 from cvbench.training.evaluation import evaluate_trainer
@@ -117,6 +118,8 @@ class Trainer(_TrainerCheckpoints):
         self.config = config or TrainConfig()
         self.model_info = model_info
         self.export_transform = export_transform
+        if self.config.deterministic:  # JAX: before get_distribution starts its backend
+            enable_determinism(keras.config.backend())
         self.distribution = get_distribution(distribution)
         self.precision = resolve_precision(precision)
         if self.config.compression == "fp16" and self.precision != "mixed_float16":
@@ -211,10 +214,6 @@ class Trainer(_TrainerCheckpoints):
             seed = 0
         if seed is not None:
             keras.utils.set_random_seed(seed)
-        if self.config.deterministic and keras.config.backend() == "tensorflow":
-            import tensorflow as tf
-
-            tf.config.experimental.enable_op_determinism()
 
     def _jit_compile(self) -> bool | str:
         # Horovod ranks run without XLA by default; JAX's one step over the global batch is jitted.
