@@ -10,7 +10,6 @@ passed. The update now runs in its own graph, called only for finite gradients."
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -18,6 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+from compare_runs import read_run  # noqa: E402
 
 HOLD_CLI = Path(__file__).with_name("hold_cli.py")
 ENV = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
@@ -56,20 +59,6 @@ def _start(argv: list[str], log_dir: Path, nan_step: int | None) -> subprocess.P
     )
 
 
-def _outcome(log_dir: Path) -> tuple[dict[str, dict[str, np.ndarray]], dict[int, tuple]]:
-    """Every checkpoint's arrays (metadata included) and each logged step's loss and skip."""
-    checkpoints = {}
-    for path in sorted((log_dir / "checkpoints").glob("ckpt-*.npz")):
-        with np.load(path) as data:
-            checkpoints[path.name] = {k: data[k] for k in data.files}
-    steps = {}
-    for line in (log_dir / "train_log.jsonl").read_text().splitlines():
-        entry = json.loads(line)
-        if entry.get("event") == "step":
-            steps[entry["step"]] = (entry["loss"], entry["skipped"])
-    return checkpoints, steps
-
-
 CASES = [
     (model, batch, nan_step)
     for model in ("resnet18", "ssd320")
@@ -92,7 +81,7 @@ def test_two_deterministic_runs_are_bit_identical(
     for run in runs:
         out, _ = run.communicate(timeout=900)
         assert run.returncode == 0, out[-3000:]
-    (ckpt_a, steps_a), (ckpt_b, steps_b) = _outcome(tmp_path / "a"), _outcome(tmp_path / "b")
+    (ckpt_a, steps_a), (ckpt_b, steps_b) = read_run(tmp_path / "a"), read_run(tmp_path / "b")
     per_epoch = 6 if (model == "resnet18" and batch == 4) else 3
     total = 2 * per_epoch
     assert sorted(steps_a) == list(range(1, total + 1))
