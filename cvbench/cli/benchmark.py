@@ -3,7 +3,8 @@
 The same code as `benchmarks/train_throughput.py` times the model (the Trainer's compiled
 step, or a compiled forward pass) in windows of steps; `Trainer.benchmark` uses the same
 timing (`cvbench.training.throughput.measure_throughput`). Under `horovodrun` every rank
-runs the command; only rank 0 prints.
+runs the command; only rank 0 prints. On the JAX backend training runs on every local device
+(`--devices N`: the first N, through `keras.distribution` even for N = 1), as `cvbench train`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import argparse
 
 from cvbench.cli.args import non_negative_int, positive_int, positive_int_list
+from cvbench.cli.backend_args import add_backend_flags, distribution_from_args
+from cvbench.cli.errors import CLIError
 from cvbench.cli.task_args import add_model_and_data, report_corrupt, task_from_args
 
 #: `cvbench benchmark`'s steps per timed window (one progress line each).
@@ -55,19 +58,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--latency-calls", type=positive_int, default=20, help="timed calls per size (20)"
     )
     p.add_argument("--json", default=None, help="also write the result to this JSON file")
+    add_backend_flags(p)
     p.set_defaults(func=benchmark_command)
 
 
 def benchmark_command(args: argparse.Namespace) -> int:
     """Runs `cvbench benchmark` through `cvbench.benchmark.benchmark_cvbench`, the code path
     of `benchmarks/train_throughput.py`."""
+    if args.devices is not None and args.mode != "train":
+        raise CLIError("--devices is for --mode train (inference runs on one device per rank)")
+    # First: --backend must be set before Keras starts, jax.distributed before JAX runs.
+    distribution = distribution_from_args(args)
     from cvbench.benchmark.results import jsonable
     from cvbench.benchmark.run import benchmark_cvbench, benchmark_latency
     from cvbench.training.distributed import get_distribution
     from cvbench.training.step_timing import endless_batches
     from cvbench.utils.cpu import describe_cpu
 
-    dist = get_distribution("auto")
+    dist = get_distribution(distribution)
     seed = 0 if args.seed is None else args.seed
     # The model's recipe resolved as `cvbench train` resolves it: the same model, optimizer,
     # schedule, loss scaling and input size.
