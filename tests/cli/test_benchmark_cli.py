@@ -97,6 +97,21 @@ def test_unknown_model_is_one_line(capsys):
     )
 
 
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--mode", "inference", "--devices", "1"], "--devices is for --mode train"),
+        (["--devices", "2"], "--devices is for the JAX backend (--backend jax), not tensorflow"),
+        (["--backend", "jax"], "--backend jax: Keras already runs the tensorflow backend"),
+    ],
+)
+def test_backend_flags_give_one_line_and_exit_2(flags, message, capsys):
+    # This suite's Keras runs on TensorFlow (the tests not marked backend_agnostic).
+    assert cli.main(["benchmark", *TINY, *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
 @pytest.mark.slow  # a ResNet-18 train step and forward passes compiled
 def test_a_tiny_training_and_inference_benchmark(tmp_path, capsys):
     argv = ["benchmark", *TINY, "--steps", "2", "--burn-in", "1", "--log-every", "1"]
