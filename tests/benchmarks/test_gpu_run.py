@@ -1,0 +1,58 @@
+"""`benchmarks/gpu_run.sh`, the prepared GPU run, at tiny sizes on the CPU (`TINY=1`) with
+TensorFlow imports failing as on the GPU machine (which has none): every case runs and writes
+its JSON, the determinism pairs are compared, and the summary table is printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_gpu_run_runs_every_case_without_tensorflow(tmp_path):
+    blocker = tmp_path / "no_tf" / "tensorflow"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('no TensorFlow on the GPU machine')\n")
+    out = tmp_path / "out"
+    env = dict(
+        os.environ,
+        OUT=str(out),
+        TINY="1",
+        BUDGET="1200",
+        PYTHON=sys.executable,
+        PYTHONPATH=str(blocker.parent),
+    )
+    env.pop("KERAS_BACKEND", None)  # the script sets jax
+    run = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_run.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1300,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    names = sorted(p.name for p in out.iterdir())
+    cases = ("bf16", "fp16", "fp16_deterministic", "fp16_distribution")
+    benches = [f"bench_{case}.json" for case in cases]
+    assert names == sorted([*benches, "determinism.json", "log.txt", "suite.json", "suite.md"])
+    # XLA:CPU is deterministic: both pairs are identical here (on the H200 the seed-only pair
+    # differed); 1 epoch of 3 steps, checkpoints at steps 2 and 3.
+    for flags, result in json.loads((out / "determinism.json").read_text()).items():
+        assert result["identical"] and result["checkpoints"] == 2 and result["steps"] == 3, flags
+    for name in benches:
+        result = json.loads((out / name).read_text())
+        assert result["devices"] == 1 and result["global_batch"] == 4 and result["mean"] > 0
+    log = (out / "log.txt").read_text()
+    assert "devices: 1 (jax; images/s over all of them)" in log  # --devices 1
+    assert "devices: 1 (single; images/s over all of them)" in log  # auto on one device
+    suite = json.loads((out / "suite.json").read_text())
+    assert {r["model"] for r in suite["throughput"]} == {"resnet50", "ssd320"}
+    assert "| fp16_distribution |" in run.stdout
+    assert "determinism, --deterministic --seed 1: identical=True" in run.stdout
