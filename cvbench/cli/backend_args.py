@@ -47,7 +47,7 @@ def _deterministic_xla() -> None:
     import keras
 
     if keras.config.backend() == "jax":
-        from cvbench.training.determinism import request_deterministic_xla
+        from cvbench.training import request_deterministic_xla
 
         request_deterministic_xla()  # XLA reads XLA_FLAGS once, when JAX starts
 
