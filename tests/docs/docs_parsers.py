@@ -223,7 +223,9 @@ def parse_command(cmd: Command, block: list[Command], built_tags: set[str]) -> N
             raise CommandError(f"{cmd}: only the venv made above is sourced")
         if not any(c.argv[:4] == ["python", "-m", "venv", ".venv"] for c in block):
             raise CommandError(f"{cmd}: no `python -m venv .venv` in the block")
-    elif program.startswith("scripts/"):
+    elif program.startswith("scripts/") or (
+        program.startswith("benchmarks/") and program.endswith(".sh")
+    ):
         parse_shell_script(cmd)
     else:
         raise CommandError(f"{cmd}: no parser for {program!r} (tests/docs/docs_parsers.py)")

@@ -173,6 +173,8 @@ def test_run_refuses_commands_that_change_the_machine(tmp_path):
         ("docker run --gpus all other:image", "runs none of"),
         ("HOROVOD_NO_SUCH_VAR=1 scripts/build_horovod.sh", "does not read"),
         ("scripts/no_such_script.sh", "not an executable"),
+        ("NO_SUCH_VAR=1 benchmarks/gpu_run.sh", "does not read"),
+        ("benchmarks/train_throughput.py --json x", "no parser"),
         (". other/bin/activate", "only the venv"),
         ("curl https://example.com", "no parser"),
     ],
@@ -189,6 +191,7 @@ def test_parse_mode_accepts_the_real_thing():
         "horovodrun -np 16 -H node1:8,node2:8 -p 12345 cvbench train --model resnet50 "
         "--data-dir d --precision fp16\n"
         "HOROVOD_GPU_OPERATIONS=NCCL PYTHON=python scripts/build_horovod.sh\n"
+        "OUT=h200 BUDGET=555 WHEELS=.whl benchmarks/gpu_run.sh\n"
         "docker build --build-arg TF_VERSION=2.21.0 -t cvbench:gpu .\n"
         "KERAS_BACKEND=jax timeout 9 python benchmarks/train_throughput.py --precisions fp16\n"
         'make demo\npip install ".[gpu]"\n'
