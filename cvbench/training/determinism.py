@@ -16,14 +16,14 @@ step losses (`tests/reliability/test_deterministic_runs.py`):
   whose `XLA_FLAGS` lack the flag raises `RuntimeError` saying so, instead of training
   nondeterministically.
 
-This module imports neither Keras nor JAX at import time, so the CLI can call
-`request_deterministic_xla` before either starts.
+Nothing here starts JAX's backend before the flag is set: importing Keras or JAX does not
+start it (a first array or device query does), so the CLI can call `request_deterministic_xla`
+after Keras is imported with `--backend jax`, and the Trainer before its distribution.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import MutableMapping
 
 #: The XLA option that makes XLA:GPU use deterministic kernels only.
@@ -77,7 +77,7 @@ def enable_determinism(backend: str) -> None:
 
         tf.config.experimental.enable_op_determinism()
     elif backend == "jax":
-        if "jax" not in sys.modules or not _jax_backend_started():
+        if not _jax_backend_started():
             request_deterministic_xla()  # XLA reads it when the backend starts
             return
         import jax
