@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from types import SimpleNamespace
 
 import keras
 import pytest
+from ports import free_port
 
 from cvbench.cli.backend_args import distribution_from_args
 from cvbench.training import determinism
@@ -197,12 +197,6 @@ def test_two_deterministic_runs_on_four_jax_devices_are_bit_identical(
     _assert_identical(tmp_path / "a", tmp_path / "b", steps=6, skipped=[nan_step] * bool(nan_step))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_deterministic_runs_on_two_jax_processes_are_bit_identical(records, tmp_path):
     # 2 processes x 2 CPU devices, each process reading one of the 2 training shards (12
@@ -210,7 +204,7 @@ def test_two_deterministic_runs_on_two_jax_processes_are_bit_identical(records, 
     argv = ["train", "--model", "resnet18", "--batch-size", "4", "--data-dir", str(records),
             "--image-size", "32", "--num-classes", "6", *COMMON]  # fmt: skip
     for run in "ab":  # one run (two processes) at a time
-        port = _free_port()
+        port = free_port()
         env = dict(ENV, JAX_NUM_CPU_DEVICES="2", KERAS_DISTRIBUTION_NUM_PROCESSES="2",
                    KERAS_DISTRIBUTION_JOB_ADDRESSES=f"localhost:{port}")  # fmt: skip
         processes = [

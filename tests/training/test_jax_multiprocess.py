@@ -7,23 +7,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 ENV = dict(os.environ, KERAS_BACKEND="jax", JAX_NUM_CPU_DEVICES="2", TF_CPP_MIN_LOG_LEVEL="2",
            PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE)]))  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(phase: str, run_dir: Path, processes: int = 2) -> dict:
