@@ -1,0 +1,467 @@
+"""The one way cvbench touches a user's paths: listing, reading inputs, writing outputs.
+
+Every rule about a user's files is written here once, and every module uses these functions
+for the paths a user gives (data folders, images, annotations, checkpoints, model files, the
+run folder, outputs):
+
+- **Paths are never patterns.** `match_files(folder, pattern)` lists `folder` as a literal
+  path and matches only file *names* against `pattern`; `[`, `*` and `?` in a folder name
+  mean themselves (`glob.glob` on `out[12]` would read `out1` and `out2`).
+- **Inputs are regular files read with a bound.** `open_input` refuses what is not a regular
+  file (a FIFO would block forever, a device such as `/dev/zero` never ends) before reading a
+  byte, without blocking on a FIFO (`O_NONBLOCK`); `read_input` also refuses a file over its
+  size limit before allocating, and reads at most the limit (a file that grows meanwhile).
+- **JSON is bounded in size and depth.** `loads_json` refuses nesting deeper than
+  `MAX_JSON_DEPTH` before parsing (Python's parser recurses: `'[' * 100000` would raise
+  `RecursionError`), with a vectorized scan that strings cannot fool.
+- **Writes never follow a link.** `open_output` opens with `O_NOFOLLOW` (a planted
+  `run/train_log.jsonl -> ../victim` is refused, not truncated); `owned_folder` refuses a link
+  or a non-folder anywhere between the folder cvbench owns and the file it writes.
+- **An output never replaces an input or a file cvbench did not write.** `check_output`
+  refuses an output that is, or holds, one of the run's inputs, and replaces an existing file
+  only with `overwrite` *and* when `is_ours` says cvbench wrote it (its own marker, never a
+  guess from magic bytes).
+
+Each refusal raises `BadFileError` (exit 1 in the `cvbench` command) or `ValueError` (a bad
+argument: exit 2), naming the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import fnmatch
+import json
+import os
+import re
+import stat
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from cvbench.utils.errors import BadFileError
+
+#: The deepest JSON nesting any cvbench reader accepts (COCO annotations need 4, model
+#: configurations a few dozen; Python's own parser fails near 1000).
+MAX_JSON_DEPTH = 200
+#: What each kind of non-regular file is called in a message.
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+#: A JSON string (with its escapes), removed before the depth is counted.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def _kind(mode: int) -> str:
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_regular(path: str | os.PathLike, *, what: str = "file") -> os.stat_result:
+    """The `stat` of `path` (links followed) when it is a regular file.
+
+    Raises:
+        FileNotFoundError: `path` does not exist (a dangling link included).
+        BadFileError: `path` is a folder, FIFO, device or socket, named as such.
+
+    Example:
+        >>> check_regular("/dev/null", what="image")
+        Traceback (most recent call last):
+        ...
+        cvbench.utils.errors.BadFileError: image /dev/null is a character device, not a regular file
+    """
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise BadFileError(f"{what} {os.fspath(path)} is {_kind(st.st_mode)}, not a regular file")
+    return st
+
+
+def open_input(path: str | os.PathLike, *, what: str = "file") -> IO[bytes]:
+    """Opens `path` for binary reading once it is known to be a regular file.
+
+    The check is made on the opened descriptor (`fstat`), so a file swapped between a check
+    and the open cannot slip through, and the open itself never blocks (`O_NONBLOCK`: opening
+    a FIFO for reading would wait for a writer).
+
+    Raises:
+        FileNotFoundError, PermissionError: as `open` would.
+        BadFileError: not a regular file.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadFileError(
+                f"{what} {os.fspath(path)} is {_kind(st.st_mode)}, not a regular file"
+            )
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_input(path: str | os.PathLike, *, limit: int, what: str = "file", flag: str = "") -> bytes:
+    """The bytes of the regular file `path`, refused when over `limit` bytes.
+
+    The size is checked from `fstat` before anything is allocated, and at most `limit + 1`
+    bytes are read (a file that grows after the check is refused too).
+
+    Args:
+        path: the file.
+        limit: the largest size accepted, in bytes.
+        what: what the file is, for the message ("image", "annotations file", ...).
+        flag: the option that raises the limit, named in the message when given.
+
+    Raises:
+        BadFileError: not a regular file, or over `limit`.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> _ = Path(d, "a.txt").write_bytes(b"12345")
+        >>> read_input(Path(d, "a.txt"), limit=5)
+        b'12345'
+        >>> read_input(Path(d, "a.txt"), limit=4, what="class list")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        cvbench.utils.errors.BadFileError: class list .../a.txt has 5 bytes, over the limit of 4...
+    """
+    with open_input(path, what=what) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise _over_limit(path, what, size, limit, flag)
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise _over_limit(path, what, len(data), limit, flag)
+    return data
+
+
+def _over_limit(path, what: str, size: int, limit: int, flag: str) -> BadFileError:
+    hint = f"; pass {flag} N to raise it" if flag else ""
+    return BadFileError(
+        f"{what} {os.fspath(path)} has {size} bytes, over the limit of {limit} bytes{hint}"
+    )
+
+
+def json_depth(data: bytes | str) -> int:
+    """The deepest nesting of arrays and objects in the JSON text `data` (0 for a scalar),
+    counted without parsing: strings are removed first, so brackets inside them do not
+    count.
+
+    Example:
+        >>> json_depth(b'{"a": [1, {"b": "[[[["}]}')
+        3
+        >>> json_depth("[" * 5 + "]" * 5)
+        5
+        >>> json_depth(b'"plain"')
+        0
+    """
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    raw = _JSON_STRING.sub(b'""', raw)
+    codes = np.frombuffer(raw, dtype=np.uint8)
+    step = np.zeros(codes.shape, dtype=np.int64)
+    step[(codes == ord("[")) | (codes == ord("{"))] = 1
+    step[(codes == ord("]")) | (codes == ord("}"))] = -1
+    return int(np.cumsum(step).max(initial=0))
+
+
+def loads_json(data: bytes | str, *, source: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """`json.loads(data)` for text read from `source`, with its nesting bounded.
+
+    Raises:
+        BadFileError: naming `source`, when the text is nested deeper than `max_depth`, is
+            not UTF-8, or is not valid JSON.
+
+    Example:
+        >>> loads_json(b'{"a": [1, 2]}', source="x.json")
+        {'a': [1, 2]}
+        >>> loads_json(b"[" * 100000, source="x.json")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        cvbench.utils.errors.BadFileError: x.json: JSON nested 100000 levels deep, over the limit...
+        >>> loads_json(b"{", source="x.json")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        cvbench.utils.errors.BadFileError: x.json is not valid JSON: Expecting ...
+    """
+    depth = json_depth(data)
+    if depth > max_depth:
+        raise BadFileError(
+            f"{source}: JSON nested {depth} levels deep, over the limit of {max_depth}"
+        )
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise BadFileError(f"{source} is not valid JSON: {e}") from None
+
+
+def read_json(
+    path: str | os.PathLike, *, limit: int, what: str = "JSON file", flag: str = ""
+) -> Any:
+    """The decoded JSON of the regular file `path`: `read_input` then `loads_json`."""
+    return loads_json(read_input(path, limit=limit, what=what, flag=flag), source=os.fspath(path))
+
+
+def match_files(folder: str | os.PathLike, pattern: str) -> list[Path]:
+    """The regular files in `folder` whose names match the shell pattern `pattern`, sorted.
+
+    `folder` is a literal path: glob characters in it mean themselves. `pattern` may name
+    sub-folders (`train/*.tfrecord`); only its last part is a pattern, the parts before it
+    are literal too. Links to regular files count; dangling links, folders, FIFOs do not.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp(), "out[12]")
+        >>> d.mkdir()
+        >>> for name in ("a-1", "a-2", "b-1"):
+        ...     _ = (d / name).write_bytes(b"")
+        >>> [p.name for p in match_files(d, "a-?")]
+        ['a-1', 'a-2']
+    """
+    root = Path(folder)
+    *parents, name_pattern = Path(pattern).parts or ("*",)
+    root = root.joinpath(*parents)
+    try:
+        names = os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = []
+    for name in names:
+        if fnmatch.fnmatchcase(name, name_pattern):
+            path = root / name
+            try:
+                if stat.S_ISREG(os.stat(path).st_mode):
+                    found.append(path)
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def owned_folder(root: str | os.PathLike, *parts: str, create: bool = True) -> Path:
+    """`root / parts...`, a folder cvbench owns and writes into, made where missing.
+
+    Every part below `root` must be a real folder, never a link (a planted
+    `run/checkpoints -> /elsewhere` would send cvbench's writes outside the run). `root`
+    itself may be a link: the user chose it.
+
+    Raises:
+        BadFileError: a part is a link or not a folder.
+    """
+    path = Path(root)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
+    for part in parts:
+        path = path / part
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            if not create:
+                return path
+            os.mkdir(path)
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise BadFileError(
+                f"{path} is a symbolic link; cvbench writes only into folders it made, "
+                "never through a link: remove it"
+            )
+        if not stat.S_ISDIR(st.st_mode):
+            raise BadFileError(f"{path} is {_kind(st.st_mode)}, where cvbench keeps a folder")
+    return path
+
+
+def refuse_link(path: str | os.PathLike) -> None:
+    """Raises `BadFileError` when `path` is a symbolic link (cvbench writes no file through
+    one); nothing when it is anything else or missing."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise BadFileError(
+            f"{os.fspath(path)} is a symbolic link; cvbench never writes through a link: "
+            "remove it or choose another path"
+        )
+
+
+def open_output(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> IO:
+    """Opens a file cvbench writes in place (a log it appends to, a lock it truncates),
+    never through a symbolic link (`O_NOFOLLOW`).
+
+    Args:
+        path: the file.
+        mode: "w", "wb" (truncate), "a", "ab" (append), "r+", "r+b" (read and write, made
+            when missing).
+        **kwargs: passed to `os.fdopen` (for example `encoding`).
+
+    Raises:
+        BadFileError: `path` is a symbolic link, or not a regular file.
+    """
+    base = {"w": os.O_WRONLY | os.O_TRUNC, "a": os.O_WRONLY | os.O_APPEND, "r+": os.O_RDWR}
+    key = mode.replace("b", "")
+    if key not in base:
+        raise ValueError(f"open_output mode must be w, a or r+ (with b), got {mode!r}")
+    flags = base[key] | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            refuse_link(path)
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadFileError(
+                f"{os.fspath(path)} is {_kind(st.st_mode)}, where cvbench writes a file"
+            )
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return os.fdopen(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _same_or_inside(path: Path, other: Path) -> bool:
+    """Whether `other` is `path` (the same file, links resolved) or lies inside it."""
+    try:
+        if path.exists() and other.exists() and os.path.samefile(path, other):
+            return True
+    except OSError:
+        pass
+    real, other_real = path.resolve(), other.resolve()
+    return other_real == real or real in other_real.parents
+
+
+def check_output(
+    path: str | os.PathLike,
+    *,
+    inputs: Iterable[str | os.PathLike] = (),
+    overwrite: bool = False,
+    is_ours: Callable[[Path], bool] | None = None,
+    flag: str = "--overwrite",
+) -> Path:
+    """Checks, before any work, that cvbench may write `path`; returns it as a `Path`.
+
+    - `path` may not be, or hold, one of `inputs` (the checkpoint, model or annotations the
+      command reads), with or without `overwrite`;
+    - `path` may not be a symbolic link;
+    - an existing `path` is replaced only with `overwrite`, and, when `is_ours` is given, only
+      if `is_ours(path)` says cvbench wrote it.
+
+    Raises:
+        ValueError: naming the path and what to do instead (exit 2 in the command).
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "ckpt.npz").write_bytes(b"x")
+        >>> check_output(d / "ckpt.npz", inputs=[d / "ckpt.npz"])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: .../ckpt.npz is an input of this command (.../ckpt.npz); it is never...
+    """
+    out = Path(path)
+    if os.fspath(path) == "":
+        raise ValueError("the output path is empty: name a file or folder")
+    for source in inputs:
+        source = Path(source)
+        if _same_or_inside(out, source):
+            raise ValueError(
+                f"{out} is an input of this command ({source}); it is never overwritten: "
+                "write elsewhere"
+            )
+    if out.is_symlink():
+        raise ValueError(
+            f"{out} is a symbolic link; cvbench never writes through a link: remove it or "
+            "write elsewhere"
+        )
+    if out.exists():
+        if not overwrite:
+            raise ValueError(f"{out} exists; pass {flag} to replace it")
+        if is_ours is not None and not is_ours(out):
+            raise ValueError(
+                f"{out} exists and was not written by cvbench; {flag} replaces only cvbench's "
+                "own outputs: move it or write elsewhere"
+            )
+    return out
+
+
+#: The list, in each folder cvbench writes single files into, of the files it wrote there
+#: (name -> size and SHA-256): the marker by which `--overwrite` knows its own outputs.
+OUTPUTS_LIST = ".cvbench-outputs.json"
+_OUTPUTS_LIST_LIMIT = 16 << 20
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open_input(path) as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_outputs_list(folder: Path) -> dict[str, Any]:
+    listing = folder / OUTPUTS_LIST
+    try:
+        data = read_json(listing, limit=_OUTPUTS_LIST_LIMIT, what="output list")
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except BadFileError:
+        return {}  # a damaged list claims nothing: every file counts as the user's
+    return data if isinstance(data, dict) else {}
+
+
+def record_output(path: str | os.PathLike) -> None:
+    """Records the file `path`, just written by cvbench, in its folder's `OUTPUTS_LIST`, so
+    that a later `--overwrite` may replace it (`written_by_cvbench`)."""
+    from cvbench.utils.io import write_json_atomic
+
+    path = Path(path)
+    listing = _read_outputs_list(path.parent)
+    listing[path.name] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+    refuse_link(path.parent / OUTPUTS_LIST)
+    write_json_atomic(path.parent / OUTPUTS_LIST, listing)
+
+
+def written_by_cvbench(path: str | os.PathLike) -> bool:
+    """Whether the regular file `path` is one cvbench wrote and nobody changed since: named
+    in its folder's `OUTPUTS_LIST` with the same size and SHA-256.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "r.json").write_text("[]")
+        >>> written_by_cvbench(d / "r.json")
+        False
+        >>> record_output(d / "r.json")
+        >>> written_by_cvbench(d / "r.json")
+        True
+        >>> _ = (d / "r.json").write_text("[1]")  # changed by the user since
+        >>> written_by_cvbench(d / "r.json")
+        False
+    """
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    entry = _read_outputs_list(path.parent).get(path.name)
+    if not isinstance(entry, dict) or entry.get("size") != st.st_size:
+        return False
+    try:
+        return entry.get("sha256") == _sha256(path)
+    except (OSError, BadFileError):
+        return False
