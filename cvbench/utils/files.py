@@ -316,6 +316,10 @@ def open_output(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> IO:
     except OSError as e:
         if e.errno == errno.ELOOP:
             refuse_link(path)
+        if e.errno == errno.ENXIO:  # a FIFO without a reader, a device without its driver
+            raise BadFileError(
+                f"{os.fspath(path)} is {_kind(os.stat(path).st_mode)}, where cvbench writes a file"
+            ) from None
         raise
     try:
         st = os.fstat(fd)
