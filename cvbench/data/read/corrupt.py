@@ -16,12 +16,16 @@ Two kinds of damage reach a reader:
 With `skip_corrupt=False` (the default) both become an `InvalidArgumentError` whose message
 names the file (and record) and suggests `skip_corrupt=True`. With `skip_corrupt=True` the
 damaged records are dropped, a line is printed to stderr for each, and a
-`CorruptRecordCounter` counts them.
+`CorruptRecordCounter` counts them. Each damaged record is printed and counted *once*, told
+by its message (which names the file and the record): a training stream repeats its files,
+and its read-ahead (shuffle and prefetch buffers) can meet the same damaged record hundreds
+of times before a step has run.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -38,7 +42,8 @@ no_autograph = tf.autograph.experimental.do_not_convert
 class CorruptRecordCounter:
     """Counts records skipped as corrupt by pipelines built with `skip_corrupt=True`.
 
-    Pass the same counter to several pipelines to add their counts. The count is exact once
+    Pass the same counter to several pipelines to add their counts. Each damaged record counts
+    once, however often a repeating stream meets it (`first_report`). The count is exact once
     the pipeline has been iterated to its end; while it runs, records in flight (shuffle and
     prefetch buffers) are not counted yet.
 
@@ -46,11 +51,21 @@ class CorruptRecordCounter:
         >>> counter = CorruptRecordCounter()
         >>> counter.count
         0
+        >>> counter.first_report(b"bad image a.JPEG (record 3 of f)")
+        True
+        >>> counter.first_report(b"bad image a.JPEG (record 3 of f)")  # met again
+        False
     """
 
     def __init__(self) -> None:
         self._variable = tf.Variable(0, dtype=tf.int64, trainable=False, name="corrupt_records")
         self._found_before_reading = 0
+        self._reported = _Reported()
+
+    def first_report(self, message: bytes) -> bool:
+        """Whether the damaged record `message` describes is met for the first time (and
+        is to be printed and counted); False for every later meeting."""
+        return self._reported.first(message)
 
     @property
     def variable(self) -> tf.Variable:
@@ -65,6 +80,23 @@ class CorruptRecordCounter:
     def count(self) -> int:
         """Records skipped so far."""
         return int(self._variable.numpy()) + self._found_before_reading
+
+
+class _Reported:
+    """The messages of the damaged records reported so far (thread-safe: the pipeline's
+    threads report concurrently)."""
+
+    def __init__(self) -> None:
+        self._messages: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def first(self, message: bytes) -> bool:
+        message = bytes(message)
+        with self._lock:
+            if message in self._messages:
+                return False
+            self._messages.add(message)
+            return True
 
 
 def _fail_unless(ok: tf.Tensor, message: tf.Tensor, value: Any) -> Any:
@@ -102,20 +134,28 @@ def apply_policy(
             )
         )
 
+    first_report = counter.first_report if counter is not None else _Reported().first
+
     def count_and_report(*e: Any) -> Any:
         element = _one(e)
         bad = tf.logical_not(ok_fn(element))
         n = weight_fn(element) if weight_fn is not None else tf.constant(1, tf.int64)
 
-        def report() -> tf.Tensor:
-            if counter is not None:
-                counter.variable.assign_add(n)
-            tf.print(
-                "cvbench: skipped corrupt input:", message_fn(element), output_stream=sys.stderr
-            )
-            return tf.constant(True)
+        def report_once() -> tf.Tensor:
+            # A repeating stream meets a damaged record again on every pass (and its
+            # read-ahead many passes at once): only the first meeting is counted and printed.
+            message = message_fn(element)
+            first = tf.numpy_function(first_report, [message], tf.bool, stateful=True)
 
-        done = tf.cond(bad, report, lambda: tf.constant(False))
+            def report() -> tf.Tensor:
+                if counter is not None:
+                    counter.variable.assign_add(n)
+                tf.print("cvbench: skipped corrupt input:", message, output_stream=sys.stderr)
+                return tf.constant(True)
+
+            return tf.cond(tf.reshape(first, []), report, lambda: tf.constant(True))
+
+        done = tf.cond(bad, report_once, lambda: tf.constant(False))
         with tf.control_dependencies([done]):
             return tf.nest.map_structure(tf.identity, element)
 

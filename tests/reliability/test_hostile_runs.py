@@ -1,0 +1,114 @@
+"""Hostile runs of #37 (WP4): a damaged record met again and again by a repeating stream is
+counted and printed once; CRC damage is called CRC damage, and a bad records file exits 1."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from jpeg_records import write_jpeg_records
+
+import cvbench.cli as cli
+
+F = ["--model", "resnet18", "--image-size", "32", "--num-classes", "4", "--batch-size", "2"]
+F += ["--steps-per-epoch", "2", "--epochs", "1", "--precision", "fp32"]
+QUIET = ["--no-progress", "--no-export", "--log-every", "0", "--seed", "0", "--eval", "none"]
+
+
+def record_offset(data: bytes, index: int) -> int:
+    """The byte offset of record `index` of the TFRecord file bytes `data`."""
+    offset = 0
+    for _ in range(index):
+        (length,) = struct.unpack("<Q", data[offset : offset + 8])
+        offset += 12 + length + 4
+    return offset
+
+
+def damage(path, index: int, *, where: str):
+    """Flips a byte of record `index`: in its data (its data CRC then fails) or in its
+    length (its length CRC then fails); returns the record's offset."""
+    data = bytearray(path.read_bytes())
+    offset = record_offset(data, index)
+    (length,) = struct.unpack("<Q", data[offset : offset + 8])
+    data[offset + 12 + length // 2 if where == "data" else offset + 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    return offset
+
+
+@pytest.fixture(autouse=True)
+def with_train_commands(monkeypatch):
+    monkeypatch.setattr(cli, "_COMMAND_MODULES", ("cvbench.cli.train",))
+    monkeypatch.delenv("CVBENCH_DEBUG", raising=False)
+
+
+# ------------------------------------------------------------------ H: exact corrupt counts
+def test_a_repeating_stream_counts_and_prints_a_damaged_element_once(capfd):
+    import tensorflow as tf
+
+    from cvbench.data.read.corrupt import CorruptRecordCounter, apply_policy
+
+    counter = CorruptRecordCounter()
+    ds = tf.data.Dataset.range(4).repeat(50)  # element 2 is "damaged": met 50 times
+    ds = apply_policy(
+        ds,
+        lambda e: tf.not_equal(e, 2),
+        lambda e: tf.strings.join(["bad element ", tf.strings.as_string(e)]),
+        skip_corrupt=True,
+        counter=counter,
+    )
+    assert len(list(ds)) == 150  # 200 elements, 50 of them the damaged one: all dropped
+    assert counter.count == 1  # before: 50
+    err = capfd.readouterr().err
+    assert err.count('cvbench: skipped corrupt input: "bad element 2"') == 1
+
+
+def test_skip_corrupt_counts_a_crc_damaged_record_once_in_a_training_run(tmp_path, capfd):
+    import json
+
+    data = tmp_path / "data"
+    shard = write_jpeg_records(data / "train-00000-of-00001", 24, prefix="train")
+    damage(shard, 13, where="data")
+    run = tmp_path / "run"
+    argv = ["train", *F, "--data-dir", str(data), *QUIET, "--skip-corrupt", "--log-dir", str(run)]
+    assert cli.main(argv) == 0
+    out, err = capfd.readouterr()
+    # The TensorFlow reader stops the file at the damaged record 13: records 13..23 (11) are
+    # not read, and are counted once, however often the repeating stream met them (before:
+    # 770 warnings and "skipped 8470 corrupt records" in this run).
+    warnings = [line for line in err.splitlines() if "skipped corrupt input" in line]
+    assert len(warnings) == 1 and f"{shard}: the reader stopped at record 13" in warnings[0]
+    assert out.splitlines()[-1] == "cvbench: skipped 11 corrupt records (--skip-corrupt)"
+    events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    assert events[-1]["event"] == "corrupt_records" and events[-1]["count"] == 11
+
+
+# ------------------------------------------------------------ I: CRC damage is not truncation
+def test_a_damaged_record_length_is_a_crc_mismatch_not_a_truncation(tmp_path):
+    from cvbench.data.tfrecord import scan_tfrecord
+
+    shard = write_jpeg_records(tmp_path / "train-00000-of-00001", 24, prefix="train")
+    size = shard.stat().st_size
+    offset = damage(shard, 13, where="length")  # record 13 now claims 64 KiB more data
+    scan = scan_tfrecord(shard)
+    assert (scan.num_records, scan.valid_bytes, scan.crc_mismatch) == (13, offset, True)
+    assert scan.describe() == (
+        f"TFRecord file {shard} is damaged: CRC mismatch in the length of record 13 at byte "
+        f"{offset}; 13 complete records before it, {size - offset} bytes from there cannot "
+        "be read"
+    )  # before: "... is truncated: 13 complete records, then ... bytes of an incomplete record"
+
+
+def test_a_damaged_records_file_is_one_line_and_exit_1(tmp_path, capsys):
+    data = tmp_path / "data"
+    shard = write_jpeg_records(data / "train-00000-of-00001", 24, prefix="train")
+    offset = damage(shard, 13, where="length")
+    argv = ["train", *F, "--data-dir", str(data), *QUIET, "--log-dir", str(tmp_path / "run")]
+    assert cli.main(argv) == 1  # a bad input file (before: 2, a bad argument)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"cvbench train: error: TFRecord file {shard} is damaged: CRC mismatch in the length "
+        f"of record 13 at byte {offset}; 13 complete records before it, "
+        f"{shard.stat().st_size - offset} bytes from there cannot be read; copy or build it "
+        "again, or pass --skip-corrupt to read only its complete records"
+    )
