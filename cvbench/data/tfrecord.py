@@ -13,8 +13,10 @@ record layout is `cvbench.data.coco_schema`. Builders and readers share it, in t
   TensorFlow (imported when called).
 
 TFRecord framing, per record: uint64 little-endian length, uint32 masked CRC32C of the length,
-the data, uint32 masked CRC32C of the data. `scan_tfrecord` does not verify the CRCs (the
-TensorFlow reader does, and reports a mismatch as a corrupted record).
+the data, uint32 masked CRC32C of the data. `scan_tfrecord` reads only the headers: it checks
+a length's CRC where the walk goes wrong (a length that runs past the end of the file is a
+damaged length, not a truncated file, when its CRC fails); the data CRCs are the TensorFlow
+reader's (it reports a mismatch as a corrupted record).
 
 ImageNet feature keys (the layout of the TensorFlow ImageNet builder that every TF ImageNet
 loader reads): `image/encoded` (JPEG), `image/height`, `image/width`, `image/colorspace`
@@ -223,9 +225,11 @@ class TFRecordScan:
         path: the file.
         num_records: complete records from the start of the file.
         truncated: True when bytes follow the last complete record that do not form a whole
-            record (an interrupted copy or write).
+            record (an interrupted copy or write), or cannot be read (`crc_mismatch`).
         valid_bytes: the offset where the complete records end.
         file_bytes: the file size.
+        crc_mismatch: True when the record at `valid_bytes` has a damaged length (its CRC
+            does not match): the records from there on cannot be found.
     """
 
     path: str
@@ -233,9 +237,24 @@ class TFRecordScan:
     truncated: bool
     valid_bytes: int
     file_bytes: int
+    crc_mismatch: bool = False
 
     def describe(self) -> str:
-        """One line saying what is wrong with a truncated file."""
+        """One line saying what is wrong with a truncated or damaged file.
+
+        Example:
+            >>> scan = TFRecordScan("t-0", 3, True, 120, 200, crc_mismatch=True)
+            >>> print(scan.describe().replace("; ", ";\\n"))
+            TFRecord file t-0 is damaged: CRC mismatch in the length of record 3 at byte 120;
+            3 complete records before it, 80 bytes from there cannot be read
+        """
+        if self.crc_mismatch:
+            return (
+                f"TFRecord file {self.path} is damaged: CRC mismatch in the length of record "
+                f"{self.num_records} at byte {self.valid_bytes}; {self.num_records} complete "
+                f"records before it, {self.file_bytes - self.valid_bytes} bytes from there "
+                "cannot be read"
+            )
         return (
             f"TFRecord file {self.path} is truncated: {self.num_records} complete records, then "
             f"{self.file_bytes - self.valid_bytes} bytes of an incomplete record at byte "
@@ -243,18 +262,68 @@ class TFRecordScan:
         )
 
 
+def _crc32c_table() -> tuple[int, ...]:
+    table = []
+    for n in range(256):
+        crc = n
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return tuple(table)
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def masked_crc32c(data: bytes) -> int:
+    """The masked CRC32C (Castagnoli) TFRecord framing stores for `data` (pure Python: meant
+    for the 8 bytes of a length, not for record data).
+
+    Example:
+        >>> hex(masked_crc32c(b"123456789"))  # CRC32C check value 0xe3069283, masked
+        '0xc78ab0e5'
+    """
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _first_damaged_length(f, size: int) -> tuple[int, int] | None:
+    """`(record, offset)` of the first record whose length fails its CRC, walking the headers
+    of the open file `f` from its start; None when every length up to the end checks."""
+    count = offset = 0
+    while offset + 12 <= size:
+        f.seek(offset)
+        header = f.read(12)
+        if len(header) < 12:
+            return None
+        if masked_crc32c(header[:8]) != struct.unpack("<I", header[8:])[0]:
+            return count, offset
+        (length,) = struct.unpack("<Q", header[:8])
+        offset += 12 + length + 4
+        count += 1
+    return None
+
+
 def scan_tfrecord(path: str | os.PathLike) -> TFRecordScan:
     """Counts the complete records of a TFRecord file by walking the length headers.
 
-    Reads 12 bytes per record (not the data), so it is fast even for large files.
+    Reads 12 bytes per record (not the data), so it is fast even for large files. When the
+    walk does not end at the end of the file, the lengths' CRCs are checked: a damaged length
+    (`crc_mismatch`) is told from a cut-off file.
 
     Raises:
         FileNotFoundError: if `path` does not exist.
+        BadFileError: `path` is not a regular file (a FIFO, a device).
     """
+    from cvbench.utils.files import open_input
+
     path = os.fspath(path)
-    size = os.path.getsize(path)
     count = offset = 0
-    with open(path, "rb") as f:
+    with open_input(path, what="TFRecord file") as f:
+        size = os.fstat(f.fileno()).st_size
         while offset < size:
             header = f.read(12)
             if len(header) < 12:
@@ -266,7 +335,10 @@ def scan_tfrecord(path: str | os.PathLike) -> TFRecordScan:
             f.seek(end)
             offset = end
             count += 1
-    return TFRecordScan(path, count, offset != size, offset, size)
+        damaged = _first_damaged_length(f, size) if offset != size else None
+    if damaged is not None:
+        count, offset = damaged
+    return TFRecordScan(path, count, offset != size, offset, size, crc_mismatch=damaged is not None)
 
 
 def iter_tfrecord(path: str | os.PathLike) -> Iterator[bytes]:

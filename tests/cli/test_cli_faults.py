@@ -146,9 +146,9 @@ def test_a_truncated_records_file_names_the_flag(tiny_run, tmp_path, capsys):
     path = write_split(data, "validation", 3)
     path.write_bytes(path.read_bytes()[:-10])
     argv = ["eval", *TINY, "--data-dir", str(data), "--checkpoint", str(tiny_run)]
-    assert cli.main(argv) == 2
+    assert cli.main(argv) == 1  # a bad input file (#37: it exited 2, as a bad argument)
     line = last_line(capsys.readouterr().err)
-    assert line.startswith("cvbench: error: ") and str(path) in line
+    assert line.startswith("cvbench eval: error: ") and str(path) in line
     assert "skip_corrupt" not in line
     assert line.endswith("; copy or build it again, or pass --skip-corrupt to read only its "
                          "complete records")  # fmt: skip
