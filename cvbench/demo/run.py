@@ -14,6 +14,11 @@ them) and their `ModelInfo` (`cvbench.utils.model_file`: class names, size, deco
     detections.png      validation images with the SSD's boxes, classes and scores
     metrics.json        top-1, the 12 COCO numbers, per-class AP, timings, settings
 
+The folder is the demo's own: a run writes only into a new or empty folder, or one an earlier
+demo wrote, known by the marker file `.cvbench-demo.json` it writes first (`claim_output_dir`);
+a folder holding anything else (a user's `logs/` or `metrics.json`) is refused before
+anything is written or deleted.
+
 Nothing is half-written: a run works in `.partial/` inside the output folder and moves its
 results into place only once everything succeeded (`metrics.json` last); an interrupted run
 (Ctrl-C) removes `.partial/` and leaves the previous results as they were; a killed one leaves
@@ -41,6 +46,8 @@ from cvbench.utils.io import write_json_atomic
 from cvbench.utils.model_file import save_model
 
 STAGING = ".partial"
+#: The file that marks a folder as the demo's output folder (written first, never removed).
+MARKER = ".cvbench-demo.json"
 RESULTS = ("logs", "classifier.keras", "ssd.keras", "curves.png", "detections.png")
 METRICS = "metrics.json"
 COCO_KEYS = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
@@ -109,6 +116,47 @@ def _save_models(out: Path, config: DemoConfig, cls: Any, det: Any) -> None:
         save_model(task.user_model(stage.model), out / STAGING / name, info)
 
 
+def claim_output_dir(out: str | os.PathLike, *, allow: tuple[str, ...] = ()) -> Path:
+    """Makes `out` the demo's output folder: creates it and its `MARKER` when it is new or
+    empty (or holds only the names in `allow`); accepts a folder that has the marker.
+
+    Raises:
+        ValueError: `out` holds other files and no marker (a folder the demo did not write),
+            or is not a folder; nothing is changed then.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "notes.txt").write_text("mine")
+        >>> claim_output_dir(d)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: ... holds files the demo did not write (notes.txt) ...
+    """
+    from cvbench.utils.errors import BadFileError
+    from cvbench.utils.files import read_json
+
+    out = Path(out)
+    if os.path.lexists(out) and not out.is_dir():
+        raise ValueError(f"--output-dir {out} is not a folder")
+    marker = out / MARKER
+    if not marker.is_symlink():
+        with contextlib.suppress(OSError, BadFileError):
+            if read_json(marker, limit=4096, what="demo marker") == {"cvbench_demo": 1}:
+                return out
+    names = sorted(os.listdir(out)) if out.is_dir() else []
+    others = [name for name in names if name not in allow]
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise ValueError(
+            f"--output-dir {out} holds files the demo did not write ({shown}) and no "
+            f"{MARKER}: choose a new or empty folder; nothing was changed"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(marker, {"cvbench_demo": 1})
+    return out
+
+
 def _summary_lines(metrics: dict[str, Any]) -> list[str]:
     cls, det, t = metrics["classifier"], metrics["detector"], metrics["timings_s"]
     cfg = metrics["config"]
@@ -158,6 +206,9 @@ def run_demo(
 
     Returns:
         The metrics written to `metrics.json` (on every rank).
+
+    Raises:
+        ValueError: `output_dir` is a folder the demo did not write (`claim_output_dir`).
     """
     from cvbench.demo.classify import train_classifier
     from cvbench.demo.detect import sample_detections, top_n_threshold, train_detector
@@ -170,12 +221,19 @@ def run_demo(
     distribution = get_distribution("auto")
     chief = distribution.rank == 0
     timings: dict[str, float] = {}
-    if chief and prepare:
-        out.mkdir(parents=True, exist_ok=True)
+    refusal = None
+    if chief:
+        try:  # without `prepare`, the Horovod launcher has just built `data/` in it
+            claim_output_dir(out, allow=() if prepare else ("data",))
+        except ValueError as e:
+            refusal = str(e)
+    if chief and prepare and refusal is None:
         data = prepare_data(out / "data", config, progress=progress)
     else:
         data = DemoData.under(out / "data")
-    distribution.broadcast_object(None)  # every rank waits for the data
+    refusal = distribution.broadcast_object(refusal)  # every rank waits for the data
+    if refusal is not None:
+        raise ValueError(refusal)
     timings["data"] = time.perf_counter() - start
     precision = precision or demo_precision()
 

@@ -58,13 +58,14 @@ def fake_stages(monkeypatch):
 
 
 def test_results_replace_the_previous_run(tmp_path, fake_stages):
+    run.claim_output_dir(tmp_path)  # an earlier demo's folder: its marker
     (tmp_path / "logs" / "old").mkdir(parents=True)
     (tmp_path / "metrics.json").write_text('{"old": true}')
     lines = []
     metrics = run.run_demo(tmp_path, config=DemoConfig.quick(), precision="float32",
                            print_fn=lines.append)  # fmt: skip
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == sorted([*run.RESULTS, "metrics.json"])  # no data: prepare_data is faked
+    assert names == sorted([*run.RESULTS, "metrics.json", run.MARKER])  # prepare_data is faked
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["classifier", "ssd"]
     assert not (tmp_path / "logs" / "ssd" / "checkpoints").exists()  # not published
     saved = json.loads((tmp_path / "metrics.json").read_text())
@@ -77,6 +78,7 @@ def test_results_replace_the_previous_run(tmp_path, fake_stages):
 
 
 def test_interrupt_leaves_the_previous_results(tmp_path, fake_stages, monkeypatch):
+    run.claim_output_dir(tmp_path)
     (tmp_path / "logs" / "classifier").mkdir(parents=True)
     (tmp_path / "metrics.json").write_text('{"old": true}')
 
@@ -88,9 +90,20 @@ def test_interrupt_leaves_the_previous_results(tmp_path, fake_stages, monkeypatc
     monkeypatch.setattr(detect, "train_detector", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run.run_demo(tmp_path, config=DemoConfig.quick(), precision="float32")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "metrics.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [run.MARKER, "logs", "metrics.json"]
     assert (tmp_path / "metrics.json").read_text() == '{"old": true}'
     assert list((tmp_path / "logs" / "classifier").iterdir()) == []
+
+
+def test_a_folder_the_demo_did_not_write_is_refused(tmp_path, fake_stages):
+    # #37 F: the demo replaced a user's metrics.json and deleted their logs/.
+    (tmp_path / "logs" / "mine").mkdir(parents=True)
+    (tmp_path / "metrics.json").write_text("the user's")
+    with pytest.raises(ValueError, match=r"holds files the demo did not write \(logs, metrics"):
+        run.run_demo(tmp_path, config=DemoConfig.quick(), precision="float32")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "metrics.json"]
+    assert (tmp_path / "metrics.json").read_text() == "the user's"
+    assert [p.name for p in (tmp_path / "logs").iterdir()] == ["mine"]
 
 
 def test_second_prepare_reuses_every_file(tmp_path):
