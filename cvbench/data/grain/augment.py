@@ -1,0 +1,365 @@
+"""The classification input recipe (`ImagePreprocessing`) in NumPy: decode, crop, resize, scale.
+
+What `cvbench.data.read.preprocessing` does with TensorFlow ops, for the grain path:
+
+* `decode_image`: JPEG bytes through libjpeg-turbo (`simplejpeg`) with the recipe's
+  `dct_method` / `fancy_upscaling` (the pixels `tf.io.decode_jpeg` gives with those options,
+  as `cvbench.inference.images` decodes), anything else (and a JPEG simplejpeg refuses)
+  through Pillow, as RGB uint8.
+* `random_crop_window`: `tf.image.sample_distorted_bounding_box`'s sampling rule
+  (`sample_distorted_bounding_box_op.cc`: an aspect ratio uniform in the range, a height
+  uniform between the rounded heights of the smallest and largest area, the window kept when
+  it covers `min_object_covered` of a box (the whole image without boxes), up to
+  `max_attempts` tries, else the whole image), drawn from a NumPy `Generator` (not
+  TensorFlow's Philox stream: the same distribution, other windows).
+* `resize_bilinear`: `tf.image.resize(..., "bilinear")` (half-pixel centres, no antialias)
+  or TF1's ("bilinear_tf1"), with TensorFlow's float32 arithmetic step by step (the same
+  interpolation weights, the same `top + (bottom - top) * lerp` order), so evaluation images
+  equal tf.data's bit for bit (tests/data/grain/test_grain_equivalence.py). Only the output
+  pixels asked for are computed: the evaluation's central crop and the training crop's
+  window are index arithmetic, not copies.
+* `train_image` / `eval_image`: the training crop, flip (p = 0.5, before the resize, as the
+  tf.data path; after it for "bilinear_tf1") and resize, or the evaluation view, then
+  `scale_input` (`(x - mean) / std` or `x / 127.5 - 1`, in the pipeline as tf.data does).
+
+Other resize methods (bicubic, area, ...) raise ValueError here: this path has bilinear only.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+
+from cvbench.data.read.image_preprocessing import ImagePreprocessing
+
+RESIZE_METHODS = ("bilinear", "bilinear_tf1")
+
+
+def check_preprocessing(preprocessing: ImagePreprocessing | None) -> ImagePreprocessing:
+    """`preprocessing` (None: the defaults), refused when this path cannot run it.
+
+    Raises:
+        ValueError: not an `ImagePreprocessing`, or a resize method other than bilinear.
+    """
+    p = ImagePreprocessing() if preprocessing is None else preprocessing
+    if not isinstance(p, ImagePreprocessing):
+        raise ValueError(f"preprocessing must be an ImagePreprocessing or None, got {p!r}")
+    if p.resize_method not in RESIZE_METHODS:
+        raise ValueError(
+            f"the grain input path resizes with {' or '.join(RESIZE_METHODS)} only, got "
+            f"resize_method={p.resize_method!r}"
+        )
+    return p
+
+
+def is_jpeg(data: bytes) -> bool:
+    """`tf.io.is_jpeg`'s test: the first three bytes are a JPEG SOI and marker."""
+    return data[:3] == b"\xff\xd8\xff"
+
+
+def decode_image(data: bytes, *, preprocessing: ImagePreprocessing | None = None) -> np.ndarray:
+    """Encoded image bytes -> uint8 [height, width, 3] RGB.
+
+    Raises:
+        ValueError: the bytes are no image Pillow or libjpeg-turbo can read (the reason).
+
+    Example:
+        >>> from PIL import Image
+        >>> buf = io.BytesIO()
+        >>> Image.new("RGB", (5, 3), (10, 200, 30)).save(buf, "PNG")
+        >>> image = decode_image(buf.getvalue())
+        >>> image.shape, image.dtype.name, image[0, 0].tolist()
+        ((3, 5, 3), 'uint8', [10, 200, 30])
+    """
+    p = ImagePreprocessing() if preprocessing is None else preprocessing
+    if is_jpeg(data):
+        import simplejpeg
+
+        try:
+            return simplejpeg.decode_jpeg(
+                data,
+                colorspace="RGB",
+                fastdct=p.dct_method in ("", "INTEGER_FAST"),
+                fastupsample=not p.fancy_upscaling,
+            )
+        except ValueError:
+            pass  # CMYK, a libjpeg warning: Pillow decides
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return np.asarray(image.convert("RGB"))
+    except (UnidentifiedImageError, OSError, ValueError) as e:
+        raise ValueError(f"undecodable image ({len(data)} bytes): {e}") from None
+
+
+# ---- bilinear resizing, TensorFlow's arithmetic --------------------------------------------
+
+
+def _weights(
+    out_size: int, in_size: int, *, half_pixel: bool, start: int = 0, count: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(lower, upper, lerp)` for output positions `start .. start + count` of a resize from
+    `in_size` to `out_size`: `resize_bilinear_op.cc`'s `compute_interpolation_weights`, in
+    float32 (`scale = in / out`; `in = (x + 0.5) * scale - 0.5` or `x * scale`)."""
+    count = out_size - start if count is None else count
+    scale = np.float32(in_size) / np.float32(out_size)
+    x = np.arange(start, start + count, dtype=np.float32)
+    pos = (x + np.float32(0.5)) * scale - np.float32(0.5) if half_pixel else x * scale
+    floor = np.floor(pos)
+    lower = np.maximum(floor, 0).astype(np.intp)
+    upper = np.minimum(np.ceil(pos), in_size - 1).astype(np.intp)
+    return lower, upper, (pos - floor).astype(np.float32)
+
+
+def resize_bilinear(
+    image: np.ndarray,
+    size: tuple[int, int],
+    *,
+    method: str = "bilinear",
+    window: tuple[int, int, int, int] | None = None,
+    out_window: tuple[int, int, int, int] | None = None,
+    flip: bool = False,
+) -> np.ndarray:
+    """`tf.image.resize(image[window], size, method)` as float32, computed only at the output
+    rows and columns of `out_window`.
+
+    Args:
+        image: [height, width, channels] (any real dtype; values are read as float32).
+        size: `(height, width)` of the resized image.
+        method: "bilinear" (half-pixel centres, TF2's) or "bilinear_tf1" (TF1's, without).
+        window: `(top, left, height, width)` of `image` to resize (a crop); None: all of it.
+        out_window: `(top, left, height, width)` of the resized image to return (a central
+            crop); None: all of it.
+        flip: resize the window mirrored left-right (as flipping it first would).
+
+    Returns:
+        float32 [out_window height, out_window width, channels].
+
+    Example:
+        >>> row = np.array([[[0.0], [10.0]]], np.float32)  # 1 x 2, one channel
+        >>> resize_bilinear(row, (1, 4))[0, :, 0].tolist()  # x = (i + 0.5) / 2 - 0.5
+        [0.0, 2.5, 7.5, 10.0]
+    """
+    if method not in RESIZE_METHODS:
+        raise ValueError(f"method must be one of {RESIZE_METHODS}, got {method!r}")
+    top, left, height, width = window or (0, 0, image.shape[0], image.shape[1])
+    otop, oleft, oh, ow = out_window or (0, 0, size[0], size[1])
+    half = method == "bilinear"
+    ylo, yhi, ylerp = _weights(size[0], height, half_pixel=half, start=otop, count=oh)
+    xlo, xhi, xlerp = _weights(size[1], width, half_pixel=half, start=oleft, count=ow)
+    if flip:  # column j of the mirrored window is column width - 1 - j of the window
+        xlo, xhi = width - 1 - xlo, width - 1 - xhi
+    rows_lo, rows_hi = ylo + top, yhi + top
+    cols_lo, cols_hi = xlo + left, xhi + left
+    f32 = np.float32
+    top_left = image[rows_lo[:, None], cols_lo].astype(f32)
+    top_right = image[rows_lo[:, None], cols_hi].astype(f32)
+    bottom_left = image[rows_hi[:, None], cols_lo].astype(f32)
+    bottom_right = image[rows_hi[:, None], cols_hi].astype(f32)
+    xl = xlerp[None, :, None]
+    upper = top_left + (top_right - top_left) * xl
+    lower = bottom_left + (bottom_right - bottom_left) * xl
+    return upper + (lower - upper) * ylerp[:, None, None]
+
+
+# ---- evaluation ---------------------------------------------------------------------------
+
+
+def eval_image(
+    image: np.ndarray, *, image_size: int, preprocessing: ImagePreprocessing | None = None
+) -> np.ndarray:
+    """The evaluation view of a decoded image, `preprocessing.eval_view`'s: float32
+    [image_size, image_size, 3] in [0, 255], not yet scaled.
+
+    "resize_then_crop": the shorter side to `round(image_size / crop_fraction)` (the longer
+    one `round(side * scale)` in float32, ties to even as `tf.round`), the central crop
+    (offsets rounded down); "crop_then_resize": `tf.image.central_crop`'s window
+    (`int((side - side * fraction) / 2)` in float32), resized to a square.
+
+    Example:
+        >>> eval_image(np.zeros((300, 400, 3), np.uint8), image_size=224).shape
+        (224, 224, 3)
+    """
+    p = check_preprocessing(preprocessing)
+    h, w = image.shape[:2]
+    if p.eval_crop == "crop_then_resize":
+        sides = np.array([h, w], np.float32)
+        start = ((sides - sides * np.float32(p.crop_fraction)) / np.float32(2)).astype(np.int64)
+        window = (int(start[0]), int(start[1]), h - 2 * int(start[0]), w - 2 * int(start[1]))
+        return resize_bilinear(
+            image, (image_size, image_size), method=p.resize_method, window=window
+        )
+    sides = np.array([h, w], np.float32)
+    scale = np.float32(p.eval_resize_size(image_size)) / sides.min()
+    new_h, new_w = (int(v) for v in np.round(sides * scale))
+    top, left = (new_h - image_size) // 2, (new_w - image_size) // 2
+    return resize_bilinear(
+        image,
+        (new_h, new_w),
+        method=p.resize_method,
+        out_window=(top, left, image_size, image_size),
+    )
+
+
+# ---- training -----------------------------------------------------------------------------
+
+
+def _crop_attempt(
+    width: int, height: int, min_rel: float, max_rel: float, aspect: float, rng: np.random.Generator
+) -> tuple[int, int, int, int] | None:
+    """`GenerateRandomCrop` of `sample_distorted_bounding_box_op.cc`: `(y, x, h, w)` or None."""
+    f32 = np.float32
+    min_area = f32(f32(min_rel) * width) * height
+    max_area = f32(f32(max_rel) * width) * height
+    aspect = f32(aspect)
+    h = int(np.rint(np.sqrt(min_area / aspect)))
+    max_h = int(np.rint(np.sqrt(max_area / aspect)))
+    if int(np.rint(f32(max_h) * aspect)) > width:
+        max_h = int((width + 0.5 - 1e-7) / aspect)
+        if int(np.rint(f32(max_h) * aspect)) > width:
+            max_h -= 1
+    max_h = min(max_h, height)
+    h = min(h, max_h)
+    if h < max_h:
+        h += int(rng.integers(max_h - h + 1))
+    w = int(np.rint(f32(h) * aspect))
+    area = w * h
+    if area < min_area:
+        h += 1
+        w = int(np.rint(f32(h) * aspect))
+        area = w * h
+    if area > max_area:
+        h -= 1
+        w = int(np.rint(f32(h) * aspect))
+        area = w * h
+    if area < min_area or area > max_area or w > width or h > height or w <= 0 or h <= 0:
+        return None
+    y = int(rng.integers(height - h)) if h < height else 0
+    x = int(rng.integers(width - w)) if w < width else 0
+    return y, x, h, w
+
+
+def _covers(window: tuple[int, int, int, int], boxes: np.ndarray, minimum: float) -> bool:
+    y, x, h, w = window
+    for ymin, xmin, ymax, xmax in boxes:
+        area = (ymax - ymin) * (xmax - xmin)
+        if area <= 0:
+            continue
+        iy = max(0, min(ymax, y + h) - max(ymin, y))
+        ix = max(0, min(xmax, x + w) - max(xmin, x))
+        if iy * ix / area >= minimum:
+            return True
+    return False
+
+
+def random_crop_window(
+    height: int,
+    width: int,
+    *,
+    boxes: np.ndarray | None = None,
+    rng: np.random.Generator,
+    preprocessing: ImagePreprocessing | None = None,
+) -> tuple[int, int, int, int]:
+    """A training crop `(top, left, height, width)` by `sample_distorted_bounding_box`'s rule.
+
+    Args:
+        height, width: the image's size.
+        boxes: float32 [n, 4] normalized `[ymin, xmin, ymax, xmax]`; None or empty: the whole
+            image is the box (`use_image_if_no_bounding_boxes=True`).
+        rng: the draw's random numbers.
+        preprocessing: `aspect_ratio_range`, `area_range`, `min_object_covered`,
+            `max_attempts`; None: the defaults.
+
+    Example:
+        >>> window = random_crop_window(375, 500, rng=np.random.default_rng(0))
+        >>> top, left, h, w = window
+        >>> 0.1 <= h * w / (375 * 500) <= 1.0 and 0 <= top <= 375 - h and 0 <= left <= 500 - w
+        True
+    """
+    p = ImagePreprocessing() if preprocessing is None else preprocessing
+    if boxes is None or len(boxes) == 0:
+        pixel_boxes = [(0, 0, height, width)]
+    else:  # the op truncates each normalized coordinate times the side to an int
+        pixel_boxes = [
+            (int(b[0] * height), int(b[1] * width), int(b[2] * height), int(b[3] * width))
+            for b in np.asarray(boxes, np.float32)
+        ]
+    lo, hi = p.aspect_ratio_range
+    for _ in range(p.max_attempts):
+        aspect = np.float32(rng.random(dtype=np.float32)) * np.float32(hi - lo) + np.float32(lo)
+        window = _crop_attempt(width, height, *p.area_range, float(aspect), rng)
+        if window is not None and _covers(window, pixel_boxes, p.min_object_covered):
+            return window
+    return 0, 0, height, width
+
+
+def train_image(
+    image: np.ndarray,
+    *,
+    image_size: int,
+    window: tuple[int, int, int, int],
+    flip: bool,
+    preprocessing: ImagePreprocessing | None = None,
+) -> np.ndarray:
+    """The crop `window` of a decoded image, mirrored when `flip` (and the recipe flips),
+    resized to `image_size` square: float32 [image_size, image_size, 3] in [0, 255].
+
+    Flipping before a half-pixel-centred resize is the same as mirroring the resize's
+    column indices, which is what this does (no copy); for "bilinear_tf1" (not symmetric)
+    the resized image is mirrored, as nvcnn flips after resizing.
+    """
+    p = check_preprocessing(preprocessing)
+    flip = flip and p.flip
+    size = (image_size, image_size)
+    if p.resize_method == "bilinear":
+        return resize_bilinear(image, size, method="bilinear", window=window, flip=flip)
+    out = resize_bilinear(image, size, method=p.resize_method, window=window)
+    return out[:, ::-1] if flip else out
+
+
+def scaled_decode_size(
+    image_shape: tuple[int, int], window: tuple[int, int, int, int], image_size: int
+) -> tuple[int, int]:
+    """`(min_height, min_width)` for a JPEG decode scaled down as far as the crop `window`
+    stays at least `image_size` on its shorter side (libjpeg-turbo's DCT-domain scaling,
+    `simplejpeg.decode_jpeg(min_height=, min_width=)`)."""
+    factor = image_size / max(1, min(window[2], window[3]))
+    return math.ceil(image_shape[0] * factor), math.ceil(image_shape[1] * factor)
+
+
+def scale_input(
+    image: np.ndarray, *, preprocessing: ImagePreprocessing | None = None, dtype: str = "float32"
+) -> np.ndarray:
+    """`preprocessing.scale_input` in NumPy float32: "mean_std" `image * (1 / std) +
+    (-mean / std)` (the tf.data path's formula and order), "inception" `image * (1 / 127.5)
+    - 1`; with `quantize_uint8` of the image clipped to [0, 255] and truncated to uint8 first.
+    Returned as `dtype` ('float32', 'bfloat16' through ml_dtypes, 'float16').
+
+    Example:
+        >>> [round(float(v), 4) for v in scale_input(np.full((1, 1, 3), 255.0, np.float32))[0, 0]]
+        [2.2488, 2.4286, 2.6395]
+    """
+    p = ImagePreprocessing() if preprocessing is None else preprocessing
+    f32 = np.float32
+    if p.quantize_uint8:
+        image = np.clip(image.astype(f32), 0.0, 255.0).astype(np.uint8)
+    image = image.astype(f32, copy=False)
+    if p.input_scaling == "inception":
+        out = image * f32(1.0 / 127.5) - f32(1.0)
+    else:
+        scale = f32(1.0) / np.asarray(p.std, f32)
+        offset = -np.asarray(p.mean, f32) * scale
+        out = image * scale + offset
+    return as_dtype(out, dtype)
+
+
+def as_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
+    """`array` as the named float dtype ('float32', 'float16', 'bfloat16')."""
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return array.astype(ml_dtypes.bfloat16)
+    return array.astype(np.dtype(dtype), copy=False)

@@ -1,0 +1,323 @@
+"""`imagenet_grain_dataset`: ImageNet-format TFRecords -> NumPy batches through grain, TF-free.
+
+The batches have the element structure of `cvbench.data.read.imagenet.imagenet_dataset`:
+
+* training: `(images, labels)`: images [batch, size, size, 3] of `spec.dtype`, labels [batch]
+  int32; endless (`repeat=True`) or one pass, the last partial batch dropped. Rank `r` of `R`
+  reads records `[r * N // R, (r + 1) * N // R)` of the split (numbered across its files in
+  order), in an order shuffled each epoch from the rank's seed; every record is read by
+  exactly one rank per epoch (the partition `reader.rank_segments` uses for evaluation).
+* evaluation: `(images, labels, weights)`: weights [batch] float32, 1.0 for a record and 0.0
+  for padding (zero image, label 0); exactly `steps = ceil(ceil(N / R) / batch_size)`
+  batches on every rank, as tf.data's, so the weights summed over ranks count the records.
+
+Order and augmentation depend only on the seed (grain's `IndexSampler` and the per-record
+generator of a `RandomMapTransform`), not on `num_workers`. `iter(dataset)` is a grain
+`DataLoader` iterator: `get_state()` (bytes, small) saved at a step and `set_state(...)` on a
+fresh iterator continue with exactly the batches that followed, which is what a mid-epoch
+resume needs from a checkpoint.
+
+Corrupt input: a truncated file is refused when the dataset is made, and an undecodable
+image, an unparseable record or a label outside `num_classes` raises `BadFileError` naming
+the file and the record when it is read (no skip-and-count policy on this path yet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from cvbench.data._distributed import resolve_shards
+from cvbench.data.grain.augment import (
+    as_dtype,
+    check_preprocessing,
+    decode_image,
+    eval_image,
+    random_crop_window,
+    scale_input,
+    train_image,
+)
+from cvbench.data.grain.records import TFRecordSource, parse_example, split_files
+from cvbench.data.read.image_preprocessing import ImagePreprocessing
+from cvbench.data.read.spec import ReadSpec, read_spec
+from cvbench.utils.errors import BadFileError
+
+try:  # grain is optional (the `jax` extra): `import_grain` says how to install it
+    import grain.python as _grain
+
+    _Map, _RandomMap = _grain.MapTransform, _grain.RandomMapTransform
+except ImportError:  # pragma: no cover - exercised only without grain
+    _grain = None
+    _Map = _RandomMap = object
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def import_grain() -> Any:
+    """`grain.python`, or an ImportError saying how to install it."""
+    if _grain is None:
+        raise ImportError(
+            'the grain input path needs grain: pip install "cvbench[jax]" (or pip install grain)'
+        )
+    return _grain
+
+
+def _absl_flags_ready() -> None:
+    """grain's worker processes read absl flags, which a program not run by `absl.app` has
+    not parsed (`UnparsedFlagAccessError`): mark them parsed (their defaults) when nobody
+    parsed them."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
+def rank_range(total: int, num_shards: int, shard_index: int) -> tuple[int, int]:
+    """Records `[lo, hi)` of rank `shard_index` of `num_shards` (`reader.rank_segments`' rule).
+
+    Example:
+        >>> [rank_range(10, 3, r) for r in range(3)]
+        [(0, 3), (3, 6), (6, 10)]
+    """
+    return shard_index * total // num_shards, (shard_index + 1) * total // num_shards
+
+
+def rank_seed(seed: int, shard_index: int) -> int:
+    """A per-rank seed derived from `seed` (`reader.rank_seed`'s formula, which imports
+    TensorFlow with its module)."""
+    return int(np.random.SeedSequence([seed, shard_index]).generate_state(1)[0])
+
+
+class _Window:
+    """Records `[lo, hi)` of a source, then `pad` indices that read as None (padding)."""
+
+    def __init__(self, source: TFRecordSource, lo: int, hi: int, pad: int = 0) -> None:
+        self.source, self.lo, self.hi, self.pad = source, lo, hi, pad
+
+    def __len__(self) -> int:
+        return self.hi - self.lo + self.pad
+
+    def __getitem__(self, index: int) -> tuple[int, bytes] | None:
+        index = int(index)
+        if index >= self.hi - self.lo:
+            return None
+        return self.lo + index, self.source[self.lo + index]
+
+    def __repr__(self) -> str:
+        return f"_Window({self.source!r}, records {self.lo}..{self.hi}, {self.pad} padding)"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Transform:
+    """Serialized record -> one example: parse (the decoder), then the recipe (the parser)."""
+
+    source: TFRecordSource
+    image_size: int
+    preprocessing: ImagePreprocessing
+    dtype: str
+    num_classes: int | None
+    training: bool
+
+    def parse(self, item: tuple[int, bytes]) -> tuple[dict, str]:
+        index, record = item
+        path, position = self.source.locate(index)
+        where = f"{path} record {position}"
+        try:
+            example = parse_example(record)
+        except ValueError as e:
+            raise BadFileError(f"{where}: not an ImageNet tf.train.Example: {e}") from None
+        label = example["label"]
+        if self.num_classes is not None and not 0 <= label < self.num_classes:
+            raise BadFileError(
+                f"{where} ({example['filename']}): label {label} (stored {label + 1}) is "
+                f"outside the model's {self.num_classes} classes"
+            )
+        return example, where
+
+    def decode(self, example: dict, where: str) -> np.ndarray:
+        try:
+            return decode_image(example["encoded"], preprocessing=self.preprocessing)
+        except ValueError as e:
+            raise BadFileError(f"{where} ({example['filename']}): {e}") from None
+
+    def finish(self, image: np.ndarray) -> np.ndarray:
+        return scale_input(image, preprocessing=self.preprocessing, dtype=self.dtype)
+
+    def padding(self) -> tuple:
+        size = self.image_size
+        zeros = as_dtype(np.zeros((size, size, 3), np.float32), self.dtype)
+        return zeros, np.int32(0), np.float32(0.0)
+
+
+class TrainMap(_RandomMap):
+    """Training: parse, decode, random crop and flip from the record's generator, scale."""
+
+    def __init__(self, transform: _Transform) -> None:
+        self.transform = transform
+
+    def random_map(self, item: tuple[int, bytes], rng: np.random.Generator) -> tuple:
+        t = self.transform
+        example, where = t.parse(item)
+        image = t.decode(example, where)
+        window = random_crop_window(
+            image.shape[0],
+            image.shape[1],
+            boxes=example["boxes"],
+            rng=rng,
+            preprocessing=t.preprocessing,
+        )
+        flip = bool(rng.random() < 0.5)
+        view = train_image(
+            image, image_size=t.image_size, window=window, flip=flip, preprocessing=t.preprocessing
+        )
+        return t.finish(view), np.int32(example["label"])
+
+
+class EvalMap(_Map):
+    """Evaluation: parse, decode, the evaluation view, scale; padding rows weigh 0."""
+
+    def __init__(self, transform: _Transform) -> None:
+        self.transform = transform
+
+    def map(self, item: tuple[int, bytes] | None) -> tuple:
+        t = self.transform
+        if item is None:
+            return t.padding()
+        example, where = t.parse(item)
+        image = t.decode(example, where)
+        view = eval_image(image, image_size=t.image_size, preprocessing=t.preprocessing)
+        return t.finish(view), np.int32(example["label"]), np.float32(1.0)
+
+
+class GrainBatches:
+    """Re-iterable batches of a grain `DataLoader` (see the module docstring).
+
+    Attributes:
+        loader: the `grain.python.DataLoader`.
+        steps: evaluation: the batches every rank yields; training: None.
+        num_records: the records this rank reads per epoch.
+        preprocessing: the recipe applied.
+    """
+
+    def __init__(
+        self,
+        loader: Any,
+        *,
+        steps: int | None,
+        num_records: int,
+        preprocessing: ImagePreprocessing,
+    ) -> None:
+        self.loader = loader
+        self.steps = steps
+        self.num_records = num_records
+        self.preprocessing = preprocessing
+
+    def __iter__(self) -> Iterator[tuple]:
+        """A fresh iterator from the start; it has `get_state()` / `set_state(state)`."""
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        if self.steps is None:
+            raise TypeError("a training GrainBatches has no length (it may repeat forever)")
+        return self.steps
+
+
+def imagenet_grain_dataset(
+    data_dir: str | os.PathLike,
+    split: str | None = None,
+    *,
+    spec: ReadSpec | None = None,
+    preprocessing: ImagePreprocessing | None = None,
+    num_classes: int | None = None,
+    num_workers: int = 0,
+    worker_buffer_size: int = 2,
+    file_pattern: str | None = None,
+    index_dir: str | os.PathLike | None = None,
+    **read: Any,
+) -> GrainBatches:
+    """ImageNet-format TFRecords -> NumPy batches through grain (module docstring), no TF.
+
+    Args:
+        data_dir: the folder of the TFRecord shards.
+        split: 'train', 'validation', ...; None: `spec.split`.
+        spec: the reading arguments (`ReadSpec`: batch size, image size (default 224),
+            training, shards (default Horovod's, else 1 and 0), dtype ('float32',
+            'bfloat16', 'float16'), seed (None: a random one), repeat). `skip_corrupt`,
+            `corrupt_counter` and `shuffle_buffer` are tf.data's (refused / unused here:
+            grain shuffles the whole rank's records).
+        **read: `ReadSpec` fields replacing the spec's (or making it, without `spec`).
+        preprocessing: the recipe (`ImagePreprocessing`; bilinear resizing only); None: the
+            defaults (NVIDIA's ResNet-50 v1.5 pipeline).
+        num_classes: the model's classes: a label outside [0, num_classes) raises
+            `BadFileError` naming the record. None: not checked.
+        num_workers: grain worker processes (0: in this process).
+        worker_buffer_size: batches each worker prepares ahead.
+        file_pattern: a glob (relative to `data_dir`) instead of the split's shard names.
+        index_dir: the DALI index files' folder (None: `data_dir/idx`); files without a
+            fresh index are scanned.
+
+    Returns:
+        A `GrainBatches`.
+
+    Raises:
+        FileNotFoundError: no `data_dir`, or no files of the split.
+        BadFileError: a truncated file (named).
+        ValueError: bad arguments (a dtype, a resize method this path lacks,
+            `skip_corrupt=True`, a rank with no records, workers < 0).
+        ImportError: grain is not installed (says how to install it).
+    """
+    spec = read_spec(spec, split=split, **read).with_defaults(image_size=224)
+    split_name = spec.require_split()
+    p = check_preprocessing(preprocessing)
+    if spec.dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES} for the grain path, got {spec.dtype!r}")
+    if spec.skip_corrupt:
+        raise ValueError("skip_corrupt=True is not supported by the grain input path yet")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
+    grain = import_grain()
+    if num_workers:
+        _absl_flags_ready()
+    source = TFRecordSource(
+        split_files(data_dir, split_name, file_pattern=file_pattern), index_dir=index_dir
+    )
+    lo, hi = rank_range(len(source), num_shards, shard_index)
+    transform = _Transform(source, spec.image_size, p, spec.dtype, num_classes, spec.training)
+    batch_size = spec.batch_size
+    if spec.training:
+        if hi - lo < batch_size:
+            raise ValueError(
+                f"rank {shard_index} of {num_shards} has {hi - lo} records of {source!r}, "
+                f"fewer than one batch of {batch_size}"
+            )
+        seed = spec.seed if spec.seed is not None else int(np.random.SeedSequence().entropy % 2**63)
+        data = _Window(source, lo, hi)
+        sampler = grain.IndexSampler(
+            num_records=len(data),
+            shard_options=grain.NoSharding(),
+            shuffle=True,
+            num_epochs=None if spec.repeat else 1,
+            seed=rank_seed(seed, shard_index) % 2**32,
+        )
+        steps, drop, mapping = None, True, TrainMap
+    else:
+        per_rank = -(-len(source) // num_shards)
+        steps = -(-per_rank // batch_size)
+        data = _Window(source, lo, hi, pad=steps * batch_size - (hi - lo))
+        sampler = grain.IndexSampler(
+            num_records=len(data), shard_options=grain.NoSharding(), shuffle=False, num_epochs=1
+        )
+        drop, mapping = False, EvalMap
+    loader = grain.DataLoader(
+        data_source=data,
+        sampler=sampler,
+        operations=[mapping(transform), grain.Batch(batch_size, drop_remainder=drop)],
+        worker_count=num_workers,
+        worker_buffer_size=worker_buffer_size,
+    )
+    return GrainBatches(loader, steps=steps, num_records=hi - lo, preprocessing=p)

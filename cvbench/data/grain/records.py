@@ -1,0 +1,311 @@
+"""Random access into TFRecord shards and `tf.train.Example` parsing, without TensorFlow.
+
+Two halves of the grain input path's reading side (`cvbench.data.grain.dataset` wires them):
+
+* `TFRecordSource`: a grain `RandomAccessDataSource` over the records of a list of TFRecord
+  files: `len(source)` records, `source[i]` the serialized record `i` (numbered across the
+  files in order). The record offsets come from the DALI index files (`cvbench dali-index`,
+  `cvbench.data.dali_index`) when they are there and fresh, else from one walk over each
+  file's length headers (12 bytes read per record). Records are read with `os.pread` on a
+  descriptor opened per process (`cvbench.utils.files.open_input`: regular files only), so
+  the source pickles into grain's worker processes. CRCs are not checked (as
+  `tfrecord.scan_tfrecord`; a damaged record fails in `parse_example` or in decoding).
+* `parse_example`: the ImageNet keys of a serialized `tf.train.Example` (protobuf wire
+  format read by hand): `encoded` bytes, `label` 0-based (the stored 1..N minus 1),
+  `filename` and `boxes` (float32 [n, 4] `[ymin, xmin, ymax, xmax]`), the fields
+  `tfrecord.parse_imagenet_example` gives with TensorFlow. It is the *decoder* of Model
+  Garden's `InputReader(decoder, parser)` shape; the augmentation is separate
+  (`cvbench.data.grain.augment`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from cvbench.data.dali_index import read_index
+from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import match_files, open_input
+
+try:  # grain is optional (the `jax` extra); the parser below works without it
+    from grain.python import RandomAccessDataSource as _Base
+except ImportError:  # pragma: no cover - exercised only without grain
+    _Base = object
+
+
+def split_files(
+    data_dir: str | os.PathLike, split: str, *, file_pattern: str | None = None
+) -> list[str]:
+    """The sorted shard files `<split>-NNNNN-of-NNNNN` of `data_dir` (or `file_pattern`'s).
+
+    Raises:
+        FileNotFoundError: no such folder, or nothing matches (says what was looked for).
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> names = ("train-00000-of-00002", "train-00001-of-00002", "validation-00000-of-00001")
+        >>> for name in names:
+        ...     _ = Path(d, name).write_bytes(b"")
+        >>> [Path(p).name for p in split_files(d, "train")]
+        ['train-00000-of-00002', 'train-00001-of-00002']
+    """
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"data directory {root} does not exist")
+    pattern = file_pattern or f"{split}-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]"
+    files = [str(p) for p in match_files(root, pattern)]
+    if not files:
+        raise FileNotFoundError(f"no TFRecord files matching {pattern!r} in {root}")
+    return files
+
+
+def scan_offsets(path: str | os.PathLike) -> np.ndarray:
+    """`(offset, size)` of each framed record of a TFRecord file, int64 [n, 2], from its
+    length headers (`size` = data length + 16, as in the DALI index).
+
+    Raises:
+        BadFileError: not a regular file, or a truncated last record (named).
+    """
+    entries = []
+    with open_input(path, what="TFRecord file") as f:
+        size = os.fstat(f.fileno()).st_size
+        offset = 0
+        while offset < size:
+            header = os.pread(f.fileno(), 8, offset)
+            end = offset + 16 + struct.unpack("<Q", header)[0] if len(header) == 8 else size + 1
+            if end > size:
+                raise BadFileError(
+                    f"TFRecord file {os.fspath(path)} is truncated: {len(entries)} complete "
+                    f"records, then {size - offset} bytes of an incomplete record at byte "
+                    f"{offset}; copy or build it again"
+                )
+            entries.append((offset, end - offset))
+            offset = end
+    return np.asarray(entries, np.int64).reshape(-1, 2)
+
+
+def record_offsets(
+    path: str | os.PathLike, *, index_dir: str | os.PathLike | None = None
+) -> np.ndarray:
+    """The records of `path` as `scan_offsets` gives them: from its DALI index when that
+    exists and ends where the file ends, else by scanning the file (a missing or stale index
+    is no error: the scan is the truth)."""
+    try:
+        return np.asarray(read_index(path, index_dir), np.int64).reshape(-1, 2)
+    except (FileNotFoundError, ValueError):
+        return scan_offsets(path)
+
+
+class TFRecordSource(_Base):
+    """The records of `files`, numbered across the files in order, by random access.
+
+    Args:
+        files: TFRecord files (e.g. `split_files`).
+        index_dir: where the DALI index files are (`dali_index.index_path`); None: the `idx`
+            folder beside the files.
+
+    Raises:
+        BadFileError: a file is not a regular file or ends inside a record (named).
+    """
+
+    def __init__(
+        self, files: Sequence[str | os.PathLike], *, index_dir: str | os.PathLike | None = None
+    ) -> None:
+        self.files = [os.fspath(p) for p in files]
+        tables = [record_offsets(p, index_dir=index_dir) for p in self.files]
+        self.counts = [len(t) for t in tables]
+        self._starts = np.cumsum([0, *self.counts])
+        self._table = np.concatenate([*tables, np.zeros((0, 2), np.int64)])
+        self._fds: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def locate(self, index: int) -> tuple[str, int]:
+        """`(file, position in the file)` of record `index` (for messages)."""
+        if not 0 <= index < len(self):
+            raise IndexError(f"record {index} out of range: {len(self)} records")
+        k = self._file_of(index)
+        return self.files[k], index - int(self._starts[k])
+
+    def __getitem__(self, index: int) -> bytes:
+        index = int(index)
+        if not 0 <= index < len(self):
+            raise IndexError(f"record {index} out of range: {len(self)} records")
+        k = self._file_of(index)
+        path = self.files[k]
+        offset, size = (int(v) for v in self._table[index])
+        fd = self._fds.get(k)
+        if fd is None:
+            f = open_input(path, what="TFRecord file")
+            fd = self._fds[k] = os.dup(f.fileno())
+            f.close()
+        data = os.pread(fd, size - 16, offset + 12)
+        if len(data) != size - 16:
+            raise BadFileError(f"TFRecord file {path} ended inside record at byte {offset}")
+        return data
+
+    def _file_of(self, index: int) -> int:
+        return int(np.searchsorted(self._starts, index, side="right")) - 1
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_fds"] = {}  # descriptors do not cross processes: each opens its own
+        return state
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_fds", {}).values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __repr__(self) -> str:
+        return f"TFRecordSource({len(self.files)} files, {len(self)} records)"
+
+
+# ---- tf.train.Example, protobuf wire format -------------------------------------------------
+# Example{features: Features = 1}; Features{feature: map<string, Feature> = 1} (entries
+# {key = 1, value = 2}); Feature{bytes_list = 1 | float_list = 2 | int64_list = 3}, each list
+# {value = 1, repeated; numbers packed or not}.
+
+_WANTED = {
+    b"image/encoded",
+    b"image/class/label",
+    b"image/filename",
+    b"image/object/bbox/xmin",
+    b"image/object/bbox/ymin",
+    b"image/object/bbox/xmax",
+    b"image/object/bbox/ymax",
+}
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated or overlong varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: bytes):
+    """Yields `(field number, wire type, value)`: an int for varints, bytes otherwise."""
+    pos, end = 0, len(data)
+    while pos < end:
+        key, pos = _varint(data, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(data, pos)
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            if pos + length > end:
+                raise ValueError(f"field {field} runs past the end of its message")
+            value, pos = data[pos : pos + length], pos + length
+        elif wire == 1:
+            value, pos = data[pos : pos + 8], pos + 8
+        elif wire == 5:
+            value, pos = data[pos : pos + 4], pos + 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        if pos > end:
+            raise ValueError(f"field {field} runs past the end of its message")
+        yield field, wire, value
+
+
+def _feature_values(feature: bytes) -> tuple[int, list]:
+    """`(kind, values)` of a serialized Feature (kind 1 bytes, 2 float, 3 int64)."""
+    for kind, wire, body in _fields(feature):
+        if kind not in (1, 2, 3) or wire != 2:
+            continue
+        values: list = []
+        for field, fwire, value in _fields(body):
+            if field != 1:
+                continue
+            if kind == 1:
+                values.append(value)
+            elif kind == 2:
+                # packed (wire type 2) or one fixed32 (wire type 5): little-endian floats
+                values.extend(struct.unpack(f"<{len(value) // 4}f", value))
+            elif fwire == 2:  # packed int64 varints
+                pos = 0
+                while pos < len(value):
+                    v, pos = _varint(value, pos)
+                    values.append(v - (1 << 64) if v >= 1 << 63 else v)
+            else:
+                values.append(value - (1 << 64) if value >= 1 << 63 else value)
+        return kind, values
+    return 0, []
+
+
+def parse_features(serialized: bytes) -> dict[str, list]:
+    """The ImageNet features of a serialized `tf.train.Example`: key -> list of values
+    (bytes, float or int), only the keys `parse_example` uses.
+
+    Raises:
+        ValueError: not a well-formed Example (the reason).
+    """
+    out: dict[str, list] = {}
+    for field, wire, features in _fields(serialized):
+        if field != 1 or wire != 2:
+            continue
+        for entry_field, entry_wire, entry in _fields(features):
+            if entry_field != 1 or entry_wire != 2:
+                continue
+            key, value = b"", b""
+            for f, w, v in _fields(entry):
+                if f == 1 and w == 2:
+                    key = v
+                elif f == 2 and w == 2:
+                    value = v
+            if key in _WANTED:
+                out[key.decode("utf-8")] = _feature_values(value)[1]
+    return out
+
+
+def parse_example(serialized: bytes) -> dict:
+    """One ImageNet record's fields, as `tfrecord.parse_imagenet_example` gives them.
+
+    Returns:
+        `{"encoded": bytes, "label": int (0-based: stored label - 1), "filename": str,
+        "boxes": float32 [n, 4] [ymin, xmin, ymax, xmax]}`.
+
+    Raises:
+        ValueError: a malformed Example, or no `image/encoded` / `image/class/label` (the
+            reason; the caller names the file and record).
+
+    Example:
+        >>> from cvbench.data.tfrecord import imagenet_example
+        >>> record = imagenet_example(encoded=b"jpeg", height=2, width=3, label=7, synset="n1",
+        ...     text="seven", filename="a.JPEG", boxes=[(0.1, 0.2, 0.5, 0.75)])
+        >>> parsed = parse_example(record)
+        >>> parsed["encoded"], parsed["label"], parsed["filename"], parsed["boxes"].tolist()
+        (b'jpeg', 6, 'a.JPEG', [[0.20000000298023224, 0.10000000149011612, 0.75, 0.5]])
+    """
+    features = parse_features(serialized)
+    encoded = features.get("image/encoded") or []
+    labels = features.get("image/class/label") or []
+    if len(encoded) != 1 or not isinstance(encoded[0], bytes):
+        raise ValueError("the record has no single image/encoded bytes value")
+    if len(labels) != 1 or not isinstance(labels[0], int):
+        raise ValueError("the record has no single image/class/label int64 value")
+    names = features.get("image/filename") or [b""]
+    keys = ("ymin", "xmin", "ymax", "xmax")
+    columns = [features.get(f"image/object/bbox/{k}") or [] for k in keys]
+    if len({len(c) for c in columns}) != 1:
+        raise ValueError("the record's bbox coordinate lists differ in length")
+    boxes = np.asarray(columns, np.float32).T.reshape(-1, 4)
+    return {
+        "encoded": encoded[0],
+        "label": labels[0] - 1,
+        "filename": names[0].decode("utf-8", "replace") if isinstance(names[0], bytes) else "",
+        "boxes": boxes,
+    }
