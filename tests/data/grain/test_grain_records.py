@@ -28,6 +28,9 @@ from cvbench.utils.errors import BadFileError
 
 SIZES = [(20, 30), (31, 17), (16, 16), (25, 40), (18, 22)]
 
+# The grain path is the JAX backend's input: every test here runs under KERAS_BACKEND=jax too.
+pytestmark = pytest.mark.backend_agnostic
+
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
@@ -35,7 +38,6 @@ def shards(tmp_path_factory):
     return write_split(root, "train", SIZES, num_shards=2)
 
 
-@pytest.mark.backend_agnostic
 def test_the_source_reads_every_record_of_every_shard_in_order(shards):
     source = TFRecordSource(shards)
     expected = [r for path in shards for r in iter_tfrecord(path)]
@@ -47,7 +49,6 @@ def test_the_source_reads_every_record_of_every_shard_in_order(shards):
         source[5]
 
 
-@pytest.mark.backend_agnostic
 def test_the_offsets_come_from_a_fresh_dali_index_else_from_a_scan(shards, tmp_path):
     path = shards[0]
     scanned = scan_offsets(path)
@@ -62,7 +63,6 @@ def test_the_offsets_come_from_a_fresh_dali_index_else_from_a_scan(shards, tmp_p
     assert np.array_equal(record_offsets(path, index_dir=tmp_path / "stale"), scanned)
 
 
-@pytest.mark.backend_agnostic
 def test_a_truncated_shard_is_refused_naming_the_file(shards, tmp_path):
     cut = tmp_path / "train-00000-of-00001"
     data = shards[0].read_bytes()
@@ -71,7 +71,6 @@ def test_a_truncated_shard_is_refused_naming_the_file(shards, tmp_path):
         TFRecordSource([cut])
 
 
-@pytest.mark.backend_agnostic
 def test_a_folder_named_like_a_shard_is_no_shard(tmp_path):
     (tmp_path / "train-00000-of-00001").mkdir()
     with pytest.raises(FileNotFoundError, match="no TFRecord files matching"):
@@ -103,7 +102,6 @@ def test_parse_example_gives_what_tensorflow_parses(shards, tf):
     assert parse_example(records[-1])["label"] == 999  # stored 1..1000 -> 0..999
 
 
-@pytest.mark.backend_agnostic
 def test_parse_example_reads_unpacked_numbers_too():
     # Protobuf parsers must accept unpacked repeated numbers (TensorFlow writes them packed):
     # the Example written by hand, int64 as `08 03` (field 1, varint 3), floats as `0d` +
@@ -127,7 +125,6 @@ def test_parse_example_reads_unpacked_numbers_too():
     assert parsed["boxes"].tolist() == [[0.25, 0.5, 0.25, 0.25]]  # [ymin, xmin, ymax, xmax]
 
 
-@pytest.mark.backend_agnostic
 @pytest.mark.parametrize(
     ("record", "reason"),
     [
