@@ -4,7 +4,14 @@ SavedModel on TensorFlow. Pass a model of built-in layers (`Trainer.user_model()
 `cvbench.utils.plain_keras.to_plain_keras`) for a file plain Keras loads.
 
 The export for serving (a uint8-image signature with post-processing in the graph, TFLite)
-is `cvbench.inference.export.export_for_serving`."""
+is `cvbench.inference.export.export_for_serving`.
+
+Both files are written in a temporary folder inside the export folder,
+`.export-<pid>-...`, and renamed into place; the folder is removed however the export ends
+(an error, SIGTERM or Ctrl-C: `finally`), and one left by a process killed outright (SIGKILL)
+is removed by the next export into the same folder, once that process is gone. An entry of
+the export folder that is a symbolic link is refused (`BadFileError`), never written through.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ from typing import Any
 
 import keras
 
+from cvbench.utils.files import refuse_link
 from cvbench.utils.model_file import ModelInfo, save_model
 
 
@@ -29,7 +37,8 @@ def export_trained_model(
 ) -> dict[str, Path]:
     """Writes `directory/model.keras` (with `info`) and, on TensorFlow, `directory/saved_model/`.
 
-    Each is written under a temporary name and renamed into place, replacing an older export.
+    Each is written under a temporary name and renamed into place, replacing an older export
+    (module docstring).
 
     Args:
         model: the model to export (as users get it).
@@ -49,24 +58,69 @@ def export_trained_model(
         )
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    keras_path, final = directory / "model.keras", directory / "saved_model"
+    refuse_link(keras_path)
+    refuse_link(final)
+    remove_stale_staging(directory)
+    staging = Path(tempfile.mkdtemp(prefix=f"{_STAGING}{os.getpid()}-", dir=directory))
     written = {}
-    keras_path = directory / "model.keras"
-    with _naming(keras_path):
-        save_model(model, keras_path, info)
-    written["keras"] = keras_path
-    if keras.config.backend() == "tensorflow":
-        final = directory / "saved_model"
-        staging = Path(tempfile.mkdtemp(prefix=".saved_model.", dir=directory))
-        try:
+    try:
+        with _naming(keras_path):
+            save_model(model, staging / "model.keras", info)
+        os.replace(staging / "model.keras", keras_path)
+        written["keras"] = keras_path
+        if keras.config.backend() == "tensorflow":
             with _naming(final):
                 _write_saved_model(model, staging / "model")
             if final.exists():
-                shutil.rmtree(final)
+                os.rename(final, staging / "previous")
             (staging / "model").rename(final)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        written["saved_model"] = final
+            written["saved_model"] = final
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return written
+
+
+#: The start of the name of an export's temporary folder (then the pid of its process).
+_STAGING = ".export-"
+
+
+def remove_stale_staging(directory: str | os.PathLike) -> list[Path]:
+    """Removes the temporary folders that exports into `directory` left when their process
+    was killed outright (`.export-<pid>-...` of a process no longer running); returns them.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> (d / ".export-999999999-x").mkdir()  # no such process
+        >>> [p.name for p in remove_stale_staging(d)]
+        ['.export-999999999-x']
+    """
+    directory = Path(directory)
+    removed = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(_STAGING):
+            continue
+        pid = name[len(_STAGING) :].split("-", 1)[0]
+        path = directory / name
+        if pid.isdigit() and not _running(int(pid)) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process
+    return True
 
 
 def user_model(

@@ -10,6 +10,13 @@ which records who holds it (pid, host, start time). A second run into the same f
 it taken and stops at once, naming the holder, without touching anything; the kernel releases
 the lock when the holder ends, even when it is killed, so a lock never has to be removed by
 hand. The lock file stays (a later run takes it again); it does not count as a run.
+
+Nothing in the folder is followed through a symbolic link: the lock file is opened with
+`O_NOFOLLOW`, and an entry the run writes (`checkpoints/`, `train_log.jsonl`, `export/`,
+`tensorboard/`, the lock) that is a link is refused before anything is written
+(`cvbench.utils.files.owned_folder`, `refuse_link`): a planted `run/.cvbench-run.lock ->
+../victim` would otherwise be truncated. The folder itself may be a link the user chose, but
+not a dangling one.
 """
 
 from __future__ import annotations
@@ -20,9 +27,13 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any
+
+from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import owned_folder, refuse_link
 
 #: The lock file of a run directory.
 LOCK_NAME = ".cvbench-run.lock"
@@ -94,12 +105,22 @@ def check_layout(log_dir: str | os.PathLike) -> None:
     Raises:
         NotADirectoryError: `log_dir`, or an entry that must be a folder, is something else.
         IsADirectoryError: an entry that must be a file is a folder.
+        BadFileError: `log_dir` is a dangling symbolic link, or an entry is a symbolic link
+            (the run never writes through one).
     """
     log_dir = Path(log_dir)
+    if log_dir.is_symlink() and not log_dir.exists():
+        raise BadFileError(
+            f"{log_dir} is a symbolic link to {os.readlink(log_dir)}, which does not exist: "
+            "create its target or train in another log directory"
+        )
     if log_dir.exists() and not log_dir.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "not a directory (the run's log dir)", log_dir)
     for name, kind in {**RUN_ENTRIES, **_OTHER_ENTRIES}.items():
         path = log_dir / name
+        if kind == "dir" and path.is_symlink():
+            owned_folder(log_dir, name, create=False)  # refuses the link, naming it
+        refuse_link(path)
         if not path.exists():
             continue
         if kind == "dir" and not path.is_dir():
@@ -186,6 +207,8 @@ def _portable(error: OSError | ValueError) -> tuple:
     """What other ranks need to raise the same error as rank 0 (sent pickled)."""
     if isinstance(error, RunDirInUseError):
         return ("in_use", str(error))
+    if isinstance(error, BadFileError):
+        return ("bad_file", str(error))
     if isinstance(error, OSError):
         return ("os", error.errno, error.strerror, error.filename)
     return ("value", str(error))
@@ -195,6 +218,8 @@ def _rebuilt(told: tuple) -> OSError | ValueError:
     """The error `_portable` describes."""
     if told[0] == "in_use":
         return RunDirInUseError(told[1])
+    if told[0] == "bad_file":
+        return BadFileError(told[1])
     if told[0] == "os":
         return OSError(*told[1:])
     return ValueError(told[1])
@@ -206,15 +231,23 @@ def _open_locked(path: Path, *, create: bool) -> int | None:
 
     Raises:
         RunDirInUseError: another process holds the lock.
+        BadFileError: `path` is a symbolic link (never followed: `O_NOFOLLOW`) or not a
+            regular file.
     """
-    flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_CREAT if create else 0)
     try:
         fd = os.open(path, flags, 0o666)
     except FileNotFoundError:
         if create:
             raise
         return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            refuse_link(path)
+        raise
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadFileError(f"{path} is not a regular file, where a run keeps its lock file")
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = _read_holder(fd)

@@ -13,7 +13,9 @@ TensorFlow, not the tensorboard package (which is needed to view the events).
 line leaves a last line without its newline; the next run into the folder (a resume) drops
 that partial line before appending and records a `partial_line_dropped` event with its
 bytes, so that every line parses again (`read_run_log` skips such a line too). A write that
-fails (a full disk) raises an `OSError` naming the log file.
+fails (a full disk) raises an `OSError` naming the log file. The log is never cut or appended
+to through a symbolic link (`cvbench.utils.files.open_output`), and `tensorboard/` is never a
+link (`owned_folder`): either is refused with a `BadFileError` naming it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 import keras
 
 from cvbench.utils.errors import naming
+from cvbench.utils.files import open_output, owned_folder
 from cvbench.utils.progress import progress_style
 
 
@@ -63,12 +66,13 @@ class RunLog:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             self._path = self.log_dir / LOG_NAME
             count, head = drop_partial_line(self._path)
-            self._jsonl = open(self._path, "ab", buffering=0)  # noqa: SIM115
+            self._jsonl = open_output(self._path, "ab", buffering=0)
             if count:
                 text = head.decode("utf-8", "replace")
                 self.record("partial_line_dropped", bytes=count, text=text)
             if tensorboard:
-                self._writer = _summary_writer(self.log_dir / "tensorboard")
+                board = owned_folder(self.log_dir, "tensorboard", create=False)  # not a link
+                self._writer = _summary_writer(board)
 
     def print(self, line: str) -> None:
         """Prints `line` on rank 0 (above the progress bar when there is one)."""
@@ -149,6 +153,9 @@ def drop_partial_line(path: str | os.PathLike, *, keep_text: int = 1000) -> tupl
         `(bytes cut, their first keep_text bytes)`: `(0, b"")` when the file ends with a
         newline, is empty or does not exist.
 
+    Raises:
+        BadFileError: `path` is a symbolic link (never followed) or not a regular file.
+
     Example:
         >>> import tempfile
         >>> path = Path(tempfile.mkdtemp()) / "train_log.jsonl"
@@ -156,11 +163,9 @@ def drop_partial_line(path: str | os.PathLike, *, keep_text: int = 1000) -> tupl
         >>> drop_partial_line(path), path.read_bytes()
         ((13, b'{"event": "st'), b'{"event": "start"}\\n')
     """
-    try:
-        f = open(path, "rb+")  # noqa: SIM115
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return 0, b""
-    with f:
+    with open_output(path, "r+b") as f:
         end = f.seek(0, os.SEEK_END)
         keep = end
         while keep > 0:  # back to the last newline, a chunk at a time

@@ -112,8 +112,10 @@ def test_read_run_log_leaves_out_a_partial_last_line_and_names_a_bad_one(tmp_pat
 
 
 def test_a_full_disk_writing_the_log_names_the_file(tmp_path):
-    (tmp_path / "train_log.jsonl").symlink_to("/dev/full")  # every write: ENOSPC
     log = RunLog(tmp_path, enabled=True, progress_bar=False)
+    # Every write: ENOSPC. (A link train_log.jsonl -> /dev/full is refused: never followed.)
+    log._jsonl.close()
+    log._jsonl = open("/dev/full", "ab", buffering=0)  # noqa: SIM115
     with pytest.raises(OSError) as e:
         log.record("start")
     log.close()  # nothing buffered is left to fail again
