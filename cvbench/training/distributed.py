@@ -45,9 +45,100 @@ _HOROVOD_INSTALL_HINT = (
 )
 
 
+#: What horovodrun (Gloo) sets for each rank, named when they are stale.
+_HOROVOD_RUN_VARS = (
+    "HOROVOD_RANK",
+    "HOROVOD_SIZE",
+    "HOROVOD_LOCAL_RANK",
+    "HOROVOD_LOCAL_SIZE",
+    "HOROVOD_CROSS_RANK",
+    "HOROVOD_CROSS_SIZE",
+    "HOROVOD_HOSTNAME",
+    "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+    "HOROVOD_GLOO_RENDEZVOUS_PORT",
+    "HOROVOD_CONTROLLER",
+    "HOROVOD_CPU_OPERATIONS",
+)
+#: What an MPI launcher gives its processes to reach it (Open MPI's ORTE/PMIx, MPICH's Hydra).
+_MPI_CONTACT_VARS = ("OMPI_MCA_orte_hnp_uri", "PMIX_SERVER_URI", "PMI_FD", "PMI_PORT")
+#: Seconds to wait for horovodrun's rendezvous server to accept a connection.
+_RENDEZVOUS_CHECK_S = 5.0
+
+
 def launched_by_horovod() -> bool:
     """Whether this process was started by horovodrun / mpirun (rank variables present)."""
     return any(name in os.environ for name in _LAUNCHER_RANK_VARS)
+
+
+def check_launcher_environment(environ=None, *, mpi_built: bool = False) -> None:
+    """Raises `ValueError` when the environment names Horovod ranks but no launcher started
+    this process: variables left from another job (an exported `HOROVOD_RANK`, a shell
+    inside an `mpirun` allocation). Horovod's C++ start-up would otherwise wait 30 s and
+    abort (`gloo::IoException`) with no line of cvbench's, or train alone as rank 0 of 1.
+
+    A horovodrun (Gloo) rank has the rendezvous address and port, and the rendezvous server
+    answers there; an MPI rank has its launcher's contact variables (`_MPI_CONTACT_VARS`)
+    and a Horovod built with MPI (`mpi_built`).
+
+    Args:
+        environ: the environment (default `os.environ`).
+        mpi_built: whether the installed Horovod was built with MPI.
+
+    Example:
+        >>> check_launcher_environment({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"})
+        ... # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: HOROVOD_RANK=1, HOROVOD_SIZE=2 are set but no launcher started this ...
+        >>> check_launcher_environment({"PATH": "/bin"})  # no ranks: nothing to check
+    """
+    env = os.environ if environ is None else environ
+    horovod = [name for name in _HOROVOD_RUN_VARS if name in env]
+    mpi = sorted(
+        n for n in env if n.startswith("OMPI_COMM_WORLD_") or n in ("PMI_RANK", "PMI_SIZE")
+    )
+    if "HOROVOD_RANK" in env and not mpi:
+        addr, port = (
+            env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"),
+            env.get("HOROVOD_GLOO_RENDEZVOUS_PORT"),
+        )
+        if not addr or not port:
+            problem = "no HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT"
+        else:
+            problem = _unreachable(addr, port)
+        if problem:
+            raise ValueError(_stale(horovod, env, problem, "horovodrun"))
+    elif mpi:
+        contact = any(n.startswith(_MPI_CONTACT_VARS) for n in env)
+        if not contact:
+            problem = "no MPI launcher contact variable (PMIX_SERVER_URI*, PMI_FD, ...)"
+        elif not mpi_built:
+            problem = "and this Horovod was built without MPI: use horovodrun --gloo"
+        else:
+            return
+        raise ValueError(_stale(mpi + horovod, env, problem, "mpirun or horovodrun"))
+
+
+def _unreachable(addr: str, port: str) -> str:
+    """Why horovodrun's rendezvous server at `addr:port` cannot be the launcher; "" when it
+    accepts a connection."""
+    try:
+        with socket.create_connection((addr, int(port)), timeout=_RENDEZVOUS_CHECK_S):
+            return ""
+    except ValueError:
+        return f"HOROVOD_GLOO_RENDEZVOUS_PORT={port!r} is not a port"
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        return f"no rendezvous server answers at {addr}:{port}: {reason}"
+
+
+def _stale(names: list[str], env, problem: str, launcher: str) -> str:
+    shown = ", ".join(f"{n}={env[n]}" for n in names[:6]) + (", ..." if len(names) > 6 else "")
+    return (
+        f"{shown} are set but no launcher started this process ({problem}): left from "
+        f"another job? Unset {' '.join(names)} to train in one process, or start cvbench "
+        f"with {launcher}"
+    )
 
 
 class Distribution:
@@ -172,7 +263,8 @@ class Horovod(Distribution):
 
     Raises:
         ImportError: with install instructions when Horovod is missing.
-        ValueError: when the Keras backend is not TensorFlow.
+        ValueError: when the Keras backend is not TensorFlow; when the environment names
+            ranks but no launcher started the process (`check_launcher_environment`).
     """
 
     name = "horovod"
@@ -184,13 +276,15 @@ class Horovod(Distribution):
             raise ValueError(
                 f"Horovod training needs KERAS_BACKEND=tensorflow, got {keras.config.backend()!r}"
             )
-        os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(gloo_timeout_s))
-        os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", str(stall_check_s))
-        os.environ.setdefault("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", str(stall_shutdown_s))
         try:
             import horovod.tensorflow as hvd
         except ImportError as e:
             raise ImportError(_HOROVOD_INSTALL_HINT) from e
+        # Before any call into Horovod's C++: stale rank variables abort it with no message.
+        check_launcher_environment(mpi_built=bool(hvd.mpi_built()))
+        os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(gloo_timeout_s))
+        os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", str(stall_check_s))
+        os.environ.setdefault("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", str(stall_shutdown_s))
         import tensorflow as tf
 
         hvd.init()

@@ -112,3 +112,104 @@ def test_a_damaged_records_file_is_one_line_and_exit_1(tmp_path, capsys):
         f"{shard.stat().st_size - offset} bytes from there cannot be read; copy or build it "
         "again, or pass --skip-corrupt to read only its complete records"
     )
+
+
+# ------------------------------------------------------- I: launchers that are not there
+@pytest.mark.backend_agnostic
+def test_stale_horovod_variables_are_named_before_horovod_starts():
+    from cvbench.training.distributed import check_launcher_environment
+
+    with pytest.raises(ValueError) as e:
+        check_launcher_environment({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "HOME": "/h"})
+    assert str(e.value) == (
+        "HOROVOD_RANK=1, HOROVOD_SIZE=2 are set but no launcher started this process (no "
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT): left from another job? Unset HOROVOD_RANK "
+        "HOROVOD_SIZE to train in one process, or start cvbench with horovodrun"
+    )
+    from ports import free_port
+
+    port = free_port()  # nothing listens there: horovodrun's rendezvous server is gone
+    env = {"HOROVOD_RANK": "0", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1"}
+    env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = str(port)
+    with pytest.raises(ValueError, match=f"no rendezvous server answers at 127.0.0.1:{port}"):
+        check_launcher_environment(env)
+    mpi = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}
+    with pytest.raises(ValueError, match="^OMPI_COMM_WORLD_RANK=0, OMPI_COMM_WORLD_SIZE=2 are"):
+        check_launcher_environment(mpi)  # no mpirun contact: left from an allocation
+    with pytest.raises(ValueError, match="built without MPI: use horovodrun --gloo"):
+        check_launcher_environment({**mpi, "PMIX_SERVER_URI41": "x"}, mpi_built=False)
+    check_launcher_environment({**mpi, "PMIX_SERVER_URI41": "x"}, mpi_built=True)  # mpirun
+    check_launcher_environment({"PATH": "/bin"})  # no ranks: one process
+
+
+def test_a_stale_horovod_environment_is_one_line_not_a_cxx_abort(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("horovod.tensorflow")
+    cvbench = Path(sys.executable).with_name("cvbench")
+    env = dict(os.environ, HOROVOD_RANK="1", HOROVOD_SIZE="2", KERAS_BACKEND="tensorflow")
+    argv = [str(cvbench), "train", *F, "--synthetic", *QUIET, "--log-dir", str(tmp_path / "r")]
+    # Before: Gloo waited 30 s for a rendezvous, then terminate() with gloo::IoException.
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and "gloo" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (
+        "cvbench: error: HOROVOD_RANK=1, HOROVOD_SIZE=2 are set but no launcher started this "
+        "process (no HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT): left from another job? Unset "
+        "HOROVOD_RANK HOROVOD_SIZE to train in one process, or start cvbench with horovodrun"
+    )
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.backend_agnostic
+def test_waiting_for_a_closed_jax_coordinator_is_said_and_bounded(capsys):
+    import time
+
+    from ports import free_port
+
+    from cvbench.training.jax_distributed import COORDINATOR_TIMEOUT_S, wait_for_coordinator
+
+    assert COORDINATOR_TIMEOUT_S == 120  # JAX's own: 300 s in silence, then a C++ abort
+    address = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(ConnectionError) as e:
+        wait_for_coordinator(address, process_id=1, num_processes=2, timeout_s=1)
+    assert time.monotonic() - started < 5
+    assert str(e.value) == (
+        f"the JAX coordinator at {address} did not answer within 1 s (Connection refused): "
+        "start process 0 there first, check KERAS_DISTRIBUTION_JOB_ADDRESSES, or wait longer "
+        "with --coordinator-timeout"
+    )
+    assert capsys.readouterr().out == (
+        f"cvbench: process 1 of 2 waits for the JAX coordinator at {address} (up to 1 s; "
+        "--coordinator-timeout)\n"
+    )
+
+
+def test_an_unreachable_jax_coordinator_is_one_line_and_exit_1(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ports import free_port
+
+    pytest.importorskip("jax")
+    address = f"127.0.0.1:{free_port()}"
+    cvbench = Path(sys.executable).with_name("cvbench")
+    env = dict(os.environ, KERAS_DISTRIBUTION_JOB_ADDRESSES=address)
+    env.update(KERAS_DISTRIBUTION_NUM_PROCESSES="2", KERAS_DISTRIBUTION_PROCESS_ID="1")
+    argv = [str(cvbench), "train", *F, "--synthetic", *QUIET, "--backend", "jax"]
+    argv += ["--coordinator-timeout", "2", "--log-dir", str(tmp_path / "r")]
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert f"cvbench: process 1 of 2 waits for the JAX coordinator at {address}" in run.stdout
+    assert "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (
+        f"cvbench train: error: the JAX coordinator at {address} did not answer within 2 s "
+        "(Connection refused): start process 0 there first, check "
+        "KERAS_DISTRIBUTION_JOB_ADDRESSES, or wait longer with --coordinator-timeout"
+    )
