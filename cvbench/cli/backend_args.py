@@ -11,6 +11,9 @@ every process but its id:
 
     KERAS_DISTRIBUTION_JOB_ADDRESSES=host0:1234 KERAS_DISTRIBUTION_NUM_PROCESSES=2 \\
     KERAS_DISTRIBUTION_PROCESS_ID=0 cvbench train --backend jax ...
+
+Each process says at once that it waits for the coordinator, again every 10 s, and stops with
+one line naming the address after `--coordinator-timeout` seconds (default 120).
 """
 
 from __future__ import annotations
@@ -36,6 +39,14 @@ def add_backend_flags(p: argparse.ArgumentParser) -> None:
         "every local device through keras.distribution",
     )
     p.add_argument(
+        "--coordinator-timeout",
+        type=positive_int,
+        default=None,
+        metavar="SECONDS",
+        help="JAX backend, several processes (KERAS_DISTRIBUTION_*): how long processes wait "
+        "for the coordinator and for each other at start (default: 120)",
+    )
+    p.add_argument(
         "--devices",
         type=positive_int,
         default=None,
@@ -58,8 +69,9 @@ def distribution_from_args(args: argparse.Namespace) -> Any:
     determinism flag, before anything starts JAX.
 
     Raises:
-        CLIError: Keras already runs another backend; --devices without JAX, or more devices
-            than there are.
+        CLIError: Keras already runs another backend; --devices or --coordinator-timeout
+            without JAX, or more devices than there are.
+        ConnectionError: the JAX coordinator did not answer within --coordinator-timeout.
     """
     backend = getattr(args, "backend", None)
     if backend is not None:
@@ -71,17 +83,27 @@ def distribution_from_args(args: argparse.Namespace) -> Any:
     if getattr(args, "deterministic", False):
         _deterministic_xla()
     devices = getattr(args, "devices", None)
-    if devices is None:
+    timeout = getattr(args, "coordinator_timeout", None)
+    if devices is None and timeout is None:
         return "auto"
     import keras
 
     if keras.config.backend() != "jax":
+        flag = "--devices" if devices is not None else "--coordinator-timeout"
         raise CLIError(
-            f"--devices is for the JAX backend (--backend jax), not {keras.config.backend()}"
+            f"{flag} is for the JAX backend (--backend jax), not {keras.config.backend()}"
         )
-    from cvbench.training.jax_distributed import JaxDataParallel
+    from cvbench.training.jax_distributed import (
+        COORDINATOR_TIMEOUT_S,
+        JaxDataParallel,
+        launched_for_jax,
+    )
 
+    if devices is None and not launched_for_jax():
+        return "auto"  # one process: no coordinator to wait for
     try:
-        return JaxDataParallel(devices=devices)
+        return JaxDataParallel(
+            devices=devices, coordinator_timeout_s=timeout or COORDINATOR_TIMEOUT_S
+        )
     except ValueError as e:
-        raise CLIError(f"--devices {devices}: {e}") from None
+        raise CLIError(f"--devices {devices}: {e}" if devices is not None else str(e)) from None

@@ -27,15 +27,22 @@ Host-side collectives between steps (broadcasts, sums of counts, stop flags) go 
 `jax.experimental.multihost_utils`; float64 values travel as their bits (uint32 pairs),
 since JAX without x64 would round them to float32.
 
-Multi-process: `keras.distribution.initialize()` from `KERAS_DISTRIBUTION_JOB_ADDRESSES`
-(the coordinator's `host:port` first), `KERAS_DISTRIBUTION_NUM_PROCESSES` and
-`KERAS_DISTRIBUTION_PROCESS_ID`, or from the arguments, before anything else touches JAX.
+Multi-process: `jax.distributed` starts (as `keras.distribution.initialize()` would) from
+`KERAS_DISTRIBUTION_JOB_ADDRESSES` (the coordinator's `host:port` first; else JAX's own
+`JAX_COORDINATOR_ADDRESS`), `KERAS_DISTRIBUTION_NUM_PROCESSES` and
+`KERAS_DISTRIBUTION_PROCESS_ID`, or from the arguments, before anything else touches JAX. The
+wait for the coordinator is bounded and said (`wait_for_coordinator`): a line at once, one
+every `PROGRESS_EVERY_S`, and after `coordinator_timeout_s` (`COORDINATOR_TIMEOUT_S`, the
+command's `--coordinator-timeout`) a one-line error naming the address, where JAX itself
+would wait 300 s in silence and then abort the process from C++.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import socket
+import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
@@ -52,28 +59,115 @@ ENV_VARS = (
 )
 
 
+#: Seconds a process waits for the JAX coordinator (and the coordinator for the processes)
+#: by default: enough for processes started by hand on several hosts, short enough that a
+#: wrong address is told within two minutes.
+COORDINATOR_TIMEOUT_S = 120
+#: Seconds between the lines that say a process is still waiting.
+PROGRESS_EVERY_S = 10
+
+
+def wait_for_coordinator(
+    address: str, *, process_id: int, num_processes: int, timeout_s: float
+) -> None:
+    """Says that this process waits for the JAX coordinator at `address` (`host:port`) and,
+    unless it is process 0 (which runs the coordinator), waits until the coordinator
+    accepts a connection: a line at once, then one every `PROGRESS_EVERY_S` seconds.
+
+    Raises:
+        ValueError: `address` is not `host:port`.
+        ConnectionError: nothing accepted a connection at `address` within `timeout_s`
+            (its message names the address and `--coordinator-timeout`).
+    """
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"the JAX coordinator address must be host:port, got {address!r}")
+    host = host.strip("[]")
+    role = "runs" if process_id == 0 else "waits for"
+    print(
+        f"cvbench: process {process_id} of {num_processes} {role} the JAX coordinator at "
+        f"{address} (up to {timeout_s:g} s; --coordinator-timeout)",
+        flush=True,
+    )
+    if process_id == 0:
+        return
+    start = time.monotonic()
+    next_note = start + PROGRESS_EVERY_S
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=2):
+                return
+        except OSError as e:
+            reason = e.strerror or str(e) or type(e).__name__
+        now = time.monotonic()
+        if now - start >= timeout_s:
+            raise ConnectionError(
+                f"the JAX coordinator at {address} did not answer within {timeout_s:g} s "
+                f"({reason}): start process 0 there first, check "
+                "KERAS_DISTRIBUTION_JOB_ADDRESSES, or wait longer with --coordinator-timeout"
+            )
+        if now >= next_note:
+            print(
+                f"cvbench: still waiting for the JAX coordinator at {address} "
+                f"({now - start:.0f} s of {timeout_s:g} s)",
+                flush=True,
+            )
+            next_note += PROGRESS_EVERY_S
+        time.sleep(min(0.5, max(0.0, start + timeout_s - now)))
+
+
 def launched_for_jax() -> bool:
     """Whether the `KERAS_DISTRIBUTION_*` variables ask for several processes."""
     return int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1") or 1) > 1
 
 
-def _initialize(job_addresses: str | None, num_processes: int | None, process_id: int | None):
+def _initialize(
+    job_addresses: str | None,
+    num_processes: int | None,
+    process_id: int | None,
+    timeout_s: float = COORDINATOR_TIMEOUT_S,
+):
     import jax
 
     if jax.distributed.is_initialized():
         return
+    env = os.environ
+    if job_addresses is None:
+        job_addresses = env.get(ENV_VARS[0]) or env.get("JAX_COORDINATOR_ADDRESS")
+    given = (job_addresses, num_processes, process_id)
     missing = [
         name
-        for name, value in zip(ENV_VARS, (job_addresses, num_processes, process_id), strict=True)
-        if value is None and name not in os.environ
+        for name, value in zip(ENV_VARS, given, strict=True)
+        if value is None and name not in env
     ]
     if missing:
         raise ValueError(
             f"several JAX processes need {', '.join(missing)} (or the Trainer's arguments): "
             "the coordinator's host:port, the process count and this process' id"
         )
+    num_processes = int(env[ENV_VARS[1]]) if num_processes is None else num_processes
+    process_id = int(env[ENV_VARS[2]]) if process_id is None else process_id
+    addresses = job_addresses.split(",")
+    if len(addresses) > 1 and len(addresses) != num_processes:
+        raise ValueError(
+            f"{ENV_VARS[0]} names {len(addresses)} processes ({job_addresses}), but "
+            f"num_processes is {num_processes}"
+        )
+    coordinator = addresses[0].strip()
+    wait_for_coordinator(
+        coordinator, process_id=process_id, num_processes=num_processes, timeout_s=timeout_s
+    )
     try:
-        keras.distribution.initialize(job_addresses, num_processes, process_id)
+        # What keras.distribution.initialize() does, with the wait bounded.
+        jax.distributed.initialize(
+            coordinator_address=coordinator,
+            num_processes=num_processes,
+            process_id=process_id,
+            initialization_timeout=max(1, int(timeout_s)),
+        )
+        from keras.src.backend.jax.distribution_lib import initialize_rng
+
+        initialize_rng()  # one seed on every process, as Keras' own initialize draws it
     except RuntimeError as e:
         if "must be called before" not in str(e):
             raise
@@ -96,10 +190,13 @@ class JaxDataParallel(Distribution):
         job_addresses: the coordinator's `host:port` (default `KERAS_DISTRIBUTION_JOB_ADDRESSES`).
         num_processes: processes (default `KERAS_DISTRIBUTION_NUM_PROCESSES`, else 1).
         process_id: this process' id (default `KERAS_DISTRIBUTION_PROCESS_ID`).
+        coordinator_timeout_s: how long processes wait for each other at start
+            (`wait_for_coordinator`).
 
     Raises:
         ValueError: the backend is not JAX; a bad device count; a multi-process setting
             missing its coordinator or id.
+        ConnectionError: the coordinator did not answer within `coordinator_timeout_s`.
     """
 
     name = "jax"
@@ -113,6 +210,7 @@ class JaxDataParallel(Distribution):
         job_addresses: str | None = None,
         num_processes: int | None = None,
         process_id: int | None = None,
+        coordinator_timeout_s: float = COORDINATOR_TIMEOUT_S,
     ) -> None:
         if keras.config.backend() != "jax":
             raise ValueError(
@@ -122,7 +220,7 @@ class JaxDataParallel(Distribution):
         if processes is None:
             processes = int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1") or 1)
         if processes > 1:
-            _initialize(job_addresses, num_processes, process_id)
+            _initialize(job_addresses, num_processes, process_id, coordinator_timeout_s)
         import jax
 
         self._jax = jax
