@@ -87,16 +87,27 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
     Returns:
         key -> float32 numpy array, in torchvision's layout.
 
+    An `.npz` file gets the checks of a training checkpoint before any array is read
+    (`cvbench.utils.model_file.check_npz`: members inside the file, sizes that deflate can
+    give, `.npy` headers that match their data), so a small file cannot ask for gigabytes.
+
     Raises:
-        ValueError: for a missing file, another suffix, a file that is not a flat state
-            dict, or a `.pth` file without torch installed (saying how to convert it).
+        ValueError: for a missing file, another suffix, or a `.pth` file without torch
+            installed (saying how to convert it).
+        BadFileError: (a `ValueError`) for a file that is not a regular file, a malformed or
+            crafted `.npz`, or a `.pth` that torch cannot read or that is not a flat state
+            dict, naming the file.
     """
+    from cvbench.utils.errors import BadFileError
+    from cvbench.utils.files import check_regular, open_input
+    from cvbench.utils.model_file import load_npz
+
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise ValueError(f"torchvision weights file not found: {path!r}")
+    check_regular(path, what="weights file")
     if path.endswith(".npz"):
-        with np.load(path, allow_pickle=False) as data:
-            return {k: np.asarray(data[k]) for k in data.files}
+        return load_npz(path, what="weights file")
     if not path.endswith((".pth", ".pt")):
         raise ValueError(f"torchvision weights must be .pth, .pt or .npz; got {path!r}")
     try:
@@ -107,9 +118,15 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
             "convert it once: np.savez('weights.npz', **{k: v.numpy() for k, v in "
             "torch.load(path).items()}) and pass the .npz"
         ) from e
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        with open_input(path, what="weights file") as f:
+            state = torch.load(f, map_location="cpu", weights_only=True)
+    except BadFileError:
+        raise
+    except Exception as err:  # noqa: BLE001 (what torch raises for a bad file varies)
+        raise BadFileError(f"{path} is not a valid weights file: {err}") from None
     if not isinstance(state, Mapping):
-        raise ValueError(f"{path!r} holds a {type(state).__name__}, not a state dict")
+        raise BadFileError(f"{path} holds a {type(state).__name__}, not a state dict")
     return {k: v.detach().cpu().numpy() for k, v in state.items()}
 
 

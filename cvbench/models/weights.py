@@ -41,6 +41,10 @@ from typing import Literal
 import keras
 import numpy as np
 
+from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import check_regular
+from cvbench.utils.model_file import DEFLATE_MAX_RATIO, byte_count
+
 HEAD = "predictions"
 _SUFFIX_CONV, _SUFFIX_BN = "_conv", "_bn"
 # Keras 3 weight files of keras.applications models, by their number of Conv2D layers:
@@ -179,10 +183,33 @@ def read_legacy_h5(path: str | os.PathLike) -> list[FileLayer]:
             weight_names = _attr_strings(layer_group, "weight_names")
             if not weight_names:
                 continue
-            values = tuple(np.asarray(layer_group[w]) for w in weight_names)
+            values = tuple(_read_dataset(layer_group, w, path) for w in weight_names)
             shorts = tuple(_short_name(w) for w in weight_names)
             layers_out.append(FileLayer(layer_name, shorts, values))
     return layers_out
+
+
+def _read_dataset(group, name: str, path: str | os.PathLike) -> np.ndarray:
+    """The HDF5 dataset `group[name]` as an array, once the bytes it declares are at most
+    `DEFLATE_MAX_RATIO` times those it stores (a small file cannot ask for gigabytes).
+
+    Raises:
+        BadFileError: naming the file, the dataset and both sizes.
+    """
+    import h5py
+
+    dataset = group.get(name)
+    if not isinstance(dataset, h5py.Dataset):
+        raise BadFileError(f"{os.fspath(path)}: {group.name}/{name} is not a dataset")
+    declared = int(dataset.size) * dataset.dtype.itemsize
+    stored = int(dataset.id.get_storage_size())
+    if declared > DEFLATE_MAX_RATIO * max(stored, 1):
+        raise BadFileError(
+            f"{os.fspath(path)}: dataset {dataset.name} declares {byte_count(declared)} of "
+            f"shape {dataset.shape} but stores {byte_count(stored)}, more than compression can "
+            f"give ({DEFLATE_MAX_RATIO}:1)"
+        )
+    return np.asarray(dataset)
 
 
 def load_weights(
@@ -198,12 +225,26 @@ def load_weights(
             keras.applications file brings its own; torchvision files pair by name.
 
     Raises:
-        ValueError: the file is missing or in an unknown format, or a layer or shape does not
-            match (the message names the layer, the weight and both shapes).
+        ValueError: the file is missing, or a layer or shape does not match (the message
+            names the layer, the weight and both shapes).
+        BadFileError: (a `ValueError`) the file is not a regular file, in an unknown format,
+            malformed, or declares arrays larger than it can hold (an `.npz` gets the checks of
+            a checkpoint, `cvbench.utils.model_file.check_npz`; an HDF5 dataset at most
+            `DEFLATE_MAX_RATIO` times the bytes it stores), naming it.
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise ValueError(f"weights file not found: {path!r}")
+    check_regular(path, what="weights file")
+    try:
+        _load_any(model, path, match)
+    except OSError as err:
+        if err.errno is not None:  # the disk, not the file's content
+            raise
+        raise BadFileError(f"{path} is not a valid weights file: {err}") from None
+
+
+def _load_any(model: keras.Model, path: str, match: str) -> None:
     if is_legacy_h5(path):
         _load_legacy(model, path, read_legacy_h5(path), match)
     elif path.endswith(TORCHVISION_SUFFIXES):
@@ -219,7 +260,7 @@ def load_weights(
         except (ValueError, KeyError) as e:
             raise ValueError(f"{path!r} does not fit model {model.name!r}: {e}") from e
     else:
-        raise ValueError(
+        raise BadFileError(
             f"weights={path!r} is neither a keras.applications-style legacy .h5 file (with a "
             "'layer_names' attribute), a Keras 3 '.weights.h5' file, nor a torchvision state "
             f"dict {TORCHVISION_SUFFIXES}"

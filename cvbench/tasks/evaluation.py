@@ -114,22 +114,23 @@ def evaluation_model(path: Path, task: Task) -> Any:
     the classification pipeline hands out normalized images (`task.input_normalization()`):
     those are mapped back to `[0, 255]` in front of the model (`x * std + mean`). Detection
     data is `[0, 255]` already; a file without `ModelInfo` (older exports) is used as it is.
+    Either is loaded by `cvbench.utils.model_file.load_model`, with its checks (a regular
+    file, archive sizes, safe mode).
 
     Raises:
-        BadFileError: an unreadable `ModelInfo`.
+        BadFileError: a file that is not a regular file or a valid `.keras` archive, or an
+            unreadable `ModelInfo`.
         ValueError: a model of another task.
     """
-    import keras
-
     from cvbench.utils.model_file import load_model, read_model_info
     from cvbench.utils.plain_keras import with_input_normalization
 
     info = read_model_info(path)
-    if info is None:
-        return keras.saving.load_model(path, compile=False)
-    if info.task != task.name:
+    if info is not None and info.task != task.name:
         raise ValueError(f"{path} is a {info.task} model, not {task.name}")
     model, _ = load_model(path)
+    if info is None:
+        return model
     if info.task != "classification":
         return model
     means, stds = task.input_normalization()
@@ -177,8 +178,12 @@ def check_classes(model_classes: int | None, task: Task, source: Path) -> None:
 def load_checkpoint_weights(trainer: Any, path: Path, task: Task) -> None:
     """`trainer.load_weights(path)`; a checkpoint of a model for another number of classes
     is a one-line error saying so (`check_classes`), not a shape message."""
+    from cvbench.utils.errors import BadFileError
+
     try:
         trainer.load_weights(path)
+    except BadFileError:
+        raise  # the file itself is bad: nothing to compare with the model
     except ValueError:
         from cvbench.training.checkpoint import load_checkpoint
 

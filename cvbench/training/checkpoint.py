@@ -23,27 +23,27 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import math
 import os
 import re
 import warnings
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import keras
 import numpy as np
 
+from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import check_regular, loads_json, match_files, open_input
 from cvbench.utils.io import atomic_open
+from cvbench.utils.model_file import DEFLATE_MAX_RATIO, check_npz  # noqa: F401 - its limit
 
 _NAME = re.compile(r"^ckpt-(\d{10})\.npz$")
 _FORMAT_VERSION = 2  # 2: with the arrays' SHA-256; 1 (no checksum) still loads
 _READABLE_FORMATS = (1, 2)
 _ZIP_MAGIC = b"PK\x03\x04"
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-#: The most bytes deflate can give per compressed byte (its 258-byte matches: 1032:1).
-DEFLATE_MAX_RATIO = 1032
 #: The largest metadata member read; cvbench writes a few KiB (100 bytes per variable).
 META_LIMIT = 16 * 2**20
 
@@ -96,21 +96,59 @@ def save_checkpoint(
     return path
 
 
-def _check_zip_magic(path: str | os.PathLike) -> None:
-    """Raises `ValueError` unless `path` starts as a zip archive (an `.npz`) does."""
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(len(_ZIP_MAGIC))
-    except OSError as e:
-        raise ValueError(f"{path} is not a valid checkpoint: {e}") from e
+def _check_zip_magic(path: str | os.PathLike, file: IO[bytes]) -> None:
+    """Raises `BadFileError` unless the opened `file` starts as a zip archive (an `.npz`)
+    does."""
+    magic = file.read(len(_ZIP_MAGIC))
+    file.seek(0)
     if _ZIP_MAGIC.startswith(magic):  # also a file cut off in its first bytes
         if magic != _ZIP_MAGIC:
-            raise ValueError(f"{path} is not a valid checkpoint: it ends after {len(magic)} bytes")
+            raise BadFileError(
+                f"{path} is not a valid checkpoint: it ends after {len(magic)} bytes"
+            )
     else:
-        raise ValueError(
+        raise BadFileError(
             f"{path} is not a cvbench checkpoint: it is not an .npz archive (checkpoints are "
             "the ckpt-<step>.npz files the Trainer writes in <log dir>/checkpoints)"
         )
+
+
+def _read_arrays(path: str | os.PathLike, *, meta_only: bool) -> dict[str, np.ndarray]:
+    """The arrays of the checkpoint file `path` (only its metadata with `meta_only`), once
+    it is known to be a regular file, a zip archive, and `check_archive`'s sizes hold.
+
+    Raises:
+        BadFileError: naming the file (not a regular file, not an archive, damaged).
+    """
+    try:
+        with open_input(path, what="checkpoint") as f:
+            _check_zip_magic(path, f)
+            check_npz(path, f, what="checkpoint", member_limits={"meta.npy": META_LIMIT})
+            with np.load(f, allow_pickle=False) as data:
+                if meta_only and "meta" not in data.files:
+                    raise BadFileError(f"{path} is not a cvbench checkpoint: no cvbench metadata")
+                keys = ["meta"] if meta_only else data.files
+                return {key: data[key] for key in keys}
+    except BadFileError:
+        raise
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as e:
+        raise BadFileError(f"{path} is not a valid checkpoint: {e}") from e
+
+
+def _parse_meta(path: str | os.PathLike, raw: np.ndarray) -> dict:
+    """The metadata member's JSON document, its depth bounded (`loads_json`).
+
+    Raises:
+        BadFileError: `"<path> is not a valid checkpoint: ..."`.
+    """
+    try:
+        meta = loads_json(raw.tobytes(), source="its metadata")
+    except BadFileError as e:
+        raise BadFileError(f"{path} is not a valid checkpoint: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") not in _READABLE_FORMATS:
+        found = meta.get("format") if isinstance(meta, dict) else meta
+        raise BadFileError(f"{path} is not a valid checkpoint: unknown format {found!r:.40}")
+    return meta
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
@@ -121,26 +159,20 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray
         `(meta, arrays)`: the JSON document and the arrays by key ("model/0", ...).
 
     Raises:
-        ValueError: `"<path> is not a cvbench checkpoint: ..."` for a file of another kind
-            (not an `.npz` archive, or one without cvbench's metadata); `"<path> is not a
-            valid checkpoint: ..."` for a damaged one (truncated, bit-flipped), saying why.
+        BadFileError: (a `ValueError`) `"<path> is not a cvbench checkpoint: ..."` for a
+            file of another kind (not an `.npz` archive, or one without cvbench's metadata);
+            `"<path> is not a valid checkpoint: ..."` for a damaged or crafted one (truncated,
+            bit-flipped, sizes that lie, metadata nested too deep, not a regular file),
+            saying why; also a file that cannot be opened.
     """
-    _check_zip_magic(path)
-    try:
-        check_archive(path)
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
-    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as e:
-        raise ValueError(f"{path} is not a valid checkpoint: {e}") from e
+    arrays = _read_arrays(path, meta_only=False)
     if "meta" not in arrays:
-        raise ValueError(
+        raise BadFileError(
             f"{path} is not a cvbench checkpoint: the .npz archive has no cvbench metadata "
             f"(it holds {', '.join(sorted(arrays)[:5]) or 'no arrays'})"
         )
+    meta = _parse_meta(path, arrays.pop("meta"))
     try:
-        meta = json.loads(arrays.pop("meta").tobytes().decode("utf-8"))
-        if meta.get("format") not in _READABLE_FORMATS:
-            raise ValueError(f"unknown checkpoint format {meta.get('format')!r}")
         for group in ("model", "optimizer"):
             for i in range(len(meta[group])):
                 if f"{group}/{i}" not in arrays:
@@ -153,7 +185,7 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray
                     f"says {str(meta['sha256'])[:16]}... (the file is damaged)"
                 )
     except (AttributeError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{path} is not a valid checkpoint: {e}") from e
+        raise BadFileError(f"{path} is not a valid checkpoint: {e}") from e
     return meta, arrays
 
 
@@ -164,97 +196,26 @@ def read_checkpoint_meta(path: str | os.PathLike) -> dict:
     checksum are checked when they are loaded.
 
     Raises:
-        ValueError: as `load_checkpoint`, for a file that is no cvbench checkpoint or whose
-            archive or metadata is damaged.
+        BadFileError: (a `ValueError`) as `load_checkpoint`, for a file that is no cvbench
+            checkpoint or whose archive or metadata is damaged.
     """
-    _check_zip_magic(path)
-    try:
-        check_archive(path)
-        with np.load(path, allow_pickle=False) as data:
-            if "meta" not in data.files:
-                raise ValueError(f"{path} is not a cvbench checkpoint: no cvbench metadata")
-            meta = json.loads(data["meta"].tobytes().decode("utf-8"))
-    except (OSError, EOFError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not a valid checkpoint: {e}") from e
-    except ValueError as e:
-        if str(e).startswith(str(path)):
-            raise
-        raise ValueError(f"{path} is not a valid checkpoint: {e}") from e
-    if not isinstance(meta, dict) or meta.get("format") not in _READABLE_FORMATS:
-        found = meta.get("format") if isinstance(meta, dict) else meta
-        raise ValueError(f"{path} is not a valid checkpoint: unknown format {found!r:.40}")
-    return meta
+    return _parse_meta(path, _read_arrays(path, meta_only=True)["meta"])
 
 
 def check_archive(path: str | os.PathLike) -> None:
     """Checks the sizes an `.npz` archive declares before anything is allocated: each member
     lies inside the file, stores as many bytes as its zip entry says (deflate at most
-    `DEFLATE_MAX_RATIO` : 1), its `.npy` header's shape and dtype come to exactly that size,
-    and the metadata member is at most `META_LIMIT` bytes.
+    `DEFLATE_MAX_RATIO` : 1), the members together stay within the file, its `.npy` header's
+    shape and dtype come to exactly that size, and the metadata member is at most
+    `META_LIMIT` bytes (`cvbench.utils.model_file.check_npz`, which `.npz` weight files get
+    too).
 
     Raises:
-        ValueError: saying which member asks for what (the caller adds the file's name).
-        zipfile.BadZipFile: not a readable zip archive.
+        BadFileError: (a `ValueError`) `"<path> is not a valid checkpoint: ..."`, saying
+            which member asks for what; or `path` is not a regular file.
     """
-    file_size = os.path.getsize(path)
-    with zipfile.ZipFile(path) as archive:
-        for info in archive.infolist():
-            _check_member(archive, info, file_size)
-
-
-def _check_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, file_size: int) -> None:
-    name, size = info.filename, info.file_size
-    if info.header_offset + info.compress_size > file_size:
-        raise ValueError(
-            f"member {name} says it stores {_size(info.compress_size)} at byte "
-            f"{info.header_offset}, past the end of the {_size(file_size)} file"
-        )
-    if info.compress_type == zipfile.ZIP_STORED and size != info.compress_size:
-        raise ValueError(
-            f"member {name} says it holds {_size(size)} but stores {_size(info.compress_size)} "
-            "uncompressed"
-        )
-    if size > DEFLATE_MAX_RATIO * max(info.compress_size, 1):
-        raise ValueError(
-            f"member {name} says it holds {_size(size)} from {_size(info.compress_size)} "
-            f"compressed, more than deflate can give ({DEFLATE_MAX_RATIO}:1)"
-        )
-    if name == "meta.npy" and size > META_LIMIT:
-        raise ValueError(
-            f"its metadata member {name} is {_size(size)}, over the limit of "
-            f"{_size(META_LIMIT)} (cvbench writes a few KiB)"
-        )
-    if not name.endswith(".npy"):
-        return
-    with archive.open(info) as member:
-        version = np.lib.format.read_magic(member)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(member)
-        elif version == (2, 0):
-            shape, _, dtype = np.lib.format.read_array_header_2_0(member)
-        else:
-            raise ValueError(f"member {name} is a .npy file of version {version}, not 1.0 or 2.0")
-        header = member.tell()
-    if dtype.hasobject:
-        return  # pickled objects: np.load refuses them (allow_pickle=False), unread
-    wanted = math.prod(shape) * dtype.itemsize
-    if header + wanted != size:
-        raise ValueError(
-            f"member {name} has a .npy header asking for shape {tuple(shape)} of {dtype} "
-            f"({_size(wanted)}), but holds {_size(size - header)} of data"
-        )
-
-
-def _size(count: int) -> str:
-    """A byte count for messages: "120 bytes", "5.6 GiB"."""
-    if count < 1024:
-        return f"{count} bytes"
-    value = float(count)
-    for unit in ("KiB", "MiB", "GiB"):
-        value /= 1024
-        if value < 1024:
-            return f"{value:.1f} {unit}"
-    return f"{value / 1024:.1f} TiB"
+    with open_input(path, what="checkpoint") as f:
+        check_npz(path, f, what="checkpoint", member_limits={"meta.npy": META_LIMIT})
 
 
 def arrays_checksum(arrays: dict[str, np.ndarray]) -> str:
@@ -315,7 +276,9 @@ class CheckpointManager:
         self.keep = keep
 
     def checkpoints(self) -> list[Path]:
-        """Checkpoint files in the directory, oldest first."""
+        """Checkpoint files in the directory, oldest first: every name `ckpt-<step>.npz`,
+        also one that is not a regular file (a FIFO), which `latest` then skips with a
+        warning instead of opening it."""
         if not self.directory.is_dir():
             return []
         found = [p for p in self.directory.iterdir() if _NAME.match(p.name)]
@@ -365,7 +328,8 @@ class CheckpointManager:
     def latest(self) -> tuple[Path, dict, dict[str, np.ndarray]] | None:
         """The newest checkpoint that loads completely, as `(path, meta, arrays)`, or None.
 
-        Files that fail to load are reported with a warning and skipped.
+        Files that fail to load (damaged, crafted, not regular files, metadata nested too
+        deep) are reported with a warning and skipped.
         """
         for path in reversed(self.checkpoints()):
             try:
@@ -378,9 +342,8 @@ class CheckpointManager:
 
     def remove_temporaries(self) -> None:
         """Deletes temporary files left by writers that were killed mid-write."""
-        if self.directory.is_dir():
-            for p in self.directory.glob(".ckpt-*.tmp*"):
-                p.unlink(missing_ok=True)
+        for p in match_files(self.directory, ".ckpt-*.tmp*"):
+            p.unlink(missing_ok=True)
 
 
 def find_checkpoint(path: str | os.PathLike) -> Path:
@@ -389,12 +352,14 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
 
     Raises:
         FileNotFoundError: when there is no such path or no valid checkpoint in it.
+        BadFileError: a path that is neither a folder nor a regular file (a FIFO, a device).
     """
     path = Path(path)
-    if path.is_file():
-        return path
-    if not path.is_dir():
+    if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
+    if not path.is_dir():
+        check_regular(path, what="checkpoint")  # a FIFO or a device: refused, never opened
+        return path
     directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
     found = CheckpointManager(directory).latest()
     if found is None:

@@ -89,7 +89,9 @@ class _TrainerCheckpoints:
             The trainer state stored in the checkpoint.
 
         Raises:
-            ValueError: when the file is not a checkpoint of this model.
+            BadFileError: (a `ValueError`) when the file is not a valid checkpoint (not a
+                regular file, damaged, crafted: `load_checkpoint`), naming it.
+            ValueError: when the file is a checkpoint of another model.
         """
         meta, arrays = ckpt.load_checkpoint(path)
         ckpt.restore_variables(meta, arrays, model_variables=self.model.variables)

@@ -16,25 +16,39 @@ A model file is a user's input, so it is checked before anything is read or allo
 it: a file that is not a zip archive, lacks `config.json`, holds an archive member larger than
 its limit (`cvbench.json` and `metadata.json` at most `MAX_JSON_BYTES`, `config.json` at most
 `MAX_CONFIG_BYTES`, any other member at most `MAX_EXPANSION` times the bytes it stores once
-over `MAX_CONFIG_BYTES`; declared sizes, read from the zip directory), a `cvbench.json` that is
-not a JSON object with the fields of `ModelInfo`, an `image_size` over `MAX_INPUT_SIDE` pixels
-per side (`max_input_side=` raises it), or a model whose input size or class count differs
-from its `ModelInfo` raises `cvbench.utils.errors.BadFileError` naming the file and what is
-wrong.
+over `MAX_CONFIG_BYTES`; declared sizes, read from the zip directory), members that together
+declare more than `MAX_EXPANSION` times the file's size once over `MAX_CONFIG_BYTES` (forty
+members of 60 MiB each under the per-member limits, stored in 2.4 MB, would make Keras extract
+2.4 GB) or that overlap, a `cvbench.json` that is not a JSON object with the fields of
+`ModelInfo` (or nested deeper than `cvbench.utils.files.MAX_JSON_DEPTH`), an `image_size` over
+`MAX_INPUT_SIDE` pixels per side (`max_input_side=` raises it), or a model whose input size
+or class count differs from its `ModelInfo` raises `cvbench.utils.errors.BadFileError` naming
+the file and what is wrong. A path that is not a regular file (a FIFO, a device) is refused
+before a byte is read.
+
+`.npz` weight archives (training checkpoints, torchvision state dicts given as `--weights`)
+get one check, `check_npz`, before any array is read: each member lies inside the file and
+declares no more than deflate can give, the members do not overlap and together declare at most
+`MAX_EXPANSION` times the file (once over `MAX_CONFIG_BYTES`), and each `.npy` header's shape
+and dtype come to exactly the bytes its member holds.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import numpy as np
 
 from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import check_regular, loads_json, open_input
 
 #: The archive entry holding the `ModelInfo`.
 INFO_ENTRY = "cvbench.json"
@@ -59,8 +73,11 @@ MAX_JSON_BYTES = 1 << 20
 #: Largest `config.json` accepted, in bytes (a ResNet-152's is about 0.3 MiB).
 MAX_CONFIG_BYTES = 64 << 20
 #: Largest ratio of declared to stored bytes of another member (the weights) once it is over
-#: `MAX_CONFIG_BYTES` (Keras stores its members uncompressed, ratio 1).
+#: `MAX_CONFIG_BYTES` (Keras stores its members uncompressed, ratio 1), and of all members'
+#: declared bytes together to the archive's size.
 MAX_EXPANSION = 100
+#: The most bytes deflate can give per compressed byte (its 258-byte matches: 1032:1).
+DEFLATE_MAX_RATIO = 1032
 #: Largest model input side (`ModelInfo.image_size`) a model file may declare, in pixels.
 MAX_INPUT_SIDE = 8192
 _JSON_LIMITS = {INFO_ENTRY: MAX_JSON_BYTES, "metadata.json": MAX_JSON_BYTES}
@@ -210,7 +227,7 @@ def save_model(model: Any, path: str | os.PathLike, info: ModelInfo | None = Non
     return path
 
 
-def _check_members(path: Path, archive: zipfile.ZipFile) -> None:
+def _check_members(path: Path, archive: zipfile.ZipFile, file_size: int) -> None:
     members = {m.filename: m for m in archive.infolist()}
     if CONFIG_ENTRY not in members:
         raise BadFileError(f"{path} is not a .keras model file (no {CONFIG_ENTRY} in it)")
@@ -227,6 +244,29 @@ def _check_members(path: Path, archive: zipfile.ZipFile) -> None:
                 f"{path}: archive member {name} declares {member.file_size} bytes but stores "
                 f"{member.compress_size}, over the limit of {MAX_EXPANSION}x (a zip bomb?)"
             )
+    problem = _zip_totals_problem(archive.infolist(), file_size)
+    if problem is not None:
+        raise BadFileError(f"{path}: {problem}")
+
+
+def _zip_totals_problem(members: Sequence[zipfile.ZipInfo], file_size: int) -> str | None:
+    """What is wrong with an archive's members taken together, or None: their stored bytes
+    overlap (more than the file holds), or they declare more than `MAX_EXPANSION` times the
+    file once over `MAX_CONFIG_BYTES` (the sum a reader that extracts them all allocates)."""
+    stored = sum(m.compress_size for m in members)
+    if stored > file_size:
+        return (
+            f"its {len(members)} archive members store {stored} bytes together, more than the "
+            f"file's {file_size} (overlapping members)"
+        )
+    declared = sum(m.file_size for m in members)
+    limit = max(MAX_CONFIG_BYTES, MAX_EXPANSION * file_size)
+    if declared > limit:
+        return (
+            f"its {len(members)} archive members declare {declared} bytes together, over the "
+            f"limit of {limit} bytes ({MAX_EXPANSION}x the file's {file_size}; a zip bomb?)"
+        )
+    return None
 
 
 def _read_info_entry(path: Path, archive: zipfile.ZipFile) -> Any:
@@ -234,10 +274,7 @@ def _read_info_entry(path: Path, archive: zipfile.ZipFile) -> Any:
         data = f.read(MAX_JSON_BYTES + 1)  # the declared size was checked; this bounds a liar
     if len(data) > MAX_JSON_BYTES:
         raise BadFileError(f"{path}: {INFO_ENTRY} is over the limit of {MAX_JSON_BYTES} bytes")
-    try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BadFileError(f"{path}: {INFO_ENTRY} is not valid JSON ({err})") from None
+    return loads_json(data, source=f"{path}: {INFO_ENTRY}")
 
 
 def info_from_json(
@@ -294,13 +331,15 @@ def read_model_info(
         max_input_side: the largest `image_size` side accepted, in pixels.
 
     Raises:
-        BadFileError: (a `ValueError`) for a file that is not a `.keras` archive, is over a
-            size limit, or holds a malformed `cvbench.json` (module docstring), naming it.
+        FileNotFoundError: for a missing file.
+        BadFileError: (a `ValueError`) for a file that is not a `.keras` archive (or not a
+            regular file), is over a size limit, or holds a malformed `cvbench.json` (module
+            docstring), naming it.
     """
     path = Path(path)
     try:
-        with zipfile.ZipFile(path) as archive:
-            _check_members(path, archive)
+        with open_input(path, what="model file") as f, zipfile.ZipFile(f) as archive:
+            _check_members(path, archive, os.fstat(f.fileno()).st_size)
             if INFO_ENTRY not in archive.namelist():
                 return None
             data = _read_info_entry(path, archive)
@@ -324,15 +363,16 @@ def load_model(
 
     Raises:
         FileNotFoundError: for a missing file.
-        BadFileError: (a `ValueError`) for a file that is not a `.keras` archive, over a size
-            limit, with a malformed `cvbench.json`, that Keras cannot load, or whose model's
-            input size or class count differs from its `ModelInfo`.
+        BadFileError: (a `ValueError`) for a file that is not a `.keras` archive (or not a
+            regular file), over a size limit, with a malformed `cvbench.json`, that Keras
+            cannot load, or whose model's input size or class count differs from its `ModelInfo`.
     """
     import keras
 
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"no model file {path}")
+    check_regular(path, what="model file")
     info = read_model_info(path, max_input_side=max_input_side)
     try:
         model = keras.saving.load_model(path, compile=compile, safe_mode=True)
@@ -391,3 +431,147 @@ def class_names_or_default(info: ModelInfo | None, num_classes: int) -> Sequence
     if info is not None:
         return info.class_names
     return tuple(str(i) for i in range(num_classes))
+
+
+def check_npz(
+    path: str | os.PathLike,
+    file: IO[bytes],
+    *,
+    what: str = "weights file",
+    member_limits: Mapping[str, int] | None = None,
+) -> None:
+    """Checks the sizes an `.npz` archive declares before any array is read or allocated
+    (module docstring): each member lies inside the file, stores as many bytes as its zip
+    entry says (deflate at most `DEFLATE_MAX_RATIO` : 1), the members together stay within
+    the file and `MAX_EXPANSION` times it, and each `.npy` header's shape and dtype come to
+    exactly its member's size. The one check of checkpoints and of `.npz` weight files.
+
+    Args:
+        path: the file, for the messages.
+        file: the file opened for binary reading (`cvbench.utils.files.open_input`).
+        what: what the file is, for the messages ("checkpoint", "weights file").
+        member_limits: the largest size of named members (a checkpoint's `meta.npy`).
+
+    Raises:
+        BadFileError: `"<path> is not a valid <what>: ..."`, naming the member and what it
+            asks for.
+
+    Example:
+        >>> import io
+        >>> buffer = io.BytesIO()
+        >>> np.savez(buffer, w=np.zeros(3, np.float32))
+        >>> check_npz("w.npz", buffer)
+        >>> check_npz("w.npz", io.BytesIO(b"PK\\x03\\x04 cut"))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        cvbench.utils.errors.BadFileError: w.npz is not a valid weights file: File is not a zip...
+    """
+    try:
+        file.seek(0, os.SEEK_END)
+        file_size = file.tell()
+        file.seek(0)
+        with zipfile.ZipFile(file) as archive:
+            members = archive.infolist()
+            for info in members:
+                _check_npz_member(archive, info, file_size, dict(member_limits or {}))
+            problem = _zip_totals_problem(members, file_size)
+            if problem is not None:
+                raise ValueError(problem)
+    except (ValueError, EOFError, zipfile.BadZipFile, NotImplementedError) as err:
+        raise BadFileError(f"{os.fspath(path)} is not a valid {what}: {err}") from None
+    except OSError as err:
+        if err.errno is not None:
+            raise
+        raise BadFileError(f"{os.fspath(path)} is not a valid {what}: {err}") from None
+    finally:
+        file.seek(0)
+
+
+def _check_npz_member(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, file_size: int, limits: dict[str, int]
+) -> None:
+    name, size = info.filename, info.file_size
+    if info.header_offset + info.compress_size > file_size:
+        raise ValueError(
+            f"member {name} says it stores {byte_count(info.compress_size)} at byte "
+            f"{info.header_offset}, past the end of the {byte_count(file_size)} file"
+        )
+    if info.compress_type == zipfile.ZIP_STORED and size != info.compress_size:
+        raise ValueError(
+            f"member {name} says it holds {byte_count(size)} but stores "
+            f"{byte_count(info.compress_size)} uncompressed"
+        )
+    if size > DEFLATE_MAX_RATIO * max(info.compress_size, 1):
+        raise ValueError(
+            f"member {name} says it holds {byte_count(size)} from "
+            f"{byte_count(info.compress_size)} compressed, more than deflate can give "
+            f"({DEFLATE_MAX_RATIO}:1)"
+        )
+    if name in limits and size > limits[name]:
+        raise ValueError(
+            f"its member {name} is {byte_count(size)}, over the limit of {byte_count(limits[name])}"
+        )
+    if not name.endswith(".npy"):
+        return
+    with archive.open(info) as member:
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+        else:
+            raise ValueError(f"member {name} is a .npy file of version {version}, not 1.0 or 2.0")
+        header = member.tell()
+    if dtype.hasobject:
+        return  # pickled objects: np.load refuses them (allow_pickle=False), unread
+    wanted = math.prod(shape) * dtype.itemsize
+    if header + wanted != size:
+        raise ValueError(
+            f"member {name} has a .npy header asking for shape {tuple(shape)} of {dtype} "
+            f"({byte_count(wanted)}), but holds {byte_count(size - header)} of data"
+        )
+
+
+def byte_count(count: int) -> str:
+    """A byte count for messages.
+
+    Example:
+        >>> byte_count(120), byte_count(6 << 30)
+        ('120 bytes', '6.0 GiB')
+    """
+    if count < 1024:
+        return f"{count} bytes"
+    value = float(count)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1024:.1f} TiB"
+
+
+def load_npz(
+    path: str | os.PathLike,
+    *,
+    what: str = "weights file",
+    member_limits: Mapping[str, int] | None = None,
+    keys: Sequence[str] | None = None,
+) -> dict[str, np.ndarray]:
+    """The arrays of the `.npz` file `path` (only `keys` when given), read once `path` is
+    known to be a regular file and `check_npz` has passed.
+
+    Raises:
+        FileNotFoundError: for a missing file.
+        BadFileError: not a regular file, or `"<path> is not a valid <what>: ..."`.
+    """
+    with open_input(path, what=what) as f:
+        check_npz(path, f, what=what, member_limits=member_limits)
+        try:
+            with np.load(f, allow_pickle=False) as data:
+                names = data.files if keys is None else [k for k in keys if k in data.files]
+                return {name: data[name] for name in names}
+        except (ValueError, EOFError, KeyError, zipfile.BadZipFile) as err:
+            raise BadFileError(f"{os.fspath(path)} is not a valid {what}: {err}") from None
+        except OSError as err:
+            if err.errno is not None:
+                raise
+            raise BadFileError(f"{os.fspath(path)} is not a valid {what}: {err}") from None
