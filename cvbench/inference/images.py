@@ -17,8 +17,11 @@ grayscale JPEG files are decoded as the model's training pipeline decoded them i
 libjpeg-turbo through `simplejpeg`, with the info's `dct_method` and `fancy_upscaling`, the
 pixels of TensorFlow's `decode_jpeg` with those options (tests/inference/test_jpeg_decoding.py
 checks them equal; Pillow's differ by a few levels, up to 14 against DLE's options). A JPEG that
-`simplejpeg` refuses (a libjpeg warning, a truncated file) goes to Pillow, which decides.
-Pixels wider than 8 bits are brought to `[0, 255]` by a fixed rule:
+`simplejpeg` refuses for a few stray bytes before a marker (at most `MAX_STRAY_JPEG_BYTES`,
+which TensorFlow decodes too) goes to Pillow; any other libjpeg complaint (scan data cut short
+or garbled behind a valid header: "premature end of data segment", thousands of "extraneous
+bytes", a truncated file) makes it a corrupt image, never classified: Pillow would fill the
+missing rows and say nothing. Pixels wider than 8 bits are brought to `[0, 255]` by a fixed rule:
 
 * float (Pillow mode "F", e.g. a float32 TIFF): taken to be in `[0, 1]`, multiplied by 255 and
   clipped to `[0, 255]` (NaN gives 0);
@@ -29,9 +32,16 @@ Pixels wider than 8 bits are brought to `[0, 255]` by a fixed rule:
   `255 / 65535` when every value is in `[0, 65535]`, else scaled from the image's own
   minimum and maximum to `[0, 255]`;
 
-then rounded to uint8 (one grey channel repeated to RGB). A file's width and height are read
-from its header and checked against `max_image_pixels` (`MAX_IMAGE_PIXELS`, 64 megapixels)
-before it is decoded. A file that cannot be read or is over the limit raises `ImageFileError`
+then rounded to uint8 (one grey channel repeated to RGB), a block of rows at a time. A file
+must be a regular file of at most `MAX_IMAGE_BYTES` (a FIFO, a device such as `/dev/zero`, a
+2 GiB sparse file are refused before a byte is read); its width and height are read from its
+header and checked against `max_image_pixels` (`MAX_IMAGE_PIXELS`, 64 megapixels) before it is
+decoded. Decoding and resizing one image of `MAX_IMAGE_PIXELS` then allocate at most
+`IMAGE_BYTES_PER_PIXEL` bytes per pixel together (the file's bytes, Pillow's decoded image,
+the uint8 RGB array and the float32 copy the resize works on). A batch holds at most
+`max_image_pixels` model-input pixels: a model whose `image_size` is larger is refused
+(`BadFileError`), and the batch size is lowered for one whose `image_size` times the batch is.
+A file that cannot be read or is over a limit raises `ImageFileError`
 (a `cvbench.utils.errors.BadFileError`) naming it; `skip_corrupt=True` skips such files
 instead, reporting each to `on_skip`. TensorFlow is imported only to read a
 `tf.data.Dataset`, which needs it loaded already.
@@ -43,7 +53,9 @@ model-input pixels back to it.
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import sys
 import threading
 import warnings
@@ -63,6 +75,7 @@ from cvbench.inference.resize import (  # noqa: F401 - re-exported: the resize r
     resize_image,
 )
 from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import read_input
 from cvbench.utils.model_file import ModelInfo
 
 #: File extensions read from a folder (compared in lower case).
@@ -70,6 +83,19 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".
 #: Largest image file decoded by default, in pixels (width x height): 64 megapixels, a
 #: 192 MB RGB array (768 MB as the float32 the resize works on).
 MAX_IMAGE_PIXELS = 64_000_000
+#: Largest image file read, in bytes (a 64-megapixel PNG of noise is about 200 MB).
+MAX_IMAGE_BYTES = 256 << 20
+#: What decoding and resizing one image allocate at most, per pixel, all together (measured:
+#: tests/reliability/test_hostile_models.py): 64 megapixels take at most 1.6 GB.
+IMAGE_BYTES_PER_PIXEL = 25
+#: Stray bytes before a JPEG marker accepted as harmless (libjpeg's "extraneous bytes" warning;
+#: TensorFlow's decoder ignores it); more mean scan data that did not decode as written.
+MAX_STRAY_JPEG_BYTES = 16
+#: Rows of wide (float, 16/32-bit) pixels converted at a time.
+_ROWS_PER_BLOCK = 256
+_STRAY_BYTES = re.compile(
+    r"^Corrupt JPEG data: (\d+) extraneous bytes before marker 0x[0-9a-f]{2}$"
+)
 #: Pillow's own limit is a process-wide setting; it is lifted only while a header is read.
 _PILLOW_LIMIT_LOCK = threading.Lock()
 
@@ -123,18 +149,22 @@ def read_image(
         OSError: when the disk cannot be read (not a problem of the file's content).
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"no image file {path}")
     try:
-        with _open_header(path) as image:
+        data = read_input(path, limit=MAX_IMAGE_BYTES, what="image")
+    except BadFileError as err:
+        raise ImageFileError(str(err)) from None
+    try:
+        with _open_header(data) as image:
             width, height = image.size
             if width * height > max_image_pixels:
                 raise ImageTooLargeError(
                     f"{path}: image of {width} x {height} = {width * height} pixels is over the "
                     f"limit of {max_image_pixels} pixels; pass max_image_pixels=N to raise it"
                 )
-            if info is not None and image.format == "JPEG" and image.mode in ("RGB", "L"):
-                pixels = _decode_jpeg(path, info)
+            if image.format == "JPEG" and image.mode in ("RGB", "L"):
+                pixels = _decode_jpeg(path, data, info)
                 if pixels is not None:
                     return pixels
             image.load()
@@ -152,32 +182,44 @@ def read_image(
         raise ImageFileError(f"{path}: {reason}") from None
 
 
-def _decode_jpeg(path: Path, info: ModelInfo) -> np.ndarray | None:
+def _decode_jpeg(path: Path, data: bytes, info: ModelInfo | None) -> np.ndarray | None:
     """The JPEG file's pixels as `tf.io.decode_jpeg(data, channels=3, dct_method=...,
-    fancy_upscaling=...)` gives them (libjpeg-turbo's fast IDCT for "" and "INTEGER_FAST"), or
-    None when `simplejpeg` refuses the file."""
+    fancy_upscaling=...)` gives them (libjpeg-turbo's fast IDCT for "" and "INTEGER_FAST"),
+    decoded strictly (`simplejpeg`: a libjpeg warning is an error); None when `info` is None
+    (after the strict decode: Pillow decodes) or when the only complaint is a few stray bytes
+    before a marker (Pillow decodes too).
+
+    Raises:
+        ImageFileError: any other complaint of libjpeg (module docstring).
+    """
     import simplejpeg
 
-    data = path.read_bytes()
+    options = (
+        {"fastdct": False, "fastupsample": False}
+        if info is None
+        else {
+            "fastdct": info.dct_method in ("", "INTEGER_FAST"),
+            "fastupsample": not info.fancy_upscaling,
+        }
+    )
     try:
-        return simplejpeg.decode_jpeg(
-            data,
-            colorspace="RGB",
-            fastdct=info.dct_method in ("", "INTEGER_FAST"),
-            fastupsample=not info.fancy_upscaling,
-        )
-    except ValueError:
-        return None
+        pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", **options)
+    except ValueError as err:
+        stray = _STRAY_BYTES.match(str(err))
+        if stray and int(stray.group(1)) <= MAX_STRAY_JPEG_BYTES:
+            return None
+        raise ImageFileError(f"{path}: corrupt JPEG data ({err})") from None
+    return None if info is None else pixels
 
 
-def _open_header(path: Path) -> Image.Image:
-    """`Image.open(path)` (the header only) without Pillow's process-wide pixel limit and its
-    warning: `read_image` checks its own limit before decoding."""
+def _open_header(data: bytes) -> Image.Image:
+    """`Image.open` of a file's bytes (the header only) without Pillow's process-wide pixel
+    limit and its warning: `read_image` checks its own limit before decoding."""
     with _PILLOW_LIMIT_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
         try:
-            return Image.open(path)
+            return Image.open(io.BytesIO(data))
         finally:
             Image.MAX_IMAGE_PIXELS = saved
 
@@ -198,19 +240,33 @@ def to_rgb_array(image: Image.Image) -> np.ndarray:
         image.seek(0)
     mode = image.mode
     if mode == "F":
-        values = np.nan_to_num(np.asarray(image, dtype=np.float64), nan=0.0) * 255.0
+        rule = "float"
     elif mode in ("I;16", "I;16B", "I;16L", "I;16N"):
-        values = np.asarray(image.convert("I"), dtype=np.float64) * (255.0 / 65535.0)
+        rule = "16-bit"
     elif mode == "I" or mode.startswith("I;"):
-        values = _integer_to_255(np.asarray(image.convert("I"), dtype=np.float64))
+        rule = "integer"
+        image = image if mode == "I" else image.convert("I")
+        low, high = (float(v) for v in image.getextrema())
     else:
         return np.asarray(to_rgb(image), dtype=np.uint8)
-    grey = np.clip(values, 0.0, 255.0).round().astype(np.uint8)
+    width, height = image.size
+    grey = np.empty((height, width), np.uint8)
+    for top in range(0, height, _ROWS_PER_BLOCK):
+        bottom = min(top + _ROWS_PER_BLOCK, height)
+        block = np.asarray(image.crop((0, top, width, bottom)), dtype=np.float64)
+        if rule == "float":
+            block = np.nan_to_num(block, nan=0.0) * 255.0
+        elif rule == "16-bit":
+            block = block * (255.0 / 65535.0)
+        else:
+            block = _integer_to_255(block, low, high)
+        grey[top:bottom] = np.clip(block, 0.0, 255.0).round()
     return np.repeat(grey[..., None], 3, axis=-1)
 
 
-def _integer_to_255(values: np.ndarray) -> np.ndarray:
-    low, high = float(values.min()), float(values.max())
+def _integer_to_255(values: np.ndarray, low: float, high: float) -> np.ndarray:
+    """32-bit and signed integers to `[0, 255]` by the rule of the module docstring, given
+    the whole image's minimum `low` and maximum `high`."""
     if low >= 0 and high <= 255:
         return values
     if low >= 0 and high <= 65535:
@@ -354,6 +410,34 @@ def iter_images(
         )
 
 
+def batch_size_within(info: ModelInfo, batch_size: int, *, max_image_pixels: int) -> int:
+    """The largest batch size up to `batch_size` whose model inputs (`info.image_size`) hold
+    at most `max_image_pixels` pixels together (at least 1).
+
+    Raises:
+        BadFileError: one model input alone is over `max_image_pixels` (a model whose input
+            size is free, `(None, None, 3)`, with a huge `image_size` in its `ModelInfo`).
+
+    Example:
+        >>> info = ModelInfo(task="classification", class_names=("a",), image_size=(100, 100))
+        >>> batch_size_within(info, 32, max_image_pixels=50_000)
+        5
+        >>> batch_size_within(info, 32, max_image_pixels=5_000)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        cvbench.utils.errors.BadFileError: the model's input of 100 x 100 = 10000 pixels...
+    """
+    height, width = info.image_size
+    pixels = height * width
+    if pixels > max_image_pixels:
+        raise BadFileError(
+            f"the model's input of {height} x {width} = {pixels} pixels (its ModelInfo "
+            f"image_size) is over the limit of {max_image_pixels} pixels per batch; pass "
+            "max_image_pixels=N to raise it"
+        )
+    return max(1, min(batch_size, max_image_pixels // pixels))
+
+
 def iter_batches(
     inputs: Any,
     info: ModelInfo,
@@ -366,11 +450,17 @@ def iter_batches(
     """`iter_images` resized by `info` and grouped in batches of `batch_size` (the last one
     may be smaller); `skip_corrupt`, `on_skip` and `max_image_pixels` as `iter_images`.
 
+    A batch holds at most `max_image_pixels` model-input pixels (`batch_size_within`): the
+    batches are smaller where `info.image_size` times `batch_size` is more.
+
     Raises:
         ValueError: for `batch_size < 1`, and as `iter_images` and `resize_image`.
+        BadFileError: for an `info.image_size` over `max_image_pixels`, before any image is
+            read.
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1; got {batch_size!r}")
+    batch_size = batch_size_within(info, batch_size, max_image_pixels=max_image_pixels)
     sources, images, geometries = [], [], []
     images_in = iter_images(
         inputs,

@@ -94,12 +94,14 @@ def resolve_model(model: Any, *, info: ModelInfo | None, task: str) -> tuple[Any
 
     Raises:
         FileNotFoundError: for a missing model file.
+        BadFileError: (a `ValueError`) for a model file that is not a regular file or is
+            malformed (`cvbench.utils.model_file.load_model`).
         ValueError: for a file without `ModelInfo` (and no `info`), a model object without
             `info`, or an info of another task.
     """
     if isinstance(model, str | os.PathLike):
         path = Path(model)
-        if not path.is_file():
+        if not path.exists():
             raise FileNotFoundError(f"no model file {path}")
         stored = read_model_info(path)  # before loading: a file without info is refused fast
         if info is None and stored is None:
