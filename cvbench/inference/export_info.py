@@ -9,17 +9,21 @@ signature (class names, input size, resize rule, post-processing settings).
 
 `export_marker(info, format)` writes the SavedModel's marker, `with_tflite_info` the TFLite
 entry, both from `info_json`; `read_export_info(path)` reads either back, with the limits and
-checks of `read_model_info` (`MAX_JSON_BYTES`, `info_from_json`).
+checks of `read_model_info` (`MAX_JSON_BYTES`, JSON depth bounded by `loads_json`,
+`info_from_json`); a marker or TFLite path that is not a regular file (a FIFO) is refused
+before a byte is read, and a TFLite file is mapped, not read whole.
 """
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from pathlib import Path
 
 from cvbench.inference.outputs import EXPORT_MARKER, TFLITE_IDENTIFIER
 from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import loads_json, open_input
 from cvbench.utils.model_file import INFO_ENTRY, MAX_JSON_BYTES, ModelInfo, info_from_json
 
 #: The version of the SavedModel marker (`export_marker`; `is_cvbench_export` checks it).
@@ -77,8 +81,10 @@ def read_export_info(path: str | os.PathLike) -> ModelInfo:
 
 
 def _read_bounded(path: Path) -> bytes:
+    """At most `MAX_JSON_BYTES` of the regular file `path` (`open_input`: a FIFO is refused,
+    not waited on)."""
     try:
-        with open(path, "rb") as f:
+        with open_input(path, what="export marker") as f:
             data = f.read(MAX_JSON_BYTES + 1)
     except OSError as err:
         raise BadFileError(f"{path}: not readable ({err.strerror or err})") from None
@@ -88,22 +94,30 @@ def _read_bounded(path: Path) -> bytes:
 
 
 def _json(data: bytes, path: Path):
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BadFileError(f"{path}: not valid JSON ({err})") from None
+    return loads_json(data, source=str(path))
 
 
 def _tflite_info(path: Path):
     """The decoded `cvbench.json` entry of a TFLite file, None without one. Reads the
     flatbuffer lazily (the generated accessors, not the object API that copies every
     weight into Python lists)."""
-    from tensorflow.lite.python import schema_py_generated as schema
 
     try:
-        buf = path.read_bytes()
+        with open_input(path, what="TFLite file") as f:
+            if os.fstat(f.fileno()).st_size < 8:
+                raise BadFileError(f"{path}: not a TFLite file (no TFL3 identifier)")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                return _tflite_entry(path, buf)
+    except (FileNotFoundError, BadFileError):
+        raise
     except OSError as err:
         raise BadFileError(f"{path}: not readable ({err.strerror or err})") from None
+
+
+def _tflite_entry(path: Path, buf: mmap.mmap):
+    """The decoded `cvbench.json` entry of the mapped TFLite flatbuffer `buf`, or None."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
     if buf[4:8] != TFLITE_IDENTIFIER:
         raise BadFileError(f"{path}: not a TFLite file (no TFL3 identifier)")
     try:
@@ -118,7 +132,8 @@ def _tflite_info(path: Path):
             if buffer.DataLength() > MAX_JSON_BYTES:
                 limit = f"over the limit of {MAX_JSON_BYTES} bytes"
                 raise BadFileError(f"{path}: {INFO_ENTRY} is {limit}")
-            return _json(buffer.DataAsNumpy().tobytes() if buffer.DataLength() else b"", path)
+            data = buffer.DataAsNumpy().tobytes() if buffer.DataLength() else b""
+            return _json(data, path)
     except BadFileError:
         raise
     except Exception as err:  # the generated reader raises anything on foreign bytes
