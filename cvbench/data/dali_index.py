@@ -16,12 +16,15 @@ records. `index_dir=` points elsewhere (a read-only data set).
 
 An index is *stale* when its records do not end where its TFRecord file ends (the file was
 rebuilt or appended to); `read_index` then raises an error naming both files and the command
-that rewrites them.
+that rewrites them. A malformed index (or one that is not a regular file, or over
+`MAX_INDEX_BYTES`) is a `BadFileError` naming it, as is a truncated TFRecord file.
+
+The shards of a data folder are listed with `cvbench.utils.files.match_files`: the folder is
+a literal path, so `dali-index 'gl/rd[12]'` indexes that folder, never `gl/rd1`.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import struct
 import sys
@@ -32,11 +35,14 @@ from pathlib import Path
 from cvbench.data.safe_paths import make_dir
 from cvbench.data.tfrecord import scan_tfrecord
 from cvbench.utils.errors import BadFileError, naming
+from cvbench.utils.files import match_files, open_input, read_input
 from cvbench.utils.io import atomic_open
 
 INDEX_DIR = "idx"
 INDEX_SUFFIX = ".idx"
 SHARD_GLOB = "*-?????-of-?????"
+#: The largest index file read: 40 bytes a line would index 25 million records.
+MAX_INDEX_BYTES = 1 << 30
 
 Entry = tuple[int, int]  # (offset, size) of one framed record
 
@@ -61,7 +67,7 @@ def record_entries(tfrecord: str | os.PathLike) -> list[Entry]:
     if scan.truncated:
         raise BadFileError(f"{scan.describe()}; build or copy it again before indexing it")
     entries, offset = [], 0
-    with open(tfrecord, "rb") as f:
+    with open_input(tfrecord, what="TFRecord file") as f:
         for _ in range(scan.num_records):
             (length,) = struct.unpack("<Q", f.read(8))
             size = length + 16
@@ -110,7 +116,7 @@ def shard_files(data_dir: str | os.PathLike) -> list[str]:
     if not root.is_dir():
         what = "is not a folder" if root.exists() else "does not exist"
         raise FileNotFoundError(f"data directory {root} {what}")
-    files = sorted(p for p in glob.glob(str(root / SHARD_GLOB)) if os.path.isfile(p))
+    files = [str(p) for p in match_files(root, SHARD_GLOB)]
     if not files:
         raise FileNotFoundError(f"no TFRecord shards matching {SHARD_GLOB!r} in {root}")
     return files
@@ -123,8 +129,10 @@ def read_index(
 
     Raises:
         FileNotFoundError: no index file (the message names it and `cvbench dali-index`).
-        ValueError: a malformed index, or one whose records do not end at the end of the
-            file (stale: the file changed after indexing).
+        BadFileError: a malformed index (not a regular file, over `MAX_INDEX_BYTES`, not
+            'offset size' lines).
+        ValueError: an index whose records do not end at the end of the file (stale: the
+            file changed after indexing).
     """
     path = index_path(tfrecord, index_dir)
     data_dir = Path(tfrecord).parent
@@ -134,12 +142,12 @@ def read_index(
     if not path.is_file():
         raise FileNotFoundError(f"no DALI index file {path} for {tfrecord}; {fix}")
     entries = []
-    with open(path, encoding="ascii") as f:
-        for n, line in enumerate(f, 1):
-            parts = line.split()
-            if len(parts) != 2 or not all(p.isdigit() for p in parts):
-                raise ValueError(f"DALI index file {path} line {n} is not 'offset size': {line!r}")
-            entries.append((int(parts[0]), int(parts[1])))
+    data = read_input(path, limit=MAX_INDEX_BYTES, what="DALI index file")
+    for n, line in enumerate(data.decode("ascii", errors="replace").splitlines(keepends=True), 1):
+        parts = line.split()
+        if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
+            raise BadFileError(f"DALI index file {path} line {n} is not 'offset size': {line!r}")
+        entries.append((int(parts[0]), int(parts[1])))
     end = entries[-1][0] + entries[-1][1] if entries else 0
     size = os.path.getsize(tfrecord)
     if end != size:

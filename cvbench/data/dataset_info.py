@@ -42,7 +42,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,11 +50,14 @@ from typing import Any
 
 from cvbench.data.coco_labels import MAX_CATEGORY_ID
 from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import read_json
 from cvbench.utils.io import write_json_atomic
 
 DATASET_INFO_NAME = "dataset_info.json"
 KINDS = ("imagenet", "coco")
 _FORMAT = 1
+#: The largest metadata file read (ImageNet-21k's 21,841 classes take about 3 MB).
+MAX_DATASET_INFO_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -204,16 +206,17 @@ def read_dataset_info(data_dir: str | os.PathLike) -> DatasetInfo | None:
 
     Raises:
         BadFileError: naming the file, when it cannot be read or is not a valid metadata file
-            (a COCO category id above `MAX_CATEGORY_ID` included).
+            (a COCO category id above `MAX_CATEGORY_ID` included): not a regular file, over
+            `MAX_DATASET_INFO_BYTES`, nested too deep, not JSON.
     """
     path = dataset_info_path(data_dir)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_json(path, limit=MAX_DATASET_INFO_BYTES, what="dataset metadata file")
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise BadFileError(f"cannot read the dataset metadata file {path}: {e}") from None
     try:
-        return DatasetInfo.from_json(json.loads(text))
-    except ValueError as e:  # json.JSONDecodeError is a ValueError
+        return DatasetInfo.from_json(data)
+    except ValueError as e:
         raise BadFileError(f"{path} is not a valid dataset metadata file: {e}") from None

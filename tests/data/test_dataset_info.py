@@ -87,7 +87,8 @@ def test_a_folder_without_the_file_gives_none(tmp_path):
 @pytest.mark.parametrize(
     ("text", "why"),
     [
-        ("{not json", "not a valid dataset metadata file: Expecting property name"),
+        ("{not json", "is not valid JSON: Expecting property name"),
+        ("[" * 100000, "JSON nested 100000 levels deep, over the limit of 200"),
         ("[1, 2]", "expected a JSON object, got list"),
         ('{"format": 7, "kind": "imagenet", "classes": []}', "unknown format 7"),
         ('{"format": 1, "kind": "imagenet"}', "malformed field: KeyError('classes')"),
@@ -111,7 +112,15 @@ def test_a_bad_file_is_a_bad_file_error_naming_it(tmp_path, text, why):
 @pytest.mark.backend_agnostic
 def test_an_unreadable_file_is_a_value_error_naming_it(tmp_path):
     (tmp_path / DATASET_INFO_NAME).mkdir()  # a folder where the file should be
-    with pytest.raises(ValueError, match="cannot read the dataset metadata file .*dataset_info"):
+    with pytest.raises(BadFileError, match="dataset metadata file .*dataset_info.json is a fold"):
+        read_dataset_info(tmp_path)
+
+
+@pytest.mark.backend_agnostic
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    # The fault: read_text() on a FIFO named dataset_info.json waited for a writer forever.
+    os.mkfifo(tmp_path / DATASET_INFO_NAME)
+    with pytest.raises(BadFileError, match=r"dataset_info.json is a FIFO \(named pipe\), not a"):
         read_dataset_info(tmp_path)
 
 

@@ -4,8 +4,9 @@ A reader (`cvbench.data.read.imagenet`, `cvbench.data.read.coco`) supplies only 
 (serialized record -> dict of tensors) and its augmentation; this module does the rest, the
 same way for each (after TF Model Garden's `InputReader(decoder_fn, parser_fn)`):
 
-1. `list_split_files` finds `<split>-NNNNN-of-NNNNN` files (or a given glob) and says what was
-   looked for where when there are none.
+1. `list_split_files` finds `<split>-NNNNN-of-NNNNN` files (or a given file-name pattern) and
+   says what was looked for where when there are none. The data folder is a literal path
+   (`cvbench.utils.files.match_files`): `x[12]` never reads `x1` and `x2`.
 2. `scan_files` counts each file's records (`cvbench.data.tfrecord.scan_tfrecord`) before any
    reading, so a truncated file is reported at start-up, by name, not hours into a run.
 3. Per rank: `train_examples` deals out whole files (by-file sharding) when there are at least
@@ -40,6 +41,8 @@ import tensorflow as tf
 
 from cvbench.data.read.corrupt import CorruptRecordCounter, apply_policy, no_autograph
 from cvbench.data.tfrecord import scan_tfrecord
+from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import match_files
 
 ParseFn = Callable[[tf.Tensor], dict]
 
@@ -57,7 +60,9 @@ def list_split_files(
     Args:
         data_dir: the directory of the TFRecord files.
         split: split name, e.g. 'train' or 'validation'.
-        file_pattern: a glob relative to `data_dir` to use instead of `<split>-?????-of-?????`.
+        file_pattern: a shell pattern of file names to use instead of
+            `<split>-?????-of-?????`; it may name sub-folders of `data_dir`
+            (`train/*.tfrecord`), which are literal, as `data_dir` itself is.
 
     Raises:
         FileNotFoundError: `data_dir` does not exist or nothing matches; the message says
@@ -67,7 +72,7 @@ def list_split_files(
     if not root.is_dir():
         raise FileNotFoundError(f"data directory {root} does not exist")
     pattern = file_pattern or split_glob(split)
-    files = sorted(p for p in glob.glob(str(root / pattern)) if os.path.isfile(p))
+    files = [str(p) for p in match_files(root, pattern)]
     if not files:
         present = sorted({n.split("-")[0] for n in os.listdir(root) if "-of-" in n})
         hint = f"; shard files present for: {', '.join(present)}" if present else ""
@@ -100,7 +105,7 @@ def scan_files(
         The number of complete records of each file.
 
     Raises:
-        ValueError: a truncated file, when `skip_corrupt` is False (naming the file). With
+        BadFileError: a truncated file, when `skip_corrupt` is False (naming the file). With
             `skip_corrupt` its complete records are used and the cut-off record is counted.
     """
     counts = []
@@ -108,7 +113,7 @@ def scan_files(
         scan = scan_tfrecord(path)
         if scan.truncated:
             if not skip_corrupt:
-                raise ValueError(
+                raise BadFileError(
                     f"{scan.describe()}; copy or build it again, or pass skip_corrupt=True to "
                     "read only its complete records"
                 )
