@@ -95,7 +95,7 @@ def _sources(args: argparse.Namespace) -> tuple[dict, dict]:
         return sources, shards
     if args.images is None or args.split is None:
         raise CLIError("--annotations needs --images DIR and --split NAME")
-    if not args.annotations.is_file():
+    if not args.annotations.exists():  # a FIFO or device: the builder's one line, exit 1
         raise CLIError(f"--annotations: no such file {args.annotations}")
     if not args.images.is_dir():
         raise CLIError(f"--images: no such folder {args.images}")
@@ -119,6 +119,7 @@ def build_coco_command(args: argparse.Namespace) -> int:
         quality=args.quality,
         overwrite=args.overwrite,
         max_pixels=args.max_pixels,
+        max_image_bytes=args.max_image_bytes,
         progress=not args.no_progress,
     )
     print(summary.format())

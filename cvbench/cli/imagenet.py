@@ -7,7 +7,7 @@ import argparse
 import tempfile
 
 from cvbench.cli.args import positive_int
-from cvbench.data.image_io import DEFAULT_MAX_PIXELS, parse_resize
+from cvbench.data.image_io import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_PIXELS, parse_resize
 
 
 def _resize(text: str) -> int | tuple[int, int]:
@@ -66,13 +66,21 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_max_pixels_argument(parser: argparse.ArgumentParser) -> None:
-    """`--max-pixels`, the image size limit of the builders (`build-imagenet`, `build-coco`)."""
+    """`--max-pixels` and `--max-image-bytes`, the image limits of the builders
+    (`build-imagenet`, `build-coco`)."""
     parser.add_argument(
         "--max-pixels",
         type=positive_int,
         default=DEFAULT_MAX_PIXELS,
         help="skip (and list) images with more pixels than this, width x height read from "
         f"the header before decoding (default {DEFAULT_MAX_PIXELS:,}: 64 megapixels)",
+    )
+    parser.add_argument(
+        "--max-image-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_IMAGE_BYTES,
+        help="skip (and list) image files larger than this, checked before reading them "
+        f"(default {DEFAULT_MAX_IMAGE_BYTES:,}: 256 MiB); FIFOs and devices are skipped too",
     )
 
 
@@ -97,6 +105,7 @@ def run_build(args: argparse.Namespace) -> int:
         validation_dir=args.val_dir,
         strict=args.strict,
         max_pixels=args.max_pixels,
+        max_image_bytes=args.max_image_bytes,
         progress=not args.no_progress,
     )
     print(summary.format())

@@ -18,6 +18,11 @@ file's header is checked against `max_pixels` (default `DEFAULT_MAX_PIXELS`, 64 
 decoding and converting a 13000 x 13000 PNG takes gigabytes); a larger image is an
 `ImageError` too, which the builders skip and list like a corrupt file (`--max-pixels` raises
 the limit). This check replaces Pillow's own (`Image.MAX_IMAGE_PIXELS`) during the call.
+
+`read_image_file` reads only a regular file (a FIFO named `x.JPEG` would block forever, a link
+to `/dev/zero` never ends) of at most `max_bytes` (default `DEFAULT_MAX_IMAGE_BYTES`, 256 MiB:
+no camera or scanner image comes near; `--max-image-bytes` raises it), through
+`cvbench.utils.files.read_input`; anything else is an `ImageError` too.
 No TensorFlow import: builder worker processes use this module.
 """
 
@@ -32,10 +37,15 @@ from dataclasses import dataclass
 
 from PIL import Image
 
+from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import read_input
+
 Resize = int | tuple[int, int]
 
 #: The most pixels (width x height, from the file's header) an image may have by default.
 DEFAULT_MAX_PIXELS = 64_000_000
+#: The largest image file (in bytes) the builders read by default.
+DEFAULT_MAX_IMAGE_BYTES = 256 << 20
 
 
 class ImageError(ValueError):
@@ -115,17 +125,42 @@ def resized_shape(height: int, width: int, resize: Resize | None) -> tuple[int, 
     return max(1, round(height * scale)), resize
 
 
-def read_image_file(path: str | os.PathLike) -> bytes:
-    """The bytes of an image file.
+def read_image_file(
+    path: str | os.PathLike, *, max_bytes: int | None = DEFAULT_MAX_IMAGE_BYTES
+) -> bytes:
+    """The bytes of an image file: a regular file of at most `max_bytes` bytes.
+
+    Args:
+        path: the file.
+        max_bytes: the largest file accepted, checked before reading; None for no limit.
 
     Raises:
-        ImageError: the file cannot be read (the reason: missing, a folder, ...).
+        ImageError: the file cannot be read (the reason: missing, a folder, a FIFO or a
+            device, over `max_bytes`, ...).
+
+    Example:
+        >>> try:
+        ...     read_image_file("/dev/zero")
+        ... except ImageError as e:
+        ...     print(e)
+        cannot read file: /dev/zero is a character device, not a regular file
     """
+    limit = max_bytes if max_bytes is not None else 1 << 62
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return read_input(path, limit=limit, what="image", flag="--max-image-bytes")
+    except BadFileError as e:
+        raise ImageError(f"cannot read file: {str(e).removeprefix('image ')}") from None
     except OSError as e:
         raise ImageError(f"cannot read file: {e.strerror or e}") from None
+
+
+def check_max_bytes(max_bytes: int | None) -> int | None:
+    """Validates a file size limit: None (no limit) or a positive int."""
+    if max_bytes is None:
+        return None
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise ValueError(f"max_image_bytes must be None or a positive int, got {max_bytes!r}")
+    return max_bytes
 
 
 def check_max_pixels(max_pixels: int | None) -> int | None:

@@ -14,7 +14,10 @@ Refused (`BadFileError` from `load_coco_annotations`, naming the file and the en
 `images` list, `categories` or `annotations` that are not lists, an image without an integer
 `id`, positive `height`/`width` or a `file_name` that stays inside the image folder (no
 absolute path, no `..`), a category without an integer `id` in 1..`MAX_CATEGORY_ID`
-(`cvbench.data.coco_labels`), duplicate image or category ids.
+(`cvbench.data.coco_labels`), duplicate image or category ids; also a file that is not a
+regular file (a FIFO, a device), one over `MAX_ANNOTATIONS_BYTES` (2 GiB: COCO 2017's
+`instances_train2017.json` has 448 MB), or JSON nested deeper than
+`cvbench.utils.files.MAX_JSON_DEPTH` (COCO needs 4 levels), all before parsing.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ from cvbench.data.coco_labels import MAX_CATEGORY_ID
 from cvbench.data.coco_schema import CocoImage, CocoObject
 from cvbench.data.safe_paths import relative_name
 from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import read_json
+
+#: The largest annotation file read (COCO 2017's instances_train2017.json has 448 MB).
+MAX_ANNOTATIONS_BYTES = 2 << 30
 
 SKIP_REASONS: tuple[str, ...] = (
     "zero_size",
@@ -242,14 +249,11 @@ def load_coco_annotations(path: str | os.PathLike) -> tuple[list[CocoImage], Ann
 
     Raises:
         FileNotFoundError: if `path` does not exist.
-        BadFileError: naming the file (and the entry), if it is not valid JSON or not a
-            COCO annotation file (see `parse_coco_annotations`).
+        BadFileError: naming the file (and the entry), if it is not a regular file, over
+            `MAX_ANNOTATIONS_BYTES`, nested too deep, not valid JSON or not a COCO
+            annotation file (see `parse_coco_annotations`).
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BadFileError(f"{os.fspath(path)} is not valid JSON: {e}") from None
+    data = read_json(path, limit=MAX_ANNOTATIONS_BYTES, what="annotations file")
     try:
         return parse_coco_annotations(data)
     except ValueError as e:

@@ -21,6 +21,7 @@ is replaced by the submodule once that is imported).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import errno
 import functools
@@ -48,12 +49,15 @@ from cvbench.data.dataset_info import (
     write_dataset_info,
 )
 from cvbench.data.image_io import (
+    DEFAULT_MAX_IMAGE_BYTES,
     DEFAULT_MAX_PIXELS,
     ImageError,
+    check_max_bytes,
     check_max_pixels,
     read_image_file,
     to_rgb_jpeg,
 )
+from cvbench.utils.files import check_output, open_input, record_output, written_by_cvbench
 from cvbench.utils.io import atomic_path
 
 #: Shard counts of the reference layout; other split names default to 10.
@@ -82,17 +86,22 @@ class CocoItem:
 
 
 def encode_coco_item(
-    item: CocoItem, *, quality: int, max_pixels: int | None = DEFAULT_MAX_PIXELS
+    item: CocoItem,
+    *,
+    quality: int,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    max_image_bytes: int | None = DEFAULT_MAX_IMAGE_BYTES,
 ) -> bytes | Skip:
     """Reads and checks one image; returns its serialized record or `Skip(reason)`.
 
     RGB and grayscale JPEGs are stored byte for byte (TensorFlow's JPEG decoder expands
     grayscale to RGB); anything else (PNG behind a .jpg name, CMYK) is re-encoded as an RGB
     JPEG at `quality`. Every image is fully decoded once, so a corrupt file is skipped here
-    and never reaches tf.data; so is one over `max_pixels` (width x height, from its header).
+    and never reaches tf.data; so is one over `max_pixels` (width x height, from its header),
+    and a file over `max_image_bytes` or not a regular file (a FIFO, a device).
     """
     try:
-        data = read_image_file(item.path)
+        data = read_image_file(item.path, max_bytes=max_image_bytes)
         decoded = to_rgb_jpeg(data, quality=quality, max_pixels=max_pixels)
     except ImageError as e:
         return Skip(str(e))
@@ -139,6 +148,7 @@ def build_coco_splits(
     progress: bool = True,
     copy_annotations: bool = True,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    max_image_bytes: int | None = DEFAULT_MAX_IMAGE_BYTES,
 ) -> BuildSummary:
     """Builds the TFRecords of several splits in one go (one manifest for the directory).
 
@@ -157,9 +167,14 @@ def build_coco_splits(
         progress: print the annotation reports and a progress bar to stderr.
         copy_annotations: copy the annotation file of every split but "train" next to the
             records as `instances_<split>.json`, where the evaluation finds its ground truth
-            (the training file is large and never needed there).
+            (the training file is large and never needed there). Such a file replaces only
+            one cvbench wrote there (listed in the folder's `.cvbench-outputs.json`, unchanged
+            since), with or without `overwrite`: a user's own file of that name is refused
+            before anything is written.
         max_pixels: images with more pixels (width x height, from the header, before
             decoding) are skipped and listed like unreadable ones; None for no limit.
+        max_image_bytes: image files larger than this (or not regular files: a FIFO, a
+            device) are skipped and listed like unreadable ones; None for no limit.
 
     Returns:
         A `BuildSummary`.
@@ -167,13 +182,16 @@ def build_coco_splits(
     Raises:
         FileNotFoundError: a missing annotation file or image folder.
         FileExistsError: `output_dir` holds a different data set and `overwrite` is False.
-        ValueError: bad arguments, or an annotation file that is not COCO or has no images.
+        ValueError: bad arguments, an annotation file that is not COCO or has no images, or
+            an `instances_<split>.json` in `output_dir` that cvbench did not write.
     """
     if not sources:
         raise ValueError("sources must name at least one split")
     if not 1 <= quality <= 100:
         raise ValueError(f"quality must be in 1..100, got {quality}")
     max_pixels = check_max_pixels(max_pixels)
+    max_image_bytes = check_max_bytes(max_image_bytes)
+    copies = _annotation_copies(output_dir, sources) if copy_annotations else []
     specs, reports = [], {}
     for split, (annotations_file, image_dir) in sources.items():
         image_root = Path(image_dir)
@@ -196,7 +214,12 @@ def build_coco_splits(
     summary = write_sharded(
         output_dir,
         specs,
-        functools.partial(encode_coco_item, quality=quality, max_pixels=max_pixels),
+        functools.partial(
+            encode_coco_item,
+            quality=quality,
+            max_pixels=max_pixels,
+            max_image_bytes=max_image_bytes,
+        ),
         dataset="coco-tfod",
         options={"quality": quality, "seed": seed},
         item_key=CocoItem.key,
@@ -206,23 +229,50 @@ def build_coco_splits(
         progress=progress,
         unit="img",
     )
-    if copy_annotations:
-        for split, (annotations_file, _) in sources.items():
-            if split != "train":
-                target = Path(output_dir) / f"instances_{split}.json"
-                try:
-                    with atomic_path(target) as tmp:
-                        shutil.copyfile(annotations_file, tmp)
-                except OSError as e:
-                    if e.errno != errno.ENOSPC:
-                        raise
-                    shards = sum(r.num_shards for r in summary.splits.values())
-                    raise DiskFullError(target, shards) from e
+    for annotations_file, target in copies:
+        try:
+            with (
+                open_input(annotations_file, what="annotations file") as src,
+                atomic_path(target) as tmp,
+                open(tmp, "wb") as dst,
+            ):
+                shutil.copyfileobj(src, dst)
+            record_output(target)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            shards = sum(r.num_shards for r in summary.splits.values())
+            raise DiskFullError(target, shards) from e
     info = _dataset_info(specs, reports, quality, summary)
     if info is not None:
         with disk_full_as_error(dataset_info_path(output_dir), summary):
             write_dataset_info(output_dir, info)
     return BuildSummary(summary, reports)
+
+
+def _annotation_copies(
+    output_dir: str | os.PathLike,
+    sources: Mapping[str, tuple[str | os.PathLike, str | os.PathLike]],
+) -> list[tuple[str | os.PathLike, Path]]:
+    """(annotation file, `output_dir/instances_<split>.json`) for each split but "train",
+    checked before any work: an existing target is replaced only when cvbench wrote it
+    (`written_by_cvbench`; a rerun, or a rebuild with `overwrite`), never a user's file;
+    the annotation file itself already in place is left as it is.
+
+    Raises:
+        ValueError: a target cvbench did not write, or a symbolic link (exit 2).
+    """
+    copies = []
+    for split, (annotations_file, _) in sources.items():
+        if split == "train":
+            continue
+        target = Path(output_dir) / f"instances_{split}.json"
+        with contextlib.suppress(OSError):
+            if os.path.samefile(target, annotations_file):
+                continue  # the ground truth is already where the evaluation looks
+        check_output(target, overwrite=True, is_ours=written_by_cvbench)
+        copies.append((annotations_file, target))
+    return copies
 
 
 def _dataset_info(
@@ -268,6 +318,7 @@ def build_coco(
     overwrite: bool = False,
     progress: bool = True,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    max_image_bytes: int | None = DEFAULT_MAX_IMAGE_BYTES,
 ) -> BuildSummary:
     """Builds `coco_<split>.record-NNNNN-of-NNNNN` from one annotation file and image folder.
 
@@ -281,7 +332,7 @@ def build_coco(
         output_dir: the output folder.
         split: the split name ("train" gives 100 shards, "val" 10 by default).
         num_shards: shard count instead of the default.
-        num_workers, seed, quality, overwrite, progress, max_pixels: as in
+        num_workers, seed, quality, overwrite, progress, max_pixels, max_image_bytes: as in
             `build_coco_splits`.
 
     The annotation file of a split other than "train" is copied next to the records
@@ -305,4 +356,5 @@ def build_coco(
         overwrite=overwrite,
         progress=progress,
         max_pixels=max_pixels,
+        max_image_bytes=max_image_bytes,
     )

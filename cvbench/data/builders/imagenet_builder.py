@@ -45,9 +45,11 @@ from cvbench.data.dataset_info import (
     write_dataset_info,
 )
 from cvbench.data.image_io import (
+    DEFAULT_MAX_IMAGE_BYTES,
     DEFAULT_MAX_PIXELS,
     ImageError,
     Resize,
+    check_max_bytes,
     check_max_pixels,
     check_resize,
     read_image_file,
@@ -91,15 +93,16 @@ def encode_image_item(
     resize: Resize | None,
     quality: int,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    max_image_bytes: int | None = DEFAULT_MAX_IMAGE_BYTES,
 ) -> bytes | Skip:
     """Reads, checks and (if needed) re-encodes one image; returns the serialized record.
 
     Returns:
         The `tf.train.Example` bytes, or `Skip(reason)` for an unreadable file or image (one
-        over `max_pixels` included).
+        over `max_pixels`, a file over `max_image_bytes`, a FIFO or device included).
     """
     try:
-        data = read_image_file(item.path)
+        data = read_image_file(item.path, max_bytes=max_image_bytes)
         image = to_rgb_jpeg(data, resize=resize, quality=quality, max_pixels=max_pixels)
     except ImageError as e:
         return Skip(str(e))
@@ -229,6 +232,7 @@ def build_imagenet(
     strict: bool = False,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     progress: bool = True,
+    max_image_bytes: int | None = DEFAULT_MAX_IMAGE_BYTES,
 ) -> BuildSummary:
     """Builds ImageNet-format TFRecords from a folder-per-class image set.
 
@@ -256,6 +260,8 @@ def build_imagenet(
         max_pixels: images with more pixels (width x height, read from the header before
             decoding) are skipped and listed like unreadable ones; None for no limit.
         progress: print what was found and a progress bar to stderr.
+        max_image_bytes: image files larger than this (or not regular files: a FIFO, a
+            device) are skipped and listed like unreadable ones; None for no limit.
 
     Returns:
         A `BuildSummary`.
@@ -270,6 +276,7 @@ def build_imagenet(
     """
     resize = check_resize(resize)
     max_pixels = check_max_pixels(max_pixels)
+    max_image_bytes = check_max_bytes(max_image_bytes)
     if not 1 <= quality <= 100:
         raise ValueError(f"quality must be in 1..100, got {quality}")
     raw = Path(raw_dir)
@@ -342,7 +349,13 @@ def build_imagenet(
     summary = write_sharded(
         out_dir,
         splits,
-        functools.partial(encode_image_item, resize=resize, quality=quality, max_pixels=max_pixels),
+        functools.partial(
+            encode_image_item,
+            resize=resize,
+            quality=quality,
+            max_pixels=max_pixels,
+            max_image_bytes=max_image_bytes,
+        ),
         dataset="imagenet",
         options=options,
         metadata=metadata,

@@ -28,17 +28,24 @@ Optional extra files: class texts (`<class><tab or space><text>` per line; Image
 `imagenet_metadata.txt` or Kaggle's `LOC_synset_mapping.txt`) and bounding boxes
 (`<file name>,<xmin>,<ymin>,<xmax>,<ymax>` per line, normalized: the output of TensorFlow's
 `process_bounding_boxes.py`, `imagenet_2012_bounding_boxes.csv`).
+
+Each of these files is read through `cvbench.utils.files.read_input`: a regular file (a FIFO
+or a link to `/dev/zero` is refused at once, naming it) of at most its limit
+(`MAX_CLASS_TEXTS_BYTES`, `MAX_LABELS_BYTES`, `MAX_BOXES_BYTES`), as UTF-8 text; anything
+else is a `BadFileError` naming the file.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import read_input
 
 IMAGE_EXTENSIONS = frozenset(
     {".jpeg", ".jpg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm"}
@@ -50,6 +57,12 @@ VALIDATION_LABEL_FILES = (
     "LOC_val_solution.csv",
 )
 CLASS_TEXT_FILES = ("imagenet_metadata.txt", "LOC_synset_mapping.txt")
+#: The largest class text file read (ImageNet-21k's imagenet_metadata.txt has 2.6 MB).
+MAX_CLASS_TEXTS_BYTES = 16 << 20
+#: The largest validation label file or devkit meta.mat read (LOC_val_solution.csv: 2.5 MB).
+MAX_LABELS_BYTES = 64 << 20
+#: The largest bounding-box CSV read (ImageNet's 615,000 training boxes take about 40 MB).
+MAX_BOXES_BYTES = 1 << 30
 
 LAYOUT_FOLDERS = "class folders"
 LAYOUT_FLAT = "flat"
@@ -279,9 +292,23 @@ def _find_label_file(raw: Path, val: Path, given: str | os.PathLike | None) -> P
     )
 
 
-def _data_lines(path: Path) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.strip() for line in f if line.strip()]
+def _read_text(path: str | os.PathLike, *, limit: int, what: str, newline: str | None = None):
+    """The text of the regular UTF-8 file `path` of at most `limit` bytes, as a stream
+    (`newline` as `open`'s).
+
+    Raises:
+        BadFileError: naming the file: not a regular file, over `limit`, not UTF-8.
+    """
+    data = read_input(path, limit=limit, what=what)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadFileError(f"{what} {os.fspath(path)} is not UTF-8 text: {e}") from None
+    return io.StringIO(text, newline=newline)
+
+
+def _data_lines(path: Path, *, limit: int, what: str) -> list[str]:
+    return [line.strip() for line in _read_text(path, limit=limit, what=what) if line.strip()]
 
 
 def read_validation_labels(path: str | os.PathLike, filenames: list[str]) -> list[str]:
@@ -298,7 +325,7 @@ def read_validation_labels(path: str | os.PathLike, filenames: list[str]) -> lis
         ValueError: when the file does not cover the images exactly.
     """
     path = Path(path)
-    lines = _data_lines(path)
+    lines = _data_lines(path, limit=MAX_LABELS_BYTES, what="validation label file")
     if lines and lines[0].lower().startswith(("imageid", "filename", "file_name")):
         lines = lines[1:]
     if not lines:
@@ -347,14 +374,18 @@ def read_devkit_synsets(meta_mat: str | os.PathLike) -> dict[int, str]:
         from scipy.io import loadmat
     except ImportError:
         raise ValueError("reading the devkit's meta.mat needs scipy: pip install scipy") from None
-    synsets = loadmat(str(meta_mat), squeeze_me=True)["synsets"]
+    data = read_input(meta_mat, limit=MAX_LABELS_BYTES, what="devkit file")
+    try:
+        synsets = loadmat(io.BytesIO(data), squeeze_me=True)["synsets"]
+    except Exception as e:  # scipy raises ValueError, KeyError, TypeError... on a bad file
+        raise BadFileError(f"{meta_mat} is not the devkit's meta.mat: {e}") from None
     return {int(s["ILSVRC2012_ID"]): str(s["WNID"]) for s in synsets}
 
 
 def read_class_texts(path: str | os.PathLike) -> dict[str, str]:
     """Class name -> human-readable text, from `<class><tab or spaces><text>` lines."""
     texts = {}
-    for line in _data_lines(Path(path)):
+    for line in _data_lines(Path(path), limit=MAX_CLASS_TEXTS_BYTES, what="class text file"):
         parts = line.split(None, 1)
         texts[parts[0]] = parts[1].strip() if len(parts) > 1 else parts[0]
     return texts
@@ -377,7 +408,7 @@ def read_boxes(path: str | os.PathLike) -> dict[str, list[Box]]:
         ValueError: naming the line that is not `name,xmin,ymin,xmax,ymax`.
     """
     boxes: dict[str, list[Box]] = {}
-    with open(path, encoding="utf-8", newline="") as f:
+    with _read_text(path, limit=MAX_BOXES_BYTES, what="bounding-box file", newline="") as f:
         for number, row in enumerate(csv.reader(f), start=1):
             if not row or not "".join(row).strip():
                 continue

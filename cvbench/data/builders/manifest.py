@@ -8,7 +8,11 @@ and "metadata" (facts that do not identify the data set), replaced by every run.
 
 Here: the identity, the check of an output folder against it (`prepare_out_dir`: resume,
 refuse another data set or foreign shards, or start over with `overwrite`), and the shard
-names (`shard_glob`).
+names (`shard_glob`: a pattern for file *names*, matched in the output folder by
+`cvbench.utils.files.match_files`, so that glob characters in the folder's own name, such as
+`out[12]`, never reach another folder's shards). The manifest is read with a bound
+(`MAX_MANIFEST_BYTES`) and its nesting checked before parsing; one that cannot be read
+counts as another data set's.
 """
 
 from __future__ import annotations
@@ -23,12 +27,23 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import match_files, read_json
+
 MANIFEST_NAME = "cvbench_manifest.json"
 _MANIFEST_FORMAT = 1
+#: The largest manifest read (one for 1,152 ImageNet shards has about 200 KB).
+MAX_MANIFEST_BYTES = 64 << 20
 
 
 def shard_glob(pattern: str, split: str) -> str:
-    """A glob matching every shard name `pattern` gives for `split`, any index or count."""
+    """A shell pattern matching every file name `pattern` gives for `split`, any index or
+    count; for `match_files` (file names only, never a folder path).
+
+    Example:
+        >>> shard_glob("{split}-{index:05d}-of-{count:05d}", "train")
+        'train-*-of-*'
+    """
     out = []
     for literal, field_name, _, _ in string.Formatter().parse(pattern):
         out.append(glob.escape(literal))
@@ -85,7 +100,7 @@ def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
 def _existing_shards(out_dir: Path, splits: Sequence[Any]) -> list[Path]:
     found: set[Path] = set()
     for spec in splits:
-        found.update(Path(p) for p in glob.glob(str(out_dir / shard_glob(spec.pattern, spec.name))))
+        found.update(match_files(out_dir, shard_glob(spec.pattern, spec.name)))
     return sorted(found)
 
 
@@ -93,7 +108,7 @@ def remove_stale_temporaries(out_dir: Path, splits: Sequence[Any]) -> None:
     """Removes the temporary files a killed build left beside the shards of `splits`."""
     # `atomic_path` names its temporary files ".<final name>.<random>.tmp<suffix>".
     for spec in splits:
-        for p in glob.glob(str(out_dir / ("." + shard_glob(spec.pattern, spec.name) + ".*.tmp*"))):
+        for p in match_files(out_dir, "." + shard_glob(spec.pattern, spec.name) + ".*.tmp*"):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(p)
 
@@ -104,8 +119,10 @@ def prepare_out_dir(out_dir: Path, identity: dict[str, Any], splits, overwrite: 
     manifest = None
     if manifest_path.exists():
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            manifest = read_json(manifest_path, limit=MAX_MANIFEST_BYTES, what="manifest")
+        except (OSError, BadFileError):
+            manifest = {}
+        if not isinstance(manifest, dict):
             manifest = {}
     existing = _existing_shards(out_dir, splits)
     if not overwrite:
