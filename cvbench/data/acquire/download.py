@@ -5,6 +5,8 @@ checks the finished file (size, and MD5 when known) and only then renames it to 
 that fails the check is deleted and fetched again from the first byte, a bounded number of times;
 it is never used. A verified file gets a small stamp (`<dest>.verified`: size, mtime, MD5) so a
 rerun does not hash 18 GB again; a file without a matching stamp is checked before it is trusted.
+A stamp that cannot be read (not a regular file, over 1 MiB, nested or malformed JSON: read
+through `cvbench.utils.files.read_json`) counts as no stamp.
 
 `unpack_zip` unpacks an archive atomically enough that a killed unpack is redone on the next
 run (extract into a staging folder, merge it into place, then write a done-marker). The COCO
@@ -16,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
-import json
 import os
 import posixpath
 import re
@@ -27,8 +28,13 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import open_input, read_json
 from cvbench.utils.io import write_json_atomic
 from cvbench.utils.progress import progress_bar
+
+#: The largest download stamp read (one holds three fields).
+_STAMP_LIMIT = 1 << 20
 
 
 class DownloadError(RuntimeError):
@@ -67,7 +73,7 @@ class _InterruptedError(Exception):
 def file_md5(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
     """Returns the lowercase hex MD5 of a file, read in chunks."""
     digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         while chunk := f.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()
@@ -86,11 +92,11 @@ def _write_stamp(dest: Path, md5: str) -> None:
 
 def _has_valid_stamp(dest: Path, size: int | None, md5: str | None) -> bool:
     try:
-        stamp = json.loads(_stamp_path(dest).read_text())
+        stamp = read_json(_stamp_path(dest), limit=_STAMP_LIMIT, what="download stamp")
         st = dest.stat()
-    except (OSError, ValueError):
+    except (OSError, BadFileError):
         return False
-    return (
+    return isinstance(stamp, dict) and (
         stamp.get("size") == st.st_size
         and stamp.get("mtime_ns") == st.st_mtime_ns
         and (size is None or size == st.st_size)

@@ -19,9 +19,14 @@ validation image is written under a temporary name and renamed, so one that exis
 
 Every name read from the archives that becomes a path is checked first: a WNID (from
 `meta.mat` or a labels file) must look like `n01440764`, a member name is reduced to its last
-component, so nothing is ever written outside `OUT`. A truncated or corrupt archive stops the
-extraction with `BadFileError` naming it (what was finished before stays); so does a full
-disk or another `OSError`, naming the file being written.
+component, so nothing is ever written outside `OUT`. Two members that reduce to the same file
+name (in one class tar, or in the validation tar) are refused with `BadFileError` naming the
+archive and both members: the official tars hold each image once, so a duplicate means a
+damaged or crafted archive; keeping the last would silently drop an image, and keeping both
+would need invented names that no label or box file knows. A truncated or corrupt archive
+stops the extraction with `BadFileError` naming it (what was finished before stays); so does
+a full disk or another `OSError`, naming the file being written. The archives are opened
+through `cvbench.utils.files.open_input` (a FIFO or a device is refused, never waited on).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from cvbench.data.acquire.imagenet_labels import (
 )
 from cvbench.data.safe_paths import make_dir, plain_name
 from cvbench.utils.errors import BadFileError, naming
+from cvbench.utils.files import check_regular, open_input, read_input
 from cvbench.utils.io import atomic_open
 from cvbench.utils.progress import progress_bar
 
@@ -114,7 +120,7 @@ def _write_marker(path: Path, count: int) -> None:
         f.write(f"{count}\n")
 
 
-def _member_file_name(archive: Path, member: tarfile.TarInfo) -> str:
+def _member_file_name(archive: str | Path, member: tarfile.TarInfo) -> str:
     name = os.path.basename(member.name)
     if not plain_name(name):
         raise BadFileError(f"{archive}: unexpected archive member {member.name!r}")
@@ -146,7 +152,7 @@ def extract_train(
     written = classes_written = classes_skipped = 0
     with (
         reading_archive(train_tar),
-        open(train_tar, "rb") as raw,
+        open_input(train_tar, what="archive") as raw,
         _bytes_bar(train_tar, progress, "train classes") as bar,
         tarfile.open(fileobj=_ProgressReader(raw, bar), mode="r|") as outer,
     ):
@@ -169,7 +175,9 @@ def extract_train(
             staging.mkdir()
             try:
                 with reading_archive(train_tar, f" (member {member.name})"):
-                    count = _extract_class(outer.extractfile(member), train_tar, staging)
+                    count = _extract_class(
+                        outer.extractfile(member), f"{train_tar} (member {member.name})", staging
+                    )
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
@@ -184,15 +192,35 @@ def extract_train(
     )
 
 
-def _extract_class(class_tar: IO[bytes], train_tar: Path, staging: Path) -> int:
-    """Writes the images of one class tar into `staging`; returns how many."""
+def _extract_class(class_tar: IO[bytes], source: str, staging: Path) -> int:
+    """Writes the images of one class tar (`source` names it) into `staging`; returns how
+    many.
+
+    Raises:
+        BadFileError: two members with the same file name (see the module doc).
+    """
     count = 0
+    names: dict[str, str] = {}
     with tarfile.open(fileobj=class_tar, mode="r|") as inner:
         for image in inner:
             if image.isfile():
-                _copy_to(inner.extractfile(image), staging / _member_file_name(train_tar, image))
+                name = _member_file_name(source, image)
+                _refuse_duplicate(names, name, image, source)
+                _copy_to(inner.extractfile(image), staging / name)
                 count += 1
     return count
+
+
+def _refuse_duplicate(
+    names: dict[str, str], name: str, member: tarfile.TarInfo, source: str | Path
+) -> None:
+    """Records that `member` becomes the file `name`; refuses a second member that would."""
+    if name in names:
+        raise BadFileError(
+            f"{source}: members {names[name]!r} and {member.name!r} are both the image "
+            f"{name!r}; an ImageNet archive holds each image once: download it again"
+        )
+    names[name] = member.name
 
 
 def _val_stem(name: str) -> str:
@@ -230,15 +258,16 @@ def extract_val(
     done = out_dir / _STATE / "val.done"
     if done.exists():
         try:
-            return ExtractStats(skipped=int(done.read_text()))
-        except ValueError:
+            return ExtractStats(skipped=int(read_input(done, limit=64, what="marker")))
+        except (OSError, ValueError):  # BadFileError included
             pass  # an unreadable marker: check every image again
     staging = make_dir(out_dir / _STATE / "staging")
     written = skipped = 0
     seen = set()
+    names: dict[str, str] = {}
     with (
         reading_archive(val_tar),
-        open(val_tar, "rb") as raw,
+        open_input(val_tar, what="archive") as raw,
         _bytes_bar(val_tar, progress, "val images") as bar,
         tarfile.open(fileobj=_ProgressReader(raw, bar), mode="r|") as tar,
     ):
@@ -246,6 +275,7 @@ def extract_val(
             if not member.isfile():
                 continue
             name = _member_file_name(val_tar, member)
+            _refuse_duplicate(names, name, member, val_tar)
             stem = _val_stem(name)
             if stem not in labels:
                 raise BadFileError(f"{val_tar}: no label for {member.name!r}; wrong labels file?")
@@ -308,8 +338,10 @@ def extract_imagenet(
     if val_tar is not None and devkit is None and val_labels is None:
         raise ValueError("the validation split needs devkit or val_labels for its labels")
     for path in (train_tar, val_tar, devkit, val_labels):
-        if path is not None and not Path(path).is_file():
+        if path is not None and not Path(path).exists():
             raise FileNotFoundError(f"no such file: {path}")
+        if path is not None:
+            check_regular(path, what="input")  # a folder, FIFO or device: BadFileError
     out_dir = make_dir(out_dir)
     if devkit is not None:
         write_class_texts(devkit, out_dir / CLASS_TEXTS)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from cvbench.utils.errors import BadFileError, naming
+from cvbench.utils.files import open_input, read_input
 from cvbench.utils.io import atomic_open
 
 #: A WordNet id (synset) as ImageNet names its classes: `n` and 8 digits.
@@ -40,6 +41,20 @@ _NUM_CLASSES = 1000  # ILSVRC2012_IDs 1..1000 are the classes; higher ids are th
 
 #: What a truncated or corrupt tar (or .tar.gz) raises while it is read.
 _ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error)
+
+
+#: The largest labels file, and devkit member (meta.mat, the ground truth), read.
+MAX_LABELS_BYTES = 64 << 20
+
+
+def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo, devkit: Path) -> bytes:
+    """The data of `member`, refused over `MAX_LABELS_BYTES` before it is read."""
+    if member.size > MAX_LABELS_BYTES:
+        raise BadFileError(
+            f"{devkit}: member {member.name} has {member.size} bytes, over the limit of "
+            f"{MAX_LABELS_BYTES} bytes; is this the t12 devkit?"
+        )
+    return tar.extractfile(member).read(MAX_LABELS_BYTES + 1)
 
 
 @contextlib.contextmanager
@@ -69,12 +84,16 @@ def _read_devkit(devkit: str | os.PathLike) -> tuple[list[int], dict[int, tuple[
         ) from e
     devkit = Path(devkit)
     ground_truth = meta = None
-    with reading_archive(devkit), tarfile.open(devkit, mode="r:*") as tar:
+    with (
+        reading_archive(devkit),
+        open_input(devkit, what="devkit") as raw,
+        tarfile.open(fileobj=raw, mode="r:*") as tar,
+    ):
         for member in tar:
             if member.name.endswith(_GROUND_TRUTH) and member.isfile():
-                ground_truth = tar.extractfile(member).read()
+                ground_truth = _member_bytes(tar, member, devkit)
             elif member.name.endswith(_META) and member.isfile():
-                meta = tar.extractfile(member).read()
+                meta = _member_bytes(tar, member, devkit)
     if ground_truth is None or meta is None:
         raise BadFileError(f"{devkit}: no {_GROUND_TRUTH} and {_META}; is this the t12 devkit?")
     table = _synset_table(devkit, meta, scipy.io)
@@ -169,8 +188,9 @@ def load_val_labels_file(path: str | os.PathLike) -> dict[str, str]:
             empty file.
     """
     path = Path(path)
+    data = read_input(path, limit=MAX_LABELS_BYTES, what="labels file")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise BadFileError(f"{path}: not a text file of WNIDs ({e})") from None
     lines = [line.strip() for line in text.splitlines() if line.strip()]
