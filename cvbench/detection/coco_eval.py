@@ -13,6 +13,11 @@ faster on val2017); it is imported only when asked for.
 The other two ends of an evaluation live elsewhere: the model loop that makes the detections
 is `cvbench.detection.predict.predict_coco`; the ground truth rebuilt from TFRecords (when the
 annotation file is missing) is `cvbench.data.coco_schema.groundtruth_from_records`.
+
+Detections and ground truth given as paths are read through `cvbench.utils.files.read_json`:
+regular files of at most `MAX_JSON_BYTES` (2 GiB; COCO 2017's training annotations have 448
+MB), nested at most `MAX_JSON_DEPTH` deep; a file that is not, or is no COCO file, is a
+`BadFileError` naming it (exit 1 in the command), never a `RecursionError`.
 """
 
 from __future__ import annotations
@@ -28,7 +33,12 @@ from typing import Any
 import numpy as np
 
 from cvbench.detection import box_ops
+from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import check_output, read_json
 from cvbench.utils.io import atomic_open
+
+#: The largest detections or ground-truth JSON file read.
+MAX_JSON_BYTES = 2 << 30
 
 COCO_METRIC_NAMES: tuple[str, ...] = (
     "AP",
@@ -178,7 +188,8 @@ def evaluate_coco(
         per_category: also return `"AP/<category name>"`: AP@[.5:.95], all areas, 100
             detections, per category; -1.0 for a category without ground truth (the
             pycocotools convention).
-        detections_path: if given, the detections are written there as JSON (atomically).
+        detections_path: if given, the detections are written there as JSON (atomically);
+            never onto the ground truth or detections file read (`ValueError`).
         print_fn: receives the 12-line table (and the per-category lines); None prints nothing.
 
     Returns:
@@ -187,7 +198,9 @@ def evaluate_coco(
 
     Raises:
         ValueError: on an unknown backend, or detections for images absent from `groundtruth`,
-            or malformed detections.
+            or malformed detections, or a `detections_path` that is an input.
+        BadFileError: a `detections` or `groundtruth` file that is not a regular file, over
+            `MAX_JSON_BYTES`, nested too deep, not JSON, or not of the expected shape.
         ImportError: for `backend="faster"` when `faster-coco-eval` is not installed.
 
     Example:
@@ -202,6 +215,9 @@ def evaluate_coco(
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if detections_path is not None:
+        inputs = [p for p in (detections, groundtruth) if isinstance(p, str | os.PathLike)]
+        check_output(detections_path, inputs=inputs, overwrite=True)
     dets = _load_detections(detections)
     gt_dict = _load_groundtruth(groundtruth)
     if detections_path is not None:
@@ -236,8 +252,13 @@ def _load_detections(
     detections: Sequence[Mapping[str, Any]] | str | os.PathLike,
 ) -> list[dict[str, Any]]:
     if isinstance(detections, str | os.PathLike):
-        with open(detections, encoding="utf-8") as f:
-            detections = json.load(f)
+        path = detections
+        detections = read_json(path, limit=MAX_JSON_BYTES, what="detections file")
+        if not isinstance(detections, list):
+            raise BadFileError(
+                f"{os.fspath(path)}: detections must be a list of dicts, got "
+                f"{type(detections).__name__}"
+            )
     if not isinstance(detections, Sequence):
         raise ValueError(f"detections must be a list of dicts, got {type(detections).__name__}")
     out = []
@@ -260,8 +281,15 @@ def _load_detections(
 
 def _load_groundtruth(groundtruth: Mapping[str, Any] | str | os.PathLike) -> dict[str, Any]:
     if isinstance(groundtruth, str | os.PathLike):
-        with open(groundtruth, encoding="utf-8") as f:
-            groundtruth = json.load(f)
+        path = os.fspath(groundtruth)
+        groundtruth = read_json(path, limit=MAX_JSON_BYTES, what="ground-truth file")
+        if not isinstance(groundtruth, dict) or not all(
+            isinstance(groundtruth.get(k), list) for k in ("images", "annotations", "categories")
+        ):
+            raise BadFileError(
+                f"{path} is not a COCO annotation file: it needs the lists 'images', "
+                "'annotations' and 'categories'"
+            )
     missing = [k for k in ("images", "annotations", "categories") if k not in groundtruth]
     if missing:
         raise ValueError(f"ground truth is not a COCO annotation dict: missing keys {missing}")
