@@ -152,17 +152,27 @@ def resize_bilinear(
     xlo, xhi, xlerp = _weights(size[1], width, half_pixel=half, start=oleft, count=ow)
     if flip:  # column j of the mirrored window is column width - 1 - j of the window
         xlo, xhi = width - 1 - xlo, width - 1 - xhi
-    rows_lo, rows_hi = ylo + top, yhi + top
-    cols_lo, cols_hi = xlo + left, xhi + left
+    # Interpolate each source row needed along x once (the rows shared by output rows, as
+    # when enlarging, are not redone; the values are the same either way), then along y.
+    # Rows are flattened to [width * channels] so that NumPy's inner loops run along rows;
+    # the in-place steps compute `a + (b - a) * lerp` with TensorFlow's roundings.
+    channels = image.shape[2]
+    rows, where = np.unique(np.concatenate([ylo, yhi]), return_inverse=True)
+    band = image[rows + top].reshape(len(rows), -1)
+    per_channel = np.arange(channels)
+    cols_lo = ((xlo + left)[:, None] * channels + per_channel).ravel()
+    cols_hi = ((xhi + left)[:, None] * channels + per_channel).ravel()
     f32 = np.float32
-    top_left = image[rows_lo[:, None], cols_lo].astype(f32)
-    top_right = image[rows_lo[:, None], cols_hi].astype(f32)
-    bottom_left = image[rows_hi[:, None], cols_lo].astype(f32)
-    bottom_right = image[rows_hi[:, None], cols_hi].astype(f32)
-    xl = xlerp[None, :, None]
-    upper = top_left + (top_right - top_left) * xl
-    lower = bottom_left + (bottom_right - bottom_left) * xl
-    return upper + (lower - upper) * ylerp[:, None, None]
+    along_x = band[:, cols_lo].astype(f32)
+    step = band[:, cols_hi].astype(f32)
+    step -= along_x
+    step *= np.repeat(xlerp, channels)[None, :]
+    along_x += step
+    upper, lower = along_x[where[: len(ylo)]], along_x[where[len(ylo) :]]
+    lower -= upper
+    lower *= ylerp[:, None]
+    lower += upper
+    return lower.reshape(oh, ow, channels)
 
 
 # ---- evaluation ---------------------------------------------------------------------------
@@ -352,7 +362,13 @@ def scale_input(
     else:
         scale = f32(1.0) / np.asarray(p.std, f32)
         offset = -np.asarray(p.mean, f32) * scale
-        out = image * scale + offset
+        # rows flattened and the vectors tiled along them: NumPy's inner loop then runs over
+        # a whole row, not over 3 channels (the same products and sums)
+        flat = image.reshape(-1, image.shape[-2] * 3) if image.ndim >= 2 else image
+        reps = flat.shape[-1] // 3
+        out = flat * np.tile(scale, reps)
+        out += np.tile(offset, reps)
+        out = out.reshape(image.shape)
     return as_dtype(out, dtype)
 
 

@@ -20,7 +20,9 @@ Two halves of the grain input path's reading side (`cvbench.data.grain.dataset` 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import os
 import struct
 from collections.abc import Sequence
@@ -120,19 +122,19 @@ class TFRecordSource(_Base):
         self.files = [os.fspath(p) for p in files]
         tables = [record_offsets(p, index_dir=index_dir) for p in self.files]
         self.counts = [len(t) for t in tables]
-        self._starts = np.cumsum([0, *self.counts])
+        self._starts = [0, *itertools.accumulate(self.counts)]
         self._table = np.concatenate([*tables, np.zeros((0, 2), np.int64)])
         self._fds: dict[int, int] = {}
 
     def __len__(self) -> int:
-        return int(self._starts[-1])
+        return self._starts[-1]
 
     def locate(self, index: int) -> tuple[str, int]:
         """`(file, position in the file)` of record `index` (for messages)."""
         if not 0 <= index < len(self):
             raise IndexError(f"record {index} out of range: {len(self)} records")
         k = self._file_of(index)
-        return self.files[k], index - int(self._starts[k])
+        return self.files[k], index - self._starts[k]
 
     def __getitem__(self, index: int) -> bytes:
         index = int(index)
@@ -152,7 +154,7 @@ class TFRecordSource(_Base):
         return data
 
     def _file_of(self, index: int) -> int:
-        return int(np.searchsorted(self._starts, index, side="right")) - 1
+        return bisect.bisect_right(self._starts, index) - 1
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
