@@ -341,12 +341,17 @@ def scaled_decode_size(
 
 
 def scale_input(
-    image: np.ndarray, *, preprocessing: ImagePreprocessing | None = None, dtype: str = "float32"
+    image: np.ndarray,
+    *,
+    preprocessing: ImagePreprocessing | None = None,
+    dtype: str = "float32",
+    overwrite: bool = False,
 ) -> np.ndarray:
     """`preprocessing.scale_input` in NumPy float32: "mean_std" `image * (1 / std) +
     (-mean / std)` (the tf.data path's formula and order), "inception" `image * (1 / 127.5)
     - 1`; with `quantize_uint8` of the image clipped to [0, 255] and truncated to uint8 first.
-    Returned as `dtype` ('float32', 'bfloat16' through ml_dtypes, 'float16').
+    Returned as `dtype` ('float32', 'bfloat16' through ml_dtypes, 'float16'). `overwrite`:
+    a C-contiguous float32 `image` may be scaled in place (the pipeline's own views).
 
     Example:
         >>> [round(float(v), 4) for v in scale_input(np.full((1, 1, 3), 255.0, np.float32))[0, 0]]
@@ -366,7 +371,8 @@ def scale_input(
         # a whole row, not over 3 channels (the same products and sums)
         flat = image.reshape(-1, image.shape[-2] * 3) if image.ndim >= 2 else image
         reps = flat.shape[-1] // 3
-        out = flat * np.tile(scale, reps)
+        in_place = overwrite and image.dtype == f32 and image.flags.c_contiguous
+        out = np.multiply(flat, np.tile(scale, reps), out=flat if in_place else None)
         out += np.tile(offset, reps)
         out = out.reshape(image.shape)
     return as_dtype(out, dtype)

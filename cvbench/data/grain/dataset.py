@@ -145,7 +145,9 @@ class _Transform:
             raise BadFileError(f"{where} ({example['filename']}): {e}") from None
 
     def finish(self, image: np.ndarray) -> np.ndarray:
-        return scale_input(image, preprocessing=self.preprocessing, dtype=self.dtype)
+        return scale_input(
+            image, preprocessing=self.preprocessing, dtype=self.dtype, overwrite=True
+        )
 
     def padding(self) -> tuple:
         size = self.image_size
