@@ -61,7 +61,7 @@ def export_trained_model(
     keras_path, final = directory / "model.keras", directory / "saved_model"
     refuse_link(keras_path)
     refuse_link(final)
-    remove_stale_staging(directory)
+    remove_stale_export_staging(directory)
     staging = Path(tempfile.mkdtemp(prefix=f"{_STAGING}{os.getpid()}-", dir=directory))
     written = {}
     try:
@@ -85,7 +85,7 @@ def export_trained_model(
 _STAGING = ".export-"
 
 
-def remove_stale_staging(directory: str | os.PathLike) -> list[Path]:
+def remove_stale_export_staging(directory: str | os.PathLike) -> list[Path]:
     """Removes the temporary folders that exports into `directory` left when their process
     was killed outright (`.export-<pid>-...` of a process no longer running); returns them.
 
@@ -93,7 +93,7 @@ def remove_stale_staging(directory: str | os.PathLike) -> list[Path]:
         >>> import tempfile
         >>> d = Path(tempfile.mkdtemp())
         >>> (d / ".export-999999999-x").mkdir()  # no such process
-        >>> [p.name for p in remove_stale_staging(d)]
+        >>> [p.name for p in remove_stale_export_staging(d)]
         ['.export-999999999-x']
     """
     directory = Path(directory)
