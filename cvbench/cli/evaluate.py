@@ -1,5 +1,10 @@
 """`cvbench eval`: a checkpoint, a run folder or a `.keras` model over the whole validation
-set, through `cvbench.tasks.evaluation.checkpoint_trainer` and the task's `evaluate`."""
+set, through `cvbench.tasks.evaluation.checkpoint_trainer` and the task's `evaluate`.
+
+`--json FILE` is checked before anything is loaded (`cvbench.utils.files.check_output`): it
+is never the checkpoint, the model or the data it reads, nor a link; an existing FILE is
+replaced only when cvbench wrote it (`written_by_cvbench`: an earlier `--json` of eval), and
+each results file written is recorded for that."""
 
 from __future__ import annotations
 
@@ -32,8 +37,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_and_data(p, synthetic_help="random data (smoke tests)")
     add_data_backend(p)
     p.add_argument("--checkpoint", required=True, help="checkpoint file, run directory or .keras")
-    p.add_argument("--json", default=None, help="also write the results to this JSON file")
-    p.set_defaults(func=eval_command, usage_error=p.error)
+    p.add_argument(
+        "--json",
+        default=None,
+        help="also write the results to this JSON file (replacing only an earlier results file "
+        "of cvbench, never an input)",
+    )
+    p.set_defaults(func=eval_command, usage_error=p.error, kept_on_stop=_kept_on_stop)
+
+
+def _kept_on_stop(args: argparse.Namespace) -> str:
+    return "no results were written" if args.json else "nothing was written"
 
 
 def eval_command(args: argparse.Namespace) -> int:
@@ -44,6 +58,8 @@ def eval_command(args: argparse.Namespace) -> int:
     if not checkpoint.exists():
         raise CLIError(f"--checkpoint {args.checkpoint!r} does not exist")
     checkpoint = newest_checkpoint(checkpoint)
+    if args.json is not None:
+        check_results_path(args, checkpoint)
     use_saved_run(args, checkpoint)
     task = task_from_args(args)
     trainer = checkpoint_trainer(task, checkpoint, precision=args.precision, seed=args.seed)
@@ -51,11 +67,30 @@ def eval_command(args: argparse.Namespace) -> int:
     print_results(trainer, results)
     skipped = report_corrupt(args, task, trainer.distribution)
     if trainer.is_chief and args.json:
+        from cvbench.utils.files import record_output
         from cvbench.utils.io import write_json_atomic
 
         extra = {} if skipped is None else {"corrupt_records": skipped}
         write_json_atomic(args.json, {**results, **extra})
+        record_output(args.json)
     return 0
+
+
+def check_results_path(args: argparse.Namespace, checkpoint: Path) -> None:
+    """Refuses, before anything is loaded, a `--json` that is (or holds) the checkpoint, the
+    run folder or the data read, a link, or an existing file cvbench did not write.
+
+    Raises:
+        ValueError: naming the path (exit 2).
+    """
+    from cvbench.utils.files import check_output, written_by_cvbench
+
+    inputs = [checkpoint, Path(args.checkpoint)]
+    if args.data_dir is not None:
+        inputs.append(Path(args.data_dir))
+    check_output(
+        args.json, inputs=inputs, overwrite=True, is_ours=written_by_cvbench, flag="--json"
+    )
 
 
 def newest_checkpoint(path: Path) -> Path:

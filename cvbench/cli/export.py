@@ -3,7 +3,9 @@
 
 `--overwrite` replaces only a previous cvbench export (never another folder or file, nor the
 current folder, a parent of it, the home folder or `/`), atomically: the old export stays
-until the new one is complete.
+until the new one is complete. The output is never the model file (nor a folder holding it),
+and a read-only destination is found before TensorFlow is imported. A SIGTERM or Ctrl-C
+stops it with one line; the half-written export is removed and a previous one is kept.
 """
 
 from __future__ import annotations
@@ -62,12 +64,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="replace an existing --output that is a previous cvbench export",
     )
     add_max_input_side(p)
-    p.set_defaults(func=handler)
+    p.set_defaults(func=handler, kept_on_stop=_kept_on_stop)
+
+
+def _kept_on_stop(args: argparse.Namespace) -> str:
+    if os.path.lexists(args.output):
+        return f"nothing was written; {args.output} is as it was"
+    return "nothing was written"
 
 
 def handler(args: argparse.Namespace) -> int:
     from cvbench.inference import read_model_info
-    from cvbench.inference.outputs import check_parent_path, check_replaceable
+    from cvbench.inference.outputs import check_parent_path, check_replaceable, check_writable
+    from cvbench.utils.files import check_output
     from cvbench.utils.model_file import MAX_INPUT_SIDE
 
     model = Path(args.model)
@@ -81,7 +90,9 @@ def handler(args: argparse.Namespace) -> int:
         check_replaceable(
             Path(os.path.abspath(args.output)), overwrite=args.overwrite, label=args.output
         )
+        check_output(args.output, inputs=[model], overwrite=True)  # never the model file
         check_parent_path(args.output)
+        check_writable(args.output)
         read_model_info(model, max_input_side=side)
         from cvbench.inference import export_for_serving
         from cvbench.inference.detection import SCORE_THRESHOLD

@@ -8,11 +8,15 @@ writes the detections as a COCO results file; `--draw DIR` writes a PNG per imag
 labelled boxes or the top-k caption.
 
 Nothing is predicted before the outputs are checked: a drawing or results file never replaces
-an input image, nor an existing file without `--overwrite`. An image file that cannot be read
-or is over `--max-image-pixels` stops the run with one line naming it (exit 1, nothing
-written), or with `--skip-corrupt` is skipped with one warning line each and counted at the
-end (on stderr, so that `--json` output stays JSON lines). A score or box that is not finite is
-`null` in the JSON.
+an input image or the model file, nor an existing file without `--overwrite`, and
+`--overwrite` replaces only files cvbench wrote (`cvbench.utils.files.written_by_cvbench`);
+a folder that cannot be written (read-only, no permission) is found before predicting too.
+An image file that cannot be read or is over `--max-image-pixels` stops the run with one line
+naming it (exit 1, nothing written), or with `--skip-corrupt` is skipped with one warning line
+each and counted at the end (on stderr, so that `--json` output stays JSON lines); when every
+image is skipped the run stops with one line (exit 1) and writes nothing. A score or box that
+is not finite is `null` in the JSON. File names are printed with their control characters
+escaped (`a\\nb.png`), so that a name cannot forge a line of the table.
 """
 
 from __future__ import annotations
@@ -118,7 +122,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--batch-size", type=positive_int, metavar="N", default=8, help="images per model call (8)"
     )
-    p.set_defaults(func=handler)
+    p.set_defaults(func=handler, kept_on_stop=_kept_on_stop)
+
+
+def _kept_on_stop(args: argparse.Namespace) -> str:
+    if args.draw is None and args.coco_json is None:
+        return "nothing was written"
+    return "the files written so far are kept; none is half-written"
+
+
+def printable(text: str) -> str:
+    """`text` with each character that is not printable (a newline, a tab, another control
+    character, a byte that is not UTF-8) escaped as Python writes it, so that a file name
+    cannot start a line of its own.
+
+    Example:
+        >>> printable("a\\nb.png"), printable("été.png")
+        ('a\\\\nb.png', 'été.png')
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _check_flags(args: argparse.Namespace, task: str) -> None:
@@ -146,9 +170,12 @@ def _print_table(results: list[Any], task: str) -> None:
             top = " | ".join(
                 f"{name} {score:.3f}" for name, score in zip(r.class_names, r.scores, strict=True)
             )
-            print(f"{r.source}  {top}")
+            print(f"{printable(str(r.source))}  {top}")
             continue
-        print(f"{r.source}: {len(r.scores)} detection(s), boxes {r.box_format} in pixels")
+        print(
+            f"{printable(str(r.source))}: {len(r.scores)} detection(s), boxes {r.box_format} "
+            "in pixels"
+        )
         for box, name, score in zip(r.boxes, r.class_names, r.scores, strict=True):
             coords = ", ".join(f"{v:.1f}" for v in box)
             print(f"  {name:<16} {score:.3f}  [{coords}]")
@@ -156,9 +183,11 @@ def _print_table(results: list[Any], task: str) -> None:
 
 def _check_outputs(args: argparse.Namespace, inputs: list[Path]) -> None:
     """Refuses, before anything is loaded or predicted, outputs that would replace an input
-    image, an existing file without --overwrite, or that a file stands in the way of."""
+    image or the model file, an existing file without --overwrite, a file cvbench did not
+    write (--overwrite replaces only its own), or that a file or a read-only folder stands in
+    the way of."""
     from cvbench.inference.draw import check_drawing_paths, drawing_paths
-    from cvbench.inference.outputs import check_folder_path, check_output_files
+    from cvbench.inference.outputs import check_folder_path, check_output_files, check_writable
 
     for flag, value in (("--draw", args.draw), ("--coco-json", args.coco_json)):
         if value == "":
@@ -167,10 +196,38 @@ def _check_outputs(args: argparse.Namespace, inputs: list[Path]) -> None:
         check_folder_path(args.draw)
         paths = drawing_paths([str(p) for p in inputs], args.draw)
         check_drawing_paths(paths, input_files=inputs, overwrite=args.overwrite)
+        for path in paths:
+            _check_replaced(path, args)
+        check_writable(args.draw, folder=True)
     if args.coco_json is not None:
         check_output_files(
             [args.coco_json], input_files=inputs, overwrite=args.overwrite, what="--coco-json file"
         )
+        _check_replaced(Path(args.coco_json), args)
+        check_writable(args.coco_json)
+
+
+def _check_replaced(path: Path, args: argparse.Namespace) -> None:
+    """`check_output`: `path` is not the model file (the input images are
+    `check_output_files`'), and replaces only a file cvbench wrote."""
+    from cvbench.utils.files import check_output, written_by_cvbench
+
+    check_output(
+        path,
+        inputs=[Path(args.model)],
+        overwrite=args.overwrite,
+        is_ours=written_by_cvbench,
+    )
+
+
+def _record_outputs(args: argparse.Namespace, drawings: list[Path]) -> None:
+    """Records the files written (`record_output`), for a later --overwrite."""
+    from cvbench.utils.files import record_output
+
+    if args.coco_json is not None:
+        record_output(args.coco_json)
+    for path in drawings:
+        record_output(path)
 
 
 def handler(args: argparse.Namespace) -> int:
@@ -212,7 +269,8 @@ def _predict(args: argparse.Namespace) -> int:
 
     def warn(error: BadFileError) -> None:
         skipped.append(error)
-        print(f"cvbench predict: warning: skipped {for_command_line(str(error))}", file=sys.stderr)
+        line = printable(for_command_line(str(error)))
+        print(f"cvbench predict: warning: skipped {line}", file=sys.stderr)
 
     reading = {
         "batch_size": args.batch_size,
@@ -230,6 +288,12 @@ def _predict(args: argparse.Namespace) -> int:
         results = detect(
             model, files, info=info, score_threshold=threshold, box_format=box_format, **reading
         )
+    if files and len(skipped) == len(files):
+        n = len(files)
+        raise BadFileError(
+            f"all {n} image file{'s' * (n != 1)} were skipped (--skip-corrupt): nothing was "
+            "predicted and no output was written"
+        )
     if args.json:
         for r in results:
             print(json.dumps(r.to_dict(), allow_nan=False))
@@ -237,14 +301,16 @@ def _predict(args: argparse.Namespace) -> int:
         _print_table(results, info.task)
     if args.coco_json is not None:
         write_coco_results(results, args.coco_json, class_names=info.class_names)
+    drawings = []
     if args.draw is not None:
-        draw_results(
+        drawings = draw_results(
             results,
             files,
             args.draw,
             overwrite=args.overwrite,
             max_image_pixels=reading["max_image_pixels"],
         )
+    _record_outputs(args, drawings)
     if skipped:
         n = len(skipped)
         print(

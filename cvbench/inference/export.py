@@ -11,9 +11,15 @@ backend it raises (the `.keras` file loads on TensorFlow: run the export there).
 An export is written beside its destination under a temporary name and renamed into place;
 `overwrite=True` then swaps it with the previous one (renamed aside, deleted once the new one
 is in place, renamed back if that fails). It only ever replaces a previous cvbench export
-(`cvbench.inference.outputs.is_cvbench_export`: a SavedModel folder holding exactly what
-export writes, with its `EXPORT_MARKER`; or a TFLite file), never another file or folder, and
+(`cvbench.inference.outputs.is_cvbench_export`: a SavedModel folder holding its
+`EXPORT_MARKER` and only the files export wrote and recorded; or a TFLite file export wrote
+and recorded, `cvbench.utils.files.written_by_cvbench`), never another file or folder, and
 never the current folder, a parent of it, the home folder or `/` (`protected_folder`).
+
+The temporary folder is named `.<name>.export-<pid>-...` and removed however the export ends
+(an error, SIGTERM or Ctrl-C: `finally`); one left by a process that was killed outright
+(SIGKILL, a lost machine) is removed by the next export to the same path
+(`remove_stale_serving_staging`), once its process is gone.
 
 Both formats carry the model file's `ModelInfo` (`cvbench.inference.export_info`:
 `read_export_info`).
@@ -39,7 +45,9 @@ from cvbench.inference.outputs import (
     check_parent_path,
     check_replaceable,
     errors_naming,
+    record_tree,
 )
+from cvbench.utils.files import record_output
 from cvbench.utils.model_file import MAX_INPUT_SIDE, ModelInfo, load_model
 
 FORMATS = ("saved_model", "tflite")
@@ -125,7 +133,7 @@ def export_for_serving(
             f"the model's input size {size} differs from the ModelInfo's image_size "
             f"{tuple(info.image_size)}"
         )
-    served = fold_batchnorm(_plain_or_same(model)) if fold else model
+    served = fold_batchnorm(_functional(_plain_or_same(model), info)) if fold else model
     fn = serving_function(
         served,
         info,
@@ -152,7 +160,8 @@ def _write_export(served: Any, fn: Any, out: Path, *, format: str, info: ModelIn
     import tensorflow as tf
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    remove_stale_serving_staging(out)
+    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out, os.getpid()), dir=out.parent))
     try:
         saved = staging / "saved_model"
         try:
@@ -162,13 +171,61 @@ def _write_export(served: Any, fn: Any, out: Path, *, format: str, info: ModelIn
         if format == "saved_model":
             result = saved
             (saved / EXPORT_MARKER).write_text(export_marker(info, format), encoding="utf-8")
+            record_tree(saved)  # what --overwrite may later replace: these files only
         else:
             result = staging / "model.tflite"
             result.write_bytes(with_tflite_info(to_tflite(saved), info))
         _chmod_for_umask(result)
         _swap_into_place(result, out, aside=staging / "previous")
+        if format == "tflite":
+            record_output(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _staging_prefix(out: Path, pid: int) -> str:
+    return f".{out.name}.export-{pid}-"
+
+
+def remove_stale_serving_staging(out: str | os.PathLike) -> list[Path]:
+    """Removes the temporary folders that exports to `out` left beside it when their
+    process was killed outright (named `.<name>.export-<pid>-...`, of a process that no
+    longer runs); those of a running export are left alone.
+
+    Returns:
+        The folders removed.
+    """
+    out = Path(out)
+    prefix = _staging_prefix(out, 0)[: -len("0-")]  # ".<name>.export-"
+    removed = []
+    try:
+        names = os.listdir(out.parent)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        pid = name[len(prefix) :].split("-", 1)[0]
+        path = out.parent / name
+        if pid.isdigit() and not _running(int(pid)) and _real_folder(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether a process `pid` runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process
+    return True
+
+
+def _real_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
 
 
 def _os_error(error: Any) -> OSError:
@@ -290,6 +347,25 @@ def _chmod_for_umask(path: Path) -> None:
     paths = [path, *path.rglob("*")] if path.is_dir() else [path]
     for p in paths:
         os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~umask)
+
+
+def _functional(model: Any, info: ModelInfo) -> Any:
+    """A `keras.Sequential` as the functional model of the same layers (sharing their
+    weights), which `fold_batchnorm` can read; any other model as it is. `cvbench predict`
+    runs a Sequential model file, and `cvbench export` exports it."""
+    import keras
+
+    if not isinstance(model, keras.Sequential):
+        return model
+    try:
+        shape = tuple(model.input_shape)
+    except (AttributeError, ValueError):  # built without an Input: the model file's size
+        shape = (None, *info.image_size, 3)
+    inputs = keras.Input(batch_shape=shape)
+    x = inputs
+    for layer in model.layers:
+        x = layer(x)
+    return keras.Model(inputs, x, name=model.name)
 
 
 def _plain_or_same(model: Any) -> Any:

@@ -5,18 +5,27 @@ file it must not, is stopped before it starts: an output folder whose path runs 
 file (`NotADirectoryError`, an `OSError` naming the file), an output file that is an input
 image, an existing output file without `overwrite`, a folder that is never replaced (the
 current folder, one of its parents, the home folder, `/`), or that is not a previous
-cvbench export where `cvbench export --overwrite` would replace it (`check_replaceable`).
+cvbench export where `cvbench export --overwrite` would replace it (`check_replaceable`), or a
+folder that refuses writes (`check_writable`: read-only, no permission).
+
+A previous export is known by cvbench's own records, never by its contents' look: a TFLite
+file is one `record_output` listed and nobody changed since (`written_by_cvbench`); a
+SavedModel folder holds the `EXPORT_MARKER` and, in every folder of its tree, only files that
+export wrote and recorded (`record_tree`), so that a file a user put into `assets/` is never
+deleted by `--overwrite`.
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import os
+import stat
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from cvbench.utils.errors import naming
+from cvbench.utils.errors import BadFileError, naming
+from cvbench.utils.files import OUTPUTS_LIST, read_json, record_output, written_by_cvbench
 
 #: The file in a SavedModel folder that says cvbench exported it (TF Serving ignores it).
 EXPORT_MARKER = "cvbench_export.json"
@@ -24,6 +33,54 @@ EXPORT_MARKER = "cvbench_export.json"
 _SAVED_MODEL_ENTRIES = {EXPORT_MARKER, "saved_model.pb", "fingerprint.pb", "variables", "assets"}
 #: The file identifier of a TFLite flatbuffer (bytes 4 to 8).
 TFLITE_IDENTIFIER = b"TFL3"
+#: The largest export marker read.
+_MARKER_LIMIT = 1 << 20
+
+
+def check_writable(path: str | os.PathLike, *, folder: bool = False) -> None:
+    """Checks, before any work, that the file `path` (or, with `folder`, files inside the
+    folder `path`) can be created: a temporary file is made and removed in the nearest
+    folder that exists (root ignores permission bits, a read-only disk it does not).
+
+    Raises:
+        OSError: naming `path` (read-only file system, permission denied, ...).
+    """
+    path = Path(os.path.abspath(path))
+    start = path if folder else path.parent
+    existing = next((p for p in (start, *start.parents) if os.path.lexists(p)), None)
+    if existing is None or not existing.is_dir():
+        return  # check_folder_path / check_parent_path name what stands in the way
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".cvbench-write-check.", dir=existing)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, os.fspath(path)) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def record_tree(folder: str | os.PathLike) -> None:
+    """Records every file under `folder`, just written by cvbench, in the `OUTPUTS_LIST` of
+    its own folder (`cvbench.utils.files.record_output`)."""
+    for root, _, names in os.walk(folder):
+        for name in sorted(names):
+            if name != OUTPUTS_LIST:
+                record_output(Path(root, name))
+
+
+def _tree_is_ours(folder: Path) -> bool:
+    """Whether every entry under `folder` is a real folder or a file cvbench wrote there and
+    nobody changed (`record_tree`); links and other kinds make it not ours."""
+    for root, dirs, names in os.walk(folder):
+        for name in dirs:
+            if os.path.islink(os.path.join(root, name)):
+                return False
+        for name in names:
+            path = Path(root, name)
+            if name == OUTPUTS_LIST and stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            if not written_by_cvbench(path):
+                return False
+    return True
 
 
 def check_folder_path(path: str | os.PathLike) -> None:
@@ -133,25 +190,32 @@ def errors_naming(path: str | os.PathLike):
 
 
 def is_cvbench_export(path: str | os.PathLike) -> bool:
-    """Whether `path` is what `export_for_serving` writes: a SavedModel folder holding its
-    `EXPORT_MARKER` and nothing but what export writes there, or a TFLite file (not a
-    symbolic link either way)."""
+    """Whether `path` is what `export_for_serving` wrote (module docstring): a TFLite file
+    it recorded, unchanged, or a SavedModel folder holding its `EXPORT_MARKER` and nothing
+    but the files export wrote and recorded, unchanged (not a symbolic link either way).
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "m.tflite").write_bytes(b"1234TFL3")  # the bytes alone prove nothing
+        >>> is_cvbench_export(d / "m.tflite")
+        False
+    """
     path = Path(path)
     if path.is_symlink():
         return False
     if path.is_file():
-        with open(path, "rb") as f:
-            return f.read(8)[4:8] == TFLITE_IDENTIFIER
+        return written_by_cvbench(path)
     if not path.is_dir():
         return False
     names = {p.name for p in path.iterdir()}
-    if EXPORT_MARKER not in names or not names <= _SAVED_MODEL_ENTRIES:
+    if EXPORT_MARKER not in names or not names <= {*_SAVED_MODEL_ENTRIES, OUTPUTS_LIST}:
         return False
     try:
-        marker = json.loads((path / EXPORT_MARKER).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        marker = read_json(path / EXPORT_MARKER, limit=_MARKER_LIMIT, what="export marker")
+    except (OSError, BadFileError):
         return False
-    return isinstance(marker, dict) and marker.get("cvbench_export") == 1
+    return isinstance(marker, dict) and marker.get("cvbench_export") == 1 and _tree_is_ours(path)
 
 
 def check_replaceable(out: Path, *, overwrite: bool, label: str | None = None) -> None:

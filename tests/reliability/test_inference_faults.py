@@ -26,6 +26,7 @@ from PIL import Image
 from small_disk import SmallDisk
 
 from cvbench.inference import save_model
+from cvbench.utils.files import OUTPUTS_LIST
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("CVBENCH_DEBUG", "TF_CPP_MIN_LOG_LEVEL")}
 ENV.update(KERAS_BACKEND="tensorflow", PYTHONUNBUFFERED="1")
@@ -224,7 +225,8 @@ def test_skip_corrupt_warns_per_file_and_counts(models, work):
         "images/a.png",
         "images/b.png",
     ]
-    assert sorted(p.name for p in (work / "drawn").iterdir()) == ["a.png", "b.png"]
+    drawn = sorted(p.name for p in (work / "drawn").iterdir())
+    assert drawn == [OUTPUTS_LIST, "a.png", "b.png"]  # with the list of what cvbench wrote
 
 
 @pytest.mark.slow  # loads the model in a fresh process (TensorFlow)
@@ -350,10 +352,23 @@ def test_draw_replaces_existing_files_only_with_overwrite(models, work):
         run, 2, "cvbench: error: the drawing drawn/a.png exists; pass --overwrite to replace it"
     )
     assert tree(work) == before
+    # --overwrite replaces only drawings cvbench wrote (#37 F), never the user's file.
     run = cvbench(
         "predict", models / "cls.keras", "images", "--draw", "drawn", "--overwrite", cwd=work
     )
-    assert run.returncode == 0, run.stderr[-3000:]
+    fails_with(
+        run,
+        2,
+        "cvbench: error: drawn/a.png exists and was not written by cvbench; --overwrite "
+        "replaces only cvbench's own outputs: move it or write elsewhere",
+    )
+    assert tree(work) == before
+    (drawn / "a.png").unlink()
+    for extra in ([], ["--overwrite"]):  # the first run writes, the second replaces its own
+        run = cvbench(
+            "predict", models / "cls.keras", "images", "--draw", "drawn", *extra, cwd=work
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
     assert Image.open(drawn / "a.png").size == (30, 20)
     assert Image.open(drawn / "b.png").size == (30, 20)
 
