@@ -17,15 +17,18 @@ the error lines live in `cvbench.cli.errors`; `cvbench.cli.CLIError` is the same
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 
 from cvbench.cli.errors import CLIError, for_command_line, known_error
 from cvbench.cli.tf_startup import quiet_tensorflow_startup
 
-__all__ = ["CLIError", "build_parser", "main"]
+__all__ = ["CLIError", "StopSignalReceived", "build_parser", "main"]
 
 # Explicit list of the modules that contribute subcommands (no import side effects).
 _COMMAND_MODULES = (
@@ -71,13 +74,85 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The signals that stop a command, and their names in its line.
+_STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
+#: What a command stopped by a signal keeps, unless it says (`kept_on_stop` in its defaults).
+_KEPT_BY_DEFAULT = "what it had finished is kept"
+
+
+class StopSignalReceived(BaseException):
+    """SIGTERM or SIGINT outside training's graceful stop: the command stops at once.
+
+    A `BaseException`, as `KeyboardInterrupt`: `except Exception` blocks let it through and
+    `finally` blocks clean up. Training's own stop (`cvbench.training.signals.StopRequest`)
+    installs its handlers over these ones while it trains and puts them back after.
+
+    Attributes:
+        signum: the signal's number.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"{_STOP_SIGNALS.get(signum, f'signal {signum}')} received")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number, a shell's code for a process the signal ended."""
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """While the block runs (in the main thread), SIGTERM and SIGINT raise
+    `StopSignalReceived`; after the first, a second SIGTERM is ignored (the cleanup runs) and
+    a second SIGINT raises `KeyboardInterrupt` (a user who does not want to wait). A process
+    forked inside the block (a builder's worker) gets the signal's default action instead.
+
+    Example:
+        >>> with stop_on_signals():
+        ...     try:
+        ...         os.kill(os.getpid(), signal.SIGTERM)
+        ...     except StopSignalReceived as e:
+        ...         print(e, e.exit_code)
+        SIGTERM received 143
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner, received = os.getpid(), []
+
+    def handle(signum: int, frame: object) -> None:
+        del frame
+        if os.getpid() != owner:  # a forked worker: the signal's default action
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        if received:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return
+        received.append(signum)
+        raise StopSignalReceived(signum)
+
+    previous = {signum: signal.signal(signum, handle) for signum in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 @quiet_tensorflow_startup()  # TensorFlow's C++ start-up messages, unless TF_CPP_MIN_LOG_LEVEL
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the `cvbench` command; returns its exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with stop_on_signals():
+            return int(args.func(args) or 0)
+    except StopSignalReceived as e:
+        print(f"cvbench {args.command}: {e}: stopped; {_kept(args)}", file=sys.stderr)
+        return e.exit_code
     except KeyboardInterrupt:
         print("cvbench: interrupted", file=sys.stderr)
         return 130
@@ -93,6 +168,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         line, code = known
         print(line, file=sys.stderr)
         return code
+
+
+def _kept(args: argparse.Namespace) -> str:
+    """What a command stopped by a signal keeps: its `kept_on_stop(args)` (set with
+    `set_defaults`), or `_KEPT_BY_DEFAULT`."""
+    describe: Callable[[argparse.Namespace], str] | None = getattr(args, "kept_on_stop", None)
+    return _KEPT_BY_DEFAULT if describe is None else describe(args)
 
 
 def _debug(args: argparse.Namespace) -> bool:

@@ -110,8 +110,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_backend_flags(p)
 
-    p.set_defaults(func=train_command, usage_error=p.error)
+    p.set_defaults(func=train_command, usage_error=p.error, kept_on_stop=kept_on_stop)
     register_eval(subparsers)
+
+
+def kept_on_stop(args: argparse.Namespace) -> str:
+    """What `cvbench train` keeps when a signal stops it outside training's own graceful stop
+    (building the model, the final evaluation or export): its checkpoints; a half-written
+    export is removed (`cvbench.cli.StopSignalReceived`).
+
+    Example:
+        >>> kept_on_stop(argparse.Namespace(log_dir="run"))  # doctest: +ELLIPSIS
+        'the checkpoints in run/checkpoints are kept (rerun with --resume to continue); ...'
+    """
+    if args.log_dir is None:
+        return "nothing was saved (no --log-dir)"
+    checkpoints = f"{args.log_dir.rstrip('/')}/checkpoints"
+    return (
+        f"the checkpoints in {checkpoints} are kept (rerun with --resume to continue); "
+        "nothing is left half-written"
+    )
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -120,6 +138,9 @@ def train_command(args: argparse.Namespace) -> int:
         raise CLIError("--force-resume needs --resume")
     if args.eval_count is not None and args.eval != "end":
         raise CLIError(f"--eval-count replaces --eval; drop --eval {args.eval}")
+    if args.log_dir is not None and not args.log_dir.strip():
+        # Path("") is the current folder: an empty value is a mistake, not a choice of ".".
+        raise CLIError("--log-dir is empty: name the run folder (--log-dir . for this one)")
     # First: --backend must be set before Keras starts, jax.distributed before JAX runs.
     distribution = distribution_from_args(args)
     from cvbench.tasks import prepare_run
