@@ -25,8 +25,9 @@ F = [
     "--batch-size", "2", "--steps-per-epoch", "2", "--epochs", "1", "--eval", "none",
     "--no-progress", "--seed", "0", "--precision", "fp32",
 ]  # fmt: skip
-#: Runs `cvbench.cli.main` with `module.name` wrapped to send this process SIGTERM once the
-#: wrapped function has run (a signal landing in that exact phase of the command).
+#: Runs `cvbench.cli.main` with `module.name` wrapped to send this process SIGTERM (or the
+#: signal $SIGNAL names) once the wrapped function has run (a signal landing in that exact
+#: phase of the command).
 SIGTERM_AFTER = """
 import os, signal, sys, time, importlib
 module, name = os.environ["SIGTERM_AFTER"].rsplit(".", 1)
@@ -34,7 +35,7 @@ module = importlib.import_module(module)
 original = getattr(module, name)
 def wrapped(*args, **kwargs):
     result = original(*args, **kwargs)
-    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), getattr(signal, os.environ.get("SIGNAL", "SIGTERM")))
     time.sleep(60)
     return result
 setattr(module, name, wrapped)

@@ -25,7 +25,9 @@ ENV = {k: v for k, v in os.environ.items() if k not in ("CVBENCH_DEBUG", "TF_CPP
 ENV.update(KERAS_BACKEND="tensorflow", PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="3")
 
 
-def cvbench(*argv, cwd: Path, sigterm_after: str | None = None) -> subprocess.CompletedProcess:
+def cvbench(
+    *argv, cwd: Path, sigterm_after: str | None = None, signal_name: str = "SIGTERM"
+) -> subprocess.CompletedProcess:
     if sigterm_after is None:
         command = [sys.executable, "-m", "cvbench", *map(str, argv)]
         env = ENV
@@ -33,7 +35,7 @@ def cvbench(*argv, cwd: Path, sigterm_after: str | None = None) -> subprocess.Co
         from test_hostile_outputs import SIGTERM_AFTER  # this folder's module
 
         command = [sys.executable, "-c", SIGTERM_AFTER, *map(str, argv)]
-        env = dict(ENV, SIGTERM_AFTER=sigterm_after)
+        env = dict(ENV, SIGTERM_AFTER=sigterm_after, SIGNAL=signal_name)
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -182,3 +184,17 @@ def test_a_run_whose_every_image_is_skipped_fails_and_writes_nothing(models, wor
     )
     assert len(lines(run)) == 3  # a warning per file, then the line
     assert not (work / "out.json").exists()
+
+
+@pytest.mark.parametrize(("signum", "code"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_stop_signal_while_predicting_is_one_line(models, work, signum, code):
+    # Outside training, a signal used to end the process silently (rc -15) or with a
+    # KeyboardInterrupt traceback; now every phase of every command stops with one line.
+    run = cvbench(
+        "predict", models / "cls.keras", "images", cwd=work,
+        sigterm_after="cvbench.inference.read_model_info",
+        signal_name=signum,
+    )  # fmt: skip
+    assert run.returncode == code, run.stderr[-3000:]
+    assert lines(run) == [f"cvbench predict: {signum} received: stopped; nothing was written"]
+    assert run.stdout == ""
