@@ -158,9 +158,10 @@ def test_a_truncated_records_file_names_the_flag(tiny_run, tmp_path, capsys):
 def test_a_wrong_checkpoint_file_is_not_a_cvbench_checkpoint(tmp_path, capsys):
     wrong = tmp_path / "weights.npz"
     wrong.write_text("these are not weights")
-    assert cli.main(["eval", *TINY, "--synthetic", "--checkpoint", str(wrong)]) == 2
+    # a bad input file (a BadFileError): exit 1, the command named (#37; it was 2)
+    assert cli.main(["eval", *TINY, "--synthetic", "--checkpoint", str(wrong)]) == 1
     assert capsys.readouterr().err == (
-        f"cvbench: error: {wrong} is not a cvbench checkpoint: it is not an .npz archive "
+        f"cvbench eval: error: {wrong} is not a cvbench checkpoint: it is not an .npz archive "
         "(checkpoints are the ckpt-<step>.npz files the Trainer writes in <log dir>/checkpoints)\n"
     )
 
