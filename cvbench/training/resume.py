@@ -10,6 +10,20 @@ differs (`plan_differences`, which also compares every variable's shape) is refu
 message naming each difference, unless `force_resume` is set: then it resumes with a warning
 naming them. A key an older checkpoint lacks is not compared.
 
+What the labels mean and where randomness starts are recorded too (`run_identity`, among the
+settings, by the Trainer): the class names (index -> name, the data set's `dataset_info.json`
+where there is one, which the export carries) and the seed. Records rebuilt after renaming
+one class folder shift every label: the resume names the classes that differ (`class 1 'dog'
+in the checkpoint, 'wolf' now`) and is refused like any other difference. A changed seed is
+named in a warning (`seed_change`), not refused: the checkpoint restores the weights, the
+optimizer and the data order reached; the new seed only draws the shuffles and augmentations
+of the epochs still to come.
+
+A resume whose run folder holds checkpoints none of which is valid is refused
+(`check_resumed`: a `BadFileError` naming them), where it used to start again at step 0 and
+log the same step numbers a second time; removing them (or another log directory) starts the
+run over.
+
 A run resumed on another number of ranks (a node lost, `--resume` on the nodes left) is not a
 different plan when only the world size changed (`world_size_change`): the same images per
 rank and step, the same planned images and epochs, the same settings. The new run's own plan
@@ -31,6 +45,12 @@ from typing import Any
 import numpy as np
 
 from cvbench.training import checkpoint as ckpt
+from cvbench.utils.errors import BadFileError
+
+#: The settings (`Trainer.run_settings`) that say what the labels mean and where the
+#: randomness starts, compared with messages of their own (`_class_name_differences`,
+#: `seed_change`).
+IDENTITY_KEYS = ("class_names", "seed")
 
 
 def run_plan(
@@ -165,6 +185,90 @@ def describe(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str, sort_keys=True))
 
 
+def run_identity(*, seed: int | None, class_names: Any) -> dict[str, Any]:
+    """The run's seed and class names (index -> name) as the Trainer records them among its
+    settings (`IDENTITY_KEYS`); `class_names` None (a model without names) is recorded as
+    None.
+
+    Example:
+        >>> run_identity(seed=0, class_names=("cat", "dog"))
+        {'class_names': ['cat', 'dog'], 'seed': 0}
+    """
+    names = None if class_names is None else [str(name) for name in class_names]
+    return {"class_names": names, "seed": seed}
+
+
+def _class_name_differences(stored: dict, now: dict) -> list[str]:
+    """The class names that differ between the settings `stored` in a checkpoint and `now`;
+    not compared when the checkpoint lacks them (written before they were recorded).
+
+    Example:
+        >>> stored = {"class_names": ["cat", "dog", "eel"]}
+        >>> _class_name_differences(stored, {"class_names": ["cat", "wolf", "eel"]})
+        ["class names: 1 of 3 differ (class 1 'dog' in the checkpoint, 'wolf' now)"]
+    """
+    old, new = stored.get("class_names"), now.get("class_names")
+    if old is None or new is None or old == new:
+        return []
+    if len(old) != len(new):
+        return [f"class names: {len(old)} in the checkpoint, {len(new)} now"]
+    changed = [i for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
+    shown = "; ".join(f"class {i} {old[i]!r} in the checkpoint, {new[i]!r} now"
+                      for i in changed[:3])  # fmt: skip
+    more = "; ..." if len(changed) > 3 else ""
+    return [f"class names: {len(changed)} of {len(old)} differ ({shown}{more})"]
+
+
+def seed_change(meta: dict, now: dict[str, Any]) -> str | None:
+    """`"seed 0 in the checkpoint, 1 now"` when this run's plan `now` has another seed than
+    the checkpointed run's (`meta`); None when they agree or the checkpoint has none
+    recorded.
+
+    Example:
+        >>> seed_change({"state": {"settings": {"seed": 0}}}, {"settings": {"seed": 1}})
+        'seed 0 in the checkpoint, 1 now'
+    """
+    stored = (meta.get("state") or {}).get("settings") or {}
+    seed = (now.get("settings") or {}).get("seed")
+    if "seed" not in stored or stored["seed"] == seed:
+        return None
+    return f"seed {stored['seed']} in the checkpoint, {seed} now"
+
+
+def _without_identity(plan: dict[str, Any]) -> dict[str, Any]:
+    """`plan` with its settings without `IDENTITY_KEYS`."""
+    settings = plan.get("settings")
+    if not isinstance(settings, dict):
+        return plan
+    kept = {k: v for k, v in settings.items() if k not in IDENTITY_KEYS}
+    return dict(plan, settings=kept)
+
+
+def check_resumed(trainer: Any) -> None:
+    """After a resume that restored nothing (`trainer.state` still at step 0): raises when the
+    run's checkpoint folder holds checkpoints, all of them invalid (each was skipped with a
+    warning), instead of letting the run start again at step 0. Every rank calls it; rank 0
+    looks and tells the others.
+
+    Raises:
+        BadFileError: naming the folder and its invalid checkpoints.
+    """
+    message = None
+    if trainer.is_chief and trainer.state.get("step", 0) == 0:
+        directory = trainer.checkpoint_dir
+        invalid = ckpt.CheckpointManager(directory).checkpoints() if directory else []
+        if invalid:
+            names = ", ".join(p.name for p in reversed(invalid))
+            message = (
+                f"cannot resume from {directory}: none of its {len(invalid)} checkpoints is "
+                f"valid ({names}; the warnings above say why): remove them to start this run "
+                "over, or train in another log directory"
+            )
+    message = trainer.distribution.broadcast_object(message)
+    if message is not None:
+        raise BadFileError(message)
+
+
 def _flat(value: Any, prefix: str) -> dict[str, Any]:
     if isinstance(value, dict):
         flat: dict[str, Any] = {}
@@ -196,6 +300,8 @@ def plan_differences(now: dict[str, Any], meta: dict, variables: list) -> list[s
     stored = meta.get("state", {})
     if world_size_change(stored, now) is not None:
         stored, now = _without_world_size(stored), _without_world_size(now)
+    classes = _class_name_differences(stored.get("settings") or {}, now.get("settings") or {})
+    stored, now = _without_identity(stored), _without_identity(now)
     keys = ["epochs", "steps_per_epoch"]
     if stored.get("epochs") is None:
         keys = ["planned_steps"]
@@ -204,7 +310,7 @@ def plan_differences(now: dict[str, Any], meta: dict, variables: list) -> list[s
         for key in [*keys, "global_batch", "precision"]
         if stored.get(key) is not None and now.get(key) is not None and stored[key] != now[key]
     ]
-    differences += _setting_differences(stored, now)
+    differences += classes + _setting_differences(stored, now)
     shapes = [tuple(info["shape"]) for info in meta["model"]]
     names = (_base_name(stored.get("model")), _base_name(now["model"]))
     mine = [tuple(v.shape) for v in variables]
@@ -233,6 +339,14 @@ def restore_checked(trainer: Any, path: Path, meta: dict, arrays: dict) -> dict:
             stacklevel=6,
         )
     plan_now = trainer._plan()
+    seed = seed_change(meta, plan_now)
+    if seed is not None and trainer.is_chief:
+        warnings.warn(
+            f"resuming from {path} with another seed ({seed}): the weights, optimizer and "
+            "data order are the checkpoint's; the epochs still to come shuffle and augment "
+            "with the new seed",
+            stacklevel=6,
+        )
     change = world_size_change(meta.get("state", {}), plan_now)
     state = dict(meta["state"], path=str(path))
     inner = getattr(trainer.optimizer, "inner_optimizer", trainer.optimizer)

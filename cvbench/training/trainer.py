@@ -24,6 +24,7 @@ from typing import Any
 
 import keras
 
+from cvbench.training import resume
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.determinism import enable_determinism
 from cvbench.training.distributed import Distribution, get_distribution
@@ -92,7 +93,9 @@ class Trainer(_TrainerCheckpoints):
         run_settings: what else a resume must agree on (JSON values), compared with the
             checkpoint's together with the optimizer and schedule: `prepare_run` sets the
             task's (model, image size, classes, label smoothing, recipe knobs); empty by
-            default.
+            default. Reading it adds the run's identity (`resume.run_identity`): the seed
+            (`config.seed`) and the class names of `model_info`, which a resume compares
+            too (records rebuilt with other class folders shift every label).
 
     Raises:
         ValueError: for inconsistent settings (named in the message).
@@ -156,7 +159,7 @@ class Trainer(_TrainerCheckpoints):
         }
         # What else a resume must agree on (JSON values, e.g. the task's image size and
         # recipe knobs; set by the task layer): see `cvbench.training.resume`.
-        self.run_settings: dict[str, Any] = {}
+        self._run_settings: dict[str, Any] = {}
         # Events `fit` writes to the run log first, once the checkpoints allow the run (e.g.
         # the task layer's resolved recipe): `(event, fields)`.
         self.run_events: list[tuple[str, dict[str, Any]]] = []
@@ -251,6 +254,18 @@ class Trainer(_TrainerCheckpoints):
             epochs=epochs,
         )
 
+    @property
+    def run_settings(self) -> dict[str, Any]:
+        """What else a resume must agree on: the settings the task layer set, with the run's
+        seed and class names (`resume.run_identity`)."""
+        names = self.model_info.class_names if self.model_info is not None else None
+        identity = resume.run_identity(seed=self.config.seed, class_names=names)
+        return {**self._run_settings, **identity}
+
+    @run_settings.setter
+    def run_settings(self, settings: dict[str, Any]) -> None:
+        self._run_settings = dict(settings)
+
     @in_distribution_scope
     def prepare(self, *, global_batch: int, steps_per_epoch: int | None, epochs: int) -> None:
         """Sets the Trainer up for training without `fit` (what `fit` does first, and what the
@@ -271,7 +286,10 @@ class Trainer(_TrainerCheckpoints):
                 f"this Trainer was set up for a global batch of {self.global_batch}, the data "
                 f"gives {global_batch}"
             )
+        first = not self._synced
         self._resume_or_sync()
+        if first and self.config.resume:
+            resume.check_resumed(self)  # checkpoints, none valid: refused, not step 0 again
 
     # ----------------------------------------------------------------- fit
     @holding_log_dir

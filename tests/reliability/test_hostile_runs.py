@@ -213,3 +213,98 @@ def test_an_unreachable_jax_coordinator_is_one_line_and_exit_1(tmp_path):
         "(Connection refused): start process 0 there first, check "
         "KERAS_DISTRIBUTION_JOB_ADDRESSES, or wait longer with --coordinator-timeout"
     )
+
+
+# ------------------------------------------------------ J: what the labels mean, and the seed
+def shapes_records(root, *, rename=None):
+    """`build-imagenet` records of the 6-class shapes set (1 training, 1 validation image a
+    class), with one class folder renamed first (`rename=(old, new)`)."""
+    from cvbench.data import build_imagenet
+    from cvbench.demo.shapes_data import write_classification_set
+
+    raw = write_classification_set(
+        root / "raw", image_size=32, train_per_class=1, val_per_class=1, seed=0
+    ).path
+    if rename is not None:
+        for split in ("train", "val"):
+            (raw / split / rename[0]).rename(raw / split / rename[1])
+    out = root / "records"
+    build_imagenet(raw, out, train_shards=1, val_shards=1, num_workers=1, progress=False)
+    return out
+
+
+RESUME = ["--model", "resnet18", "--image-size", "32", "--batch-size", "2", "--precision", "fp32"]
+RESUME += ["--steps-per-epoch", "1", "--no-progress", "--no-export", "--log-every", "0"]
+RESUME += ["--eval", "none"]
+
+
+@pytest.fixture(scope="module")
+def shapes_run(tmp_path_factory):
+    """One epoch of one step on the shapes records (classes circle, cross, diamond, square,
+    star, triangle), seed 0; and the same records rebuilt with `cross` renamed `box`."""
+    root = tmp_path_factory.mktemp("shapes")
+    data = shapes_records(root / "a")
+    renamed = shapes_records(root / "b", rename=("cross", "box"))
+    run = root / "run"
+    argv = ["train", *RESUME, "--data-dir", str(data), "--epochs", "1", "--seed", "0"]
+    assert cli.main([*argv, "--log-dir", str(run)]) == 0
+    return data, renamed, run
+
+
+def copy_run(run, tmp_path):
+    import shutil
+
+    shutil.copytree(run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_resume_on_records_whose_class_names_changed_is_refused(shapes_run, tmp_path, capsys):
+    _, renamed, run = shapes_run
+    run = copy_run(run, tmp_path)
+    argv = ["train", *RESUME, "--data-dir", str(renamed), "--epochs", "1", "--seed", "0"]
+    capsys.readouterr()
+    # Sorted, 'box' comes first: classes 0 and 1 changed names (every label of them shifted).
+    assert cli.main([*argv, "--resume", "--log-dir", str(run)]) == 2  # before: resumed, 0
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("cvbench: error: cannot resume from ")
+    assert (
+        "this run differs from the checkpointed one (class names: 2 of 6 differ (class 0 "
+        "'circle' in the checkpoint, 'box' now; class 1 'cross' in the checkpoint, 'circle' "
+        "now)); pass --force-resume to resume anyway"
+    ) in line
+    assert cli.main([*argv, "--resume", "--force-resume", "--log-dir", str(run)]) == 0
+
+
+def test_resume_with_another_seed_names_it(shapes_run, tmp_path, capsys):
+    data, _, run = shapes_run
+    run = copy_run(run, tmp_path)
+    argv = ["train", *RESUME, "--data-dir", str(data), "--epochs", "1", "--seed", "1"]
+    # Named, not refused: the checkpoint restores weights, optimizer and data order; the new
+    # seed draws only the epochs still to come (before: not mentioned at all).
+    message = r"with another seed \(seed 0 in the checkpoint, 1 now\): the weights, optimizer"
+    with pytest.warns(UserWarning, match=message):
+        assert cli.main([*argv, "--resume", "--log-dir", str(run)]) == 0
+
+
+def test_resume_when_every_checkpoint_is_invalid_is_refused(shapes_run, tmp_path, capsys):
+    import json
+
+    data, _, run = shapes_run
+    run = copy_run(run, tmp_path)
+    checkpoints = sorted((run / "checkpoints").glob("ckpt-*.npz"))
+    assert [p.name for p in checkpoints] == ["ckpt-0000000001.npz"]
+    checkpoints[0].write_bytes(b"not a checkpoint")
+    log_before = (run / "train_log.jsonl").read_bytes()
+    argv = ["train", *RESUME, "--data-dir", str(data), "--epochs", "1", "--seed", "0"]
+    capsys.readouterr()
+    # Before: one warning, then training from step 0 again, the log repeating step 1.
+    assert cli.main([*argv, "--resume", "--log-dir", str(run)]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line == (
+        f"cvbench train: error: cannot resume from {run / 'checkpoints'}: none of its 1 "
+        "checkpoints is valid (ckpt-0000000001.npz; the warnings above say why): remove them "
+        "to start this run over, or train in another log directory"
+    )
+    steps = [json.loads(x).get("step") for x in (run / "train_log.jsonl").read_text().splitlines()]
+    assert (run / "train_log.jsonl").read_bytes()[: len(log_before)] == log_before
+    assert steps.count(1) <= log_before.decode().count('"step": 1')  # no step logged again
