@@ -269,7 +269,8 @@ def imagenet_grain_dataset(
         FileNotFoundError: no `data_dir`, or no files of the split.
         BadFileError: a truncated file (named).
         ValueError: bad arguments (a dtype, a resize method this path lacks,
-            `skip_corrupt=True`, a rank with no records, workers < 0).
+            `skip_corrupt=True`, workers < 0); a split without records; a training rank
+            with fewer records than a batch.
         ImportError: grain is not installed (says how to install it).
     """
     spec = read_spec(spec, split=split, **read).with_defaults(image_size=224)
@@ -288,6 +289,8 @@ def imagenet_grain_dataset(
     source = TFRecordSource(
         split_files(data_dir, split_name, file_pattern=file_pattern), index_dir=index_dir
     )
+    if len(source) == 0:
+        raise ValueError(f"the {split_name} files in {data_dir} hold no records: {source!r}")
     lo, hi = rank_range(len(source), num_shards, shard_index)
     transform = _Transform(source, spec.image_size, p, spec.dtype, num_classes, spec.training)
     batch_size = spec.batch_size

@@ -173,6 +173,13 @@ def test_bad_arguments_are_refused(data_dir, kwargs, message):
         _grain(data_dir, **kwargs)
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_a_split_without_records_is_refused_naming_it(tmp_path, training):
+    (tmp_path / "validation-00000-of-00001").write_bytes(b"")
+    with pytest.raises(ValueError, match=f"the validation files in {tmp_path} hold no records"):
+        _grain(tmp_path, training=training)
+
+
 def test_the_grain_path_runs_where_tensorflow_cannot_be_imported(data_dir, tmp_path):
     blocker = tmp_path / "no_tf" / "tensorflow"
     blocker.mkdir(parents=True)
