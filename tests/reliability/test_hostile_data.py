@@ -334,6 +334,32 @@ def test_build_coco_never_replaces_a_users_instances_json(tmp_path, capsys, over
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["build-imagenet", "build-coco"])
+def test_a_users_dataset_info_json_is_never_replaced(tmp_path, capsys, command):
+    # The fault: --overwrite deleted, and every build replaced, a dataset_info.json the user
+    # kept in a folder that holds no cvbench data set.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "dataset_info.json").write_text("my notes")
+    if command == "build-imagenet":
+        raw = raw_folder(tmp_path / "raw")
+        argv = ["build-imagenet", "--raw-dir", raw, "--output-dir", out, *BUILD]
+    else:
+        annotations, images = coco_set(tmp_path / "coco")
+        argv = ["build-coco", out, "--annotations", annotations, "--images", images,
+                "--split", "val", "--workers", "1", "--no-progress"]  # fmt: skip
+    before = tree(tmp_path)
+    for extra in ([], ["--overwrite"]):
+        code, _, err = run_cli(capsys, *argv, *extra)
+        assert code == 2
+        assert one_line(err) == (
+            f"cvbench: error: {out}/dataset_info.json exists and was not written by cvbench; "
+            "--overwrite replaces only cvbench's own outputs: move it or write elsewhere"
+        )
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.timeout(120)
 def test_build_coco_replaces_its_own_instances_json_on_a_rerun(tmp_path):
     from cvbench.data.builders.coco_builder import build_coco
 

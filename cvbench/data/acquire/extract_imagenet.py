@@ -49,7 +49,7 @@ from cvbench.data.acquire.imagenet_labels import (
 )
 from cvbench.data.safe_paths import make_dir, plain_name
 from cvbench.utils.errors import BadFileError, naming
-from cvbench.utils.files import check_regular, open_input, read_input
+from cvbench.utils.files import check_regular, open_input, open_output, read_input
 from cvbench.utils.io import atomic_open
 from cvbench.utils.progress import progress_bar
 
@@ -103,9 +103,11 @@ def _bytes_bar(path: Path, progress: bool, desc: str) -> Any:
 
 
 def _copy_to(source: IO[bytes], path: Path, chunk_size: int = 1 << 20) -> None:
-    """Writes `source` to `path`. An error while writing (a full disk) names `path`; one
-    while reading (a truncated archive) is raised as it is."""
-    f = open(path, "wb")  # noqa: SIM115 (close() is checked: it flushes, and can fail)
+    """Writes `source` to `path`, never through a symbolic link (`open_output`). An error
+    while writing (a full disk) names `path`; one while reading (a truncated archive) is
+    raised as it is."""
+    with naming(path):
+        f = open_output(path, "wb")  # noqa: SIM115 (close() is checked: it flushes, and can fail)
     try:
         while chunk := source.read(chunk_size):
             with naming(path):

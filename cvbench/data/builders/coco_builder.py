@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from cvbench.data.builders.coco_annotations import AnnotationReport, load_coco_annotations
+from cvbench.data.builders.manifest import check_data_set_file
 from cvbench.data.builders.sharded_writer import (
     DiskFullError,
     Skip,
@@ -183,7 +184,8 @@ def build_coco_splits(
         FileNotFoundError: a missing annotation file or image folder.
         FileExistsError: `output_dir` holds a different data set and `overwrite` is False.
         ValueError: bad arguments, an annotation file that is not COCO or has no images, or
-            an `instances_<split>.json` in `output_dir` that cvbench did not write.
+            an `instances_<split>.json` or `dataset_info.json` in `output_dir` that cvbench
+            did not write (`check_data_set_file`).
     """
     if not sources:
         raise ValueError("sources must name at least one split")
@@ -192,6 +194,7 @@ def build_coco_splits(
     max_pixels = check_max_pixels(max_pixels)
     max_image_bytes = check_max_bytes(max_image_bytes)
     copies = _annotation_copies(output_dir, sources) if copy_annotations else []
+    check_data_set_file(dataset_info_path(output_dir))
     specs, reports = [], {}
     for split, (annotations_file, image_dir) in sources.items():
         image_root = Path(image_dir)

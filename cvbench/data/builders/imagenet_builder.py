@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cvbench.data.builders import imagenet_layout as layout
+from cvbench.data.builders.manifest import check_data_set_file
 from cvbench.data.builders.sharded_writer import (
     Skip,
     SplitSpec,
@@ -269,8 +270,9 @@ def build_imagenet(
     Raises:
         FileNotFoundError: missing folders or files (the message says what was looked for).
         FileExistsError: `out_dir` holds a different data set and `overwrite` is False.
-        ValueError: bad arguments (an output folder inside the raw data), inconsistent label
-            files, or (with `strict`) a class folder without images.
+        ValueError: bad arguments (an output folder inside the raw data, a `dataset_info.json`
+            in `out_dir` that cvbench did not write: `check_data_set_file`), inconsistent
+            label files, or (with `strict`) a class folder without images.
         BadFileError: a symbolic link to a folder that would make images be read twice (see
             `cvbench.data.builders.imagenet_layout`).
     """
@@ -289,6 +291,7 @@ def build_imagenet(
                 "writes would become raw data of the next build (a class folder, or images); "
                 "choose an output folder outside it"
             )
+    check_data_set_file(dataset_info_path(out_dir))
     found = layout.discover(
         raw,
         train_dir=train_dir,

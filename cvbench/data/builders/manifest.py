@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cvbench.utils.errors import BadFileError
-from cvbench.utils.files import match_files, read_json
+from cvbench.utils.files import check_output, match_files, read_json, written_by_cvbench
 
 MANIFEST_NAME = "cvbench_manifest.json"
 _MANIFEST_FORMAT = 1
@@ -148,6 +148,23 @@ def prepare_out_dir(out_dir: Path, identity: dict[str, Any], splits, overwrite: 
         with contextlib.suppress(FileNotFoundError):
             manifest_path.unlink()
     return {**identity, "shards": {}}
+
+
+def check_data_set_file(path: str | os.PathLike) -> Path:
+    """Checks, before any work, that a builder may write (or, with `overwrite`, delete) the
+    single file `path` beside its shards (`dataset_info.json`): missing, written by cvbench
+    (`written_by_cvbench`), or beside a `MANIFEST_NAME` (then it belongs to the data set the
+    manifest describes, which `prepare_out_dir` checks). A user's file of that name in a
+    folder that holds no cvbench data set, or a symbolic link, is never replaced.
+
+    Raises:
+        ValueError: naming the file (exit 2 in the command).
+    """
+
+    def is_ours(file: Path) -> bool:
+        return written_by_cvbench(file) or (file.parent / MANIFEST_NAME).is_file()
+
+    return check_output(path, overwrite=True, is_ours=is_ours)
 
 
 def whole_shards(out_dir: Path, manifest: Mapping[str, Any]) -> int:
