@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cvbench.utils.errors import BadFileError
-from cvbench.utils.files import open_input, read_json
+from cvbench.utils.files import open_input, open_output, read_json
 from cvbench.utils.io import write_json_atomic
 from cvbench.utils.progress import progress_bar
 
@@ -172,7 +172,7 @@ def _fetch_into(
             total = int(length) if length is not None else None
         received = offset
         with (
-            open(part, "ab" if offset else "wb") as f,
+            open_output(part, "ab" if offset else "wb") as f,  # never through a link
             progress_bar(
                 total=total or size,
                 initial=offset,

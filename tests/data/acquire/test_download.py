@@ -124,6 +124,21 @@ def test_fresh_download_is_verified_and_stamped(server, tmp_path):
     assert files.requests == [("/a.bin", None)]
 
 
+def test_a_part_file_that_is_a_link_is_refused_not_appended_to(server, tmp_path):
+    # #37 (cause B for downloads): a planted a.bin.part -> victim was resumed into: the rest
+    # of the download appended to the link's target.
+    from cvbench.utils.errors import BadFileError
+
+    base, files = server
+    files.content["/a.bin"] = _payload(50_000)
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"my own file")
+    (tmp_path / "a.bin.part").symlink_to(victim)
+    with pytest.raises(BadFileError, match=r"a.bin.part is a symbolic link; cvbench never write"):
+        download_file(f"{base}/a.bin", tmp_path / "a.bin", **FAST)
+    assert victim.read_bytes() == b"my own file"
+
+
 def test_interrupted_transfer_resumes_with_a_range_request(server, tmp_path):
     base, files = server
     data = _payload(50_000)
