@@ -35,6 +35,9 @@ _API_HINTS = (
     ("rerun with resume=True", "rerun with --resume"),
     ("for num_classes=", "for --num-classes "),
 )
+#: The hint of the corrupt-record check (`cvbench.data.read.corrupt.SKIP_HINT`), when that
+#: module is not loaded.
+_SKIP_MARKER = "pass skip_corrupt=True to skip corrupt records"
 #: The label check of the input pipeline (`cvbench.data.read.pipeline.check_labels`).
 _LABEL_ERROR = re.compile(r"is outside \[0, \d+\) for num_classes=\d+")
 #: Lines of a TensorFlow error message that say where in the graph it happened, not what.
@@ -93,15 +96,21 @@ def for_command_line(message: str) -> str:
 def _data_error(error: BaseException) -> str | None:
     """What TensorFlow's error for bad input data says about the file and record, or None
     when `error` (or its cause) is not one: a `DataLossError`, or an `InvalidArgumentError`
-    of cvbench's corrupt-record check (its message carries the skip_corrupt hint) or of its
-    label check (a label outside the classes)."""
+    of cvbench's corrupt-record check or of its label check (a label outside the classes).
+
+    Python code names a bad input file by its class (`BadFileError`); an error raised inside
+    a `tf.data` graph can carry only a message, so cvbench's own are told by the marker they
+    end with: `cvbench.data.read.corrupt.SKIP_HINT` (the one constant both sides use), or
+    the label check's wording."""
     tf = sys.modules.get("tensorflow")  # a TensorFlow error needs TensorFlow loaded
     if tf is None:
         return None
+    corrupt = sys.modules.get("cvbench.data.read.corrupt")  # loaded by every pipeline
+    marker = corrupt.SKIP_HINT.removeprefix("; ") if corrupt is not None else _SKIP_MARKER
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        ours = "skip_corrupt=True" in str(error) or _LABEL_ERROR.search(str(error))
+        ours = marker in str(error) or _LABEL_ERROR.search(str(error))
         if isinstance(error, tf.errors.DataLossError) or (
             isinstance(error, tf.errors.InvalidArgumentError) and ours
         ):

@@ -76,6 +76,24 @@ class CorruptRecordCounter:
         """Counts records known to be lost before reading (a truncated file's tail)."""
         self._found_before_reading += int(n)
 
+    def report_found_before_reading(self, message: str, n: int = 1) -> bool:
+        """Prints `message` (what is lost, naming the file) to stderr and counts `n` records
+        lost before reading, the first time only: a pipeline built again for each epoch scans
+        its files again. Returns whether this was the first time.
+
+        Example:
+            >>> counter = CorruptRecordCounter()
+            >>> counter.report_found_before_reading("t-0 is truncated"), counter.count
+            (True, 1)
+            >>> counter.report_found_before_reading("t-0 is truncated"), counter.count
+            (False, 1)
+        """
+        if not self.first_report(message.encode("utf-8")):
+            return False
+        print(f"cvbench: skipped corrupt input: {message}", file=sys.stderr)
+        self.add_found_before_reading(n)
+        return True
+
     @property
     def count(self) -> int:
         """Records skipped so far."""
