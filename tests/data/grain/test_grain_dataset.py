@@ -92,7 +92,8 @@ def test_an_iterator_restored_mid_epoch_yields_exactly_the_remaining_batches(dat
         next(uninterrupted)
     state = uninterrupted.get_state()
     expected = [next(uninterrupted) for _ in range(6)]  # through the epoch's end and on
-    resumed = iter(_grain(data_dir, **train))  # a fresh dataset, as after a restart
+    # a fresh dataset, as after a restart (reading ahead or not does not change the batches)
+    resumed = iter(_grain(data_dir, read_threads=2, **train))
     resumed.set_state(state)
     for want in expected:
         got = next(resumed)
@@ -165,6 +166,7 @@ def _append_record(path: Path, record: bytes) -> None:
         ({"dtype": "int8"}, "dtype must be one of"),
         ({"skip_corrupt": True}, "skip_corrupt=True is not supported by the grain input path"),
         ({"num_workers": -1}, "num_workers must be an int >= 0, got -1"),
+        ({"read_threads": 1.5}, "read_threads must be an int >= 0, got 1.5"),
         ({"preprocessing": ImagePreprocessing(resize_method="area")}, "bilinear or bilinear_tf1"),
     ],
 )
