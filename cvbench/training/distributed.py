@@ -70,7 +70,7 @@ def launched_by_horovod() -> bool:
     return any(name in os.environ for name in _LAUNCHER_RANK_VARS)
 
 
-def check_launcher_environment(environ=None, *, mpi_built: bool = False) -> None:
+def check_launcher_environment(environ=None, *, mpi_built: bool | None = False) -> None:
     """Raises `ValueError` when the environment names Horovod ranks but no launcher started
     this process: variables left from another job (an exported `HOROVOD_RANK`, a shell
     inside an `mpirun` allocation). Horovod's C++ start-up would otherwise wait 30 s and
@@ -82,7 +82,8 @@ def check_launcher_environment(environ=None, *, mpi_built: bool = False) -> None
 
     Args:
         environ: the environment (default `os.environ`).
-        mpi_built: whether the installed Horovod was built with MPI.
+        mpi_built: whether the installed Horovod was built with MPI; None: not known yet
+            (Horovod not imported), not checked.
 
     Example:
         >>> check_launcher_environment({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"})
@@ -94,9 +95,7 @@ def check_launcher_environment(environ=None, *, mpi_built: bool = False) -> None
     """
     env = os.environ if environ is None else environ
     horovod = [name for name in _HOROVOD_RUN_VARS if name in env]
-    mpi = sorted(
-        n for n in env if n.startswith("OMPI_COMM_WORLD_") or n in ("PMI_RANK", "PMI_SIZE")
-    )
+    mpi = _mpi_vars(env)
     if "HOROVOD_RANK" in env and not mpi:
         addr, port = (
             env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"),
@@ -109,14 +108,23 @@ def check_launcher_environment(environ=None, *, mpi_built: bool = False) -> None
         if problem:
             raise ValueError(_stale(horovod, env, problem, "horovodrun"))
     elif mpi:
-        contact = any(n.startswith(_MPI_CONTACT_VARS) for n in env)
-        if not contact:
+        names = mpi + horovod
+        if not any(n.startswith(_MPI_CONTACT_VARS) for n in env):
             problem = "no MPI launcher contact variable (PMIX_SERVER_URI*, PMI_FD, ...)"
-        elif not mpi_built:
-            problem = "and this Horovod was built without MPI: use horovodrun --gloo"
-        else:
-            return
-        raise ValueError(_stale(mpi + horovod, env, problem, "mpirun or horovodrun"))
+            raise ValueError(_stale(names, env, problem, "mpirun or horovodrun"))
+        if mpi_built is False:
+            raise ValueError(
+                f"{_shown(names, env)} are set (an MPI launcher started this process) but "
+                "this Horovod was built without MPI: start cvbench with horovodrun --gloo, or "
+                f"unset {' '.join(names)} to train in one process"
+            )
+
+
+def _mpi_vars(env) -> list[str]:
+    """The MPI launchers' rank variables set in `env`."""
+    return sorted(
+        n for n in env if n.startswith("OMPI_COMM_WORLD_") or n in ("PMI_RANK", "PMI_SIZE")
+    )
 
 
 def _unreachable(addr: str, port: str) -> str:
@@ -132,10 +140,13 @@ def _unreachable(addr: str, port: str) -> str:
         return f"no rendezvous server answers at {addr}:{port}: {reason}"
 
 
+def _shown(names: list[str], env) -> str:
+    return ", ".join(f"{n}={env[n]}" for n in names[:6]) + (", ..." if len(names) > 6 else "")
+
+
 def _stale(names: list[str], env, problem: str, launcher: str) -> str:
-    shown = ", ".join(f"{n}={env[n]}" for n in names[:6]) + (", ..." if len(names) > 6 else "")
     return (
-        f"{shown} are set but no launcher started this process ({problem}): left from "
+        f"{_shown(names, env)} are set but no launcher started this process ({problem}): left from "
         f"another job? Unset {' '.join(names)} to train in one process, or start cvbench "
         f"with {launcher}"
     )
@@ -276,12 +287,15 @@ class Horovod(Distribution):
             raise ValueError(
                 f"Horovod training needs KERAS_BACKEND=tensorflow, got {keras.config.backend()!r}"
             )
+        # Before any call into Horovod's C++ (stale rank variables abort it with no message),
+        # and before its import (they are no reason to install it).
+        check_launcher_environment(mpi_built=None)
         try:
             import horovod.tensorflow as hvd
         except ImportError as e:
             raise ImportError(_HOROVOD_INSTALL_HINT) from e
-        # Before any call into Horovod's C++: stale rank variables abort it with no message.
-        check_launcher_environment(mpi_built=bool(hvd.mpi_built()))
+        if _mpi_vars(os.environ):
+            check_launcher_environment(mpi_built=bool(hvd.mpi_built()))
         os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(gloo_timeout_s))
         os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", str(stall_check_s))
         os.environ.setdefault("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", str(stall_shutdown_s))

@@ -136,7 +136,7 @@ def test_stale_horovod_variables_are_named_before_horovod_starts():
     mpi = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}
     with pytest.raises(ValueError, match="^OMPI_COMM_WORLD_RANK=0, OMPI_COMM_WORLD_SIZE=2 are"):
         check_launcher_environment(mpi)  # no mpirun contact: left from an allocation
-    with pytest.raises(ValueError, match="built without MPI: use horovodrun --gloo"):
+    with pytest.raises(ValueError, match="built without MPI: start cvbench with horovodrun --gloo"):
         check_launcher_environment({**mpi, "PMIX_SERVER_URI41": "x"}, mpi_built=False)
     check_launcher_environment({**mpi, "PMIX_SERVER_URI41": "x"}, mpi_built=True)  # mpirun
     check_launcher_environment({"PATH": "/bin"})  # no ranks: one process
