@@ -258,6 +258,7 @@ def copy_run(run, tmp_path):
     return tmp_path / "run"
 
 
+@pytest.mark.backend_agnostic
 def test_resume_on_records_whose_class_names_changed_is_refused(shapes_run, tmp_path, capsys):
     _, renamed, run = shapes_run
     run = copy_run(run, tmp_path)
@@ -275,6 +276,7 @@ def test_resume_on_records_whose_class_names_changed_is_refused(shapes_run, tmp_
     assert cli.main([*argv, "--resume", "--force-resume", "--log-dir", str(run)]) == 0
 
 
+@pytest.mark.backend_agnostic
 def test_resume_with_another_seed_names_it(shapes_run, tmp_path, capsys):
     data, _, run = shapes_run
     run = copy_run(run, tmp_path)
@@ -286,6 +288,7 @@ def test_resume_with_another_seed_names_it(shapes_run, tmp_path, capsys):
         assert cli.main([*argv, "--resume", "--log-dir", str(run)]) == 0
 
 
+@pytest.mark.backend_agnostic
 def test_resume_when_every_checkpoint_is_invalid_is_refused(shapes_run, tmp_path, capsys):
     import json
 
