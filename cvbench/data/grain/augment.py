@@ -37,7 +37,7 @@ from cvbench.data.read.image_preprocessing import ImagePreprocessing
 RESIZE_METHODS = ("bilinear", "bilinear_tf1")
 
 
-def check_preprocessing(preprocessing: ImagePreprocessing | None) -> ImagePreprocessing:
+def supported_preprocessing(preprocessing: ImagePreprocessing | None) -> ImagePreprocessing:
     """`preprocessing` (None: the defaults), refused when this path cannot run it.
 
     Raises:
@@ -193,7 +193,7 @@ def eval_image(
         >>> eval_image(np.zeros((300, 400, 3), np.uint8), image_size=224).shape
         (224, 224, 3)
     """
-    p = check_preprocessing(preprocessing)
+    p = supported_preprocessing(preprocessing)
     h, w = image.shape[:2]
     if p.eval_crop == "crop_then_resize":
         sides = np.array([h, w], np.float32)
@@ -321,7 +321,7 @@ def train_image(
     column indices, which is what this does (no copy); for "bilinear_tf1" (not symmetric)
     the resized image is mirrored, as nvcnn flips after resizing.
     """
-    p = check_preprocessing(preprocessing)
+    p = supported_preprocessing(preprocessing)
     flip = flip and p.flip
     size = (image_size, image_size)
     if p.resize_method == "bilinear":

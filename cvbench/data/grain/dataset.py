@@ -34,11 +34,11 @@ import numpy as np
 from cvbench.data._distributed import resolve_shards
 from cvbench.data.grain.augment import (
     as_dtype,
-    check_preprocessing,
     decode_image,
     eval_image,
     random_crop_window,
     scale_input,
+    supported_preprocessing,
     train_image,
 )
 from cvbench.data.grain.records import TFRecordSource, parse_example, split_files
@@ -86,7 +86,7 @@ def rank_range(total: int, num_shards: int, shard_index: int) -> tuple[int, int]
     return shard_index * total // num_shards, (shard_index + 1) * total // num_shards
 
 
-def rank_seed(seed: int, shard_index: int) -> int:
+def _rank_seed(seed: int, shard_index: int) -> int:
     """A per-rank seed derived from `seed` (`reader.rank_seed`'s formula, which imports
     TensorFlow with its module)."""
     return int(np.random.SeedSequence([seed, shard_index]).generate_state(1)[0])
@@ -278,7 +278,7 @@ def imagenet_grain_dataset(
     """
     spec = read_spec(spec, split=split, **read).with_defaults(image_size=224)
     split_name = spec.require_split()
-    p = check_preprocessing(preprocessing)
+    p = supported_preprocessing(preprocessing)
     if spec.dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES} for the grain path, got {spec.dtype!r}")
     if spec.skip_corrupt:
@@ -311,7 +311,7 @@ def imagenet_grain_dataset(
             shard_options=grain.NoSharding(),
             shuffle=True,
             num_epochs=None if spec.repeat else 1,
-            seed=rank_seed(seed, shard_index) % 2**32,
+            seed=_rank_seed(seed, shard_index) % 2**32,
         )
         steps, drop, mapping = None, True, TrainMap
     else:

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from cvbench.data.grain.augment import (
-    check_preprocessing,
     eval_image,
     random_crop_window,
     resize_bilinear,
     scale_input,
+    supported_preprocessing,
     train_image,
 )
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
@@ -163,4 +163,4 @@ def test_flips_mirror_the_crop_about_half_the_time():
 
 def test_a_resize_method_this_path_lacks_is_refused():
     with pytest.raises(ValueError, match="resizes with bilinear or bilinear_tf1 only, got resize_"):
-        check_preprocessing(ImagePreprocessing(resize_method="bicubic"))
+        supported_preprocessing(ImagePreprocessing(resize_method="bicubic"))
