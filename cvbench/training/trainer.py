@@ -270,7 +270,8 @@ class Trainer(_TrainerCheckpoints):
     def prepare(self, *, global_batch: int, steps_per_epoch: int | None, epochs: int) -> None:
         """Sets the Trainer up for training without `fit` (what `fit` does first, and what the
         benchmarks call): builds the optimizer for `epochs` x `steps_per_epoch` steps of
-        `global_batch` images (first call), restores a checkpoint or syncs the ranks."""
+        `global_batch` images (first call), restores a checkpoint or syncs the ranks
+        (raising as `fit` does when the checkpoints refuse the resume)."""
         if self.optimizer is None:
             self.optimizer = self._make_optimizer(
                 global_batch=global_batch, steps_per_epoch=steps_per_epoch, epochs=epochs
@@ -334,6 +335,11 @@ class Trainer(_TrainerCheckpoints):
         Raises:
             TrainingInterruptedError: a SIGTERM or SIGINT arrived: the step in progress was
                 finished and checkpointed (rank 0); `resume=True` continues after it.
+            ValueError: with `resume=True`, the newest valid checkpoint is of another plan
+                (epochs, batch, model, class names, settings: named) and `force_resume` is
+                not set.
+            BadFileError: with `resume=True`, the run's checkpoints folder holds checkpoints
+                and none of them is valid (named; remove them to start over).
         """
         if not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs must be a positive int, got {epochs!r}")
