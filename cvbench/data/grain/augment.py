@@ -330,14 +330,69 @@ def train_image(
     return out[:, ::-1] if flip else out
 
 
-def scaled_decode_size(
-    image_shape: tuple[int, int], window: tuple[int, int, int, int], image_size: int
-) -> tuple[int, int]:
-    """`(min_height, min_width)` for a JPEG decode scaled down as far as the crop `window`
-    stays at least `image_size` on its shorter side (libjpeg-turbo's DCT-domain scaling,
-    `simplejpeg.decode_jpeg(min_height=, min_width=)`)."""
-    factor = image_size / max(1, min(window[2], window[3]))
-    return math.ceil(image_shape[0] * factor), math.ceil(image_shape[1] * factor)
+def decode_and_random_crop(
+    data: bytes,
+    *,
+    image_size: int,
+    rng: np.random.Generator,
+    boxes: np.ndarray | None = None,
+    preprocessing: ImagePreprocessing | None = None,
+    scaled: bool = False,
+) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """Decodes an image and draws its training crop: `(image, window)` for `train_image`.
+
+    With `scaled` and a JPEG whose crop is at least twice `image_size` on its shorter side,
+    libjpeg-turbo decodes at a reduced scale (1/2, 3/8, ... in the DCT domain: fewer pixels
+    to decode and to resize; `simplejpeg.decode_jpeg(min_height=, min_width=)`) and the
+    window is mapped onto the smaller image. The window is drawn from the full size before
+    decoding either way, so the same generator gives the same crop and flip in both modes;
+    the pixels differ (the scaled IDCT averages where the full-size resize samples).
+    """
+    p = ImagePreprocessing() if preprocessing is None else preprocessing
+    if scaled and is_jpeg(data):
+        import simplejpeg
+
+        try:
+            height, width = simplejpeg.decode_jpeg_header(data)[:2]
+        except ValueError:
+            height = width = 0
+        if height and width:
+            window = random_crop_window(height, width, boxes=boxes, rng=rng, preprocessing=p)
+            factor = image_size / min(window[2], window[3])
+            if factor <= 0.5:
+                return _scaled_decode(data, window, factor, (height, width), p)
+            return decode_image(data, preprocessing=p), window
+    image = decode_image(data, preprocessing=p)
+    height, width = image.shape[:2]
+    window = random_crop_window(height, width, boxes=boxes, rng=rng, preprocessing=p)
+    return image, window
+
+
+def _scaled_decode(
+    data: bytes,
+    window: tuple[int, int, int, int],
+    factor: float,
+    shape: tuple[int, int],
+    p: ImagePreprocessing,
+) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    import simplejpeg
+
+    try:
+        image = simplejpeg.decode_jpeg(
+            data,
+            colorspace="RGB",
+            fastdct=p.dct_method in ("", "INTEGER_FAST"),
+            fastupsample=not p.fancy_upscaling,
+            min_height=math.ceil(shape[0] * factor),
+            min_width=math.ceil(shape[1] * factor),
+        )
+    except ValueError:  # what simplejpeg refuses, Pillow decodes at full size
+        return decode_image(data, preprocessing=p), window
+    fy, fx = image.shape[0] / shape[0], image.shape[1] / shape[1]
+    top, left = math.floor(window[0] * fy), math.floor(window[1] * fx)
+    height = max(1, min(image.shape[0] - top, round(window[2] * fy)))
+    width = max(1, min(image.shape[1] - left, round(window[3] * fx)))
+    return image, (top, left, height, width)
 
 
 def scale_input(

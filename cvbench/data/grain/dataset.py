@@ -34,9 +34,9 @@ import numpy as np
 from cvbench.data._distributed import resolve_shards
 from cvbench.data.grain.augment import (
     as_dtype,
+    decode_and_random_crop,
     decode_image,
     eval_image,
-    random_crop_window,
     scale_input,
     supported_preprocessing,
     train_image,
@@ -121,6 +121,7 @@ class _Transform:
     dtype: str
     num_classes: int | None
     training: bool
+    scaled_decode: bool = False
 
     def parse(self, item: tuple[int, bytes]) -> tuple[dict, str]:
         index, record = item
@@ -164,14 +165,17 @@ class TrainMap(_RandomMap):
     def random_map(self, item: tuple[int, bytes], rng: np.random.Generator) -> tuple:
         t = self.transform
         example, where = t.parse(item)
-        image = t.decode(example, where)
-        window = random_crop_window(
-            image.shape[0],
-            image.shape[1],
-            boxes=example["boxes"],
-            rng=rng,
-            preprocessing=t.preprocessing,
-        )
+        try:
+            image, window = decode_and_random_crop(
+                example["encoded"],
+                image_size=t.image_size,
+                rng=rng,
+                boxes=example["boxes"],
+                preprocessing=t.preprocessing,
+                scaled=t.scaled_decode,
+            )
+        except ValueError as e:
+            raise BadFileError(f"{where} ({example['filename']}): {e}") from None
         flip = bool(rng.random() < 0.5)
         view = train_image(
             image, image_size=t.image_size, window=window, flip=flip, preprocessing=t.preprocessing
@@ -238,6 +242,7 @@ def imagenet_grain_dataset(
     num_workers: int = 0,
     worker_buffer_size: int = 2,
     read_threads: int = 0,
+    scaled_decode: bool = False,
     file_pattern: str | None = None,
     index_dir: str | os.PathLike | None = None,
     **read: Any,
@@ -259,6 +264,10 @@ def imagenet_grain_dataset(
             `BadFileError` naming the record. None: not checked.
         num_workers: grain worker processes (0: in this process).
         worker_buffer_size: batches each worker prepares ahead.
+        scaled_decode: training: decode a JPEG at 1/2 scale or less (libjpeg-turbo's
+            DCT-domain scaling) when its crop is at least twice `image_size` on its shorter
+            side (`augment.decode_and_random_crop`): the same crops and flips, fewer pixels
+            to decode, smoother pixels than the recipe's full-size resize. Off by default.
         read_threads: threads reading records ahead of the transforms, per process (0: each
             record is read where it is transformed; raise it for slow network storage).
         file_pattern: a glob (relative to `data_dir`) instead of the split's shard names.
@@ -296,7 +305,11 @@ def imagenet_grain_dataset(
     if len(source) == 0:
         raise ValueError(f"the {split_name} files in {data_dir} hold no records: {source!r}")
     lo, hi = rank_range(len(source), num_shards, shard_index)
-    transform = _Transform(source, spec.image_size, p, spec.dtype, num_classes, spec.training)
+    if not isinstance(scaled_decode, bool):
+        raise ValueError(f"scaled_decode must be a bool, got {scaled_decode!r}")
+    transform = _Transform(
+        source, spec.image_size, p, spec.dtype, num_classes, spec.training, scaled_decode
+    )
     batch_size = spec.batch_size
     if spec.training:
         if hi - lo < batch_size:

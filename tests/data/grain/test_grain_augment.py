@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from cvbench.data.grain.augment import (
+    decode_and_random_crop,
     eval_image,
     random_crop_window,
     resize_bilinear,
@@ -164,3 +165,32 @@ def test_flips_mirror_the_crop_about_half_the_time():
 def test_a_resize_method_this_path_lacks_is_refused():
     with pytest.raises(ValueError, match="resizes with bilinear or bilinear_tf1 only, got resize_"):
         supported_preprocessing(ImagePreprocessing(resize_method="bicubic"))
+
+
+def test_scaled_decoding_keeps_the_crops_and_nearly_the_pixels():
+    from grain_records import photo
+    from imagenet_testdata import encode
+
+    data = encode(photo(5, 600, 800), quality=90)
+    scaled_draws = 0
+    for seed in range(40):
+        full, window = decode_and_random_crop(data, image_size=64, rng=np.random.default_rng(seed))
+        small, small_window = decode_and_random_crop(
+            data, image_size=64, rng=np.random.default_rng(seed), scaled=True
+        )
+        assert full.shape == (600, 800, 3)
+        if small.shape == full.shape:  # crop under 2 x 64 on a side: decoded at full size
+            assert small_window == window
+            continue
+        scaled_draws += 1
+        # the window maps onto the smaller image: same place and size, up to rounding
+        f = small.shape[0] / 600
+        assert abs(small_window[0] - window[0] * f) <= 1
+        assert abs(small_window[2] - window[2] * f) <= 1
+        assert min(small_window[2], small_window[3]) >= 64
+        a = train_image(full, image_size=64, window=window, flip=False)
+        b = train_image(small, image_size=64, window=small_window, flip=False)
+        # the DCT-domain scaling averages where the full-size resize samples: the noise of
+        # the photo differs, not the picture (mean difference a few levels of 255)
+        assert np.abs(a - b).mean() < 8, np.abs(a - b).mean()
+    assert scaled_draws > 20
