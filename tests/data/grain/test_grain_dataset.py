@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from grain_records import SIZES, write_split
+from grain_records import SIZES, photo, write_split
 
 from cvbench.data.grain.dataset import imagenet_grain_dataset
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
@@ -173,6 +173,27 @@ def _append_record(path: Path, record: bytes) -> None:
 def test_bad_arguments_are_refused(data_dir, kwargs, message):
     with pytest.raises(ValueError, match=message):
         _grain(data_dir, **kwargs)
+
+
+def test_training_flips_about_half_of_2000_draws(tmp_path):
+    from cvbench.data.grain.augment import resize_bilinear
+    from cvbench.data.grain.dataset import TrainMap, _Transform
+    from cvbench.data.grain.records import TFRecordSource
+
+    (path,) = write_split(tmp_path, "train", [(24, 24)], kinds={0: "png"})  # lossless
+    source = TFRecordSource([path])
+    whole = ImagePreprocessing(area_range=(1.0, 1.0), aspect_ratio_range=(1.0, 1.0))
+    transform = _Transform(source, 8, whole, "float32", None, True)
+    train = TrainMap(transform)
+    image = photo(0, 24, 24)  # the PNG of record 0: its pixels exactly
+    plain = transform.finish(resize_bilinear(image, (8, 8)))
+    mirrored = transform.finish(resize_bilinear(image[:, ::-1], (8, 8)))
+    flips = 0
+    for seed in range(2000):
+        out, _ = train.random_map((0, source[0]), np.random.default_rng(seed))
+        assert np.array_equal(out, plain) or np.array_equal(out, mirrored)
+        flips += bool(np.array_equal(out, mirrored))
+    assert 900 <= flips <= 1100  # p = 0.5: 1000 +- 4.5 standard deviations (22)
 
 
 @pytest.mark.parametrize("training", [True, False])

@@ -133,6 +133,7 @@ def test_parse_example_reads_unpacked_numbers_too():
         (b"\x08\xff", "truncated or overlong varint"),
         (b"", "no single image/encoded bytes value"),
     ],
+    ids=["field-past-end", "wire-type-3", "overlong-varint", "empty"],
 )
 def test_a_malformed_record_says_what_is_wrong(record, reason):
     with pytest.raises(ValueError, match=reason):
