@@ -149,7 +149,7 @@ def test_a_crop_covers_min_object_covered_of_a_box():
         assert inter / (box_h * box_w) >= 0.5
 
 
-def test_flips_mirror_the_crop_about_half_the_time():
+def test_a_flip_mirrors_the_crop_and_the_recipe_can_turn_it_off():
     image = _random_image(4, 30, 40)
     window = (0, 0, 30, 40)
     plain = train_image(image, image_size=16, window=window, flip=False)
