@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shlex
 import shutil
 import tarfile
@@ -149,6 +150,7 @@ class Row:
     call: str | None = None
     timeout: float = 60
     heavy: bool = False
+    protect: tuple[str, ...] = ()
 
     def outcome(self, hostile: str) -> Expect:
         if isinstance(self.expect, Expect):
@@ -595,7 +597,11 @@ TABLE: tuple[Row, ...] = (
         raw_images,
         "out",
         OUTPUT_FOLDER,
-        LINKED_OUTPUT,
+        # A link the user gives as the output folder: `owned_folder` follows it (the user
+        # chose it), `check_output` refuses it; either, but the user's files there are kept.
+        {"*": LINKED_OUTPUT, "link-to-user-folder": Expect((0, 1, 2))},
+        outputs=("out", "mine"),
+        protect=("mine/a.png", "mine/notes.txt"),
     ),
     Row(
         "build-coco-output",
@@ -604,7 +610,11 @@ TABLE: tuple[Row, ...] = (
         coco_set,
         "out",
         OUTPUT_FOLDER,
-        LINKED_OUTPUT,
+        # A link the user gives as the output folder: `owned_folder` follows it (the user
+        # chose it), `check_output` refuses it; either, but the user's files there are kept.
+        {"*": LINKED_OUTPUT, "link-to-user-folder": Expect((0, 1, 2))},
+        outputs=("out", "mine"),
+        protect=("mine/a.png", "mine/notes.txt"),
     ),
     Row(
         "demo-output",
@@ -649,6 +659,7 @@ def _row_case(row: Row, hostile: str) -> Case:
         timeout=row.timeout,
         target=row.target,
         heavy=row.heavy,
+        protect=row.protect,
     )
 
 
@@ -842,6 +853,78 @@ def _all_checkpoints_invalid(case: Path, assets: Assets) -> dict[str, str]:
     return {"target": "ckpt-0000000002.npz"}
 
 
+def _glob_runs(case: Path, assets: Assets) -> dict[str, str]:
+    """A: run1 and run2 hold finished runs; the log folder named is the literal run[12]."""
+    for name in ("run1", "run2"):
+        _copy(assets.run, case / name)
+    return {}
+
+
+def _glob_exports(case: Path, assets: Assets) -> dict[str, str]:
+    model_only(case, assets)
+    for name in ("ex1", "ex2"):
+        corpus.victim(case / name / "notes.txt")
+    return {}
+
+
+def _glob_drawings(case: Path, assets: Assets) -> dict[str, str]:
+    images_folder(case, assets)
+    for name in ("dr1", "dr2"):
+        corpus.victim(case / name / "a.png")
+    return {}
+
+
+def _glob_coco_out(case: Path, assets: Assets) -> dict[str, str]:
+    coco_set(case, assets)
+    for name in ("co1", "co2"):
+        _copy(assets.records, case / name)
+    return {}
+
+
+def _glob_bench(case: Path, assets: Assets) -> dict[str, str]:
+    _copy(assets.records, case / "b1")
+    (case / "b[12]").mkdir()
+    return {"target": "b[12]"}
+
+
+def _prints_none(result, case: Path) -> None:
+    assert result.out.strip() == "None", result.out  # x[12] has no dataset_info.json
+
+
+def _raw_is_output(case: Path, assets: Assets) -> dict[str, str]:
+    raw_images(case, assets)
+    return {"target": "raw"}
+
+
+def _draw_into_inputs(case: Path, assets: Assets) -> dict[str, str]:
+    images_folder(case, assets)
+    return {"target": "a.png"}
+
+
+def _export_over_model(case: Path, assets: Assets) -> dict[str, str]:
+    model_only(case, assets)
+    return {"target": "model.keras"}
+
+
+def _coco_into_images(case: Path, assets: Assets) -> dict[str, str]:
+    coco_set(case, assets)
+    return {"target": "images"}
+
+
+def _builder_names(case: Path, assets: Assets) -> dict[str, str]:
+    """K: class folder a holds images named with a newline (and a forged line) and with
+    non-UTF-8 bytes."""
+    raw_images(case, assets)
+    corpus.jpeg(case / "raw" / "train" / "a" / corpus.NEWLINE_NAME.replace(".png", ".jpg"), 5)
+    corpus.jpeg(case / "raw" / "train" / "a" / corpus.NON_UTF8_NAME.replace(".png", ".jpg"), 6)
+    return {}
+
+
+def _no_forged_line(result, case: Path) -> None:
+    lines = (result.out + result.err).splitlines()
+    assert not any(line.startswith("forged") for line in lines), result.out
+
+
 SEEDS: tuple[Case, ...] = (
     # A. folder names are never patterns
     Case(
@@ -1001,7 +1084,8 @@ SEEDS: tuple[Case, ...] = (
         "J-train-resume-other-seed",
         (*shlex.split(f"train {F} --eval none --no-export --log-dir run --resume --seed 1"),),
         finished_run,
-        Expect(2, named=None, check=lambda r, c: _says_seed(r)),
+        # The seed only changes what comes next: a warning names both seeds, the resume goes on.
+        Expect(0, named=None, check=lambda r, c: _says_seed(r)),
         outputs=("run",),
     ),
     # K. names, lying headers, every image skipped, duplicate tar members
@@ -1024,8 +1108,101 @@ SEEDS: tuple[Case, ...] = (
         Expect((0, 1), check=_both_kept_or_refused),
         outputs=("out",),
     ),
+    # A. more folders with glob characters: the literal folder is used, look-alikes untouched
+    Case(
+        "A-train-log-dir-glob",
+        (*shlex.split(f"train {F} --eval none --no-export"), "--log-dir", "run[12]"),
+        _glob_runs,
+        ACCEPTED,
+        outputs=("run[12]",),
+    ),
+    Case(
+        "A-export-output-glob",
+        ("export", "model.keras", "--output", "ex[12]"),
+        _glob_exports,
+        ACCEPTED,
+        outputs=("ex[12]",),
+    ),
+    Case(
+        "A-predict-draw-glob",
+        ("predict", "model.keras", "images", "--draw", "dr[12]"),
+        _glob_drawings,
+        ACCEPTED,
+        outputs=("dr[12]",),
+    ),
+    Case(
+        "A-build-coco-output-glob",
+        (
+            "build-coco",
+            "co[12]",
+            *shlex.split(
+                "--annotations ann.json --images images --split val --workers 1 --no-progress"
+            ),
+        ),
+        _glob_coco_out,
+        ACCEPTED,
+        outputs=("co[12]",),
+    ),
+    Case(
+        "A-bench-input-data-dir-glob",
+        (
+            "bench-input",
+            "--data-dir",
+            "b[12]",
+            *shlex.split(
+                "--batch-size 2 --image-size 32 --warmup-batches 0 --batches 1 --rounds 1"
+            ),
+        ),
+        _glob_bench,
+        Expect((1, 2)),
+    ),
+    Case(
+        "A-read_dataset_info-glob",
+        ("x[12]",),
+        _glob_data_dir,
+        Expect(0, named=None, check=_prints_none),
+        call="cvbench.data:read_dataset_info",
+    ),
+    # F. an output that is an input
+    Case(
+        "F-build-imagenet-output-is-raw",
+        tuple(shlex.split(f"build-imagenet --raw-dir raw --output-dir raw --overwrite {BUILD}")),
+        _raw_is_output,
+        REFUSED,
+    ),
+    Case(
+        "F-predict-draw-into-the-input-folder",
+        tuple(shlex.split("predict model.keras images --draw images --overwrite")),
+        _draw_into_inputs,
+        REFUSED,
+    ),
+    Case(
+        "F-export-output-is-the-model",
+        tuple(shlex.split("export model.keras --format tflite --output model.keras --overwrite")),
+        _export_over_model,
+        REFUSED,
+    ),
+    Case(
+        "F-build-coco-output-is-the-image-folder",
+        tuple(
+            shlex.split(
+                "build-coco images --annotations ann.json --images images --split val --workers 1 "
+                "--no-progress"
+            )
+        ),
+        _coco_into_images,
+        REFUSED,
+    ),
+    # K. names in a builder's summary
+    Case(
+        "K-build-imagenet-names-forge-no-lines",
+        tuple(shlex.split(f"build-imagenet --raw-dir raw --output-dir out {BUILD}")),
+        _builder_names,
+        Expect(0, named=None, check=_no_forged_line),
+        outputs=("out",),
+    ),
 )
 
 
 def _says_seed(result) -> None:
-    assert "seed" in result.err, result.err[-2000:]
+    assert re.search(r"\bseed\b.*\b0\b.*\b1\b", result.err), result.err[-2000:]
