@@ -13,7 +13,12 @@ reads JPEG, so `to_rgb_jpeg` returns RGB JPEG bytes for any image Pillow can rea
   fixed size NVIDIA's builder used (352 x 352, ignoring aspect ratio).
 
 Every image is fully decoded once, so a truncated or corrupt file is found at build time
-(`ImageError`) instead of in the middle of training. Before decoding, the size in the
+(`ImageError`) instead of in the middle of training. A JPEG is decoded strictly, by
+libjpeg-turbo through `simplejpeg` (a libjpeg warning is an error): scan data garbled behind
+a valid header ("premature end of data segment", many "extraneous bytes") is corrupt, where
+Pillow fills the missing rows and says nothing; a few stray bytes before a marker (at most
+`MAX_STRAY_JPEG_BYTES`, which TensorFlow decodes too) are accepted, as `cvbench predict`
+accepts them. Before decoding, the size in the
 file's header is checked against `max_pixels` (default `DEFAULT_MAX_PIXELS`, 64 megapixels:
 decoding and converting a 13000 x 13000 PNG takes gigabytes); a larger image is an
 `ImageError` too, which the builders skip and list like a corrupt file (`--max-pixels` raises
@@ -46,6 +51,14 @@ Resize = int | tuple[int, int]
 DEFAULT_MAX_PIXELS = 64_000_000
 #: The largest image file (in bytes) the builders read by default.
 DEFAULT_MAX_IMAGE_BYTES = 256 << 20
+#: Stray bytes before a JPEG marker accepted as harmless (libjpeg's "extraneous bytes"
+#: warning, which TensorFlow's decoder ignores); more mean scan data that did not decode.
+MAX_STRAY_JPEG_BYTES = 16
+_STRAY_BYTES = re.compile(
+    r"^Corrupt JPEG data: (\d+) extraneous bytes before marker 0x[0-9a-f]{2}$"
+)
+#: The libjpeg output colour space for each Pillow mode of a JPEG (RGB for the others).
+_JPEG_COLORSPACE = {"L": "GRAY", "CMYK": "CMYK"}
 
 
 class ImageError(ValueError):
@@ -248,6 +261,10 @@ def _to_rgb_jpeg(
     source_format, source_mode = image.format or "unknown", image.mode
     height, width = image.height, image.width
     target = resized_shape(height, width, resize)
+    if source_format == "JPEG":
+        _check_jpeg_data(data, source_mode, target)
+        if source_mode == "RGB" and target == (height, width):  # kept: decoded just now
+            return EncodedImage(data, height, width, source_format, source_mode, reencoded=False)
     if target != (height, width) and source_format == "JPEG":
         # Let libjpeg decode at 1/2, 1/4 or 1/8 scale when that still covers the target.
         image.draft(None, (target[1], target[0]))
@@ -265,6 +282,29 @@ def _to_rgb_jpeg(
     return EncodedImage(
         out.getvalue(), target[0], target[1], source_format, source_mode, reencoded=True
     )
+
+
+def _check_jpeg_data(data: bytes, mode: str, target: tuple[int, int]) -> None:
+    """Decodes the JPEG `data` strictly (`simplejpeg`, at the smallest scale libjpeg offers
+    that still covers `target`); a few stray bytes before a marker pass.
+
+    Raises:
+        ImageError: libjpeg's complaint (garbled or cut-short scan data).
+    """
+    import simplejpeg
+
+    try:
+        simplejpeg.decode_jpeg(
+            data,
+            colorspace=_JPEG_COLORSPACE.get(mode, "RGB"),
+            min_height=target[0],
+            min_width=target[1],
+        )
+    except ValueError as e:
+        stray = _STRAY_BYTES.match(str(e))
+        if stray and int(stray.group(1)) <= MAX_STRAY_JPEG_BYTES:
+            return
+        raise ImageError(f"corrupt or truncated image: {e}") from None
 
 
 def to_rgb(image: Image.Image) -> Image.Image:

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import stat
+import struct
 import tarfile
 from pathlib import Path
 
@@ -455,3 +456,64 @@ def test_a_truncated_tfrecord_file_is_a_bad_file_error(tmp_path):
     shard.write_bytes(b"\x05" + b"\0" * 7)  # a length header, then nothing
     with pytest.raises(BadFileError, match=f"{shard} is truncated"):
         scan_files([str(shard)], skip_corrupt=False, counter=None)
+
+
+# --- K. names and corrupt data behind a valid header --------------------------------------
+
+
+def lying_jpeg(seed: int) -> bytes:
+    """A JPEG whose headers (SOI ... SOS) are those of a valid image, then garbage scan data
+    (no 0xFF byte in it) and the end marker: Pillow decodes it without a word."""
+    data = jpeg(seed, (40, 40))
+    sos = data.index(b"\xff\xda")
+    (length,) = struct.unpack(">H", data[sos + 2 : sos + 4])
+    garbage = bytes(range(1, 255)) * 3
+    return data[: sos + 2 + length] + garbage + b"\xff\xd9"
+
+
+@pytest.mark.timeout(120)
+def test_a_jpeg_with_garbage_behind_a_valid_header_is_skipped_and_listed(tmp_path):
+    # The fault: Pillow filled the scan from garbage and the builders stored it as an image.
+    from cvbench.data.builders.imagenet_builder import build_imagenet
+
+    raw = raw_folder(tmp_path / "raw")
+    (raw / "train" / "a" / "lying.jpg").write_bytes(lying_jpeg(3))
+    summary = build_imagenet(raw, tmp_path / "out", train_shards=1, num_workers=1,
+                             progress=False)  # fmt: skip
+    assert summary.write.splits["train"].num_records == 4
+    [skipped] = summary.write.skipped
+    assert skipped.item == "train/a/lying.jpg"
+    assert skipped.reason.startswith("corrupt or truncated image: Corrupt JPEG data: ")
+
+
+@pytest.mark.timeout(120)
+def test_file_names_with_a_newline_or_no_utf8_are_built_and_listed_on_one_line(tmp_path):
+    # The faults: a name that is not UTF-8 stopped the build (UnicodeEncodeError, exit 2); a
+    # newline in a skipped file's name forged a line of the summary.
+    from cvbench.data.builders.imagenet_builder import build_imagenet
+
+    raw = raw_folder(tmp_path / "raw")
+    (raw / "train" / "a" / os.fsdecode(b"caf\xe9\x80.jpg")).write_bytes(jpeg(5))
+    (raw / "train" / "a" / "x\nforged 1.000.jpg").write_bytes(b"no image")
+    summary = build_imagenet(raw, tmp_path / "out", train_shards=1, num_workers=1,
+                             progress=False)  # fmt: skip
+    assert summary.write.splits["train"].num_records == 5
+    text = summary.format()
+    assert not any(line.startswith("forged") for line in text.splitlines())
+    assert "    train: train/a/x\\nforged 1.000.jpg: not an image Pillow can read" in text
+
+
+@pytest.mark.timeout(120)
+def test_build_coco_refuses_an_output_folder_that_is_the_image_folder(tmp_path, capsys):
+    annotations, images = coco_set(tmp_path / "coco")
+    before = tree(tmp_path)
+    code, _, err = run_cli(capsys, "build-coco", images, "--annotations", annotations,
+                           "--images", images, "--split", "val", "--workers", "1",
+                           "--no-progress")  # fmt: skip
+    assert code == 2
+    assert one_line(err) == (
+        f"cvbench: error: the output folder {images} is the image folder {images} of split "
+        "'val': the records would be written among the images; choose an output folder "
+        "outside it"
+    )
+    assert tree(tmp_path) == before

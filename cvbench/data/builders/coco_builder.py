@@ -58,6 +58,7 @@ from cvbench.data.image_io import (
     read_image_file,
     to_rgb_jpeg,
 )
+from cvbench.data.safe_paths import is_inside
 from cvbench.utils.files import check_output, open_input, record_output, written_by_cvbench
 from cvbench.utils.io import atomic_path
 
@@ -183,9 +184,10 @@ def build_coco_splits(
     Raises:
         FileNotFoundError: a missing annotation file or image folder.
         FileExistsError: `output_dir` holds a different data set and `overwrite` is False.
-        ValueError: bad arguments, an annotation file that is not COCO or has no images, or
-            an `instances_<split>.json` or `dataset_info.json` in `output_dir` that cvbench
-            did not write (`check_data_set_file`).
+        ValueError: bad arguments (an output folder inside an image folder), an annotation
+            file that is not COCO or has no images, or an `instances_<split>.json` or
+            `dataset_info.json` in `output_dir` that cvbench did not write
+            (`check_data_set_file`).
     """
     if not sources:
         raise ValueError("sources must name at least one split")
@@ -193,6 +195,14 @@ def build_coco_splits(
         raise ValueError(f"quality must be in 1..100, got {quality}")
     max_pixels = check_max_pixels(max_pixels)
     max_image_bytes = check_max_bytes(max_image_bytes)
+    for split, (_, image_dir) in sources.items():
+        if is_inside(output_dir, image_dir):
+            same = Path(output_dir).resolve() == Path(image_dir).resolve()
+            raise ValueError(
+                f"the output folder {output_dir} is {'' if same else 'inside '}the image folder "
+                f"{image_dir} of split {split!r}: the records would be written among the "
+                "images; choose an output folder outside it"
+            )
     copies = _annotation_copies(output_dir, sources) if copy_annotations else []
     check_data_set_file(dataset_info_path(output_dir))
     specs, reports = [], {}

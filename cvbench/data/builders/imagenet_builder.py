@@ -36,6 +36,7 @@ from cvbench.data.builders.sharded_writer import (
     SplitSpec,
     WriteSummary,
     disk_full_as_error,
+    printable,
     write_sharded,
 )
 from cvbench.data.dali_index import IndexSummary, index_path, write_indexes
@@ -112,11 +113,22 @@ def encode_image_item(
         height=image.height,
         width=image.width,
         label=item.label,
-        synset=item.synset,
-        text=item.text,
-        filename=os.path.basename(item.path),
+        synset=_as_stored(item.synset),
+        text=_as_stored(item.text),
+        filename=_as_stored(os.path.basename(item.path)),
         boxes=item.boxes,
     )
+
+
+def _as_stored(name: str) -> str | bytes:
+    """`name` as a record stores it: the str when it is UTF-8, else its bytes as the file
+    system gave them (Python decodes a name that is not UTF-8 into surrogates, which
+    `str.encode` refuses)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape")
+    return name
 
 
 @dataclass
@@ -150,7 +162,7 @@ class BuildSummary:
         return "\n".join(
             [
                 f"classes: {self.num_classes} (labels 1..{self.num_classes}, 0 = background)",
-                *(f"warning: {w}" for w in self.warnings),
+                *(f"warning: {printable(w)}" for w in self.warnings),
                 f"validation: {self.validation_source}",
                 f"non-image files ignored: {self.ignored_files}",
                 self.write.format(unit="images"),
@@ -327,7 +339,7 @@ def build_imagenet(
             file=sys.stderr,
         )
         for w in warnings:
-            print(f"warning: {w}", file=sys.stderr)
+            print(f"warning: {printable(w)}", file=sys.stderr)
 
     rng = random.Random(seed)
     splits = [

@@ -67,7 +67,8 @@ def manifest_identity(
     for spec in splits:
         digest = hashlib.sha256()
         for item in spec.items:
-            digest.update(item_key(item).encode("utf-8"))
+            # A file name that is not UTF-8 keeps its bytes (Python decodes them as surrogates).
+            digest.update(item_key(item).encode("utf-8", "surrogateescape"))
             digest.update(b"\n")
         split_ids[spec.name] = {
             "num_items": len(spec.items),

@@ -222,8 +222,22 @@ class WriteSummary:
             f"({self.items_processed:,} items, {rate:,.1f} items/s)"
         )
         lines.append(f"  skipped: {len(self.skipped)}")
-        lines.extend(f"    {s.split}: {s.item}: {s.reason}" for s in self.skipped)
+        lines.extend(
+            f"    {s.split}: {printable(s.item)}: {printable(s.reason)}" for s in self.skipped
+        )
         return "\n".join(lines)
+
+
+def printable(text: str) -> str:
+    r"""`text` with every character that is not printable escaped as Python writes it: a
+    file name's newline cannot start a line of the summary, nor a name that is not UTF-8
+    (decoded into surrogates) fail to print.
+
+    Example:
+        >>> printable("a\nforged 1.000.jpg"), printable("caf\udce9.jpg")
+        ('a\\nforged 1.000.jpg', 'caf\\udce9.jpg')
+    """
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def format_bytes(n: int) -> str:
