@@ -19,6 +19,7 @@ from cvbench.inference import ModelInfo, save_model, serving
 from cvbench.inference import export as export_lib
 from cvbench.inference.export import export_for_serving
 from cvbench.models import resnet18
+from cvbench.utils.files import OUTPUTS_LIST
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 # "stretch": a 32 x 32 image reaches the model unchanged, so the outputs compare with the
@@ -192,7 +193,8 @@ def test_written_atomically_with_the_umask(classifier, tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
-    assert [p.name for p in tmp_path.iterdir()] == ["cls.tflite"]  # no staging left
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [OUTPUTS_LIST, "cls.tflite"]  # no staging left; the file is recorded
     with pytest.raises(FileExistsError, match="cls.tflite exists; pass overwrite=True"):
         export_for_serving(classifier, path, info=INFO, format="tflite")
 
