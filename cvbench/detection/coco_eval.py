@@ -252,13 +252,16 @@ def _load_detections(
     detections: Sequence[Mapping[str, Any]] | str | os.PathLike,
 ) -> list[dict[str, Any]]:
     if isinstance(detections, str | os.PathLike):
-        path = detections
-        detections = read_json(path, limit=MAX_JSON_BYTES, what="detections file")
-        if not isinstance(detections, list):
+        path = os.fspath(detections)
+        content = read_json(path, limit=MAX_JSON_BYTES, what="detections file")
+        if not isinstance(content, list):
             raise BadFileError(
-                f"{os.fspath(path)}: detections must be a list of dicts, got "
-                f"{type(detections).__name__}"
+                f"{path}: detections must be a list of dicts, got {type(content).__name__}"
             )
+        try:
+            return _load_detections(content)
+        except ValueError as e:  # the file's content: a bad input file, named
+            raise BadFileError(f"{path}: {e}") from None
     if not isinstance(detections, Sequence):
         raise ValueError(f"detections must be a list of dicts, got {type(detections).__name__}")
     out = []

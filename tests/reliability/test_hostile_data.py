@@ -517,3 +517,35 @@ def test_build_coco_refuses_an_output_folder_that_is_the_image_folder(tmp_path, 
         "outside it"
     )
     assert tree(tmp_path) == before
+
+
+# --- the content of an input file is a bad input file (exit 1), named ---------------------
+
+
+@pytest.mark.timeout(120)
+def test_a_malformed_box_file_is_one_line_and_exit_1(tmp_path, capsys):
+    raw = raw_folder(tmp_path / "raw")
+    boxes = tmp_path / "boxes.csv"
+    boxes.write_text("a0.jpg,0.1,0.1,0.5,0.5\na1.jpg,left,0.1,0.5,0.5\n")
+    code, _, err = run_cli(capsys, "build-imagenet", "--raw-dir", raw, "--output-dir",
+                           tmp_path / "out", "--boxes", boxes, *BUILD)  # fmt: skip
+    assert code == 1  # was 2, as for a bad argument
+    assert one_line(err) == (
+        f"cvbench build-imagenet: error: {boxes}:2: expected name,xmin,ymin,xmax,ymax, got "
+        "['a1.jpg', 'left', '0.1', '0.5', '0.5']"
+    )
+
+
+@pytest.mark.backend_agnostic
+def test_a_malformed_detection_in_a_file_is_a_bad_file_error_naming_it(tmp_path):
+    from cvbench.detection.coco_eval import evaluate_coco
+
+    gt = {"images": [{"id": 1, "width": 10, "height": 10}], "annotations": [],
+          "categories": [{"id": 1, "name": "a"}]}  # fmt: skip
+    (tmp_path / "g.json").write_text(json.dumps(gt))
+    (tmp_path / "d.json").write_text('[{"image_id": 1}]')
+    with pytest.raises(BadFileError, match=r"d.json: malformed detection \{'image_id': 1\}: "):
+        evaluate_coco(tmp_path / "d.json", tmp_path / "g.json", print_fn=None)
+    (tmp_path / "d.json").write_text('"g.json"')  # a JSON string is no path to follow
+    with pytest.raises(BadFileError, match=r"d.json: detections must be a list of dicts, got s"):
+        evaluate_coco(tmp_path / "d.json", tmp_path / "g.json", print_fn=None)

@@ -405,7 +405,9 @@ def read_boxes(path: str | os.PathLike) -> dict[str, list[Box]]:
     Coordinates are clipped to [0, 1]; boxes with no area after clipping are dropped.
 
     Raises:
-        ValueError: naming the line that is not `name,xmin,ymin,xmax,ymax`.
+        BadFileError: naming the line that is not `name,xmin,ymin,xmax,ymax` (a bad input
+            file: exit 1 in the command), or a file that is not a regular UTF-8 file of at
+            most `MAX_BOXES_BYTES`.
     """
     boxes: dict[str, list[Box]] = {}
     with _read_text(path, limit=MAX_BOXES_BYTES, what="bounding-box file", newline="") as f:
@@ -418,7 +420,7 @@ def read_boxes(path: str | os.PathLike) -> dict[str, list[Box]]:
             except ValueError:
                 if number == 1:  # a header line
                     continue
-                raise ValueError(
+                raise BadFileError(
                     f"{path}:{number}: expected name,xmin,ymin,xmax,ymax, got {row!r}"
                 ) from None
             if xmax > xmin and ymax > ymin:
