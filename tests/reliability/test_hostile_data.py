@@ -549,3 +549,19 @@ def test_a_malformed_detection_in_a_file_is_a_bad_file_error_naming_it(tmp_path)
     (tmp_path / "d.json").write_text('"g.json"')  # a JSON string is no path to follow
     with pytest.raises(BadFileError, match=r"d.json: detections must be a list of dicts, got s"):
         evaluate_coco(tmp_path / "d.json", tmp_path / "g.json", print_fn=None)
+
+
+@pytest.mark.timeout(120)
+def test_a_class_tar_twice_in_the_train_tar_is_refused(tmp_path, capsys):
+    # The fault: the second n01440764.tar was skipped as "already done", silently.
+    inner = tar_bytes({"n01440764_1.JPEG": jpeg(1)})
+    tar = tmp_path / "train.tar"
+    tar.write_bytes(tar_of([("n01440764.tar", inner), ("x/n01440764.tar", inner)]))
+    code, _, err = run_cli(capsys, "extract-imagenet", tmp_path / "out", "--train-tar", tar,
+                           "--no-progress")  # fmt: skip
+    assert code == 1
+    assert one_line(err) == (
+        f"cvbench extract-imagenet: error: {tar}: members 'n01440764.tar' and "
+        "'x/n01440764.tar' are both the class tar 'n01440764.tar'; an ImageNet archive holds "
+        "each class tar once: download it again"
+    )

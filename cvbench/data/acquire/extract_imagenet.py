@@ -152,6 +152,7 @@ def extract_train(
     staging_root = make_dir(out_dir / _STATE / "staging")
     make_dir(out_dir / "train")
     written = classes_written = classes_skipped = 0
+    class_tars: dict[str, str] = {}
     with (
         reading_archive(train_tar),
         open_input(train_tar, what="archive") as raw,
@@ -168,6 +169,7 @@ def extract_train(
                     f"{train_tar}: expected one <synset>.tar per class (like n01440764.tar), "
                     f"found {member.name!r}; is this ILSVRC2012_img_train.tar?"
                 )
+            _refuse_duplicate(class_tars, name, member, train_tar, what="class tar")
             marker = markers / f"{synset}.done"
             if marker.exists():
                 classes_skipped += 1
@@ -214,13 +216,17 @@ def _extract_class(class_tar: IO[bytes], source: str, staging: Path) -> int:
 
 
 def _refuse_duplicate(
-    names: dict[str, str], name: str, member: tarfile.TarInfo, source: str | Path
+    names: dict[str, str],
+    name: str,
+    member: tarfile.TarInfo,
+    source: str | Path,
+    what: str = "image",
 ) -> None:
     """Records that `member` becomes the file `name`; refuses a second member that would."""
     if name in names:
         raise BadFileError(
-            f"{source}: members {names[name]!r} and {member.name!r} are both the image "
-            f"{name!r}; an ImageNet archive holds each image once: download it again"
+            f"{source}: members {names[name]!r} and {member.name!r} are both the {what} "
+            f"{name!r}; an ImageNet archive holds each {what} once: download it again"
         )
     names[name] = member.name
 
