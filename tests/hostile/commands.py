@@ -73,6 +73,8 @@ class Assets:
     run: Path  # a finished `train F --checkpoint-every 1` run: ckpt 1 and 2, no export
     records: Path  # build-imagenet records: 2 classes x 4 training images, dataset_info.json
     raw: Path  # the raw folder of `records`: train/a, train/b
+    renamed: Path  # the records of raw with class folder b renamed c
+    records_run: Path  # a finished `train R` run on `records`
 
 
 @dataclass(frozen=True)
@@ -925,6 +927,18 @@ def _no_forged_line(result, case: Path) -> None:
     assert not any(line.startswith("forged") for line in lines), result.out
 
 
+def _renamed_class(case: Path, assets: Assets) -> dict[str, str]:
+    """J: the run trained on classes a, b; the records were rebuilt with b renamed c."""
+    _copy(assets.renamed, case / "data")
+    _copy(assets.records_run, case / "run")
+    return {}
+
+
+def _names_the_classes(result, case: Path) -> None:
+    line = result.err.strip().splitlines()[-1]
+    assert "class" in line, line
+
+
 SEEDS: tuple[Case, ...] = (
     # A. folder names are never patterns
     Case(
@@ -1078,6 +1092,13 @@ SEEDS: tuple[Case, ...] = (
         (*shlex.split(f"train {F} --eval none --no-export --log-dir run --resume"),),
         _all_checkpoints_invalid,
         BAD_FILE,
+        outputs=("run",),
+    ),
+    Case(
+        "J-train-resume-renamed-class",
+        ("train", *shlex.split(R), "--data-dir", "data", "--log-dir", "run", "--resume"),
+        _renamed_class,
+        Expect(2, named=None, check=_names_the_classes),
         outputs=("run",),
     ),
     Case(

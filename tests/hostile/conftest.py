@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from hostile import corpus
-from hostile.commands import Assets, F
+from hostile.commands import Assets, F, R
 from hostile.harness import Server
 
 
@@ -42,10 +42,15 @@ def assets(server, tmp_path_factory) -> Assets:
     for cls in ("a", "b"):
         for i in range(4):
             corpus.jpeg(root / "raw" / "train" / cls / f"{cls}{i}.jpg", seed=i + 4 * (cls == "b"))
-    build = "build-imagenet --raw-dir raw --output-dir records --train-shards 1 --val-shards 1 "
+    # raw2: raw with class folder b renamed c (the same images)
+    shutil.copytree(root / "raw", root / "raw2")
+    (root / "raw2" / "train" / "b").rename(root / "raw2" / "train" / "c")
+    build = "build-imagenet --raw-dir {} --output-dir {} --train-shards 1 --val-shards 1 "
     build += "--workers 1 --no-progress"
     train = f"train {F} --eval none --no-export --checkpoint-every 1 --log-dir run"
-    for command in (build, train):
+    on_records = f"train {R} --data-dir records --log-dir records_run"
+    commands = (build.format("raw", "records"), build.format("raw2", "renamed"), train, on_records)
+    for command in commands:
         done = server.run(shlex.split(command), cwd=root, timeout=300)
         assert done.rc == 0, done.err[-3000:]
     assert sorted(p.name for p in (root / "run" / "checkpoints").iterdir()) == [
@@ -59,9 +64,7 @@ def assets(server, tmp_path_factory) -> Assets:
         run=root / "run",
         records=root / "records",
         raw=root / "raw",
+        renamed=root / "renamed",
+        records_run=root / "records_run",
     )
-    for path in (root / "run" / ".cvbench-run.lock",):
-        if path.exists():
-            path.unlink()
-    shutil.rmtree(root / "run" / "tensorboard", ignore_errors=True)
     return assets

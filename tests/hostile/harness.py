@@ -187,6 +187,14 @@ def _call(name: str, args: list[str]) -> int:
     return 0
 
 
+def allocate(mib: str) -> int:
+    """Allocates and touches `mib` MiB (the harness's own test of its memory figure)."""
+    block = bytearray(int(mib) << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    return len(block) >> 20
+
+
 def _run_request(request: dict, baseline: int | None = None) -> dict:
     base = _rss_bytes() if baseline is None else baseline
     start = time.monotonic()
