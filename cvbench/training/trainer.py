@@ -254,6 +254,25 @@ class Trainer(_TrainerCheckpoints):
             epochs=epochs,
         )
 
+    def _check_ready_optimizer(self) -> None:
+        """Raises `ValueError` naming a ready optimizer that was already built for variables
+        that are not this model's (it cannot update them)."""
+        optimizer = self._optimizer_spec
+        if not isinstance(optimizer, keras.optimizers.Optimizer):
+            return
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        if not inner.built:
+            return
+        known = getattr(inner, "_trainable_variables_indices", {})
+        variables = self.training_model.trainable_variables
+        missing = [v.path for v in variables if inner._var_key(v) not in known]
+        if missing:
+            raise ValueError(
+                f"the optimizer {optimizer.name!r} was already built for another model's "
+                f"variables (not {missing[0]!r}): pass a new one, e.g. "
+                f"{type(inner).__name__}(...) made again"
+            )
+
     @property
     def run_settings(self) -> dict[str, Any]:
         """What else a resume must agree on: the settings the task layer set, with the run's
@@ -276,8 +295,13 @@ class Trainer(_TrainerCheckpoints):
             self.optimizer = self._make_optimizer(
                 global_batch=global_batch, steps_per_epoch=steps_per_epoch, epochs=epochs
             )
+            self._check_ready_optimizer()
             self._compile(self.optimizer)
             self.optimizer.build(self.training_model.trainable_variables)
+            # A ready optimizer made before the Trainer holds variables made outside the
+            # distribution's scope (its iteration count and learning rate; its slots if it was
+            # built): laid out as those made in it, or one jitted step cannot take them all.
+            self.distribution.adopt_variables(self.optimizer.variables)
             self.global_batch = global_batch
             if steps_per_epoch is not None:
                 self._planned_steps = epochs * steps_per_epoch
