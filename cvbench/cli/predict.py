@@ -131,20 +131,6 @@ def _kept_on_stop(args: argparse.Namespace) -> str:
     return "the files written so far are kept; none is half-written"
 
 
-def printable(text: str) -> str:
-    """`text` with each character that is not printable (a newline, a tab, another control
-    character, a byte that is not UTF-8) escaped as Python writes it, so that a file name
-    cannot start a line of its own.
-
-    Example:
-        >>> printable("a\\nb.png"), printable("été.png")
-        ('a\\\\nb.png', 'été.png')
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def _check_flags(args: argparse.Namespace, task: str) -> None:
     if task == "classification":
         wrong = [
@@ -165,6 +151,8 @@ def _check_flags(args: argparse.Namespace, task: str) -> None:
 
 
 def _print_table(results: list[Any], task: str) -> None:
+    from cvbench.data.builders.sharded_writer import printable  # a name cannot forge a line
+
     for r in results:
         if task == "classification":
             top = " | ".join(
@@ -266,6 +254,8 @@ def _predict(args: argparse.Namespace) -> int:
 
     model, info = load_model(model_path, max_input_side=side)
     skipped = []
+
+    from cvbench.data.builders.sharded_writer import printable
 
     def warn(error: BadFileError) -> None:
         skipped.append(error)
