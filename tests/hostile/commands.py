@@ -2,13 +2,16 @@
 takes a path, which of its path arguments take which hostile inputs, and the documented
 outcome of each.
 
-**Adding a command** is one line in `TABLE`:
+**Adding a command** is one entry in `TABLE` per path argument:
 
-    Row("mycmd-input", "mycmd {target} --out out", base=_my_inputs, target="data.json",
-        hostiles=JSON_FILE, expect=BAD_FILE, outputs=("out",)),
+    Row("mycmd-input", "mycmd {target} --out out", records, "data.json", JSON_FILE,
+        BAD_FILE, outputs=("out",)),
 
-- `argv` is the command line (split like a shell would, then each `{name}` filled in with a
-  path of the case folder: `{target}` is where the hostile input was put);
+(name, argv, base, target, hostiles, expect, then keywords):
+
+- `name` prefixes the case ids; `argv` is the command line (split like a shell would, then
+  each `{name}` filled in with a path of the case folder: `{target}` is where the hostile
+  input was put);
 - `base(case, assets)` writes the command's *valid* inputs into the empty case folder
   (`Assets`: a tiny classifier and detector, a finished run, records, a COCO set);
 - `target` is where, relative to the case folder, each hostile input of `hostiles` (names of
@@ -17,7 +20,12 @@ outcome of each.
   by hostile name (`"*"` for the rest);
 - `outputs` are the paths the command may write; every other file of the case folder (the
   inputs, bystanders like `victim.txt`) must be byte-identical afterwards, and `protect`
-  lists files inside an output that must be too.
+  lists files inside an output that must be too;
+- `call="module:function"` makes the row a public reader's: `argv` are its arguments.
+
+The kinds of input file have their hostile sets (`IMAGE_FILE`, `MODEL_FILE`,
+`CHECKPOINT_FILE`, `JSON_FILE`, `TEXT_FILE`, `OUTPUT_FILE`, `OUTPUT_FOLDER`); a new hostile
+input is one entry of `HOSTILES` (a maker in `corpus.py`) added to the kinds it fits.
 
 One row expands to one case per hostile input (`cases()`), id `<row>-<hostile>`. `SEEDS`
 holds the repros of issue #37 (sections A-K) that need a setup of their own, one `Case`
