@@ -1093,6 +1093,7 @@ SEEDS: tuple[Case, ...] = (
         _crc_records,
         Expect(0, named=None, check=_one_skipped),
         outputs=("run",),
+        timeout=120,  # trains: a few seconds, 25 s on two busy cores
     ),
     # J. resume checks
     Case(
@@ -1144,6 +1145,7 @@ SEEDS: tuple[Case, ...] = (
         _glob_runs,
         ACCEPTED,
         outputs=("run[12]",),
+        timeout=120,  # trains: a few seconds, 25 s on two busy cores
     ),
     Case(
         "A-export-output-glob",
