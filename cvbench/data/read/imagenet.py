@@ -14,9 +14,10 @@ Element structure:
   cardinality). Count top-1/top-5 with the weights: the sum of the weights over all ranks is
   the number of validation records.
 
-Sharding across processes: `num_shards` / `shard_index`, by default Horovod's size and rank
-when Horovod is initialised. Training shards files (records when there are fewer files than
-ranks); evaluation gives each rank a contiguous range of records.
+Sharding across processes: `num_shards` / `shard_index`, by default the job's size and rank
+(Horovod's, or its launcher's before Horovod starts: `cvbench.data._distributed`). Training
+shards files (records when there are fewer files than ranks); evaluation gives each rank a
+contiguous range of records.
 
 This module holds only what is ImageNet's: the record parser
 (`cvbench.data.tfrecord.parse_imagenet_example`) and the recipe
