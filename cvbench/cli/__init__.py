@@ -166,7 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if known is None:
             raise
         line, code = known
-        print(line, file=sys.stderr)
+        from cvbench.data.builders.sharded_writer import printable
+
+        print(printable(line), file=sys.stderr)  # one line: a file name's newline escaped
         return code
 
 

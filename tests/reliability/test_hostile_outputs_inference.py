@@ -198,3 +198,16 @@ def test_a_stop_signal_while_predicting_is_one_line(models, work, signum, code):
     assert run.returncode == code, run.stderr[-3000:]
     assert lines(run) == [f"cvbench predict: {signum} received: stopped; nothing was written"]
     assert run.stdout == ""
+
+
+@pytest.mark.slow  # loads the model in a fresh process (TensorFlow)
+def test_an_error_line_naming_a_file_with_a_newline_stays_one_line(models, work):
+    (work / "images/a.png").unlink()
+    (work / "images/a\nforged line.png").write_bytes(b"not a png")
+    run = cvbench("predict", models / "cls.keras", "images", cwd=work)
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert lines(run) == [
+        "cvbench predict: error: images/a\\nforged line.png: not an image Pillow can read; "
+        "pass --skip-corrupt to skip such files"
+    ]
+    assert not any(line.startswith("forged") for line in run.stderr.splitlines())
