@@ -7,8 +7,15 @@ with code 2, never a traceback; a known failure at run time (corrupt data, a bad
 a full or read-only disk) prints one line `cvbench COMMAND: error: ...` and exits with code 1
 (`cvbench.cli.errors` says which errors and how they read). A training stopped by SIGTERM or
 SIGINT after checkpointing its last step prints one line naming the checkpoint and exits with
-128 + the signal's number (143, 130). Any other exception is a bug and keeps its traceback;
-`cvbench --debug COMMAND ...` or `CVBENCH_DEBUG=1` shows the traceback of every error.
+128 + the signal's number (143, 130). In every other phase of every command (building a
+model, evaluating, exporting, predicting, building data) SIGTERM or SIGINT stops the command
+at once: `main` installs one handler for all commands (`stop_on_signals`), which raises
+`StopSignalReceived`; the command's `finally` blocks remove what it had half-written (staging
+folders, temporary files), and it prints one line `cvbench COMMAND: SIGTERM received:
+stopped; <what is kept>` (each command's `kept_on_stop`) and exits with the same 143 or 130.
+An error line is one line: control characters of a file name in it are escaped (`a\\nb.png`).
+Any other exception is a bug and keeps its traceback; `cvbench --debug COMMAND ...` or
+`CVBENCH_DEBUG=1` shows the traceback of every error.
 
 The subcommand modules import nothing from this `__init__` (it imports them): `CLIError` and
 the error lines live in `cvbench.cli.errors`; `cvbench.cli.CLIError` is the same class.

@@ -11,6 +11,11 @@ handled stops at once (`KeyboardInterrupt`), for a user who does not want to wai
 
 Handlers can only be installed from the main thread; elsewhere (a `fit` in a worker thread)
 the process' own handlers stay, and the signals act as they would without cvbench.
+
+Outside `fit`'s epochs (building the model, the final evaluation and export, and every other
+command) the `cvbench` command's own handler stops at once (`cvbench.cli.stop_on_signals`:
+one line, the same exit codes, half-written outputs removed); `StopRequest` installs its
+handlers over it while training and puts it back after.
 """
 
 from __future__ import annotations
