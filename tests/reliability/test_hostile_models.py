@@ -256,6 +256,29 @@ def test_load_weights_refuses_a_crafted_npz_as_a_bad_file(tmp_path):
     assert all((v.numpy() == b).all() for v, b in zip(model.weights[:3], before, strict=True))
 
 
+def test_a_legacy_h5_dataset_declaring_more_than_it_stores_is_refused(tmp_path):
+    import h5py
+
+    from cvbench.models import load_weights, resnet18
+
+    path = tmp_path / "w.h5"
+    with h5py.File(path, "w") as f:  # the legacy layout: layer_names, then weight_names
+        f.attrs["layer_names"] = [b"conv1_conv"]
+        layer = f.create_group("conv1_conv")
+        layer.attrs["weight_names"] = [b"conv1_conv/kernel:0"]
+        # 4 GiB declared, chunked and compressed, never written: 0 bytes stored in the file
+        layer.create_dataset("conv1_conv/kernel:0", shape=(2**30,), dtype="f4",
+                             chunks=(2**20,), compression="gzip")  # fmt: skip
+    assert path.stat().st_size < 10_000
+    model = resnet18(num_classes=4, input_shape=(32, 32, 3))
+    with pytest.raises(BadFileError) as err:
+        load_weights(model, path, match="name")
+    assert str(err.value) == (
+        f"{path}: dataset /conv1_conv/conv1_conv/kernel:0 declares 4.0 GiB of shape "
+        "(1073741824,) but stores 0 bytes, more than compression can give (1032:1)"
+    )
+
+
 # -------------------------------------------------------------------------- model files (D, E)
 @pytest.fixture(scope="module")
 def cls_keras(tmp_path_factory) -> Path:
@@ -479,3 +502,19 @@ def test_resume_falls_back_past_a_fifo_and_a_deep_json_checkpoint(tmp_path):
         "100000 levels deep, over the limit of 200",
     ]
     assert "resumed from run/checkpoints/ckpt-0000000002.npz" in resumed.stdout
+
+
+@pytest.mark.slow  # starts the training command (TensorFlow)
+def test_train_weights_of_a_crafted_npz_is_one_line_and_exit_1(tmp_path):
+    huge = make_npz_huge_header(tmp_path / "huge.npz")
+    flags = [
+        "train", "--model", "resnet18", "--image-size", "32", "--num-classes", "4",
+        "--synthetic", "--batch-size", "2", "--steps-per-epoch", "1", "--epochs", "1",
+        "--eval", "none", "--no-progress", "--no-export",
+    ]  # fmt: skip
+    run = cvbench(*flags, "--weights", huge, cwd=tmp_path)
+    assert one_line(run, 1) == (
+        f"cvbench train: error: {huge} is not a valid weights file: member conv1.weight.npy has "
+        "a .npy header asking for shape (68719476736,) of float32 (256.0 GiB), but holds 12 "
+        "bytes of data"
+    )
