@@ -108,7 +108,8 @@ def classify(
             task="classification")` states the defaults: [0, 255] RGB, its input size,
             "center_crop", classes named "0", "1", ...).
         top_k: classes kept per image (at most the number of classes).
-        batch_size: images per model call.
+        batch_size: images per model call (fewer where `batch_size` model inputs would hold
+            more than `max_image_pixels` pixels).
         skip_corrupt: skip image files that cannot be read or are over `max_image_pixels`
             (no result for them) instead of raising.
         on_skip: called with the `cvbench.inference.images.ImageFileError` of each file
@@ -123,8 +124,9 @@ def classify(
         ValueError: for `top_k < 1`, a detector, a model file or object without `ModelInfo`, a model
             output that is not `(B, num_classes)`, or bad inputs (naming the file).
         FileNotFoundError: for a missing model or image file.
-        BadFileError: (a `ValueError`) for a malformed model file, or an image file that
-            cannot be read or is over `max_image_pixels` (unless `skip_corrupt`).
+        BadFileError: (a `ValueError`) for a malformed model file, a model input
+            (`ModelInfo.image_size`) over `max_image_pixels`, or an image file that cannot be
+            read, is corrupt or is over a limit (unless `skip_corrupt`).
     """
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be an int >= 1; got {top_k!r}")

@@ -103,7 +103,8 @@ def detect(
         score_threshold: keep detections scoring above it, in `[0, 1)`.
         box_format: "xyxy" (`[xmin, ymin, xmax, ymax]`), "xywh" (COCO
             `[xmin, ymin, width, height]`) or "yxyx" (`[ymin, xmin, ymax, xmax]`), pixels.
-        batch_size: images per model call.
+        batch_size: images per model call (fewer where `batch_size` model inputs would hold
+            more than `max_image_pixels` pixels).
         skip_corrupt: skip image files that cannot be read or are over `max_image_pixels`
             (no result for them) instead of raising.
         on_skip: called with the `cvbench.inference.images.ImageFileError` of each file
@@ -118,8 +119,9 @@ def detect(
         ValueError: for a bad `score_threshold` or `box_format`, a classifier, a model file
             or object without `ModelInfo`, or bad inputs (naming the file).
         FileNotFoundError: for a missing model or image file.
-        BadFileError: (a `ValueError`) for a malformed model file, or an image file that
-            cannot be read or is over `max_image_pixels` (unless `skip_corrupt`).
+        BadFileError: (a `ValueError`) for a malformed model file, a model input
+            (`ModelInfo.image_size`) over `max_image_pixels`, or an image file that cannot be
+            read, is corrupt or is over a limit (unless `skip_corrupt`).
     """
     check_box_format(box_format)
     if isinstance(score_threshold, bool) or not 0.0 <= float(score_threshold) < 1.0:
