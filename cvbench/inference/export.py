@@ -31,7 +31,6 @@ import dataclasses
 import errno
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,7 @@ from cvbench.inference.outputs import (
     errors_naming,
     record_tree,
 )
-from cvbench.utils.files import record_output
+from cvbench.utils.files import record_output, remove_dead_staging, staging_folder
 from cvbench.utils.model_file import MAX_INPUT_SIDE, ModelInfo, load_model
 
 FORMATS = ("saved_model", "tflite")
@@ -161,7 +160,7 @@ def _write_export(served: Any, fn: Any, out: Path, *, format: str, info: ModelIn
 
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_serving_staging(out)
-    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out, os.getpid()), dir=out.parent))
+    staging = staging_folder(out.parent, _staging_prefix(out))
     try:
         saved = staging / "saved_model"
         try:
@@ -183,8 +182,8 @@ def _write_export(served: Any, fn: Any, out: Path, *, format: str, info: ModelIn
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _staging_prefix(out: Path, pid: int) -> str:
-    return f".{out.name}.export-{pid}-"
+def _staging_prefix(out: Path) -> str:
+    return f".{out.name}.export-"
 
 
 def remove_stale_serving_staging(out: str | os.PathLike) -> list[Path]:
@@ -196,36 +195,7 @@ def remove_stale_serving_staging(out: str | os.PathLike) -> list[Path]:
         The folders removed.
     """
     out = Path(out)
-    prefix = _staging_prefix(out, 0)[: -len("0-")]  # ".<name>.export-"
-    removed = []
-    try:
-        names = os.listdir(out.parent)
-    except OSError:
-        return removed
-    for name in names:
-        if not name.startswith(prefix):
-            continue
-        pid = name[len(prefix) :].split("-", 1)[0]
-        path = out.parent / name
-        if pid.isdigit() and not _running(int(pid)) and _real_folder(path):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
-
-
-def _running(pid: int) -> bool:
-    """Whether a process `pid` runs on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # another user's process
-    return True
-
-
-def _real_folder(path: Path) -> bool:
-    return path.is_dir() and not path.is_symlink()
+    return remove_dead_staging(out.parent, _staging_prefix(out))
 
 
 def _os_error(error: Any) -> OSError:

@@ -20,7 +20,6 @@ import errno
 import os
 import shutil
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 
 import keras
 
-from cvbench.utils.files import refuse_link
+from cvbench.utils.files import refuse_link, remove_dead_staging, staging_folder
 from cvbench.utils.model_file import ModelInfo, save_model
 
 
@@ -62,7 +61,7 @@ def export_trained_model(
     refuse_link(keras_path)
     refuse_link(final)
     remove_stale_export_staging(directory)
-    staging = Path(tempfile.mkdtemp(prefix=f"{_STAGING}{os.getpid()}-", dir=directory))
+    staging = staging_folder(directory, _STAGING)
     written = {}
     try:
         with _naming(keras_path):
@@ -96,31 +95,7 @@ def remove_stale_export_staging(directory: str | os.PathLike) -> list[Path]:
         >>> [p.name for p in remove_stale_export_staging(d)]
         ['.export-999999999-x']
     """
-    directory = Path(directory)
-    removed = []
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError:
-        return removed
-    for name in names:
-        if not name.startswith(_STAGING):
-            continue
-        pid = name[len(_STAGING) :].split("-", 1)[0]
-        path = directory / name
-        if pid.isdigit() and not _running(int(pid)) and path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # another user's process
-    return True
+    return remove_dead_staging(directory, _STAGING)
 
 
 def user_model(

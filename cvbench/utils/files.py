@@ -469,3 +469,55 @@ def written_by_cvbench(path: str | os.PathLike) -> bool:
         return entry.get("sha256") == _sha256(path)
     except (OSError, BadFileError):
         return False
+
+
+def staging_folder(folder: str | os.PathLike, prefix: str) -> Path:
+    """A new private folder `<folder>/<prefix><pid>-<random>` in which a command builds an
+    output before moving it into place; `remove_dead_staging` removes the ones whose process
+    was killed outright (a SIGKILL runs no `finally`)."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=folder))
+
+
+def _running(pid: int) -> bool:
+    """Whether a process `pid` runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process
+    return True
+
+
+def remove_dead_staging(folder: str | os.PathLike, prefix: str) -> list[Path]:
+    """Removes the staging folders `<folder>/<prefix><pid>-...` (`staging_folder`) of
+    processes no longer running; returns them. A running process's folder, a link and a
+    file of that name are left alone.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> (d / ".export-999999999-x").mkdir()  # no such process
+        >>> mine = staging_folder(d, ".export-")
+        >>> [p.name for p in remove_dead_staging(d, ".export-")], mine.is_dir()
+        (['.export-999999999-x'], True)
+    """
+    import shutil
+
+    folder = Path(folder)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        pid = name[len(prefix) :].split("-", 1)[0]
+        path = folder / name
+        if pid.isdigit() and not _running(int(pid)) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
