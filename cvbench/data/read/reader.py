@@ -40,6 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from cvbench.data.read.corrupt import CorruptRecordCounter, apply_policy, no_autograph
+from cvbench.data.read.raw_data import raw_data_message
 from cvbench.data.tfrecord import scan_tfrecord
 from cvbench.utils.errors import BadFileError
 from cvbench.utils.files import match_files
@@ -66,7 +67,9 @@ def list_split_files(
 
     Raises:
         FileNotFoundError: `data_dir` does not exist or nothing matches; the message says
-            what was looked for, where, and which shard-like files are there.
+            what was looked for, where, and which shard-like files are there; for a folder
+            of raw images (class folders, COCO JSON), the builder command that makes its
+            records (`raw_data.raw_data_message`).
     """
     root = Path(data_dir)
     if not root.is_dir():
@@ -74,6 +77,9 @@ def list_split_files(
     pattern = file_pattern or split_glob(split)
     files = [str(p) for p in match_files(root, pattern)]
     if not files:
+        raw = raw_data_message(root)
+        if raw is not None:  # raw images given where records were expected
+            raise FileNotFoundError(raw)
         present = sorted({n.split("-")[0] for n in os.listdir(root) if "-of-" in n})
         hint = f"; shard files present for: {', '.join(present)}" if present else ""
         raise FileNotFoundError(f"no TFRecord files matching {pattern!r} in {root}{hint}")
