@@ -19,7 +19,6 @@ Trainer's ranks, and `TaskRun` trains and evaluates.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -261,13 +260,6 @@ def prepare_run(
     if dist.is_chief:
         for line in notes.banner(recipe, run_plan):
             print(line, flush=True)
-    if run_plan.warmup_steps > run_plan.total_steps and "optimizer and schedule" not in callers_own:
-        warnings.warn(
-            f"recipe {recipe.name}: the warmup ({run_plan.warmup_steps} steps) is longer than "
-            f"the run ({run_plan.total_steps} steps): the rate never reaches its peak "
-            f"{run_plan.peak_lr:g}",
-            stacklevel=2,
-        )
     trainer.run_settings = run_settings(task)
     return TaskRun(
         task=task, trainer=trainer, train=train, batch_size=batch_size, plan=run_plan,

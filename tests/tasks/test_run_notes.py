@@ -1,5 +1,5 @@
-"""What a run says besides its recipe: the precision used and why, the overrides, and a
-warning when the warmup is longer than the run."""
+"""What a run says besides its recipe: the precision used and why, the overrides, and the
+cap of a warmup longer than the run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from cvbench.tasks import ClassificationTask, TaskOptions, prepare_run
 from cvbench.tasks.recipes import get_recipe
-from cvbench.tasks.runner import overrides, precision_note
+from cvbench.tasks.runner import overrides, precision_note, recipe_record
 
 
 def tiny_task(**settings) -> ClassificationTask:
@@ -18,17 +18,38 @@ def tiny_task(**settings) -> ClassificationTask:
     return ClassificationTask(options)
 
 
-def test_a_warmup_longer_than_the_run_warns():
-    # resnet18_cvbench warms up 8 epochs; 1 epoch of 2 steps is 2 steps, warmup int(2 x 8) = 16.
-    with pytest.warns(UserWarning, match=r"the warmup \(16 steps\) is longer than the run \(2"):
-        prepare_run(tiny_task(epochs=1), batch_size=4, precision="fp32", distribution="single")
+# resnet18_cvbench warms up 8 epochs: int(steps per epoch x 8) steps, longer than these runs
+# of epochs x steps per epoch steps, so capped at half the run (total // 2):
+# 1 x 2 = 2 steps, warmup 16 -> 1; 2 x 2 = 4, warmup 16 -> 2; 1 x 3 = 3, warmup 24 -> 1.
+@pytest.mark.parametrize(
+    "epochs, steps, total, recipe_warmup, warmup",
+    [(1, 2, 2, 16, 1), (2, 2, 4, 16, 2), (1, 3, 3, 24, 1)],
+)
+def test_a_warmup_longer_than_the_run_is_capped_at_half_the_run(
+    capsys, epochs, steps, total, recipe_warmup, warmup
+):
+    run = prepare_run(tiny_task(epochs=epochs), batch_size=4, precision="fp32",
+                      distribution="single", steps_per_epoch=steps)  # fmt: skip
+    assert (run.plan.total_steps, run.plan.warmup_steps) == (total, warmup)
+    assert run.plan.warmup_capped_from == recipe_warmup
+    assert run.trainer._schedule_spec.warmup_steps == warmup  # what the Trainer runs
+    first = capsys.readouterr().out.splitlines()[0]
+    assert (
+        f"{total} steps, warmup {warmup} steps from 0 (capped at half the run: the recipe's "
+        f"{recipe_warmup}-step warmup is longer than the run; --warmup-epochs sets it)"
+    ) in first
+    record = recipe_record(run.task.recipe, run.plan)
+    assert record["plan"]["warmup_capped_from"] == recipe_warmup
 
 
-def test_a_warmup_within_the_run_does_not_warn():
-    # 10 epochs of 2 steps = 20 steps > 16.
+def test_a_warmup_within_the_run_is_not_capped(capsys):
+    # 10 epochs of 2 steps = 20 steps >= 16: the recipe's warmup, nothing said.
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-        prepare_run(tiny_task(epochs=10), batch_size=4, precision="fp32", distribution="single")
+        run = prepare_run(tiny_task(epochs=10), batch_size=4, precision="fp32",
+                          distribution="single")  # fmt: skip
+    assert (run.plan.warmup_steps, run.plan.warmup_capped_from) == (16, None)
+    assert "capped" not in capsys.readouterr().out
 
 
 def test_the_banner_states_precision_reason_and_overrides(capsys):

@@ -86,12 +86,13 @@ def test_prepare_run_follows_the_recipe():
     )
     task = ClassificationTask(TaskOptions(model="resnet50", recipe=recipe, synthetic_steps=4))
     run = prepare_run(task, precision="fp32", config=QUIET)
-    # 4 steps of 1 x 2; 3 epochs; warmup int(4 x 8) = 32; peak 0.256 x 2 / 256.
-    assert run.plan == RecipePlan(1, 2, 2, 0.002, 4, 12, 32, 0.0, "0.256 x 2 / 256")
+    # 4 steps of 1 x 2; 3 epochs = 12 steps; warmup int(4 x 8) = 32 > 12: capped at 12 // 2
+    # = 6; peak 0.256 x 2 / 256.
+    assert run.plan == RecipePlan(1, 2, 2, 0.002, 4, 12, 6, 0.0, "0.256 x 2 / 256", 32)
     assert run.batch_size == 2 and run.train.steps_per_epoch == 4
     config, schedule = run.trainer.config, run.trainer._schedule_spec
     assert (config.dynamic_loss_scale, config.loss_scale, config.log_every) == (False, 128.0, 0)
-    assert (schedule.warmup_steps, schedule.decay_from, schedule.base_lr) == (32, "start", 0.256)
+    assert (schedule.warmup_steps, schedule.decay_from, schedule.base_lr) == (6, "start", 0.256)
     assert run.trainer._optimizer_spec.decay_bias is True
 
 

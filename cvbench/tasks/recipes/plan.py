@@ -39,6 +39,8 @@ class RecipePlan:
         warmup_start_lr: the rate at step 0.
         lr_rule: how `peak_lr` follows from the recipe, e.g. "0.256 x 16 / 256" (the base
             rate per reference batch, scaled linearly) or "not scaled".
+        warmup_capped_from: the recipe's warmup in steps when it was longer than the run and
+            `warmup_steps` is capped at half the run (`capped_warmup`); None otherwise.
     """
 
     num_gpus: int
@@ -50,6 +52,7 @@ class RecipePlan:
     warmup_steps: int
     warmup_start_lr: float
     lr_rule: str = ""
+    warmup_capped_from: int | None = None
 
     def describe(self) -> str:
         """One line for the run's log, e.g. `global batch 2048 = 8 x 256, ...`."""
@@ -58,7 +61,17 @@ class RecipePlan:
             f"global batch {self.global_batch} = {self.num_gpus} x {self.batch_per_gpu}, "
             f"peak LR {self.peak_lr:g}{rule}, {self.steps_per_epoch} steps per epoch, "
             f"{self.total_steps} steps, warmup {self.warmup_steps} steps from "
-            f"{self.warmup_start_lr:g}"
+            f"{self.warmup_start_lr:g}{self.warmup_note()}"
+        )
+
+    def warmup_note(self) -> str:
+        """ " (capped: the recipe's N-step warmup is longer than the run)" when it was, else
+        ""."""
+        if self.warmup_capped_from is None:
+            return ""
+        return (
+            f" (capped at half the run: the recipe's {self.warmup_capped_from}-step warmup is "
+            "longer than the run; --warmup-epochs sets it)"
         )
 
 
@@ -78,7 +91,8 @@ def plan(
         one counted in images `images // global_batch` steps; the warmup is
         `int(steps_per_epoch * warmup_epochs)` steps (DLE's and nvcnn's rule) or
         `round(warmup_fraction * total_steps)` (the SSD configurations: 12,500 / 1,000 at 8 x
-        32, 100,000 / 8,000 at 1 x 32).
+        32, 100,000 / 8,000 at 1 x 32); a warmup longer than the run (a short run on small
+        data) is capped at half the run (`capped_warmup`), stated in `describe()`.
 
     Raises:
         ValueError: a count below 1, or a global batch larger than the training split.
@@ -107,6 +121,7 @@ def plan(
     if total < 1:
         raise ValueError(f"plan({recipe.name!r}): the run has no training step ({total})")
     peak = schedule.peak_lr(global_batch)
+    capped = capped_warmup(warmup, total)
     return RecipePlan(
         num_gpus=num_gpus,
         batch_per_gpu=batch,
@@ -114,10 +129,24 @@ def plan(
         peak_lr=peak,
         steps_per_epoch=steps_per_epoch,
         total_steps=total,
-        warmup_steps=warmup,
+        warmup_steps=capped,
         warmup_start_lr=schedule.warmup_start_factor * peak,
         lr_rule=lr_rule(schedule, global_batch),
+        warmup_capped_from=warmup if capped != warmup else None,
     )
+
+
+def capped_warmup(warmup_steps: int, total_steps: int) -> int:
+    """The warmup a run of `total_steps` steps uses: the recipe's `warmup_steps`, or half the
+    run (`total_steps // 2`) when the recipe's is longer than the run, where the rate would
+    never reach its peak and never decay (an ImageNet recipe's 8 warmup epochs in a 5-epoch
+    run on a small data set); the peak is then reached halfway and the decay has the rest.
+
+    Example:
+        >>> capped_warmup(16, 20), capped_warmup(16, 16), capped_warmup(16, 10), capped_warmup(8, 1)
+        (16, 16, 5, 0)
+    """
+    return warmup_steps if warmup_steps <= total_steps else total_steps // 2
 
 
 def lr_rule(schedule: ScheduleConfig, global_batch: int) -> str:
