@@ -65,9 +65,9 @@ def _horovodrun() -> str:
 
 def _launch(args: argparse.Namespace, config) -> int:
     from cvbench.demo.data import prepare_data
+    from cvbench.demo.run import claim_output_dir
 
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_output_dir(args.output_dir)  # a user's folder is refused before data/ is made
     prepare_data(out / "data", config)
     n = args.horovod
     command = [

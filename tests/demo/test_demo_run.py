@@ -12,6 +12,7 @@ from cvbench.demo.classify import StageResult
 from cvbench.demo.config import DemoConfig
 from cvbench.demo.data import DemoData, prepare_data
 from cvbench.demo.shapes import SHAPE_NAMES
+from cvbench.utils.files import OUTPUTS_LIST
 
 
 def _parse(argv):
@@ -116,8 +117,9 @@ def test_second_prepare_reuses_every_file(tmp_path):
     # 12 + 6 classification JPEGs, 3 + 2 detection JPEGs, 2 COCO JSON, 2 specs; 8 + 2 and
     # 3 + 2 shards (shard counts are capped at the image count); 8 + 2 DALI index files
     # (idx/<shard>.idx, written by build-imagenet); 2 manifests and 2 dataset_info.json;
-    # instances_val.json copied next to the records by build-coco.
-    assert len(files) == 18 + 5 + 2 + 2 + 10 + 5 + 10 + 2 + 2 + 1
+    # instances_val.json copied next to the records by build-coco, and the
+    # .cvbench-outputs.json that records that copy as cvbench's (utils/files.py).
+    assert len(files) == 18 + 5 + 2 + 2 + 10 + 5 + 10 + 2 + 2 + 1 + 1
     assert len(list((tmp_path / "imagenet" / "idx").glob("*.idx"))) == 10
     prepare_data(tmp_path, config, num_workers=1, progress=False)
     after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()}
@@ -125,7 +127,8 @@ def test_second_prepare_reuses_every_file(tmp_path):
     assert all(after[p][1] == files[p][1] for p in files)  # same bytes everywhere
     # Images and shards are not touched; only the small metadata files are rewritten.
     rewritten = {p.name for p in files if after[p][0] != files[p][0]}
-    assert rewritten <= {"cvbench_manifest.json", "dataset_info.json", "instances_val.json"}
+    small = {"cvbench_manifest.json", "dataset_info.json", "instances_val.json", OUTPUTS_LIST}
+    assert rewritten <= small
 
 
 def test_cli_defaults_and_bad_values(capsys):
@@ -156,6 +159,19 @@ def test_horovod_launch_command(tmp_path, monkeypatch):
         "-m", "cvbench", "demo", "--output-dir", str(tmp_path), "--seed", "0", "--data-ready",
         "--quick",
     ]  # fmt: skip
+
+
+def test_the_horovod_launch_refuses_a_users_folder_before_making_data(tmp_path, monkeypatch):
+    # The launcher built out/data before any rank claimed the folder: a user's folder got a
+    # data/ subfolder (and a half-built data set) before the ranks refused it.
+    calls = []
+    monkeypatch.setattr(demo_cli, "_horovodrun", lambda: "/bin/horovodrun")
+    monkeypatch.setattr("cvbench.demo.data.prepare_data", lambda d, c: calls.append(d))
+    (tmp_path / "notes.txt").write_text("mine")
+    args = _parse(["demo", "--output-dir", str(tmp_path), "--quick", "--horovod", "2"])
+    with pytest.raises(ValueError, match=r"holds files the demo did not write \(notes.txt\)"):
+        args.func(args)
+    assert calls == [] and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
 def test_horovod_missing_is_a_cli_error(monkeypatch, tmp_path):
