@@ -236,7 +236,7 @@ def _predict(args: argparse.Namespace) -> int:
     from cvbench.utils.model_file import MAX_INPUT_SIDE
 
     model_path = Path(args.model)
-    if not model_path.is_file():
+    if not model_path.exists():  # a FIFO or folder is refused by read_model_info: exit 1
         raise CLIError(f"no model file {model_path}")
     side = MAX_INPUT_SIDE if args.max_input_side is None else args.max_input_side
     info = read_model_info(model_path, max_input_side=side)

@@ -317,6 +317,19 @@ def test_a_model_file_that_is_a_fifo_is_refused_unopened(tmp_path):
             read(tmp_path / "m.keras")
 
 
+def test_predict_of_a_model_file_that_is_a_fifo_is_one_line_and_exit_1(tmp_path, capsys):
+    # predict's `is_file()` pre-check called a FIFO "no model file" (exit 2): the file exists,
+    # and the layer names what it is (a bad input file: exit 1).
+    from cvbench.cli import main
+
+    os.mkfifo(tmp_path / "m.keras")
+    Image.new("RGB", (4, 4)).save(tmp_path / "a.png")
+    assert main(["predict", str(tmp_path / "m.keras"), str(tmp_path / "a.png")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    fifo = f"{tmp_path}/m.keras is a FIFO (named pipe), not a regular file"
+    assert err == [f"cvbench predict: error: model file {fifo}"]
+
+
 def test_export_markers_fifos_and_deep_json_are_bad_files(tmp_path):
     from cvbench.inference.export_info import read_export_info
 
