@@ -62,6 +62,15 @@ def add_recipe_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--mixup", type=non_negative_float, default=None, help="mixup alpha (0: off)")
     p.add_argument(
+        "--crop-area-range",
+        type=area_range,
+        default=None,
+        metavar="LOW,HIGH",
+        help="training random crop's area as a fraction of the image, e.g. 0.35,1 (NVIDIA's "
+        "ResNet-50: 0.05,1; Inception V3: 0.1,1; SSD320: 0.75,1); raise LOW for small data "
+        "or small images",
+    )
+    p.add_argument(
         "--loss-scale",
         type=non_negative_float,
         default=None,
@@ -84,6 +93,29 @@ def add_recipe_flags(p: argparse.ArgumentParser) -> None:
         help="SSD backbone weights: a keras.applications ResNet-50 _notop file, or imagenet "
         "(required: the SSD recipe freezes every batch norm)",
     )
+
+
+def area_range(text: str) -> tuple[float, float]:
+    """`"0.35,1"` -> (0.35, 1.0): a crop's area range, 0 < low <= high <= 1.
+
+    Example:
+        >>> area_range("0.35,1")
+        (0.35, 1.0)
+        >>> area_range("0.5")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: expected LOW,HIGH with 0 < LOW <= HIGH <= 1 ... got '0.5'
+    """
+    try:
+        values = float_list(text)
+    except argparse.ArgumentTypeError:
+        values = ()
+    if len(values) != 2 or not 0 < values[0] <= values[1] <= 1:
+        raise argparse.ArgumentTypeError(
+            "expected LOW,HIGH with 0 < LOW <= HIGH <= 1 (a fraction of the image's area), "
+            f"e.g. 0.35,1, got {text!r}"
+        )
+    return values[0], values[1]
 
 
 def flag(setting: str) -> str:

@@ -34,6 +34,7 @@ SETTINGS: dict[str, tuple[str | None, str | None]] = {
     "weight_decay": ("optimizer.weight_decay", "detection.l2_weight"),
     "label_smoothing": ("loss.label_smoothing", "loss.label_smoothing"),
     "mixup": ("loss.mixup_alpha", None),
+    "crop_area_range": ("preprocessing.area_range", "detection.crop_area_range"),
     "loss_scale": ("loss.loss_scale", "loss.loss_scale"),
     "dynamic_loss_scale": ("loss.dynamic_loss_scale", "loss.dynamic_loss_scale"),
     "image_size": ("model.image_size", "detection.image_size"),
