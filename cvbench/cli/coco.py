@@ -5,6 +5,11 @@ Two ways to name the input:
     cvbench build-coco OUT --coco-dir /data/coco            # train2017/, val2017/, annotations/
     cvbench build-coco OUT --annotations FILE --images DIR --split val
 
+`--annotations`, `--images` and `--split` may be repeated, once per split and in the same
+order, to build a user's own train and val files in one call; or build them call after
+call into the same OUT: each call adds its split and keeps the others (`--overwrite`
+replaces only the split it names).
+
 The command is thin: it calls `cvbench.data.builders.coco_builder.build_coco_splits` (parallel,
 resumable, atomic shards; rerun it after an interruption) and prints the summary: boxes
 skipped per reason and images skipped with theirs.
@@ -32,7 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "... (TF OD API features, COCO category ids in image/object/class/label). "
             "Boxes with zero size or outside the image, and annotations naming an unknown "
             "category or image, are skipped and counted; unreadable images are skipped and "
-            "listed. Parallel and resumable: rerun the same command after an interruption."
+            "listed. Parallel and resumable: rerun the same command after an interruption. "
+            "Several splits share one OUT, built in one call (repeat --annotations, --images "
+            "and --split) or call after call: each call adds its splits and keeps the others, "
+            "whose categories must be the same; --overwrite replaces only the splits named."
         ),
     )
     p.add_argument("out", type=Path, help="output folder")
@@ -42,10 +50,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         help="COCO 2017 folder: annotations/instances_{train,val}2017.json, train2017/, val2017/",
     )
-    source.add_argument("--annotations", type=Path, help="one annotation JSON (with --images)")
-    p.add_argument("--images", type=Path, help="the image folder of --annotations")
+    source.add_argument(
+        "--annotations",
+        type=Path,
+        action="append",
+        help="an annotation JSON (with --images and --split); repeat all three, in the same "
+        "order, for several splits (train and val)",
+    )
     p.add_argument(
-        "--split", default=None, help="split name for --annotations (records coco_SPLIT.record-*)"
+        "--images", type=Path, action="append", help="the image folder of each --annotations"
+    )
+    p.add_argument(
+        "--split",
+        action="append",
+        default=None,
+        help="the split name of each --annotations (records coco_SPLIT.record-*; `cvbench "
+        "train` reads train and val). Other splits already in OUT are kept",
     )
     p.add_argument(
         "--splits",
@@ -59,8 +79,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--num-shards",
         type=positive_int,
+        action="append",
         default=None,
-        help="shards for --annotations (100 for train, else 10; never more than images)",
+        help="shards for --annotations (100 for train, else 10; never more than images): once "
+        "for every split, or once per --split in the same order",
     )
     p.add_argument(
         "--workers", type=positive_int, default=None, help="encoding processes (all cores)"
@@ -69,7 +91,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--quality", type=positive_int, default=95, help="JPEG quality of re-encoded images"
     )
-    p.add_argument("--overwrite", action="store_true", help="replace a different data set in OUT")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the splits named when OUT holds other versions of them (only their "
+        "shards cvbench wrote; other splits are kept)",
+    )
     add_max_pixels_argument(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=build_coco_command)
@@ -93,14 +120,29 @@ def _sources(args: argparse.Namespace) -> tuple[dict, dict]:
             if count is not None:
                 shards[split] = count
         return sources, shards
-    if args.images is None or args.split is None:
-        raise CLIError("--annotations needs --images DIR and --split NAME")
-    if not args.annotations.exists():  # a FIFO or device: the builder's one line, exit 1
-        raise CLIError(f"--annotations: no such file {args.annotations}")
-    if not args.images.is_dir():
-        raise CLIError(f"--images: no such folder {args.images}")
-    shards = {} if args.num_shards is None else {args.split: args.num_shards}
-    return {args.split: (args.annotations, args.images)}, shards
+    files, folders, names = args.annotations, args.images or [], args.split or []
+    if len(folders) != len(files) or len(names) != len(files):
+        raise CLIError(
+            "--annotations needs --images DIR and --split NAME, once per --annotations (got "
+            f"{len(files)} --annotations, {len(folders)} --images, {len(names)} --split)"
+        )
+    counts = args.num_shards or []
+    if len(counts) not in (0, 1, len(files)):
+        raise CLIError(
+            f"--num-shards: give it once, or once per --split ({len(files)}), got {len(counts)}"
+        )
+    sources, shards = {}, {}
+    for index, (annotations, images, split) in enumerate(zip(files, folders, names, strict=True)):
+        if split in sources:
+            raise CLIError(f"--split {split} is given twice")
+        if not annotations.exists():  # a FIFO or device: the builder's one line, exit 1
+            raise CLIError(f"--annotations: no such file {annotations}")
+        if not images.is_dir():
+            raise CLIError(f"--images: no such folder {images}")
+        sources[split] = (annotations, images)
+        if counts:
+            shards[split] = counts[index if len(counts) > 1 else 0]
+    return sources, shards
 
 
 def build_coco_command(args: argparse.Namespace) -> int:

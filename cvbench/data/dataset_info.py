@@ -42,6 +42,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -184,13 +185,110 @@ def _category_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_CATEGORY_ID
 
 
+def class_difference(
+    old: DatasetInfo, new: DatasetInfo, *, old_name: str = "there", new_name: str = "here"
+) -> str | None:
+    """The first difference between what two descriptions say the classes (and so the
+    record labels) are, in words, or None when they agree: the kind, label offset, class ids
+    in order and their names. (Images per class and split, and records per split, are facts
+    about splits and may differ.)
+
+    Example:
+        >>> a = DatasetInfo(kind="coco", classes=(ClassInfo(1, "cat"), ClassInfo(3, "dog")))
+        >>> b = DatasetInfo(kind="coco", classes=(ClassInfo(1, "cat"), ClassInfo(3, "wolf")))
+        >>> class_difference(a, b)
+        "category 3 is named 'dog' there, 'wolf' here"
+        >>> class_difference(a, DatasetInfo(kind="coco", classes=(ClassInfo(1, "cat"),)))
+        "2 categories there, 1 here: category 3 ('dog') is there but not here"
+    """
+    a, b = old_name, new_name
+    if old.kind != new.kind:
+        return f"the kind is {old.kind!r} {a}, {new.kind!r} {b}"
+    if old.label_offset != new.label_offset:
+        return f"the label offset is {old.label_offset} {a}, {new.label_offset} {b}"
+    one, many = ("category", "categories") if new.kind == "coco" else ("class", "classes")
+    old_names = {c.id: c.name for c in old.classes}
+    new_names = {c.id: c.name for c in new.classes}
+    if set(old_names) != set(new_names):
+        count = f"{len(old_names)} {many} {a}, {len(new_names)} {b}"
+        only_old = [c for c in old.classes if c.id not in new_names]
+        only_new = [c for c in new.classes if c.id not in old_names]
+        if only_old:
+            c = only_old[0]
+            return f"{count}: {one} {c.id} ({c.display_name!r}) is {a} but not {b}"
+        c = only_new[0]
+        return f"{count}: {one} {c.id} ({c.display_name!r}) is {b} but not {a}"
+    for o, n in zip(old.classes, new.classes, strict=True):
+        if o.id != n.id:
+            return f"the {one} order differs: {one} {o.id!r} {a}, {n.id!r} {b}"
+        if o.name != n.name:
+            return f"{one} {o.id} is named {o.name!r} {a}, {n.name!r} {b}"
+    return None
+
+
+def merge_splits(kept: DatasetInfo, new: DatasetInfo) -> DatasetInfo:
+    """`new`, with the splits of `kept` it does not name added back (their records and
+    images per class): the description of a folder built split by split, call after call.
+
+    Raises:
+        ValueError: the two describe other classes (`class_difference`) or another image
+            policy, naming the difference.
+
+    Example:
+        >>> train = DatasetInfo(kind="coco", classes=(ClassInfo(1, "cat", {"train": 5}),),
+        ...                     splits={"train": 5})
+        >>> val = DatasetInfo(kind="coco", classes=(ClassInfo(1, "cat", {"val": 2}),),
+        ...                   splits={"val": 2})
+        >>> both = merge_splits(train, val)
+        >>> dict(both.splits), dict(both.classes[0].images)
+        ({'train': 5, 'val': 2}, {'train': 5, 'val': 2})
+    """
+    difference = class_difference(kept, new)
+    if difference is None and dict(kept.image_policy) != dict(new.image_policy):
+        difference = (
+            f"the image policy is {dict(kept.image_policy)} there, {dict(new.image_policy)} here"
+        )
+    if difference is not None:
+        raise ValueError(difference)
+    named = set(new.splits) | {s for c in new.classes for s in c.images}
+    classes = tuple(
+        ClassInfo(
+            n.id,
+            n.name,
+            {**{s: v for s, v in o.images.items() if s not in named}, **n.images},
+        )
+        for o, n in zip(kept.classes, new.classes, strict=True)
+    )
+    splits = {**{s: v for s, v in kept.splits.items() if s not in named}, **new.splits}
+    return DatasetInfo(
+        kind=new.kind,
+        classes=classes,
+        label_offset=new.label_offset,
+        image_policy=dict(new.image_policy),
+        splits=dict(sorted(splits.items())),
+    )
+
+
 def write_dataset_info(data_dir: str | os.PathLike, info: DatasetInfo) -> Path:
     """Writes `info` to `data_dir/dataset_info.json` atomically (the mode of a new file).
+
+    The file describes every split of its folder: the splits an existing, valid file there
+    describes and `info` does not name are kept (`merge_splits`) when both describe the
+    same classes and image policy, so that a folder built split by split, call after call,
+    is described whole. Otherwise (another data set, or no readable file) `info` replaces
+    it. The builders check the classes of the splits they keep before writing any shard.
 
     Returns:
         The file's path.
     """
     path = Path(data_dir) / DATASET_INFO_NAME
+    try:
+        existing = read_dataset_info(data_dir)
+    except BadFileError:
+        existing = None
+    if existing is not None:
+        with contextlib.suppress(ValueError):
+            info = merge_splits(existing, info)
     write_json_atomic(path, info.to_json())
     return path
 

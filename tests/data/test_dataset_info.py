@@ -38,7 +38,8 @@ IMAGENET_INFO = DatasetInfo(
 
 @pytest.mark.backend_agnostic
 def test_docstring_example_runs():
-    assert doctest.testmod(module, raise_on_error=True).attempted == 3
+    # 3 in the module docstring, 4 in class_difference, 4 in merge_splits.
+    assert doctest.testmod(module, raise_on_error=True).attempted == 11
 
 
 @pytest.mark.backend_agnostic

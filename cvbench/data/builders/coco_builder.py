@@ -13,6 +13,11 @@ Beside the records goes `dataset_info.json` (`cvbench.data.dataset_info`): the c
 the annotation files in id order with their names (class index = rank of the id), the images
 per category and split, the JPEG quality.
 
+A folder is built split by split, in one call or call after call (a user's own train and val
+files): each call writes the splits it names and keeps the folder's others, whose categories
+the new ones must share (refused naming the first difference); `dataset_info.json` and the
+manifest then describe every split, and `overwrite` replaces only the splits named.
+
 The module is named `coco_builder`, not after its function `build_coco`, so that
 `cvbench.data.build_coco` is always the function (a package attribute named like a submodule
 is replaced by the submodule once that is imported).
@@ -33,7 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from cvbench.data.builders.coco_annotations import AnnotationReport, load_coco_annotations
-from cvbench.data.builders.manifest import check_data_set_file
+from cvbench.data.builders.manifest import check_data_set_file, folder_splits
 from cvbench.data.builders.sharded_writer import (
     DiskFullError,
     Skip,
@@ -46,7 +51,9 @@ from cvbench.data.coco_schema import SHARD_PATTERN, CocoImage, coco_example
 from cvbench.data.dataset_info import (
     ClassInfo,
     DatasetInfo,
+    class_difference,
     dataset_info_path,
+    read_dataset_info,
     write_dataset_info,
 )
 from cvbench.data.image_io import (
@@ -59,6 +66,7 @@ from cvbench.data.image_io import (
     to_rgb_jpeg,
 )
 from cvbench.data.safe_paths import is_inside
+from cvbench.utils.errors import BadFileError
 from cvbench.utils.files import check_output, open_input, record_output, written_by_cvbench
 from cvbench.utils.io import atomic_path
 
@@ -152,7 +160,13 @@ def build_coco_splits(
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     max_image_bytes: int | None = DEFAULT_MAX_IMAGE_BYTES,
 ) -> BuildSummary:
-    """Builds the TFRecords of several splits in one go (one manifest for the directory).
+    """Builds the TFRecords of the splits `sources` names into `output_dir`, keeping its others.
+
+    The folder may already hold other splits (an earlier call for "train", this one for
+    "val"): they are kept as they are, and `dataset_info.json` and the manifest describe them
+    with the new ones. Every split of a folder has the same categories and settings (quality,
+    seed). A split the folder holds already is resumed (only missing shards are written) when
+    its images, boxes and shard count are the same, else refused unless `overwrite`.
 
     Args:
         output_dir: the output folder.
@@ -165,7 +179,9 @@ def build_coco_splits(
         seed: seed of the shuffle that spreads the training images over its shards (other
             splits keep the annotation file's order).
         quality: JPEG quality for the few images that must be re-encoded.
-        overwrite: replace a different data set in `output_dir`.
+        overwrite: replace the splits named here when `output_dir` holds other versions of
+            them (their shards the manifest lists, nothing else); the folder's other splits
+            are never touched.
         progress: print the annotation reports and a progress bar to stderr.
         copy_annotations: copy the annotation file of every split but "train" next to the
             records as `instances_<split>.json`, where the evaluation finds its ground truth
@@ -183,11 +199,14 @@ def build_coco_splits(
 
     Raises:
         FileNotFoundError: a missing annotation file or image folder.
-        FileExistsError: `output_dir` holds a different data set and `overwrite` is False.
+        FileExistsError: `output_dir` holds other versions of the named splits and
+            `overwrite` is False; other splits built with other settings; or files named
+            like shards that no manifest lists (never deleted).
         ValueError: bad arguments (an output folder inside an image folder), an annotation
-            file that is not COCO or has no images, or an `instances_<split>.json` or
-            `dataset_info.json` in `output_dir` that cvbench did not write
-            (`check_data_set_file`).
+            file that is not COCO or has no images, categories that differ between the
+            splits (those named and those kept in `output_dir`), or an
+            `instances_<split>.json` or `dataset_info.json` in `output_dir` that cvbench did
+            not write (`check_data_set_file`).
     """
     if not sources:
         raise ValueError("sources must name at least one split")
@@ -222,8 +241,10 @@ def build_coco_splits(
         wanted = (num_shards or {}).get(split)
         count = wanted if wanted is not None else min(DEFAULT_SHARDS.get(split, 10), len(items))
         specs.append(SplitSpec(split, items, count, SHARD_PATTERN))
-    if overwrite:  # never leave another data set's classes beside a half-written one
-        dataset_info_path(output_dir).unlink(missing_ok=True)
+    kept = _kept_info(output_dir, set(sources))
+    categories = _agreed_categories(output_dir, sources, reports, kept)
+    if overwrite and kept is None:  # never leave another data set's classes beside a
+        dataset_info_path(output_dir).unlink(missing_ok=True)  # half-written one
     summary = write_sharded(
         output_dir,
         specs,
@@ -256,7 +277,7 @@ def build_coco_splits(
                 raise
             shards = sum(r.num_shards for r in summary.splits.values())
             raise DiskFullError(target, shards) from e
-    info = _dataset_info(specs, reports, quality, summary)
+    info = _dataset_info(specs, categories, quality, summary)
     if info is not None:
         with disk_full_as_error(dataset_info_path(output_dir), summary):
             write_dataset_info(output_dir, info)
@@ -288,30 +309,91 @@ def _annotation_copies(
     return copies
 
 
+def _kept_info(output_dir: str | os.PathLike, named: set[str]) -> DatasetInfo | None:
+    """The `dataset_info.json` of `output_dir` when the folder holds splits this build does
+    not name (they are kept: `cvbench.data.builders.manifest.prepare_out_dir`), else None.
+    A missing or unreadable file gives None: the splits it would describe cannot be checked
+    and the new file describes the named ones."""
+    if not set(folder_splits(output_dir)) - named:
+        return None
+    try:
+        info = read_dataset_info(output_dir)
+    except BadFileError:
+        return None
+    return info if info is not None and info.kind == "coco" else None
+
+
+def _categories_info(categories: Mapping[int, str]) -> DatasetInfo:
+    return DatasetInfo(
+        kind="coco", classes=tuple(ClassInfo(i, categories[i]) for i in sorted(categories))
+    )
+
+
+def _agreed_categories(
+    output_dir: str | os.PathLike,
+    sources: Mapping[str, tuple[str | os.PathLike, str | os.PathLike]],
+    reports: Mapping[str, AnnotationReport],
+    kept: DatasetInfo | None,
+) -> dict[int, str]:
+    """The categories (id -> name) every split of the folder shares: those of the named
+    splits' annotation files, which must agree with each other and with the splits the
+    folder keeps (`kept`, its `dataset_info.json`); a file that lists no category (test
+    images) agrees with any. The class index of a record is the rank of its category id, so
+    splits with other categories would train and evaluate other classes under one index.
+
+    Raises:
+        ValueError: naming the two splits and the first difference (exit 2 in the command).
+    """
+    agreed: dict[int, str] = {}
+    source = ""
+    if kept is not None:
+        agreed = {int(c.id): c.display_name for c in kept.classes}
+        source = f"split {', '.join(sorted(kept.splits))} already in {os.fspath(output_dir)}"
+    for split, report in reports.items():
+        if not report.categories:
+            continue
+        if not agreed:
+            agreed, source = dict(report.categories), f"split {split}"
+            continue
+        difference = class_difference(
+            _categories_info(agreed),
+            _categories_info(report.categories),
+            old_name=f"in {source}",
+            new_name=f"in split {split}",
+        )
+        if difference is not None:
+            raise ValueError(
+                f"{os.fspath(sources[split][0])}: its categories differ from those of "
+                f"{source}: {difference}; every split of a "
+                "folder needs the same categories (a class index is the rank of its "
+                "category id): fix the file, or build it into another output folder"
+            )
+    return agreed
+
+
 def _dataset_info(
     specs: list[SplitSpec],
-    reports: Mapping[str, AnnotationReport],
+    categories: Mapping[int, str],
     quality: int,
     summary: WriteSummary,
 ) -> DatasetInfo | None:
-    """The `dataset_info.json` of a build: every split's categories in id order, with the
-    images holding a kept box of each; None when no file lists a category (test images)."""
-    names: dict[int, str] = {}
-    for report in reports.values():
-        for cat_id, name in report.categories.items():
-            names.setdefault(cat_id, name)
-    if not names:
+    """The `dataset_info.json` of the named splits: the folder's categories in id order,
+    with the images holding a kept box of each; None when no file lists a category (test
+    images). `write_dataset_info` adds the splits the folder keeps."""
+    if not categories:
         return None
-    images: dict[int, dict[str, int]] = {cat_id: {} for cat_id in names}
+    images: dict[int, dict[str, int]] = {cat_id: {} for cat_id in categories}
     for spec in specs:
         per_class = collections.Counter(
             cat for item in spec.items for cat in {o.category_id for o in item.image.objects}
         )
-        for cat_id in names:
+        for cat_id in categories:
             images[cat_id][spec.name] = per_class[cat_id]
     return DatasetInfo(
         kind="coco",
-        classes=tuple(ClassInfo(cat_id, names[cat_id], images[cat_id]) for cat_id in sorted(names)),
+        classes=tuple(
+            ClassInfo(cat_id, categories[cat_id], images[cat_id]) for cat_id in sorted(categories)
+        ),
         label_offset=None,
         image_policy={"resize": None, "quality": quality},
         splits={name: r.num_records for name, r in summary.splits.items()},
@@ -354,10 +436,11 @@ def build_coco(
     Returns:
         A `BuildSummary`.
 
+    Train and val go into one folder in two calls (`split="train"`, then `split="val"`):
+    the second keeps the first's records and adds its own (`build_coco_splits`).
+
     Raises:
-        As `build_coco_splits`. Note that the directory's manifest names the splits written
-        together: to put train and val in one folder, build them in one `build_coco_splits`
-        call (or the `cvbench build-coco --coco-dir` command).
+        As `build_coco_splits`.
     """
     return build_coco_splits(
         output_dir,

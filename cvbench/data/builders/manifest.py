@@ -1,18 +1,23 @@
 """The manifest of `write_sharded` (`cvbench_manifest.json` in the output folder).
 
 A JSON object: "format" (1), "dataset" (the kind of data set, e.g. "imagenet"), "options"
-(the settings that change the records), "splits" (per split name: "num_items",
-"num_shards", "pattern", "items_sha256"), which together are the data set's identity;
-"shards" (per finished shard name: "records", "bytes", "skipped" as [item, reason] pairs);
-and "metadata" (facts that do not identify the data set), replaced by every run.
+(the settings that change the records), shared by every split of the folder; "splits" (per
+split name: "num_items", "num_shards", "pattern", "items_sha256"), each split's own
+identity; "shards" (per finished shard name: "records", "bytes", "skipped" as [item, reason]
+pairs); and "metadata" (facts that do not identify the data set), replaced by every run.
 
-Here: the identity, the check of an output folder against it (`prepare_out_dir`: resume,
-refuse another data set or foreign shards, or start over with `overwrite`), and the shard
-names (`shard_glob`: a pattern for file *names*, matched in the output folder by
-`cvbench.utils.files.match_files`, so that glob characters in the folder's own name, such as
-`out[12]`, never reach another folder's shards). The manifest is read with a bound
+A folder is built split by split, call after call or in one call: each call checks and
+writes only the splits it names, and keeps the folder's other splits (their identity and
+shards) as they are, provided they share its kind and options.
+
+Here: the identity, the check of an output folder against it (`prepare_out_dir`: resume a
+split, add one, refuse another data set or foreign shards, or with `overwrite` replace the
+named splits only), and the shard names (`shard_glob`: a pattern for file *names*, matched
+in the output folder by `cvbench.utils.files.match_files`, so that glob characters in the
+folder's own name, such as `out[12]`, never reach another folder's shards;
+`split_shard_names`: exactly one split's). The manifest is read with a bound
 (`MAX_MANIFEST_BYTES`) and its nesting checked before parsing; one that cannot be read
-counts as another data set's.
+counts as another data set's, and the shards it would list are never deleted.
 """
 
 from __future__ import annotations
@@ -98,11 +103,15 @@ def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [f"{prefix[:-1]}: {old!r} -> {new!r}"]
 
 
-def _existing_shards(out_dir: Path, splits: Sequence[Any]) -> list[Path]:
-    found: set[Path] = set()
-    for spec in splits:
-        found.update(match_files(out_dir, shard_glob(spec.pattern, spec.name)))
-    return sorted(found)
+def split_shard_names(name: str, split_identity: Mapping[str, Any]) -> list[str]:
+    """The shard file names of split `name` as the manifest's identity of it gives them
+    (its pattern and shard count): exactly that split's, never another split's whose name
+    shares a prefix (a glob of `train` would match `train-x`'s shards)."""
+    try:
+        pattern, count = split_identity["pattern"], int(split_identity["num_shards"])
+        return [pattern.format(split=name, index=i, num_shards=count) for i in range(count)]
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        return []  # a damaged entry names no file: nothing of it is deleted
 
 
 def remove_stale_temporaries(out_dir: Path, splits: Sequence[Any]) -> None:
@@ -114,41 +123,119 @@ def remove_stale_temporaries(out_dir: Path, splits: Sequence[Any]) -> None:
                 os.remove(p)
 
 
+def _read_manifest(path: Path) -> dict | None:
+    """The manifest at `path`; None when there is none, `{}` when it cannot be read (it then
+    counts as another data set's)."""
+    if not path.exists():
+        return None
+    try:
+        manifest = read_json(path, limit=MAX_MANIFEST_BYTES, what="manifest")
+    except (OSError, BadFileError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def folder_splits(out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Split name -> its identity, for the splits the manifest of `out_dir` lists ({} when
+    it has no readable manifest)."""
+    manifest = _read_manifest(Path(out_dir) / MANIFEST_NAME) or {}
+    splits = manifest.get("splits")
+    return dict(splits) if isinstance(splits, dict) else {}
+
+
+def _foreign_shards(out_dir: Path, spec: Any, manifest: Mapping[str, Any]) -> list[Path]:
+    """Files named like shards of `spec` that the manifest does not list (another tool's, or
+    an older build's of another shard count), except this build's own shard names (a whole
+    shard renamed into place just before a kill is rewritten by the rerun)."""
+    listed = manifest.get("shards") if isinstance(manifest.get("shards"), dict) else {}
+    mine = {spec.shard_name(i) for i in range(spec.num_shards)}
+    return [
+        p
+        for p in match_files(out_dir, shard_glob(spec.pattern, spec.name))
+        if p.name not in listed and p.name not in mine
+    ]
+
+
 def prepare_out_dir(out_dir: Path, identity: dict[str, Any], splits, overwrite: bool) -> dict:
-    """Checks or resets `out_dir`; returns the manifest to continue from."""
+    """Checks `out_dir` for writing the splits `identity` names; returns the manifest to
+    continue from.
+
+    A folder holds one data set of one kind (`dataset`, `format`) and settings (`options`),
+    built split by split, call after call or in one call. Only the splits named here are
+    checked and written; the folder's other splits (their identity, shards and files) are
+    kept as they are. A named split the folder holds already is resumed when its identity is
+    the same (only missing shards are written), refused when it differs, and with `overwrite`
+    replaced: its shards the manifest lists are deleted, no other file.
+
+    Raises:
+        FileExistsError: naming the difference: a named split differs (without
+            `overwrite`); the folder's other splits were built as another kind of data set
+            or with other settings (with or without `overwrite`: it never touches them);
+            files named like a named split's shards that no cvbench manifest lists (with or
+            without `overwrite`: it never deletes a file cvbench did not write).
+    """
     manifest_path = out_dir / MANIFEST_NAME
-    manifest = None
-    if manifest_path.exists():
-        try:
-            manifest = read_json(manifest_path, limit=MAX_MANIFEST_BYTES, what="manifest")
-        except (OSError, BadFileError):
-            manifest = {}
-        if not isinstance(manifest, dict):
-            manifest = {}
-    existing = _existing_shards(out_dir, splits)
-    if not overwrite:
-        if manifest is not None:
-            old_identity = {k: manifest.get(k) for k in identity}
-            diffs = _differences(old_identity, identity)
-            if diffs:
+    manifest = _read_manifest(manifest_path)
+    if manifest is None:
+        manifest = {"shards": {}}
+        for spec in splits:
+            existing = match_files(out_dir, shard_glob(spec.pattern, spec.name))
+            if existing:
                 raise FileExistsError(
-                    f"{out_dir} holds a different data set (its {MANIFEST_NAME} differs in "
-                    f"{'; '.join(diffs[:5])}); pass overwrite=True (--overwrite) to replace it, "
-                    "or choose another output directory"
+                    f"{out_dir} already holds {len(existing)} shard files (e.g. "
+                    f"{existing[0].name}) but no {MANIFEST_NAME}, so they were not written by "
+                    "this builder; overwrite (--overwrite) replaces only shards cvbench wrote: "
+                    "move them or choose another output directory"
                 )
-            return manifest
-        if existing:
+        return {**identity, "shards": {}}
+    old_splits = manifest.get("splits") if isinstance(manifest.get("splits"), dict) else {}
+    shards = manifest.get("shards") if isinstance(manifest.get("shards"), dict) else {}
+    named = set(identity.get("splits", {}))
+    kept = sorted(set(old_splits) - named)
+    common = [k for k in identity if k != "splits"]
+    diffs = _differences({k: manifest.get(k) for k in common}, {k: identity[k] for k in common})
+    if diffs and kept:
+        raise FileExistsError(
+            f"{out_dir} holds the split(s) {', '.join(kept)} of another data set or built with "
+            f"other settings ({'; '.join(diffs[:5])}); every split of a folder shares them and "
+            "overwrite (--overwrite) replaces only the splits it names: build with the same "
+            "settings, or choose another output directory"
+        )
+    changed = {}
+    for name in sorted(named & set(old_splits)):
+        split_diffs = _differences(old_splits[name], identity["splits"][name], f"splits.{name}.")
+        if split_diffs or diffs or overwrite:
+            changed[name] = split_diffs
+    if not overwrite and (diffs or any(changed.values())):
+        found = diffs + [d for name in sorted(changed) for d in changed[name]]
+        raise FileExistsError(
+            f"{out_dir} holds a different data set (its {MANIFEST_NAME} differs in "
+            f"{'; '.join(found[:5])}); pass overwrite=True (--overwrite) to replace "
+            f"{'it' if not kept else 'the split(s) named'}, or choose another output directory"
+        )
+    replaced = {n for name in changed for n in split_shard_names(name, old_splits[name])}
+    if diffs:  # an unreadable manifest or another data set, wholly replaced
+        replaced |= set(shards)
+    fresh = {**manifest, "shards": {k: v for k, v in shards.items() if k not in replaced}}
+    listed = {"shards": {**fresh["shards"], **dict.fromkeys(replaced)}}
+    for spec in splits:
+        foreign = _foreign_shards(out_dir, spec, listed)
+        if foreign:
             raise FileExistsError(
-                f"{out_dir} already holds {len(existing)} shard files (e.g. {existing[0].name}) "
-                f"but no {MANIFEST_NAME}, so they were not written by this builder; pass "
-                "overwrite=True (--overwrite) to replace them, or choose another output directory"
+                f"{out_dir} already holds {len(foreign)} files named like shards of split "
+                f"{spec.name!r} (e.g. {foreign[0].name}) that its {MANIFEST_NAME} does not "
+                "list, so they were not written by this builder; overwrite (--overwrite) "
+                "replaces only shards cvbench wrote: move them or choose another output "
+                "directory"
             )
-    else:
-        for p in existing:
-            p.unlink()
+    for name in sorted(replaced):
         with contextlib.suppress(FileNotFoundError):
-            manifest_path.unlink()
-    return {**identity, "shards": {}}
+            (out_dir / name).unlink()
+    if diffs:
+        return {**identity, "shards": {}}
+    splits_out = {name: old_splits[name] for name in kept}
+    splits_out.update(identity["splits"])
+    return {**fresh, **{k: identity[k] for k in common}, "splits": splits_out}
 
 
 def check_data_set_file(path: str | os.PathLike) -> Path:

@@ -38,9 +38,14 @@ What it guarantees:
   pattern, item count and a SHA-256 over the `item_key` of every item in order. It also
   records each finished shard (records, bytes, skipped items). A rerun with the same
   identity writes only the shards that are missing (or whose size differs from the
-  manifest); a rerun with another identity, or into a directory holding shards without a
-  manifest, raises `FileExistsError` unless `overwrite=True`, which deletes those shards and
-  starts over.
+  manifest); a rerun with another identity raises `FileExistsError` unless
+  `overwrite=True`, which deletes the shards the manifest lists for the splits named and
+  writes them again. Splits are independent: a call naming `val` into a folder holding
+  `train` adds `val` and keeps `train` (its shards and identity), and `overwrite` never
+  touches a split it does not name; the folder's splits share `dataset` and `options`
+  (another kind or settings beside kept splits is refused). Files named like a split's
+  shards that no manifest lists (another tool's) are refused, with or without `overwrite`:
+  it never deletes a file cvbench did not write.
 * Worker processes (`num_workers`, default all cores; <= 1 runs in this process;
   `cvbench.data.worker_pool`) encode items; this process writes the shards in order with
   `tf.io.TFRecordWriter`. Progress shows items/s: a tqdm bar on a terminal or in Jupyter,
@@ -299,8 +304,9 @@ def write_sharded(
             part of the identity. Defaults to `repr`.
         describe: item -> how a skipped item is named in the summary.
         num_workers: encoding processes; None uses every core, <= 1 encodes in this process.
-        overwrite: replace a different data set (or foreign shards) in `out_dir`, and rewrite
-            every shard even when the data set is the same.
+        overwrite: replace the named splits when they differ from those in `out_dir`, and
+            rewrite every shard of theirs even when they are the same; the folder's other
+            splits are kept.
         progress: show progress on stderr: a tqdm bar on a terminal or in Jupyter, plain
             lines elsewhere (`cvbench.utils.progress.progress_bar`).
         unit: the progress bar's unit name ('img' shows img/s).
@@ -311,7 +317,9 @@ def write_sharded(
     Raises:
         ValueError: bad splits (duplicate names, a shard count < 1 or above the item count) or
             an `encode_fn` that cannot be pickled.
-        FileExistsError: `out_dir` holds another data set and `overwrite` is False.
+        FileExistsError: `out_dir` holds other versions of the named splits and `overwrite`
+            is False; other splits of another kind or settings; or files named like shards
+            that no manifest lists (`cvbench.data.builders.manifest.prepare_out_dir`).
         DiskFullError: no space left on the device; the finished shards stay and a rerun
             resumes.
     """
