@@ -25,10 +25,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds `eval` to the `cvbench` command."""
     p = subparsers.add_parser(
         "eval",
-        help="evaluate a checkpoint over the whole validation set (top-1, top-5)",
+        help="evaluate a checkpoint over the whole validation set (classifiers: top-1 and "
+        "top-5 accuracy; SSD320: COCO box AP)",
         description=(
             "Evaluate --checkpoint (a checkpoint .npz, a run directory whose newest valid "
-            "checkpoint is used, or an exported .keras model) on every validation image, "
+            "checkpoint is used, or an exported .keras model) on every validation image "
+            "(classifiers: loss, top-1 and top-5 accuracy; SSD320: the 12 COCO box AP/AR "
+            "numbers), "
             "with the recipe the checkpoint's run used (its model, image size and "
             "preprocessing; a .keras file: its model at its image size), else the model's "
             "recipe (or --recipe), as cvbench train resolves it."

@@ -97,7 +97,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--eval",
         choices=("end", "epoch", "none"),
         default="end",
-        help="evaluate top-1/top-5 at the end (default), after every epoch, or never",
+        help="evaluate on the validation set (classifiers: top-1/top-5 accuracy; SSD320: COCO "
+        "box AP) at the end (default), after every epoch, or never",
     )
     p.add_argument(
         "--eval-count",
