@@ -106,6 +106,7 @@ def task_from_args(args: argparse.Namespace, *, synthetic_steps: int = 100):
         skip_corrupt=args.skip_corrupt,
         settings=settings,
         reasons=reasons,
+        reader=record_reader_of(args),
     )
     task_kwargs = {}
     if hasattr(args, "data_backend"):
@@ -148,11 +149,14 @@ def add_data_backend(p: argparse.ArgumentParser) -> None:
     """Adds --data-backend and --dali-device (classification models) to `p`."""
     p.add_argument(
         "--data-backend",
-        choices=("tf", "dali"),
-        default="tf",
-        help="input pipeline of a classifier: tf (tf.data, default) or dali (NVIDIA DALI, the "
-        "same recipe; needs pip install 'cvbench[dali]' and the index files that cvbench "
-        "build-imagenet or cvbench dali-index DATA_DIR write)",
+        choices=("tf", "dali", "grain"),
+        default=None,
+        help="input pipeline of a classifier: tf (tf.data), dali (NVIDIA DALI, the same "
+        "recipe; needs pip install 'cvbench[dali]' and the index files that cvbench "
+        "build-imagenet or cvbench dali-index DATA_DIR write) or grain (no TensorFlow: the "
+        "same recipe and batches in NumPy; pip install 'cvbench[jax]'; a resume returns to "
+        "the saved batch without reading the ones before it). Default: tf, or grain on "
+        "--backend jax where TensorFlow cannot be imported",
     )
     p.add_argument(
         "--dali-device",
@@ -163,18 +167,37 @@ def add_data_backend(p: argparse.ArgumentParser) -> None:
     )
 
 
+def record_reader_of(args: argparse.Namespace) -> str | None:
+    """`TaskOptions.reader` of --data-backend: "grain" or "tf" as named (DALI: "tf", the
+    task's own reader), None when not given (grain on JAX without TensorFlow, else tf)."""
+    backend = getattr(args, "data_backend", None)
+    if backend is None:
+        return None
+    return "grain" if backend == "grain" else "tf"
+
+
 def data_backend_kwargs(args: argparse.Namespace, *, task: str | None) -> dict[str, Any]:
-    """The task arguments of --data-backend / --dali-device (none for tf.data), checked:
-    DALI reads classification records (`task`: the recipe's or model's task), needs
-    --data-dir, its extra and the index files of the splits the command reads."""
-    if args.data_backend == "tf":
-        if args.dali_device != "cpu":
-            raise CLIError("--dali-device needs --data-backend dali")
+    """The task arguments of --data-backend / --dali-device (none for tf.data and grain),
+    checked: DALI and grain read classification records (`task`: the recipe's or model's
+    task) from --data-dir; DALI needs its extra and the index files of the splits the
+    command reads, grain needs grain."""
+    if args.data_backend != "dali" and args.dali_device != "cpu":
+        raise CLIError("--dali-device needs --data-backend dali")
+    if args.data_backend in (None, "tf"):
         return {}
+    name = args.data_backend
     if task != "classification":
-        raise CLIError(f"--data-backend dali is for classification models, not {args.model}")
+        raise CLIError(f"--data-backend {name} is for classification models, not {args.model}")
     if args.data_dir is None:
-        raise CLIError("--data-backend dali reads --data-dir records, not --synthetic data")
+        raise CLIError(f"--data-backend {name} reads --data-dir records, not --synthetic data")
+    if name == "grain":
+        from cvbench.data.grain.dataset import import_grain
+
+        try:
+            import_grain()
+        except ImportError as e:
+            raise CLIError(str(e)) from e
+        return {}
     from cvbench.data.dali.pipeline import import_dali
     from cvbench.data.dali_index import read_index
     from cvbench.data.read.reader import list_split_files

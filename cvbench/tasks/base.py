@@ -31,7 +31,9 @@ Tasks reading records (`RecordTask`) also count what `options.skip_corrupt` skip
 (`corrupt_records()`, this rank's count).
 
 `batch_size` is per rank. Construction imports no TensorFlow: tasks build and train on
-synthetic data under any Keras backend; reading TFRecords needs TensorFlow.
+synthetic data under any Keras backend. Records are read by tf.data, or, for ImageNet-format
+records, by grain without TensorFlow (`TaskOptions.reader`, `record_reader`): the default on
+the JAX backend where TensorFlow cannot be imported.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ if TYPE_CHECKING:
 SYNTHETIC_EVAL_BATCHES = 2
 #: The deviation reason of a recipe given the classes of its data.
 DATA_CLASSES_REASON = "the classes of the data (its dataset_info.json)"
+#: The record readers: tf.data, or grain (`cvbench.data.grain`, no TensorFlow).
+READERS = ("tf", "grain")
+#: The tasks whose records grain reads (ImageNet-format records).
+GRAIN_TASKS = ("classification",)
 
 
 @dataclass(frozen=True)
@@ -84,10 +90,15 @@ class TaskOptions:
         settings: more settings by name (`cvbench.tasks.recipes.SETTINGS`: `lr`,
             `batch_size`, `epochs`, `weight_decay`, ...; None values are not set).
         reasons: setting -> the reason its deviation records (the CLI passes its flags).
+        reader: what reads `data_dir`'s records: "tf" (tf.data) or "grain" (TensorFlow-free,
+            ImageNet-format records: `cvbench.data.grain.dataset.imagenet_grain_dataset`,
+            the same recipe and batches); None: "grain" on the JAX backend when TensorFlow
+            cannot be imported, else "tf" (`record_reader`).
 
     Raises:
         ValueError: a bad size or count; an unknown recipe or setting; a recipe for another
-            model; a model without a recipe; a setting the recipe has no knob for.
+            model; a model without a recipe; a setting the recipe has no knob for; an
+            unknown `reader`.
     """
 
     model: str | None = None
@@ -100,8 +111,11 @@ class TaskOptions:
     recipe: Recipe | str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
+    reader: str | None = None
 
     def __post_init__(self) -> None:
+        if self.reader is not None and self.reader not in READERS:
+            raise ValueError(f"reader must be one of {READERS} or None, got {self.reader!r}")
         for name in ("image_size", "num_classes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -131,6 +145,25 @@ class TrainData:
 
     data: Any
     steps_per_epoch: int
+
+
+def tensorflow_importable() -> bool:
+    """Whether `import tensorflow` works in this process (imports it when it does)."""
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def record_reader(options: TaskOptions) -> str:
+    """The reader of `options.data_dir`'s records: `options.reader`, or by default "grain"
+    on the JAX backend where TensorFlow cannot be imported, else "tf"."""
+    if options.reader is not None:
+        return options.reader
+    if keras.config.backend() == "jax" and not tensorflow_importable():
+        return "grain"
+    return "tf"
 
 
 def records_info(options: TaskOptions, *, kind: str) -> DatasetInfo | None:
@@ -303,6 +336,7 @@ class RecordTask(abc.ABC):
 
         fields = {k: v for k, v in kwargs.items() if k in READ_FIELDS}
         options = {k: v for k, v in kwargs.items() if k not in READ_FIELDS}
+        grain = self.reader() == "grain"
         spec = ReadSpec(
             split=split,
             batch_size=batch_size,
@@ -310,12 +344,51 @@ class RecordTask(abc.ABC):
             num_shards=distribution.size,
             shard_index=distribution.rank,
             skip_corrupt=self.options.skip_corrupt,
-            corrupt_counter=self._counter(),
+            corrupt_counter=None if grain else self._counter(),
             **fields,
         )
+        if grain:
+            return self._grain_dataset(spec, {**self.dataset_options(), **options})
         return self.dataset_fn()(
             self.options.data_dir, spec=spec, **self.dataset_options(), **options
         )
+
+    def reader(self) -> str:
+        """What reads this task's records: "tf" or "grain" (`record_reader`), checked: grain
+        reads ImageNet-format records with the recipe's own preprocessing, not DALI's.
+
+        Raises:
+            ValueError: grain for another task, with DALI, with tf.data-only options
+                (preprocess functions, mixup), or with `skip_corrupt` (not yet).
+        """
+        reader = record_reader(self.options)
+        if reader != "grain":
+            return reader
+        name = getattr(self, "name", type(self).__name__)
+        unsupported = {
+            f"the {name} task (grain reads ImageNet-format records)": name not in GRAIN_TASKS,
+            "the DALI data backend": getattr(self, "data_backend", "tf") != "tf",
+            "train_preprocess / eval_preprocess (tf.data functions)": bool(self.callers_own()),
+            "mixup (a tf.data transformation)": bool(getattr(self, "mixup_alpha", lambda: 0)()),
+            "skip_corrupt (yet)": self.options.skip_corrupt,
+        }
+        for what, present in unsupported.items():
+            if present:
+                raise ValueError(f"the grain reader does not support {what}; use reader='tf'")
+        return reader
+
+    def _grain_dataset(self, spec: Any, options: dict[str, Any]) -> Any:
+        from cvbench.data.grain.dataset import imagenet_grain_dataset
+
+        return imagenet_grain_dataset(self.options.data_dir, spec=spec, **options)
+
+    def _count(self, split: str) -> int:
+        """`count_records(split)`, or grain's TensorFlow-free count."""
+        if self.reader() == "grain":
+            from cvbench.data.grain.dataset import count_records
+
+            return count_records(self.options.data_dir, split)
+        return self.count_records(split)
 
     def _counter(self) -> Any:
         """The `CorruptRecordCounter` of this task's pipelines (made on the first read with
@@ -353,7 +426,7 @@ class RecordTask(abc.ABC):
                 seed=epoch_seed,
                 distribution=distribution,
             ),
-            num_records=self.count_records("train"),
+            num_records=self._count("train"),
             batch_size=batch_size,
             num_ranks=distribution.size,
             data_dir=self.options.data_dir,

@@ -12,7 +12,9 @@ Three kinds of training data, each restartable at a saved position:
   without it, every epoch iterates the whole dataset again. A resume skips the batches
   already consumed (`Dataset.skip` for tf.data): exact when the dataset yields the same
   sequence every time it is iterated from the start (seeded shuffles, no reshuffling between
-  iterations), at the cost of reading the skipped batches.
+  iterations), at the cost of reading the skipped batches; data with an
+  `iterate_from(start)` method (grain's `GrainBatches`, whose iterator state follows from
+  the position) starts there without reading them.
 - A function `epoch -> iterable of batches`: each epoch gets a fresh iterable; a resume
   skips only the batches already consumed in that epoch.
 
@@ -85,6 +87,17 @@ def is_array_data(data: Any) -> bool:
 
 def _is_tf_dataset(data: Any) -> bool:
     return type(data).__module__.startswith("tensorflow") and hasattr(data, "skip")
+
+
+def iterate_from(data: Iterable, start: int) -> Iterator:
+    """An iterator over `data` from batch `start` on: `data.iterate_from(start)` where the
+    data can restart at a position (grain's `GrainBatches`: its iterator state set, nothing
+    read before it), `Dataset.skip` for tf.data, else the skipped batches read and dropped."""
+    if start and hasattr(data, "iterate_from"):
+        return data.iterate_from(start)
+    if start and _is_tf_dataset(data):
+        return iter(data.skip(start))
+    return itertools.islice(iter(data), start, None)
 
 
 class BatchSource:
@@ -185,9 +198,7 @@ class IterableSource(BatchSource):
         self.batch_size = _static_batch_size(data)
 
     def _iterate_from(self, skip: int) -> Iterator:
-        if skip and _is_tf_dataset(self.data):
-            return iter(self.data.skip(skip))
-        return itertools.islice(iter(self.data), skip, None)
+        return iterate_from(self.data, skip)
 
     def epoch(self, epoch: int, start: int, consumed: int) -> Iterator[Batch]:
         if self._persistent:
@@ -214,12 +225,7 @@ class FactorySource(BatchSource):
 
     def epoch(self, epoch: int, start: int, consumed: int) -> Iterator[Batch]:
         del consumed
-        data = self.make(epoch)
-        if start and _is_tf_dataset(data):
-            iterator = iter(data.skip(start))
-        else:
-            iterator = itertools.islice(iter(data), start, None)
-        for element in iterator:
+        for element in iterate_from(self.make(epoch), start):
             yield host_batch(split_batch(element))
 
 

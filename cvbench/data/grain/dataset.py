@@ -14,8 +14,13 @@ The batches have the element structure of `cvbench.data.read.imagenet.imagenet_d
 Order and augmentation depend only on the seed (grain's `IndexSampler` and the per-record
 generator of a `RandomMapTransform`), not on `num_workers`. `iter(dataset)` is a grain
 `DataLoader` iterator: `get_state()` (bytes, small) saved at a step and `set_state(...)` on a
-fresh iterator continue with exactly the batches that followed, which is what a mid-epoch
-resume needs from a checkpoint.
+fresh iterator continue with exactly the batches that followed; `iterate_from(start)` makes
+that state from a batch count alone (the position a Trainer checkpoint records), so a
+mid-epoch resume reads none of the batches before it, with any `num_workers`.
+
+The batches carry the pipeline's `ClassifierInputs` (`cvbench_inputs`: evaluation resize,
+normalization, the class names of `dataset_info.json`), as `imagenet_dataset`'s do: a
+`Trainer` fitted on them writes model files with the same inputs and names.
 
 Corrupt input: a truncated file is refused when the dataset is made, and an undecodable
 image, an unparseable record or a label outside `num_classes` raises `BadFileError` naming
@@ -43,6 +48,7 @@ from cvbench.data.grain.augment import (
 )
 from cvbench.data.grain.records import TFRecordSource, parse_example, split_files
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
+from cvbench.data.read.model_inputs import ClassifierInputs, attach, class_names_of
 from cvbench.data.read.spec import ReadSpec, read_spec
 from cvbench.utils.errors import BadFileError
 
@@ -216,15 +222,52 @@ class GrainBatches:
         steps: int | None,
         num_records: int,
         preprocessing: ImagePreprocessing,
+        batch_size: int | None = None,
+        num_workers: int = 0,
     ) -> None:
         self.loader = loader
         self.steps = steps
         self.num_records = num_records
         self.preprocessing = preprocessing
+        self.batch_size = batch_size
+        self.num_workers = num_workers
 
     def __iter__(self) -> Iterator[tuple]:
         """A fresh iterator from the start; it has `get_state()` / `set_state(state)`."""
         return iter(self.loader)
+
+    def state_at(self, start: int) -> bytes:
+        """The grain iterator state after `start` batches from the start (what `get_state()`
+        returns there), computed without reading them.
+
+        grain's `DataLoader` deals records `w, w + W, w + 2W, ...` of the sampler's order to
+        worker `w` of `W` (`W = max(num_workers, 1)`), each worker batches its own records,
+        and the batches come round-robin from the workers: after `start` batches worker `w`
+        has made `n_w = ceil((start - w) / W)` of them, its last record being the sampler's
+        index `w + W * (n_w * batch - 1)`, and the next batch comes from worker `start % W`.
+        """
+        import json
+
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"start must be an int >= 0, got {start!r}")
+        if self.batch_size is None:
+            raise ValueError("this GrainBatches does not know its batch size")
+        state = json.loads(iter(self.loader).get_state().decode())
+        workers = max(self.num_workers, 1)
+        made = [(start - w + workers - 1) // workers for w in range(workers)]
+        state["last_seen_indices"] = {
+            str(w): w + workers * (n * self.batch_size - 1) for w, n in enumerate(made)
+        }
+        state["last_worker_index"] = start % workers - 1 if self.num_workers else -1
+        return json.dumps(state, indent=4).encode()
+
+    def iterate_from(self, start: int) -> Iterator[tuple]:
+        """An iterator yielding the batches from batch `start` on (0: `iter(self)`), set to
+        `state_at(start)`: the skipped batches are neither read nor decoded."""
+        iterator = iter(self.loader)
+        if start:
+            iterator.set_state(self.state_at(start))
+        return iterator
 
     def __len__(self) -> int:
         if self.steps is None:
@@ -347,4 +390,31 @@ def imagenet_grain_dataset(
             num_threads=read_threads, prefetch_buffer_size=2 * batch_size if read_threads else 0
         ),
     )
-    return GrainBatches(loader, steps=steps, num_records=hi - lo, preprocessing=p)
+    batches = GrainBatches(
+        loader,
+        steps=steps,
+        num_records=hi - lo,
+        preprocessing=p,
+        batch_size=batch_size,
+        num_workers=num_workers,
+    )
+    inputs = ClassifierInputs(spec.image_size, p, class_names_of(data_dir))
+    return attach(batches, inputs)
+
+
+def count_records(
+    data_dir: str | os.PathLike,
+    split: str,
+    *,
+    file_pattern: str | None = None,
+    index_dir: str | os.PathLike | None = None,
+) -> int:
+    """The records of `split` in `data_dir` (`num_examples` without TensorFlow: the DALI
+    index files, else one header scan of each file).
+
+    Raises:
+        FileNotFoundError: no `data_dir`, or no files of the split.
+        BadFileError: a truncated file (named).
+    """
+    files = split_files(data_dir, split, file_pattern=file_pattern)
+    return len(TFRecordSource(files, index_dir=index_dir))
