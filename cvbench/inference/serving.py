@@ -22,9 +22,11 @@ both interpolate by `ModelInfo.interpolation`. An image already of the model's s
   Semantics of `cvbench.detection.postprocess.postprocess`.
 
 NMS, per image (`tf.map_fn`) and per class (one op per class, unrolled):
-`tf.image.non_max_suppression_with_scores` (candidates scoring strictly above the threshold;
-greedy, a box is dropped when its IoU with a kept one is above the threshold; ties: lower
-anchor first), at most `max_per_class`; then `tf.math.top_k` over the classes' results
+`NonMaxSuppressionV5` (`tf.image.non_max_suppression_with_scores`'s op, padded to
+`max_per_class` and masked by its valid count: static shapes, so TFLite, whose kernel
+always returns `max_per_class` entries, counts no padding as a detection; candidates
+scoring strictly above the threshold; greedy, a box is dropped when its IoU with a kept one
+is above the threshold; ties: lower anchor first), at most `max_per_class`; then `tf.math.top_k` over the classes' results
 concatenated in class order (ties: lower class, then lower anchor, first), the `max_total`
 best; the kept boxes are clipped. That is `postprocess` exactly, ties included
 (tests/inference/test_export_ssd.py). `tf.image.combined_non_max_suppression` was tried
@@ -125,32 +127,47 @@ def detections(
     scores = _sigmoid(class_logits)
     num_classes = class_logits.shape[-1]
 
+    # Static shapes throughout: each class's NMS is padded to `max_per_class` and its valid
+    # count masks the padding. TFLite's NON_MAX_SUPPRESSION_V5 always returns
+    # `max_output_size` entries (padding with index 0, score 0): a result sized by the
+    # dynamic shape of TensorFlow's unpadded op counted every padding entry as a detection
+    # of class 0 there (100 detections on an image without any).
+    k = min(max_total, num_classes * max_per_class)
+
     def one_image(args):
         image_boxes, image_scores = args
         kept_scores, kept_anchors, kept_classes = [], [], []
+        found = tf.constant(0, tf.int32)
         for c in range(num_classes):  # unrolled: one NMS op per class
-            index, score = tf.image.non_max_suppression_with_scores(
-                image_boxes,
-                image_scores[:, c],
+            index, score, valid = tf.raw_ops.NonMaxSuppressionV5(
+                boxes=image_boxes,
+                scores=image_scores[:, c],
                 max_output_size=max_per_class,
                 iou_threshold=iou_threshold,
                 score_threshold=score_threshold,
+                soft_nms_sigma=0.0,
+                pad_to_max_output_size=True,
             )
-            kept_scores.append(score)
+            # padding scores -1: below every kept score (those are above the threshold >= 0)
+            kept_scores.append(tf.where(tf.range(max_per_class) < valid, score, -1.0))
             kept_anchors.append(index)
-            kept_classes.append(tf.fill(tf.shape(index), c))
+            kept_classes.append(tf.fill([max_per_class], c))
+            found += tf.cast(valid, tf.int32)
         kept_scores = tf.concat(kept_scores, 0)
         kept_anchors = tf.concat(kept_anchors, 0)
         kept_classes = tf.concat(kept_classes, 0)
         # top_k puts equal values in input order: class, then the NMS order (lower anchor).
-        count = tf.minimum(tf.size(kept_scores), max_total)
-        best_scores, best = tf.math.top_k(kept_scores, k=count, sorted=True)
-        pad = max_total - count
+        count = tf.minimum(found, max_total)
+        best_scores, best = tf.math.top_k(kept_scores, k=k, sorted=True)
+        valid = tf.range(k) < count
         best_boxes = tf.clip_by_value(tf.gather(image_boxes, tf.gather(kept_anchors, best)), 0, 1)
+        pad = max_total - k
         return (
-            tf.pad(best_boxes, [[0, pad], [0, 0]]),
-            tf.pad(best_scores, [[0, pad]]),
-            tf.pad(tf.gather(kept_classes, best), [[0, pad]], constant_values=-1),
+            tf.pad(tf.where(valid[:, None], best_boxes, 0.0), [[0, pad], [0, 0]]),
+            tf.pad(tf.where(valid, best_scores, 0.0), [[0, pad]]),
+            tf.pad(
+                tf.where(valid, tf.gather(kept_classes, best), -1), [[0, pad]], constant_values=-1
+            ),
             count,
         )
 
