@@ -288,3 +288,70 @@ def test_num_shards_once_per_split(tmp_path, user_files):
     assert build(out, ("train", train), ("val", val), extra=extra) == 0
     assert list(shards(out, "train")) == [f"coco_train.record-{i:05d}-of-00002" for i in range(2)]
     assert list(shards(out, "val")) == ["coco_val.record-00000-of-00001"]
+
+
+def test_the_reader_finds_each_split_of_a_folder_built_in_two_calls(tmp_path, user_files):
+    from cvbench.data.read import coco
+
+    train, val = user_files
+    out = tmp_path / "out"
+    assert build(out, ("val", val)) == 0
+    assert build(out, ("train", train)) == 0
+    assert coco.num_examples(out, "train") == 5 and coco.num_examples(out, "val") == 3
+    ids = []
+    for _, meta in coco.coco_dataset(out, "val", batch_size=2, image_size=32, training=False):
+        ids += meta["image_id"].numpy()[meta["valid"].numpy()].tolist()
+    assert sorted(ids) == [1, 2, 3]  # val's images, each once
+
+
+def _numbers(n: int) -> bytes:
+    from cvbench.data.tfrecord import encode_example, int64_feature
+
+    return encode_example({"n": int64_feature(n)})
+
+
+def test_overwrite_of_a_split_never_deletes_another_whose_name_shares_its_prefix(tmp_path):
+    # The shell pattern of split "train" ("train-*-of-*") also matches "train-x-00000-of-00001";
+    # the shards an overwrite deletes are those the manifest lists for the split named.
+    from cvbench.data.builders.sharded_writer import SplitSpec, write_sharded
+
+    def write(name, items, shards, **kwargs):
+        spec = SplitSpec(name, items, shards)
+        return write_sharded(
+            tmp_path, [spec], _numbers, dataset="n", num_workers=1, progress=False, **kwargs
+        )
+
+    write("train-x", [1, 2], 1)
+    write("train", [1, 2, 3], 3)
+    other = (tmp_path / "train-x-00000-of-00001").read_bytes()
+    summary = write("train", [1, 2, 3, 4], 2, overwrite=True)
+    assert summary.splits["train"].shards_written == 2
+    assert sorted(p.name for p in tmp_path.glob("train-0*")) == [
+        "train-00000-of-00002",
+        "train-00001-of-00002",
+    ]
+    assert (tmp_path / "train-x-00000-of-00001").read_bytes() == other
+    manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    assert sorted(manifest["splits"]) == ["train", "train-x"]
+    assert sorted(manifest["shards"]) == [
+        "train-00000-of-00002",
+        "train-00001-of-00002",
+        "train-x-00000-of-00001",
+    ]
+
+
+def test_write_dataset_info_keeps_other_splits_only_of_the_same_classes(tmp_path):
+    from cvbench.data.dataset_info import ClassInfo, DatasetInfo, write_dataset_info
+
+    def info(split, names, count):
+        classes = tuple(ClassInfo(i, n, {split: count}) for i, n in enumerate(names, start=1))
+        return DatasetInfo(kind="coco", classes=classes, splits={split: count})
+
+    write_dataset_info(tmp_path, info("train", ["cat", "dog"], 5))
+    write_dataset_info(tmp_path, info("val", ["cat", "dog"], 2))
+    both = read_dataset_info(tmp_path)
+    assert dict(both.splits) == {"train": 5, "val": 2}
+    assert [dict(c.images) for c in both.classes] == [{"train": 5, "val": 2}] * 2
+    # Another data set (other names) replaces the file: its classes never mix with train's.
+    write_dataset_info(tmp_path, info("val", ["owl", "dog"], 3))
+    assert read_dataset_info(tmp_path) == info("val", ["owl", "dog"], 3)
