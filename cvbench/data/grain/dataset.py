@@ -231,6 +231,7 @@ class GrainBatches:
         self.preprocessing = preprocessing
         self.batch_size = batch_size
         self.num_workers = num_workers
+        self._template: bytes | None = None
 
     def __iter__(self) -> Iterator[tuple]:
         """A fresh iterator from the start; it has `get_state()` / `set_state(state)`."""
@@ -252,7 +253,9 @@ class GrainBatches:
             raise ValueError(f"start must be an int >= 0, got {start!r}")
         if self.batch_size is None:
             raise ValueError("this GrainBatches does not know its batch size")
-        state = json.loads(iter(self.loader).get_state().decode())
+        if self._template is None:  # the version, sampler and source of this loader's states
+            self._template = iter(self.loader).get_state()
+        state = json.loads(self._template.decode())
         workers = max(self.num_workers, 1)
         made = [(start - w + workers - 1) // workers for w in range(workers)]
         state["last_seen_indices"] = {
