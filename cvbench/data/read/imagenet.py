@@ -127,8 +127,14 @@ def imagenet_dataset(
     }
     if training:
         seed_r = rank_seed(spec.seed, shard_index)
+        # Shuffled where the reader knows the rank's record count (`train_examples`).
         examples = train_examples(
-            files, parse_imagenet_example, seed=seed_r, repeat=spec.repeat, **reading
+            files,
+            parse_imagenet_example,
+            seed=seed_r,
+            repeat=spec.repeat,
+            shuffle_buffer=spec.shuffle_buffer,
+            **reading,
         )
         if num_classes is not None:
             examples = check_labels(examples, num_classes)
@@ -138,7 +144,7 @@ def imagenet_dataset(
             image_size=spec.image_size,
             dtype=tf_dtype,
             seed=seed_r,
-            shuffle_buffer=spec.shuffle_buffer,
+            shuffle_buffer=1,  # shuffled by train_examples
             skip_corrupt=skip_corrupt,
             counter=counter,
             preprocess=train_preprocess,
