@@ -148,6 +148,8 @@ def train_command(args: argparse.Namespace) -> int:
     from cvbench.training import TrainConfig
 
     task = task_from_args(args, synthetic_steps=args.steps_per_epoch or 100)
+    if hasattr(task, "per_category"):
+        task.per_category = True  # a detector's results: AP per class (results.json, plots)
     config = TrainConfig(
         log_dir=args.log_dir,
         checkpoint_every=args.checkpoint_every,
@@ -179,4 +181,23 @@ def train_command(args: argparse.Namespace) -> int:
     if results is not None:
         print_results(run.trainer, results)
     report_corrupt(args, task, run.trainer.distribution, log_dir=args.log_dir)
+    if args.log_dir is not None and run.trainer.is_chief:
+        print(write_run_results(run, results), flush=True)
     return 0
+
+
+def write_run_results(run, results: dict[str, float] | None) -> str:
+    """Ends the run folder (rank 0): the plots of the run in `plots/`
+    (`cvbench.demo.plots.plot_run`: `training.png`, and `per_class_ap.png` for a detector),
+    then `results.json`, the final metrics in `train_log.jsonl` and TensorBoard
+    (`TaskRun.write_results`); returns the line saying what was written where."""
+    from cvbench.demo.plots import plot_run
+    from cvbench.tasks.runner import written_line
+    from cvbench.utils.files import owned_folder
+
+    log_dir = run.trainer.log_dir
+    folder = owned_folder(log_dir, "plots")  # never a link
+    title = f"{run.task.options.model} ({run.task.recipe.name})"
+    plots = plot_run(run.epoch_history(), results or {}, folder, title=title)
+    record = run.write_results(results, plots=plots)
+    return written_line(log_dir, record)

@@ -19,8 +19,10 @@ Trainer's ranks, and `TaskRun` trains and evaluates.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -30,7 +32,10 @@ from cvbench.tasks.recipes import Recipe, RecipePlan, fit_lengths, plan
 from cvbench.tasks.recipes.plan import loss_scaling, planned_schedule
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import get_distribution
+from cvbench.training.run_dir import check_layout
+from cvbench.training.run_log import LOG_NAME, RunLog, read_run_log
 from cvbench.training.trainer import Trainer
+from cvbench.utils.io import write_json_atomic
 
 EVALUATE_CHOICES = ("end", "epoch", "none")
 #: `optimizer` may be a function of the run's size: `(steps_per_epoch, global_batch) -> opt`.
@@ -63,6 +68,44 @@ class TaskRun:
     def evaluate(self) -> dict[str, float]:
         """The task's evaluation over the whole validation set (identical on every rank)."""
         return self.task.evaluate(self.trainer, batch_size=self.batch_size)
+
+    def epoch_history(self) -> dict[str, list[float]]:
+        """The run's epochs as the run log records them (a resumed run: every session's,
+        the last record of each epoch): `{"epoch": [1, 2, ...], "loss": [...],
+        "learning_rate": [...], <metric>: [...], "val_<metric>": [...]}`, each list as long
+        as "epoch" (NaN where an epoch lacks the value). The rate is the schedule's at each
+        epoch's last step. Empty without a `log_dir` (and on ranks other than 0's files)."""
+        log_dir = self.trainer.log_dir
+        if log_dir is None or not (log_dir / LOG_NAME).is_file():
+            return {}
+        return epoch_history(read_run_log(log_dir / LOG_NAME), self.trainer)
+
+    def write_results(
+        self, results: dict[str, float] | None, *, plots: Sequence[str | Path] = ()
+    ) -> dict[str, Any]:
+        """Ends the run's folder with its results (rank 0, with a `log_dir`): the final
+        metrics as a `results` event of `train_log.jsonl` and as TensorBoard scalars
+        `results/<name>` at the run's last step, and `results.json` (`results_record`:
+        the metrics, the plan, the precision, the files written), atomically, never through
+        a link. Returns that record ({} on other ranks or without a `log_dir`).
+
+        Args:
+            results: the last evaluation's (`fit`'s return; None: not evaluated).
+            plots: the PNG files drawn of the run (listed in the record).
+        """
+        log_dir = self.trainer.log_dir
+        if log_dir is None or not self.trainer.is_chief:
+            return {}
+        check_layout(log_dir)  # results.json, plots/: not links, of their kinds
+        record = results_record(self, results or {}, plots=plots)
+        log = RunLog(log_dir, enabled=True, progress_bar=False)
+        try:
+            log.record("results", metrics=record["metrics"], files=record["files"])
+            log.scalars(self.trainer.state["step"], record["metrics"], prefix="results/")
+        finally:
+            log.close()
+        write_json_atomic(log_dir / RESULTS_NAME, record)
+        return record
 
     def fit(
         self,
@@ -123,6 +166,134 @@ class TaskRun:
         if evaluate == "epoch":
             last = {k: v[-1] for k, v in self.history.history.items() if k.startswith("val_")}
             return {k[len("val_") :]: float(v) for k, v in last.items()}
+        return None
+
+
+#: The run folder's results file (`TaskRun.write_results`).
+RESULTS_NAME = "results.json"
+
+
+def results_record(
+    run: TaskRun, metrics: dict[str, float], *, plots: Sequence[str | Path] = ()
+) -> dict[str, Any]:
+    """What `results.json` holds: `model`, `task`, `recipe`, `metrics` (the final
+    evaluation), `epochs` and `steps` done, `plan` (the recipe's plan, as the run log's
+    recipe event), `precision` and `precision_reason`, and `files`: the paths written,
+    relative to the run folder: `checkpoint` (the newest valid), `model` (each entry of
+    `export/`: `export/model.keras`, `export/saved_model`, ...), `log`, `tensorboard` (when
+    written) and `plots`."""
+    log_dir = run.trainer.log_dir
+    files: dict[str, Any] = {"log": LOG_NAME}
+    checkpoint = _newest_checkpoint(log_dir)
+    if checkpoint is not None:
+        files["checkpoint"] = checkpoint.relative_to(log_dir).as_posix()
+    export = log_dir / "export"
+    if export.is_dir() and not export.is_symlink():
+        files["model"] = sorted(f"export/{p.name}" for p in export.iterdir())
+    if (log_dir / "tensorboard").is_dir():
+        files["tensorboard"] = "tensorboard"
+    files["plots"] = [Path(p).relative_to(log_dir).as_posix() for p in plots]
+    return {
+        "model": run.task.options.model,
+        "task": run.task.recipe.task,
+        "recipe": run.task.recipe.name,
+        "metrics": {k: float(v) for k, v in metrics.items()},
+        "epochs": int(run.trainer.state["epoch"]),
+        "steps": int(run.trainer.state["step"]),
+        "plan": dataclasses.asdict(run.plan),
+        "precision": run.notes.precision,
+        "precision_reason": run.notes.precision_reason,
+        "files": files,
+    }
+
+
+def written_line(log_dir: str | Path, record: dict[str, Any]) -> str:
+    """The last line of a run: what was written where, from `results_record`'s files.
+
+    Example:
+        >>> line = written_line("run", {"files": {"log": "train_log.jsonl", "plots": [],
+        ...     "checkpoint": "checkpoints/ckpt-0000000004.npz",
+        ...     "model": ["export/model.keras", "export/saved_model"]}})
+        >>> print(line.replace("; ", ";\\n"))
+        cvbench: wrote run/results.json;
+        model run/export/model.keras, run/export/saved_model;
+        checkpoint run/checkpoints/ckpt-0000000004.npz;
+        log run/train_log.jsonl
+    """
+    root = str(log_dir).rstrip("/") or "/"
+    files = record["files"]
+
+    def at(names) -> str:
+        names = [names] if isinstance(names, str) else names
+        return ", ".join(f"{root}/{name}" for name in names)
+
+    parts = [f"cvbench: wrote {root}/{RESULTS_NAME}"]
+    for key, what in (("plots", "plots"), ("model", "model"), ("checkpoint", "checkpoint"),
+                      ("log", "log"), ("tensorboard", "TensorBoard")):  # fmt: skip
+        if files.get(key):
+            parts.append(f"{what} {at(files[key])}")
+    return "; ".join(parts)
+
+
+def epoch_history(events: Sequence[dict[str, Any]], trainer: Any = None) -> dict[str, list]:
+    """`TaskRun.epoch_history` of run-log `events`; with `trainer`, its schedule's rate at
+    each epoch's last step as "learning_rate".
+
+    Example:
+        >>> events = [{"event": "epoch", "epoch": 1, "step": 2, "loss": 2.0, "val_top1": 0.25},
+        ...           {"event": "epoch", "epoch": 2, "step": 4, "loss": 1.5},
+        ...           {"event": "epoch", "epoch": 2, "step": 4, "loss": 1.4}]  # resumed
+        >>> epoch_history(events)
+        {'epoch': [1, 2], 'step': [2, 4], 'loss': [2.0, 1.4], 'val_top1': [0.25, nan]}
+    """
+    last: dict[int, dict[str, Any]] = {}
+    for event in events:
+        if event.get("event") == "epoch" and isinstance(event.get("epoch"), int):
+            last[event["epoch"]] = event
+    epochs = sorted(last)
+    if not epochs:
+        return {}
+    skip = {"event", "time", "epoch", "step", "skipped", "skipped_steps", "loss_scale"}
+    names = [k for e in epochs for k in last[e] if k not in skip]
+    history: dict[str, list] = {"epoch": epochs, "step": [last[e]["step"] for e in epochs]}
+    for name in dict.fromkeys(names):
+        history[name] = [_number(last[e].get(name)) for e in epochs]
+    if trainer is not None:
+        rates = [_rate_at(trainer, step) for step in history["step"]]
+        if any(r is not None for r in rates):
+            history["learning_rate"] = [math.nan if r is None else r for r in rates]
+    return history
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _rate_at(trainer: Any, step: int) -> float | None:
+    """The learning rate of the step that made `step` steps done (the schedule at step - 1,
+    as `Trainer.learning_rate` reads it); None without an optimizer."""
+    optimizer = getattr(trainer, "optimizer", None)
+    if optimizer is None:
+        return None
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    rate = inner._learning_rate
+    if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+        return float(keras.ops.convert_to_numpy(rate(max(step - 1, 0))))
+    return float(keras.ops.convert_to_numpy(inner.learning_rate))
+
+
+def _newest_checkpoint(log_dir: Path) -> Path | None:
+    from cvbench.training.checkpoint import find_checkpoint
+
+    folder = log_dir / "checkpoints"
+    if not folder.is_dir():
+        return None
+    try:
+        return find_checkpoint(folder)
+    except (FileNotFoundError, OSError, ValueError):
         return None
 
 

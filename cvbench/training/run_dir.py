@@ -13,10 +13,10 @@ hand. The lock file stays (a later run takes it again); it does not count as a r
 
 Nothing in the folder is followed through a symbolic link: the lock file is opened with
 `O_NOFOLLOW`, and an entry the run writes (`checkpoints/`, `train_log.jsonl`, `export/`,
-`tensorboard/`, the lock) that is a link is refused before anything is written
-(`cvbench.utils.files.owned_folder`, `refuse_link`): a planted `run/.cvbench-run.lock ->
-../victim` would otherwise be truncated. The folder itself may be a link the user chose, but
-not a dangling one.
+`tensorboard/`, `results.json`, `plots/`, the lock) that is a link is refused before
+anything is written (`cvbench.utils.files.owned_folder`, `refuse_link`): a planted
+`run/.cvbench-run.lock -> ../victim` would otherwise be truncated. The folder itself may be a
+link the user chose, but not a dangling one.
 """
 
 from __future__ import annotations
@@ -40,7 +40,12 @@ LOCK_NAME = ".cvbench-run.lock"
 #: What a run writes into its directory, and the kind each must be: "dir" or "file".
 RUN_ENTRIES = {"checkpoints": "dir", "train_log.jsonl": "file", "export": "dir"}
 #: Other entries the Trainer writes, whose kind is checked but which do not make a run.
-_OTHER_ENTRIES = {"tensorboard": "dir", LOCK_NAME: "file"}
+_OTHER_ENTRIES = {
+    "tensorboard": "dir",
+    LOCK_NAME: "file",
+    "results.json": "file",  # the final results (cvbench.tasks.runner.TaskRun.write_results)
+    "plots": "dir",  # the run's PNG plots (cvbench train)
+}
 #: The lock file's record of the holder is read up to this size.
 _HOLDER_LIMIT = 4096
 
