@@ -22,7 +22,11 @@ The temporary folder is named `.<name>.export-<pid>-...` and removed however the
 (`remove_stale_serving_staging`), once its process is gone.
 
 Both formats carry the model file's `ModelInfo` (`cvbench.inference.export_info`:
-`read_export_info`).
+`read_export_info`), and the same info is written beside the export as plain JSON,
+`<name>_info.json` (`cvbench.utils.model_file.write_info_file`, contract "serving":
+`served/classifier` -> `served/classifier_info.json`, `ssd.tflite` -> `ssd_info.json`),
+checked before any work like the export itself (an existing one is replaced only with
+`overwrite`, and only when cvbench wrote it).
 """
 
 from __future__ import annotations
@@ -46,8 +50,20 @@ from cvbench.inference.outputs import (
     errors_naming,
     record_tree,
 )
-from cvbench.utils.files import record_output, remove_dead_staging, staging_folder
-from cvbench.utils.model_file import MAX_INPUT_SIDE, ModelInfo, load_model
+from cvbench.utils.files import (
+    check_output,
+    record_output,
+    remove_dead_staging,
+    staging_folder,
+    written_by_cvbench,
+)
+from cvbench.utils.model_file import (
+    MAX_INPUT_SIDE,
+    ModelInfo,
+    info_file_path,
+    load_model,
+    write_info_file,
+)
 
 FORMATS = ("saved_model", "tflite")
 #: Name of the serving signature (TF Serving's default).
@@ -73,7 +89,8 @@ def export_for_serving(
         model_or_path: a Keras model, or the path of a `.keras` model file (its `ModelInfo`
             is used unless `info` is given).
         out: the SavedModel directory, or the `.tflite` file, to write (atomically: written
-            under a temporary name beside it and renamed).
+            under a temporary name beside it and renamed); its info file
+            (`cvbench.utils.model_file.info_file_path`) is written beside it.
         format: "saved_model" or "tflite".
         info: the model's `ModelInfo` (task, input size, post-processing); required with a
             model object.
@@ -112,6 +129,7 @@ def export_for_serving(
     out = Path(os.path.abspath(label))  # ".." and "." resolved, links kept
     check_replaceable(out, overwrite=overwrite, label=label)
     check_parent_path(out)
+    check_output(info_file_path(out), overwrite=overwrite, is_ours=written_by_cvbench)
     model = model_or_path
     if isinstance(model_or_path, (str, os.PathLike)):
         import cvbench.detection.ssd  # noqa: F401  (registers the layers a model file may hold)
@@ -140,8 +158,11 @@ def export_for_serving(
         score_threshold=score_threshold,
         probabilities=_ends_in_softmax(model),
     )
+    served_info = _as_served(info, score_threshold)
     with errors_naming(label):
-        _write_export(served, fn, out, format=format, info=_as_served(info, score_threshold))
+        _write_export(served, fn, out, format=format, info=served_info)
+    with errors_naming(os.fspath(info_file_path(label))):
+        write_info_file(served_info, out, contract="serving")
     return Path(label)
 
 

@@ -1,12 +1,20 @@
 """The Trainer's export of a trained model (`Trainer.export`, and `fit`'s end with
-`TrainConfig(export=True)`): a `.keras` file with its `ModelInfo`, and the model's own
-SavedModel on TensorFlow. Pass a model of built-in layers (`Trainer.user_model()`,
-`cvbench.utils.plain_keras.to_plain_keras`) for a file plain Keras loads.
+`TrainConfig(export=True)`): a `.keras` file with its `ModelInfo`, the same info as
+`model_info.json` beside it (class names and resize rule without unzipping), and on
+TensorFlow Keras' own SavedModel of the same model, `keras_saved_model/`. Pass a model of
+built-in layers (`Trainer.user_model()`, `cvbench.utils.plain_keras.to_plain_keras`) for a
+file plain Keras loads.
 
-The export for serving (a uint8-image signature with post-processing in the graph, TFLite)
-is `cvbench.inference.export.export_for_serving`.
+Two contracts, two names (`cvbench.utils.model_file.CONTRACTS`): `model.keras` and
+`keras_saved_model/` take float32 RGB in [0, 255] already resized to the model's input size
+and return logits (SSDs: box codes and class logits), what `model.export` gives; a
+*serving* export (`cvbench export model.keras --output saved_model`,
+`cvbench.inference.export.export_for_serving`) takes uint8 images of any size, resizes them
+by the model's rule in the graph and returns probabilities, top-k classes and their names
+(SSDs: NMS-ed detections). Every folder cvbench calls `saved_model` is a serving export;
+this layer cannot build one (the serving graph needs the data and detection layers).
 
-Both files are written in a temporary folder inside the export folder,
+The files are written in a temporary folder inside the export folder,
 `.export-<pid>-...`, and renamed into place; the folder is removed however the export ends
 (an error, SIGTERM or Ctrl-C: `finally`), and one left by a process killed outright (SIGKILL)
 is removed by the next export into the same folder, once that process is gone. An entry of
@@ -28,13 +36,15 @@ from typing import Any
 import keras
 
 from cvbench.utils.files import refuse_link, remove_dead_staging, staging_folder
-from cvbench.utils.model_file import ModelInfo, save_model
+from cvbench.utils.model_file import ModelInfo, info_file_path, save_model, write_info_file
 
 
 def export_trained_model(
     model: keras.Model, directory: str | Path, *, info: ModelInfo | None = None
 ) -> dict[str, Path]:
-    """Writes `directory/model.keras` (with `info`) and, on TensorFlow, `directory/saved_model/`.
+    """Writes `directory/model.keras` (with `info`), `directory/model_info.json` (`info`,
+    when given) and, on TensorFlow, `directory/keras_saved_model/` (the same model's
+    function: module docstring).
 
     Each is written under a temporary name and renamed into place, replacing an older export
     (module docstring).
@@ -42,10 +52,12 @@ def export_trained_model(
     Args:
         model: the model to export (as users get it).
         directory: output directory (created).
-        info: what inference needs, stored in `model.keras` (`cvbench.utils.model_file`).
+        info: what inference needs, stored in `model.keras` (`cvbench.utils.model_file`)
+            and beside it.
 
     Returns:
-        The written paths by kind: "keras" and, on TensorFlow, "saved_model".
+        The written paths by kind: "keras", "info" (with `info`) and, on TensorFlow,
+        "keras_saved_model".
     """
     if info is None:
         warnings.warn(
@@ -57,9 +69,10 @@ def export_trained_model(
         )
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    keras_path, final = directory / "model.keras", directory / "saved_model"
-    refuse_link(keras_path)
-    refuse_link(final)
+    keras_path, final = directory / "model.keras", directory / KERAS_SAVED_MODEL
+    info_path = info_file_path(keras_path)
+    for path in (keras_path, final, info_path):
+        refuse_link(path)
     remove_stale_export_staging(directory)
     staging = staging_folder(directory, _STAGING)
     written = {}
@@ -68,16 +81,24 @@ def export_trained_model(
             save_model(model, staging / "model.keras", info)
         os.replace(staging / "model.keras", keras_path)
         written["keras"] = keras_path
+        if info is not None:
+            with _naming(info_path):
+                written["info"] = write_info_file(info, keras_path, contract="model")
         if keras.config.backend() == "tensorflow":
             with _naming(final):
                 _write_saved_model(model, staging / "model")
             if final.exists():
                 os.rename(final, staging / "previous")
             (staging / "model").rename(final)
-            written["saved_model"] = final
+            written["keras_saved_model"] = final
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return written
+
+
+#: The folder of Keras' own SavedModel of the exported model (`model.keras`'s contract; a
+#: serving export is `cvbench export`'s `saved_model`).
+KERAS_SAVED_MODEL = "keras_saved_model"
 
 
 #: The start of the name of an export's temporary folder (then the pid of its process).

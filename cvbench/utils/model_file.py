@@ -227,6 +227,64 @@ def save_model(model: Any, path: str | os.PathLike, info: ModelInfo | None = Non
     return path
 
 
+#: What the model file beside an info file takes and returns (`write_info_file`'s
+#: "contract"): a `.keras` file (and Keras' own SavedModel of it), or a serving export.
+CONTRACTS = {
+    "model": "float32 (B, H, W, 3) RGB in [0, 255], resized to image_size by the resize rule "
+    "(the model normalizes) -> classifier logits (B, num_classes), or SSD box codes and "
+    "class logits per anchor",
+    "serving": "uint8 (B, H, W, 3) RGB images of any size (resized in the graph) -> "
+    "probabilities, top_k_indices, top_k_scores, top_k_class_names, or SSD "
+    "detection_boxes, detection_scores, detection_classes, detection_class_names, "
+    "num_detections",
+}
+_MODEL_SUFFIXES = (".keras", ".tflite")
+
+
+def info_file_path(model_path: str | os.PathLike) -> Path:
+    """The info file beside an exported model: `<name>_info.json` in its folder, `<name>`
+    the model's file name without `.keras` / `.tflite` (a SavedModel folder: its name).
+
+    Example:
+        >>> [info_file_path(p).as_posix() for p in ("run/export/model.keras", "ssd.tflite",
+        ...                                         "served/classifier")]
+        ['run/export/model_info.json', 'ssd_info.json', 'served/classifier_info.json']
+    """
+    path = Path(model_path)
+    name = path.name
+    for suffix in _MODEL_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+            break
+    return path.with_name(f"{name}_info.json")
+
+
+def write_info_file(
+    info: ModelInfo, model_path: str | os.PathLike, *, contract: str = "model"
+) -> Path:
+    """Writes `info` as JSON beside the exported model at `model_path` (`info_file_path`),
+    atomically, and records it (`cvbench.utils.files.record_output`), so that plain-Keras and
+    serving users read the class names and the resize rule without unzipping the model:
+    the fields of `ModelInfo.to_dict()`, plus `"model_file"` (the model's name in that
+    folder) and `"contract"` (`CONTRACTS[contract]`: what the model takes and returns).
+    `read_model_info` reads the file back.
+
+    Returns:
+        The info file's path.
+    """
+    from cvbench.utils.files import record_output
+    from cvbench.utils.io import write_json_atomic
+
+    if contract not in CONTRACTS:
+        raise ValueError(f"contract must be one of {tuple(CONTRACTS)}; got {contract!r}")
+    path = info_file_path(model_path)
+    data = {**info.to_dict(), "model_file": Path(model_path).name,
+            "contract": CONTRACTS[contract]}  # fmt: skip
+    write_json_atomic(path, data)
+    record_output(path)
+    return path
+
+
 def _check_members(path: Path, archive: zipfile.ZipFile, file_size: int) -> None:
     members = {m.filename: m for m in archive.infolist()}
     if CONFIG_ENTRY not in members:
@@ -324,10 +382,11 @@ def info_from_json(
 def read_model_info(
     path: str | os.PathLike, *, max_input_side: int = MAX_INPUT_SIDE
 ) -> ModelInfo | None:
-    """The `ModelInfo` stored in a `.keras` file, or None when it has none.
+    """The `ModelInfo` stored in a `.keras` file, or None when it has none; or that of an
+    info file written beside an exported model (a `.json` path, `write_info_file`).
 
     Args:
-        path: the model file.
+        path: the model file, or its info file.
         max_input_side: the largest `image_size` side accepted, in pixels.
 
     Raises:
@@ -337,6 +396,11 @@ def read_model_info(
             docstring), naming it.
     """
     path = Path(path)
+    if path.suffix == ".json":  # an info file (`write_info_file`)
+        from cvbench.utils.files import read_json
+
+        data = read_json(path, limit=MAX_JSON_BYTES, what="model info file")
+        return info_from_json(data, path=path, max_input_side=max_input_side)
     try:
         with open_input(path, what="model file") as f, zipfile.ZipFile(f) as archive:
             _check_members(path, archive, os.fstat(f.fileno()).st_size)

@@ -1,5 +1,6 @@
-"""`export_trained_model`'s SavedModel (TensorFlow only: a SavedModel needs it): the model's
-function, each weight stored once."""
+"""`export_trained_model`'s `keras_saved_model/` (TensorFlow only: a SavedModel needs it): the
+model's function (model.keras's contract, not the serving one of `cvbench export`'s
+`saved_model`), each weight stored once."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ def test_the_saved_model_stores_each_weight_once_and_serves_the_model(tmp_path):
     x = keras.layers.Conv2D(64, 3)(inputs)
     model = keras.Model(inputs, keras.layers.Dense(5)(keras.layers.Flatten()(x)))
     written = export_trained_model(model, tmp_path / "export", info=None)
+    assert written["keras_saved_model"] == tmp_path / "export" / "keras_saved_model"
+    assert not (tmp_path / "export" / "saved_model").exists()  # that name is serving's
     weights = sum(int(np.prod(w.shape)) * 4 for w in model.weights)  # 1792 + 11525 floats
-    stored = sum(f.stat().st_size for f in (written["saved_model"] / "variables").iterdir())
+    stored = sum(f.stat().st_size for f in (written["keras_saved_model"] / "variables").iterdir())
     assert weights <= stored < 1.1 * weights, (stored, weights)
-    loaded = tf.saved_model.load(str(written["saved_model"]))
+    loaded = tf.saved_model.load(str(written["keras_saved_model"]))
     x = np.random.default_rng(0).normal(size=(2, 8, 8, 3)).astype("float32")
     np.testing.assert_allclose(loaded.serve(x).numpy(), model(x), rtol=1e-6, atol=1e-6)
     out = loaded.signatures["serving_default"](tf.constant(x))
