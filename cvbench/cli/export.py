@@ -76,8 +76,8 @@ def _kept_on_stop(args: argparse.Namespace) -> str:
 def handler(args: argparse.Namespace) -> int:
     from cvbench.inference import read_model_info
     from cvbench.inference.outputs import check_parent_path, check_replaceable, check_writable
-    from cvbench.utils.files import check_output
-    from cvbench.utils.model_file import MAX_INPUT_SIDE
+    from cvbench.utils.files import check_output, written_by_cvbench
+    from cvbench.utils.model_file import MAX_INPUT_SIDE, info_file_path
 
     model = Path(args.model)
     if not model.is_file():
@@ -91,6 +91,9 @@ def handler(args: argparse.Namespace) -> int:
             Path(os.path.abspath(args.output)), overwrite=args.overwrite, label=args.output
         )
         check_output(args.output, inputs=[model], overwrite=True)  # never the model file
+        info_file = info_file_path(args.output)  # written beside the export
+        check_output(info_file, inputs=[model], overwrite=args.overwrite,
+                     is_ours=written_by_cvbench)  # fmt: skip
         check_parent_path(args.output)
         check_writable(args.output)
         read_model_info(model, max_input_side=side)
@@ -113,5 +116,5 @@ def handler(args: argparse.Namespace) -> int:
         raise with_flag_hints(e) from None
     except RuntimeError as e:  # another Keras backend
         raise CLIError(str(e)) from None
-    print(f"wrote {written}")
+    print(f"wrote {written} and its info file {info_file}")
     return 0

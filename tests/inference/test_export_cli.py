@@ -26,7 +26,9 @@ def model_file(tmp_path):
 def test_exports_a_model_file(model_file, tmp_path, capsys):
     out = tmp_path / "served"
     assert cli.main(["export", str(model_file), "--output", str(out), "--top-k", "2"]) == 0
-    assert capsys.readouterr().out.strip() == f"wrote {out}"
+    info_file = tmp_path / "served_info.json"
+    assert capsys.readouterr().out.strip() == f"wrote {out} and its info file {info_file}"
+    assert info_file.is_file()
     serve = tf.saved_model.load(str(out)).signatures["serving_default"]
     result = serve(images=tf.zeros((1, 32, 32, 3), tf.uint8))
     assert result["top_k_indices"].shape == (1, 2)
@@ -41,6 +43,15 @@ def test_errors_are_one_line(model_file, tmp_path, capsys):
     assert cli.main(["export", str(model_file), "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"cvbench: error: {tmp_path / 'o'} exists; pass --overwrite to replace it"
+    # a file of the user's where the info file goes: refused before TensorFlow is imported
+    (tmp_path / "p_info.json").write_text("mine")
+    assert cli.main(["export", str(model_file), "--output", str(tmp_path / "p"),
+                     "--overwrite"]) == 2  # fmt: skip
+    assert capsys.readouterr().err.strip() == (
+        f"cvbench: error: {tmp_path / 'p_info.json'} exists and was not written by cvbench; "
+        "--overwrite replaces only cvbench's own outputs: move it or write elsewhere"
+    )
+    assert not (tmp_path / "p").exists()
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["export", str(model_file), "--output", "x", "--format", "onnx"])
     assert exit_info.value.code == 2 and "invalid choice: 'onnx'" in capsys.readouterr().err
