@@ -180,7 +180,8 @@ def results_record(
     evaluation), `epochs` and `steps` done, `plan` (the recipe's plan, as the run log's
     recipe event), `precision` and `precision_reason`, and `files`: the paths written,
     relative to the run folder: `checkpoint` (the newest valid), `model` (each entry of
-    `export/`: `export/model.keras`, `export/saved_model`, ...), `log`, `tensorboard` (when
+    `export/` but cvbench's records of it: `export/model.keras`, `export/saved_model`, ...),
+    `log`, `tensorboard` (when
     written) and `plots`."""
     log_dir = run.trainer.log_dir
     files: dict[str, Any] = {"log": LOG_NAME}
@@ -189,7 +190,8 @@ def results_record(
         files["checkpoint"] = checkpoint.relative_to(log_dir).as_posix()
     export = log_dir / "export"
     if export.is_dir() and not export.is_symlink():
-        files["model"] = sorted(f"export/{p.name}" for p in export.iterdir())
+        names = [p.name for p in export.iterdir() if not p.name.startswith(".")]  # records
+        files["model"] = sorted(f"export/{name}" for name in names)
     if (log_dir / "tensorboard").is_dir():
         files["tensorboard"] = "tensorboard"
     files["plots"] = [Path(p).relative_to(log_dir).as_posix() for p in plots]
