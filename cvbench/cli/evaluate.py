@@ -1,6 +1,10 @@
 """`cvbench eval`: a checkpoint, a run folder or a `.keras` model over the whole validation
 set, through `cvbench.tasks.evaluation.checkpoint_trainer` and the task's `evaluate`.
 
+`--log-dir DIR` ends like a training run's folder: `DIR/results.json` (the metrics, the
+checkpoint, model, recipe, precision) and for a detector `DIR/plots/per_class_ap.png`, then a
+line saying what was written where.
+
 `--json FILE` is checked before anything is loaded (`cvbench.utils.files.check_output`): it
 is never the checkpoint, the model or the data it reads, nor a link; an existing FILE is
 replaced only when cvbench wrote it (`written_by_cvbench`: an earlier `--json` of eval), and
@@ -46,11 +50,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also write the results to this JSON file (replacing only an earlier results file "
         "of cvbench, never an input)",
     )
+    p.add_argument(
+        "--log-dir",
+        default=None,
+        help="the evaluation's folder: results.json (the metrics, the checkpoint, model, "
+        "recipe and precision) and, for SSD320, plots/per_class_ap.png (AP per class)",
+    )
     p.set_defaults(func=eval_command, usage_error=p.error, kept_on_stop=_kept_on_stop)
 
 
 def _kept_on_stop(args: argparse.Namespace) -> str:
-    return "no results were written" if args.json else "nothing was written"
+    return "no results were written" if args.json or args.log_dir else "nothing was written"
 
 
 def eval_command(args: argparse.Namespace) -> int:
@@ -63,8 +73,12 @@ def eval_command(args: argparse.Namespace) -> int:
     checkpoint = newest_checkpoint(checkpoint)
     if args.json is not None:
         check_results_path(args, checkpoint)
+    if args.log_dir is not None:
+        check_results_folder(args, checkpoint)
     use_saved_run(args, checkpoint)
     task = task_from_args(args)
+    if hasattr(task, "per_category"):
+        task.per_category = True  # a detector's results: AP per class
     trainer = checkpoint_trainer(task, checkpoint, precision=args.precision, seed=args.seed)
     results = task.evaluate(trainer, batch_size=task.recipe.run.batch_per_gpu)
     print_results(trainer, results)
@@ -76,7 +90,61 @@ def eval_command(args: argparse.Namespace) -> int:
         extra = {} if skipped is None else {"corrupt_records": skipped}
         write_json_atomic(args.json, {**results, **extra})
         record_output(args.json)
+    if trainer.is_chief and args.log_dir:
+        print(write_eval_results(args, task, trainer, checkpoint, results), flush=True)
     return 0
+
+
+def check_results_folder(args: argparse.Namespace, checkpoint: Path) -> None:
+    """Refuses, before anything is loaded, a `--log-dir` whose `results.json` would be an
+    input, a link, or a file cvbench did not write, or whose `plots/` is a link.
+
+    Raises:
+        ValueError: naming the path (exit 2).
+        BadFileError: `plots/` is a link or not a folder (exit 1).
+    """
+    from cvbench.utils.files import check_output, owned_folder, written_by_cvbench
+
+    folder = Path(args.log_dir)
+    if not args.log_dir.strip():
+        raise CLIError(
+            "--log-dir is empty: name the evaluation's folder (--log-dir . for this one)"
+        )
+    inputs = [checkpoint, Path(args.checkpoint)]
+    if args.data_dir is not None:
+        inputs.append(Path(args.data_dir))
+    check_output(folder / "results.json", inputs=inputs, overwrite=True,
+                 is_ours=written_by_cvbench, flag="--log-dir")  # fmt: skip
+    owned_folder(folder, "plots", create=False)  # refuses a link
+
+
+def write_eval_results(args, task, trainer, checkpoint: Path, results: dict) -> str:
+    """Writes the evaluation's folder (`--log-dir`): `plots/per_class_ap.png` for a
+    detector with AP per class, then `results.json` (`metrics`, `checkpoint`, `model`,
+    `recipe`, `task`, `precision`, `files`), atomically and recorded as cvbench's; returns
+    the line saying what was written where."""
+    from cvbench.demo.plots import plot_run
+    from cvbench.tasks.runner import RESULTS_NAME, written_line
+    from cvbench.utils.files import owned_folder, record_output
+    from cvbench.utils.io import write_json_atomic
+
+    folder = Path(args.log_dir)
+    plots = []
+    if any(k.startswith("AP/") for k in results):
+        plots = plot_run({}, results, owned_folder(folder, "plots"))
+    record = {
+        "metrics": {k: float(v) for k, v in results.items()},
+        "checkpoint": str(checkpoint.resolve()),
+        "model": task.options.model,
+        "recipe": task.recipe.name,
+        "task": task.recipe.task,
+        "precision": trainer.precision,
+        "files": {"plots": [Path(p).relative_to(folder).as_posix() for p in plots]},
+    }
+    owned_folder(folder)
+    write_json_atomic(folder / RESULTS_NAME, record)
+    record_output(folder / RESULTS_NAME)
+    return written_line(folder, record)
 
 
 def check_results_path(args: argparse.Namespace, checkpoint: Path) -> None:
