@@ -44,6 +44,7 @@ from cvbench.data.builders.sharded_writer import (
     Skip,
     SplitSpec,
     WriteSummary,
+    build_lock,
     disk_full_as_error,
     write_sharded,
 )
@@ -241,46 +242,48 @@ def build_coco_splits(
         wanted = (num_shards or {}).get(split)
         count = wanted if wanted is not None else min(DEFAULT_SHARDS.get(split, 10), len(items))
         specs.append(SplitSpec(split, items, count, SHARD_PATTERN))
-    kept = _kept_info(output_dir, set(sources))
-    categories = _agreed_categories(output_dir, sources, reports, kept)
-    if overwrite and kept is None:  # never leave another data set's classes beside a
-        dataset_info_path(output_dir).unlink(missing_ok=True)  # half-written one
-    summary = write_sharded(
-        output_dir,
-        specs,
-        functools.partial(
-            encode_coco_item,
-            quality=quality,
-            max_pixels=max_pixels,
-            max_image_bytes=max_image_bytes,
-        ),
-        dataset="coco-tfod",
-        options={"quality": quality, "seed": seed},
-        item_key=CocoItem.key,
-        describe=CocoItem.describe,
-        num_workers=num_workers,
-        overwrite=overwrite,
-        progress=progress,
-        unit="img",
-    )
-    for annotations_file, target in copies:
-        try:
-            with (
-                open_input(annotations_file, what="annotations file") as src,
-                atomic_path(target) as tmp,
-                open(tmp, "wb") as dst,
-            ):
-                shutil.copyfileobj(src, dst)
-            record_output(target)
-        except OSError as e:
-            if e.errno != errno.ENOSPC:
-                raise
-            shards = sum(r.num_shards for r in summary.splits.values())
-            raise DiskFullError(target, shards) from e
-    info = _dataset_info(specs, categories, quality, summary)
-    if info is not None:
-        with disk_full_as_error(dataset_info_path(output_dir), summary):
-            write_dataset_info(output_dir, info)
+    # One build at a time in a folder: from reading what it keeps to the last file.
+    with build_lock(output_dir):
+        kept = _kept_info(output_dir, set(sources))
+        categories = _agreed_categories(output_dir, sources, reports, kept)
+        if overwrite and kept is None:  # never leave another data set's classes beside a
+            dataset_info_path(output_dir).unlink(missing_ok=True)  # half-written one
+        summary = write_sharded(
+            output_dir,
+            specs,
+            functools.partial(
+                encode_coco_item,
+                quality=quality,
+                max_pixels=max_pixels,
+                max_image_bytes=max_image_bytes,
+            ),
+            dataset="coco-tfod",
+            options={"quality": quality, "seed": seed},
+            item_key=CocoItem.key,
+            describe=CocoItem.describe,
+            num_workers=num_workers,
+            overwrite=overwrite,
+            progress=progress,
+            unit="img",
+        )
+        for annotations_file, target in copies:
+            try:
+                with (
+                    open_input(annotations_file, what="annotations file") as src,
+                    atomic_path(target) as tmp,
+                    open(tmp, "wb") as dst,
+                ):
+                    shutil.copyfileobj(src, dst)
+                record_output(target)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                shards = sum(r.num_shards for r in summary.splits.values())
+                raise DiskFullError(target, shards) from e
+        info = _dataset_info(specs, categories, quality, summary)
+        if info is not None:
+            with disk_full_as_error(dataset_info_path(output_dir), summary):
+                write_dataset_info(output_dir, info)
     return BuildSummary(summary, reports)
 
 

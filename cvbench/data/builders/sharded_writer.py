@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import pickle
@@ -130,6 +131,45 @@ def _is_disk_full(error: BaseException) -> bool:
     if isinstance(error, OSError):
         return error.errno == errno.ENOSPC
     return os.strerror(errno.ENOSPC) in str(error)
+
+
+#: Output folders this process holds the build lock of (`build_lock` is reentrant).
+_LOCKED: set[str] = set()
+
+
+@contextlib.contextmanager
+def build_lock(out_dir: str | os.PathLike):
+    """Holds an exclusive lock on the output folder `out_dir` (made if missing) while a build
+    writes into it: a second build into the same folder at the same time (`cvbench
+    build-coco` of train in one terminal, of val in another) would lose the other's entries
+    in the manifest and `dataset_info.json`. The lock is an `flock` on the folder itself (no
+    file is added), released when the block ends or the process dies; reentrant within a
+    process (a builder holds it around `write_sharded`, which takes it too).
+
+    Raises:
+        FileExistsError: another process is building into `out_dir` (exit 2 in the command).
+    """
+    out = make_dir(out_dir)
+    key = os.path.realpath(out)
+    if key in _LOCKED:
+        yield out
+        return
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FileExistsError(
+                f"{out} is being written by another build at this moment; wait for it to end, "
+                "then rerun this one (each adds its own splits)"
+            ) from None
+        _LOCKED.add(key)
+        try:
+            yield out
+        finally:
+            _LOCKED.discard(key)
+    finally:
+        os.close(fd)  # closing the only descriptor releases the flock
 
 
 @dataclass(frozen=True)
@@ -322,6 +362,7 @@ def write_sharded(
             that no manifest lists (`cvbench.data.builders.manifest.prepare_out_dir`).
         DiskFullError: no space left on the device; the finished shards stay and a rerun
             resumes.
+        FileExistsError: also when another process is writing into `out_dir` (`build_lock`).
     """
     start = time.monotonic()
     names = [s.name for s in splits]
@@ -344,7 +385,29 @@ def write_sharded(
                 f"one) to run in worker processes: {e}"
             ) from None
 
-    out = make_dir(out_dir)
+    with build_lock(out_dir) as out:
+        return _write_locked(
+            out, splits, encode_fn, start, dataset, options, metadata, item_key, describe,
+            num_workers, overwrite, progress, unit,
+        )  # fmt: skip
+
+
+def _write_locked(
+    out: Path,
+    splits: Sequence[SplitSpec],
+    encode_fn: Callable[[Any], bytes | Skip],
+    start: float,
+    dataset: str,
+    options: Mapping[str, Any] | None,
+    metadata: Mapping[str, Any] | None,
+    item_key: Callable[[Any], str],
+    describe: Callable[[Any], str],
+    num_workers: int,
+    overwrite: bool,
+    progress: bool,
+    unit: str,
+) -> WriteSummary:
+    """`write_sharded` once its arguments are checked and the folder's lock is held."""
     identity = manifest_identity(dataset, options or {}, splits, item_key)
     manifest = prepare_out_dir(out, identity, splits, overwrite)
     manifest.setdefault("shards", {})

@@ -355,3 +355,35 @@ def test_write_dataset_info_keeps_other_splits_only_of_the_same_classes(tmp_path
     # Another data set (other names) replaces the file: its classes never mix with train's.
     write_dataset_info(tmp_path, info("val", ["owl", "dog"], 3))
     assert read_dataset_info(tmp_path) == info("val", ["owl", "dog"], 3)
+
+
+def test_a_second_build_into_a_folder_being_built_is_refused(tmp_path, user_files, capsys):
+    # Two builds at once into one folder (train in one terminal, val in another) would lose
+    # each other's manifest entries: the second is refused while the first holds the folder.
+    import subprocess
+    import sys
+
+    train, val = user_files
+    out = tmp_path / "out"
+    assert build(out, ("train", train)) == 0
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], "
+         "os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); "
+         "time.sleep(120)", str(out)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        assert build(out, ("val", val)) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            f"cvbench: error: {out} is being written by another build at this moment; wait "
+            "for it to end, then rerun this one (each adds its own splits)"
+        )
+        assert not list(out.glob("coco_val*"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert build(out, ("val", val)) == 0  # the lock went with the process
+    assert dict(read_dataset_info(out).splits) == {"train": 5, "val": 3}
