@@ -1,4 +1,5 @@
-"""Input pipeline benchmark: cvbench's tf.data pipeline against NVIDIA DALI on the CPU.
+"""Input pipeline benchmark: cvbench's tf.data pipeline against NVIDIA DALI on the CPU (and
+grain, `run_input_benchmark(grain=True)`).
 
 On the same ImageNet-format records, with the same recipe (`ImagePreprocessing()`, NVIDIA's
 ResNet-50 v1.5) and the same number of threads, `run_input_benchmark` measures four pipelines:
@@ -182,6 +183,14 @@ class Comparison:
     mode: str
     tf_data: PipelineRate
     dali_cpu: PipelineRate | None
+    grain: PipelineRate | None = None
+
+    @property
+    def grain_ratio(self) -> float | None:
+        """grain / tf.data images per CPU-second (per core); None when grain was not run."""
+        if self.grain is None:
+            return None
+        return self.grain.images_per_cpu_s / self.tf_data.images_per_cpu_s
 
     @property
     def ratio(self) -> float | None:
@@ -231,6 +240,11 @@ class InputBenchResult:
             lines.append(row(c.mode, "tf.data (cvbench)", c.tf_data))
             if c.dali_cpu is not None:
                 lines.append(row(c.mode, "DALI CPU", c.dali_cpu))
+            if c.grain is not None:
+                lines.append(row(c.mode, "grain (1 process)", c.grain))
+        if self.training.grain is not None:
+            parts = [f"{c.mode} {c.grain_ratio:.2f}x" for c in (self.training, self.evaluation)]
+            lines.append("ratio grain / tf.data per core: " + ", ".join(parts))
         if self.dali_missing is not None:
             lines.append(f"DALI CPU: not measured ({self.dali_missing})")
             return "\n".join(lines)
@@ -261,6 +275,17 @@ def _rate(rounds: list[tuple[float, float]]) -> PipelineRate:
     )
 
 
+class _Endless:
+    """The batches of `make()`'s one-pass pipelines, one pass after another, without end."""
+
+    def __init__(self, make: Any) -> None:
+        self.make = make
+
+    def __iter__(self) -> Any:
+        while True:
+            yield from self.make()
+
+
 class _EndlessDali:
     """DALI evaluation batches without end (the reader pads each pass's last batch and starts
     again), converted to NumPy as `imagenet_dali_dataset`'s batches are."""
@@ -287,6 +312,7 @@ def run_input_benchmark(
     shuffle_buffer: int = 256,
     threads: int | None = None,
     split: str = "train",
+    grain: bool = False,
 ) -> InputBenchResult:
     """Measures tf.data and DALI CPU, training and evaluation, on the records of `split`.
 
@@ -308,6 +334,10 @@ def run_input_benchmark(
         shuffle_buffer: training: records in the shuffle buffer (both backends).
         threads: threads per backend; None: the cores available (tf.data's default).
         split: the split whose files are read.
+        grain: also measure `imagenet_grain_dataset` (no TensorFlow) on the same records:
+            in this process, without worker processes (`num_workers=0`), so that its CPU
+            seconds are this process' as the others' are: its img/s is one core's, its
+            per-core figure comparable with theirs.
 
     Returns:
         An `InputBenchResult` (DALI's rates None, with the reason, when DALI is missing).
@@ -347,6 +377,14 @@ def run_input_benchmark(
             ds = imagenet_dataset(data_dir, split, training=False, **common).repeat()
         return ds.with_options(options)
 
+    def grain_batches(training: bool) -> Any:
+        from cvbench.data.grain.dataset import imagenet_grain_dataset
+
+        read = dict(common, training=training, seed=0)
+        if training:
+            return imagenet_grain_dataset(data_dir, split, **read)
+        return _Endless(lambda: imagenet_grain_dataset(data_dir, split, **read))
+
     with tempfile.TemporaryDirectory(prefix="cvbench-bench-idx-") as index_dir:
 
         def dali(training: bool) -> Any:
@@ -363,6 +401,8 @@ def run_input_benchmark(
             )
 
         backends = [("tf", tf_data)]
+        if grain:
+            backends.append(("grain", grain_batches))
         if dali_missing is None:
             write_indexes(list_split_files(data_dir, split), index_dir=index_dir)
             backends.append(("dali", dali))
@@ -375,10 +415,12 @@ def run_input_benchmark(
 
     def comparison(training: bool) -> Comparison:
         dali_rounds = measured.get((training, "dali"))
+        grain_rounds = measured.get((training, "grain"))
         return Comparison(
             "training" if training else "evaluation",
             _rate(measured[(training, "tf")]),
             _rate(dali_rounds) if dali_rounds else None,
+            _rate(grain_rounds) if grain_rounds else None,
         )
 
     return InputBenchResult(comparison(True), comparison(False), threads, cores, dali_missing)

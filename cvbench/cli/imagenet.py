@@ -157,6 +157,14 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         help="threads of each pipeline: tf.data's threadpool and DALI's num_threads (default: "
         "the cores available)",
     )
+    parser.add_argument(
+        "--data-backend",
+        choices=("grain",),
+        default=None,
+        help="grain: also measure the TensorFlow-free grain pipeline (cvbench.data.grain) on "
+        "the same records, in this process without worker processes (one core), with its "
+        "ratio grain / tf.data per core",
+    )
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -179,6 +187,7 @@ def run_bench(args: argparse.Namespace) -> int:
             batches=args.batches,
             rounds=args.rounds,
             threads=args.threads,
+            grain=getattr(args, "data_backend", None) == "grain",
         )
         print(result.format())
 
