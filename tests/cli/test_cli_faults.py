@@ -109,7 +109,10 @@ def test_train_skip_corrupt_counts_training_and_validation_records(corrupt_data,
     run = tmp_path / "run"
     argv = ["train", *TINY, "--data-dir", str(corrupt_data), "--epochs", "1", "--eval", "end"]
     assert cli.main([*argv, *QUIET, "--skip-corrupt", "--log-dir", str(run)]) == 0
-    last = capsys.readouterr().out.splitlines()[-1]
+    out = capsys.readouterr().out.splitlines()
+    # The last line says what the run wrote where (#39); the count is printed before it.
+    assert out[-1].startswith(f"cvbench: wrote {run}/results.json")
+    last = out[-2]
     # The training stream repeats its 8 records, so record 2 is met at least once there (how
     # often depends on the read-ahead); evaluation meets it exactly once.
     count = int(
@@ -117,7 +120,8 @@ def test_train_skip_corrupt_counts_training_and_validation_records(corrupt_data,
     )
     assert count >= 2
     events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
-    assert events[-1]["event"] == "corrupt_records" and events[-1]["count"] == count
+    assert events[-2]["event"] == "corrupt_records" and events[-2]["count"] == count
+    assert events[-1]["event"] == "results"
 
 
 def test_benchmark_skip_corrupt_reports_the_count(monkeypatch, tmp_path, capsys):
