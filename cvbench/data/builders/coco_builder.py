@@ -312,18 +312,21 @@ def _annotation_copies(
     return copies
 
 
-def _kept_info(output_dir: str | os.PathLike, named: set[str]) -> DatasetInfo | None:
-    """The `dataset_info.json` of `output_dir` when the folder holds splits this build does
-    not name (they are kept: `cvbench.data.builders.manifest.prepare_out_dir`), else None.
-    A missing or unreadable file gives None: the splits it would describe cannot be checked
-    and the new file describes the named ones."""
-    if not set(folder_splits(output_dir)) - named:
+def _kept_info(
+    output_dir: str | os.PathLike, named: set[str]
+) -> tuple[DatasetInfo, list[str]] | None:
+    """The `dataset_info.json` of `output_dir` and the splits this build does not name, when
+    the folder holds such splits (they are kept: `cvbench.data.builders.manifest.
+    prepare_out_dir`), else None. A missing or unreadable file gives None: the splits it
+    would describe cannot be checked and the new file describes the named ones."""
+    kept = sorted(set(folder_splits(output_dir)) - named)
+    if not kept:
         return None
     try:
         info = read_dataset_info(output_dir)
     except BadFileError:
         return None
-    return info if info is not None and info.kind == "coco" else None
+    return (info, kept) if info is not None and info.kind == "coco" else None
 
 
 def _categories_info(categories: Mapping[int, str]) -> DatasetInfo:
@@ -336,7 +339,7 @@ def _agreed_categories(
     output_dir: str | os.PathLike,
     sources: Mapping[str, tuple[str | os.PathLike, str | os.PathLike]],
     reports: Mapping[str, AnnotationReport],
-    kept: DatasetInfo | None,
+    kept: tuple[DatasetInfo, list[str]] | None,
 ) -> dict[int, str]:
     """The categories (id -> name) every split of the folder shares: those of the named
     splits' annotation files, which must agree with each other and with the splits the
@@ -348,28 +351,29 @@ def _agreed_categories(
         ValueError: naming the two splits and the first difference (exit 2 in the command).
     """
     agreed: dict[int, str] = {}
-    source = ""
+    other, where = "", ""  # the split(s) `agreed` comes from, and where they are
     if kept is not None:
-        agreed = {int(c.id): c.display_name for c in kept.classes}
-        source = f"split {', '.join(sorted(kept.splits))} already in {os.fspath(output_dir)}"
+        info, names = kept
+        agreed = {int(c.id): c.display_name for c in info.classes}
+        other, where = ", ".join(names), f" already in {os.fspath(output_dir)}"
     for split, report in reports.items():
         if not report.categories:
             continue
         if not agreed:
-            agreed, source = dict(report.categories), f"split {split}"
+            agreed, other = dict(report.categories), split
             continue
         difference = class_difference(
             _categories_info(agreed),
             _categories_info(report.categories),
-            old_name=f"in {source}",
+            old_name=f"in split {other}",
             new_name=f"in split {split}",
         )
         if difference is not None:
             raise ValueError(
-                f"{os.fspath(sources[split][0])}: its categories differ from those of "
-                f"{source}: {difference}; every split of a "
-                "folder needs the same categories (a class index is the rank of its "
-                "category id): fix the file, or build it into another output folder"
+                f"{os.fspath(sources[split][0])}: its categories differ from those of split "
+                f"{other}{where}: {difference}; every split of a folder needs the same "
+                "categories (a class index is the rank of its category id): fix the file, or "
+                "build it into another output folder"
             )
     return agreed
 

@@ -224,15 +224,26 @@ def test_categories_must_agree_between_splits(tmp_path, capsys, val_categories, 
     # Call after call, with or without --overwrite: the kept split's categories rule.
     assert build(two, ("train", train)) == 0
     info = (two / "dataset_info.json").read_bytes()
+    expected = (
+        f"cvbench: error: {val}: its categories differ from those of split train already in "
+        f"{two}: {difference}; every split of a folder needs the same categories (a class "
+        "index is the rank of its category id): fix the file, or build it into another "
+        "output folder"
+    )
     for extra in ((), ("--overwrite",)):
         capsys.readouterr()
         assert build(two, ("val", val), extra=extra) == 2
-        err = capsys.readouterr().err.strip()
-        assert err.startswith(f"cvbench: error: {val}: its categories differ from those of ")
-        assert f"split train already in {two}: " in err
-        assert len(err.splitlines()) == 1
+        assert capsys.readouterr().err.strip() == expected
     assert not list(two.glob("coco_val*")) and not (two / "instances_val.json").exists()
     assert (two / "dataset_info.json").read_bytes() == info
+    # Replacing a good val by the bad one: the split kept is train (val is the one replaced).
+    good = user_split(tmp_path / "good", "val", 3)
+    assert build(two, ("val", good)) == 0
+    before = shards(two, "val")
+    capsys.readouterr()
+    assert build(two, ("val", val), extra=("--overwrite",)) == 2
+    assert capsys.readouterr().err.strip() == expected
+    assert shards(two, "val") == before
 
 
 def test_other_settings_beside_a_kept_split_are_refused_even_with_overwrite(
