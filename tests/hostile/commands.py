@@ -376,7 +376,7 @@ TABLE: tuple[Row, ...] = (
         "bad.keras",
         MODEL_FILE,
         {"*": BAD_FILE, "dangling": MISSING},
-        outputs=("out",),
+        outputs=("out", "out_info.json"),  # the export and its info file
     ),
     # --- cvbench eval --checkpoint
     Row(
@@ -1070,7 +1070,7 @@ SEEDS: tuple[Case, ...] = (
         tuple(shlex.split("export model.keras --output out")),
         model_only,
         ACCEPTED,
-        outputs=("out",),
+        outputs=("out", "out_info.json"),  # the export and its info file
     ),
     # D. limits bound what a file makes the process allocate (refused naming the model, or
     # run within the budget: docs/reliability.md leaves which open)
@@ -1152,7 +1152,7 @@ SEEDS: tuple[Case, ...] = (
         ("export", "model.keras", "--output", "ex[12]"),
         _glob_exports,
         ACCEPTED,
-        outputs=("ex[12]",),
+        outputs=("ex[12]", "ex[12]_info.json"),
     ),
     Case(
         "A-predict-draw-glob",

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from cvbench.utils.files import OUTPUTS_LIST
 from hostile.commands import Case, cases
 from hostile.harness import BUDGET_BYTES
 
@@ -115,6 +116,9 @@ def test_hostile_input(case: Case, server, assets, tmp_path):
     paths = case.paths(folder, assets)
     argv = case.command_line(paths)
     outputs = {folder / o for o in case.outputs}
+    # the list by which cvbench knows its own outputs (cvbench.utils.files.OUTPUTS_LIST),
+    # kept in the folder of each output
+    outputs |= {(folder / o).parent / OUTPUTS_LIST for o in case.outputs}
     protected = {p: _digest_or_none(folder / p) for p in case.protect}
     before = tree(folder, outputs)
 
