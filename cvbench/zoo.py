@@ -10,6 +10,15 @@ It sits above `cvbench.models` (classification builders) and `cvbench.detection`
 never import it, so there is no import circle: SSD builds its backbone through
 `cvbench.models.resnet` directly. Every name is registered by an explicit call below; the
 task tag is what `cvbench.tasks.task_for_model` reads to pick the task of a model.
+
+What a model's starting weights bring besides their values (`cvbench.models.pretrained`):
+`weights_normalization(name, weights)`, the input normalization they were trained with
+(keras.applications' ResNets: caffe, Inception V3: `x / 127.5 - 1`; None for other weights),
+and `weights_architecture(name, weights)`, the builder arguments their layers fix. Tasks read
+them here.
+
+    >>> weights_normalization("inception_v3", "imagenet").mean
+    (127.5, 127.5, 127.5)
 """
 
 from __future__ import annotations
@@ -19,6 +28,11 @@ from typing import Any
 from cvbench.detection.ssd import ssd320 as _ssd320
 from cvbench.models import resnet as _resnet
 from cvbench.models.inception_v3 import inception_v3 as _inception_v3
+from cvbench.models.pretrained import (
+    InputNormalization,
+    weights_architecture,
+    weights_normalization,
+)
 from cvbench.registry import Registry
 
 CLASSIFICATION = "classification"
@@ -83,9 +97,12 @@ __all__ = [
     "CLASSIFICATION",
     "DETECTION",
     "MODELS",
+    "InputNormalization",
     "get_model",
     "list_classifiers",
     "list_models",
     "register",
     "task_of",
+    "weights_architecture",
+    "weights_normalization",
 ]

@@ -19,8 +19,6 @@ from keras import layers
 from cvbench.detection.batchnorm import FreezableBatchNormalization
 from cvbench.detection.fpn import l2_regularizer
 from cvbench.models import resnet
-from cvbench.models.pretrained import IMAGENET
-from cvbench.models.weights import is_keras_applications_file
 
 BACKBONE_LEVELS = ("C3", "C4", "C5")
 
@@ -62,17 +60,6 @@ def _detection_clone(
     return clone_model
 
 
-def _bgr_to_rgb_stem(model: keras.Model) -> None:
-    """Reverses the input-channel axis of the first conv kernel, in place.
-
-    keras.applications' ResNet-50 weights were trained on BGR images with the caffe means
-    subtracted; SSD320 feeds RGB images with the same means in RGB order. Reversing the stem
-    kernel's input channels makes the pretrained backbone see what it was trained on.
-    """
-    kernel = model.get_layer("conv1_conv").kernel
-    kernel.assign(keras.ops.flip(kernel, axis=2))
-
-
 def build_backbone(
     backbone: str,
     input_hw: tuple[int, int],
@@ -91,7 +78,8 @@ def build_backbone(
             cached as Keras does; needs a `_v1` backbone such as `"resnet50_v1"`) or a weight
             file for the backbone, loaded by `cvbench.models.weights`. keras.applications'
             weights (`"imagenet"`, a legacy HDF5 or a Keras 3 `.weights.h5` file of a
-            keras.applications ResNet) are BGR: the stem kernel is flipped to take RGB input.
+            keras.applications ResNet) are BGR: `resnet.build_resnet` flips the stem kernel's
+            input channels when it loads them (`resnet.rgb_stem`), so the backbone takes RGB.
         freeze_batchnorm: make every batch norm use its moving statistics in training too.
         weight_decay: OD API L2 weight on conv kernels.
 
@@ -107,8 +95,6 @@ def build_backbone(
     model = resnet.build_resnet(
         depth=depth, variant=variant, include_top=False, input_shape=(*input_hw, 3), weights=weights
     )
-    if weights == IMAGENET or (weights is not None and is_keras_applications_file(weights)):
-        _bgr_to_rgb_stem(model)
     model = _detection_clone(model, freeze_batchnorm=freeze_batchnorm, weight_decay=weight_decay)
     names = resnet.feature_layer_names(model)
     outputs = [model.get_layer(names[level]).output for level in BACKBONE_LEVELS]

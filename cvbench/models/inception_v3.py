@@ -170,10 +170,12 @@ def inception_v3(
         include_top: add global average pooling and the float32 `predictions` layer.
         pooling: without the top: `None` (4-D `mixed10` map), `"avg"` or `"max"`.
         weights: `None` (random init), `"imagenet"` (keras.applications' file, fetched and
-            cached by `pretrained.imagenet_weights`; 1000 classes with the top; needs the
-            default `bn_scale=False`), or a path: a keras.applications InceptionV3 file
-            (legacy `.h5` or Keras 3 `.weights.h5`, with or without top) or a cvbench
-            `.weights.h5` file.
+            cached by `pretrained.imagenet_weights`; another `num_classes` than 1000 gets a
+            new head, stated in one warning line), or a path: a keras.applications
+            InceptionV3 file (legacy `.h5` or Keras 3 `.weights.h5`, with or without top) or
+            a cvbench `.weights.h5` file. keras.applications' weights have no batch-norm
+            gamma: with `bn_scale=True` it starts at 1 (the same function). They take
+            `x / 127.5 - 1` (`pretrained.weights_normalization`).
         classifier_activation: `"softmax"`, another Keras activation, or `None` for logits.
         bn_momentum: batch-norm moving-average momentum (0.99, the Keras default; nvcnn 0.9).
         bn_epsilon: batch-norm epsilon (1e-3 as keras.applications; nvcnn 1e-4).
@@ -239,7 +241,9 @@ def inception_v3(
     )
     model = keras.Model(inputs, outputs, name="inception_v3")
     if weights == pretrained.IMAGENET:
-        weights = pretrained.imagenet_weights("inception_v3", include_top=include_top)
+        weights = pretrained.imagenet_file(
+            "inception_v3", include_top=include_top, num_classes=num_classes
+        )
     if weights is not None:
         weights_lib.load_weights(model, weights, match="order")
     return model

@@ -12,10 +12,25 @@ The URLs and hashes are keras.applications' (Keras 3.15, `keras/src/applications
 
     >>> PUBLISHED[("resnet50", False)].fname
     'resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5'
+
+Another number of classes than the files' 1000 gets a new classifier: the `_notop` file is
+fetched and the head keeps the builder's initialisation (`new_head_message` states it).
+
+The input normalization each file was trained with is part of the model's contract
+(`weights_normalization`): keras.applications' ResNets take caffe-style BGR minus the means
+(103.939, 116.779, 123.68), unscaled; cvbench's ResNet builders permute the first
+convolution's input channels when loading them (`rgb_stem`), so the model takes RGB minus
+the same means (`CAFFE_MEAN_RGB`, std 1). Inception V3 takes `x / 127.5 - 1` (mean = std =
+127.5). A classification task whose recipe starts from such weights feeds that normalization
+(`cvbench.tasks.classification`), and its model files put it in front of the model.
+
+    >>> weights_normalization("resnet50", "imagenet")
+    InputNormalization(mean=(123.68, 116.779, 103.939), std=(1.0, 1.0, 1.0), source='caffe')
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 IMAGENET = "imagenet"
@@ -67,6 +82,90 @@ PUBLISHED: dict[tuple[str, bool], PublishedFile] = {
 IMAGENET_CLASSES = 1000
 
 
+@dataclass(frozen=True)
+class InputNormalization:
+    """The input a set of weights was trained on, for RGB `[0, 255]` pixels `x`:
+    `(x - mean) / std` per channel; `source` names the convention ("caffe", "inception")."""
+
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    source: str
+
+
+# keras.applications.imagenet_utils.preprocess_input: mode "caffe" (ResNet) subtracts the BGR
+# means [103.939, 116.779, 123.68] from BGR pixels, unscaled: in RGB order (the model's
+# stem permuted, `rgb_stem`) the means reverse. Mode "tf" (InceptionV3) is x / 127.5 - 1.
+CAFFE = InputNormalization((123.68, 116.779, 103.939), (1.0, 1.0, 1.0), "caffe")
+INCEPTION = InputNormalization((127.5, 127.5, 127.5), (127.5, 127.5, 127.5), "inception")
+
+
+def is_keras_applications_weights(weights: str | os.PathLike | None) -> bool:
+    """Whether `weights` are keras.applications': `"imagenet"`, or a file in one of their
+    formats (`weights.is_keras_applications_file`: a legacy `.h5`, or a Keras 3
+    `.weights.h5` of a keras.applications ResNet / InceptionV3)."""
+    if weights is None:
+        return False
+    if isinstance(weights, str) and weights == IMAGENET:
+        return True
+    from cvbench.models.weights import is_keras_applications_file
+
+    return is_keras_applications_file(weights)
+
+
+def weights_normalization(
+    name: str, weights: str | os.PathLike | None
+) -> InputNormalization | None:
+    """The input normalization model `name` started from `weights` expects (module doc).
+
+    Args:
+        name: a cvbench model name ("resnet50", "inception_v3", ...).
+        weights: the builder's `weights`.
+
+    Returns:
+        `CAFFE` for a bottleneck ResNet (50/101/152) and `INCEPTION` for Inception V3 from
+        keras.applications' weights; None otherwise (random weights, cvbench's own files,
+        torchvision state dicts: the recipe's normalization applies).
+    """
+    if not is_keras_applications_weights(weights):
+        return None
+    if name == "inception_v3":
+        return INCEPTION
+    if name in {"resnet50", "resnet101", "resnet152"}:
+        return CAFFE
+    return None
+
+
+# The builder arguments keras.applications' models fix (their layers' settings without
+# weights): a recipe starting from their weights builds this architecture.
+# keras.applications' ResNet: BatchNormalization(epsilon=1.001e-5); InceptionV3's conv2d_bn:
+# BatchNormalization(scale=False) (Keras' epsilon 1e-3), mixed9/mixed10 pool branch
+# AveragePooling2D.
+ARCHITECTURE: dict[str, dict[str, object]] = {
+    "resnet50": {"bn_epsilon": 1.001e-5},
+    "resnet101": {"bn_epsilon": 1.001e-5},
+    "resnet152": {"bn_epsilon": 1.001e-5},
+    "inception_v3": {"bn_epsilon": 1e-3, "last_block_pooling": "average"},
+}
+
+
+def weights_architecture(name: str, weights: str | os.PathLike | None) -> dict[str, object]:
+    """The builder arguments (`ARCHITECTURE`) model `name` needs to compute what
+    keras.applications' model computes with `weights`; `{}` for other weights."""
+    if weights_normalization(name, weights) is None:
+        return {}
+    return dict(ARCHITECTURE.get(name, {}))
+
+
+def new_head_message(name: str, *, file_classes: int, num_classes: int) -> str:
+    """The one line that states a new classifier: the weights' head has `file_classes`
+    outputs, the model `num_classes`."""
+    return (
+        f"{name}: the weights' classifier has {file_classes} classes, the model "
+        f"{num_classes}: a new head (the builder's dense_initializer), the backbone's "
+        "weights loaded"
+    )
+
+
 def imagenet_models() -> list[str]:
     """The model names that have `weights="imagenet"`, sorted."""
     return sorted({name for name, _ in PUBLISHED})
@@ -85,10 +184,13 @@ def check_imagenet_args(
     Args:
         name: the cvbench model name (`"resnet50"`, `"inception_v3"`, ...).
         include_top: whether the model has the classifier.
-        num_classes: its width (must be 1000 with the top, as keras.applications requires).
+        num_classes: its width (any: another width than 1000 gets a new head, from the
+            `_notop` file).
         bn_scale: whether the model's batch norms have gamma (keras.applications' ResNets
-            have it, its Inception V3 has not).
-        variant: the ResNet variant (`"v1"` only: keras.applications' files are ResNet v1).
+            have it and need it; its Inception V3 has not, and loads into either: a missing
+            gamma is 1).
+        variant: the ResNet variant (`"v1"` only: keras.applications' files are ResNet v1;
+            None: the builder's choice, v1).
 
     Raises:
         ValueError: saying what keras.applications publishes and what to pass instead.
@@ -104,18 +206,27 @@ def check_imagenet_args(
             f"variant='v1' (got variant={variant!r}), or convert torchvision v1.5 weights with "
             "cvbench.models.torchvision_weights"
         )
-    file_scale = name != "inception_v3"
-    if bn_scale != file_scale:
+    if name != "inception_v3" and not bn_scale:
         raise ValueError(
-            f"weights='imagenet': keras.applications' {name} batch norms "
-            f"{'have' if file_scale else 'have no'} gamma; build it with bn_scale={file_scale} "
-            f"(got bn_scale={bn_scale!r})"
+            f"weights='imagenet': keras.applications' {name} batch norms have gamma; build "
+            f"it with bn_scale=True (got bn_scale={bn_scale!r})"
         )
-    if include_top and num_classes != IMAGENET_CLASSES:
-        raise ValueError(
-            f"weights='imagenet' with include_top=True needs num_classes={IMAGENET_CLASSES}; "
-            f"got {num_classes!r} (use include_top=False for another head)"
+    del include_top, num_classes  # another width gets a new head (imagenet_file)
+
+
+def imagenet_file(name: str, *, include_top: bool, num_classes: int) -> str:
+    """`imagenet_weights` for a model with `num_classes` outputs: with the top and 1000
+    classes the file with the classifier, else the `_notop` file (a new head, stated in one
+    warning line, `new_head_message`)."""
+    import warnings
+
+    top = include_top and num_classes == IMAGENET_CLASSES
+    if include_top and not top:
+        warnings.warn(
+            new_head_message(name, file_classes=IMAGENET_CLASSES, num_classes=num_classes),
+            stacklevel=4,
         )
+    return imagenet_weights(name, include_top=top)
 
 
 def imagenet_weights(name: str, *, include_top: bool) -> str:
@@ -131,7 +242,9 @@ def imagenet_weights(name: str, *, include_top: bool) -> str:
     Raises:
         ValueError: for a model without a published file, or a file whose hash differs
             (from `keras.utils.get_file`).
-        Exception: what `keras.utils.get_file` raises when the download fails.
+        ConnectionError: (an `OSError`) when the download fails (offline): one line naming
+            the URL, the cache path to put the file in, and the `--weights FILE`
+            (`weights=FILE`) alternative.
     """
     import keras
 
@@ -140,10 +253,30 @@ def imagenet_weights(name: str, *, include_top: bool) -> str:
             f"keras.applications publishes ImageNet weights for {imagenet_models()}; got {name!r}"
         )
     entry = PUBLISHED[(name, include_top)]
-    return keras.utils.get_file(
-        entry.fname,
-        entry.origin,
-        cache_subdir=CACHE_SUBDIR,
-        file_hash=entry.file_hash,
-        cache_dir=CACHE_DIR,
-    )
+    try:
+        return keras.utils.get_file(
+            entry.fname,
+            entry.origin,
+            cache_subdir=CACHE_SUBDIR,
+            file_hash=entry.file_hash,
+            cache_dir=CACHE_DIR,
+        )
+    except ValueError:  # a hash mismatch: Keras' message names the file
+        raise
+    except Exception as err:  # Keras: "URL fetch failure on <url>: <code> -- <reason>"
+        reason = " ".join(str(err).split())
+        raise ConnectionError(
+            f"cannot download {entry.origin} ({reason}); offline, put that file in "
+            f"{cache_path(entry.fname)}, or pass --weights FILE (weights=FILE) with a local "
+            "copy of it"
+        ) from None
+
+
+def cache_path(fname: str) -> str:
+    """Where `keras.utils.get_file` caches `fname` (`CACHE_DIR`, else `$KERAS_HOME`, else
+    `~/.keras`; then `models/`): the path to put a published file in for offline use."""
+    if CACHE_DIR is not None:
+        base = os.path.expanduser(CACHE_DIR)
+    else:  # keras.src.backend.config: $KERAS_HOME, else ~/.keras
+        base = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    return os.path.join(base, CACHE_SUBDIR, fname)

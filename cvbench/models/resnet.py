@@ -20,7 +20,8 @@ Every convolution is followed by batch norm (epsilon 1.001e-5, as keras.applicat
 convolution bias is redundant; `conv_bias=False` (the default) drops it. `conv_bias=True`
 reproduces the keras.applications layout exactly. keras.applications ResNet weight files load
 into both: into a model without conv biases each bias is folded into the next batch norm's
-moving mean, which gives the same function (`weights.load_weights`).
+moving mean, which gives the same function (`weights.load_weights`). Their stem is permuted
+to take RGB (`rgb_stem`): every cvbench ResNet takes RGB.
 
 Sizes that are not multiples of 32 work: every stride-2 layer maps a size `n` to `ceil(n/2)`
 on both the main path and the shortcut.
@@ -201,7 +202,7 @@ def _basic_block(
 def build_resnet(
     *,
     depth: int,
-    variant: str = "v1.5",
+    variant: str | None = None,
     conv_bias: bool = False,
     num_classes: int = 1000,
     input_shape: Sequence[int | None] = (224, 224, 3),
@@ -219,17 +220,23 @@ def build_resnet(
 
     Args:
         depth: 18, 34, 50, 101 or 152.
-        variant: `"v1.5"` (stride in the 3x3 conv) or `"v1"` (stride in the first 1x1).
+        variant: `"v1.5"` (stride in the 3x3 conv) or `"v1"` (stride in the first 1x1);
+            None (the default): `"v1"` for keras.applications' weights (`"imagenet"` or a
+            file of theirs, which are ResNet v1), else `"v1.5"`.
         conv_bias: give convolutions a bias (keras.applications layout).
         num_classes: classifier width (with `include_top`).
         input_shape: `(height, width, 3)`; height/width may be `None`; at least 32.
         include_top: add global average pooling and the float32 `predictions` layer.
         pooling: without the top: `None` (4-D C5 map), `"avg"` or `"max"`.
         weights: `None` (random init), `"imagenet"` (keras.applications' ResNet-50/101/152
-            file, fetched and cached by `pretrained.imagenet_weights`; needs `variant="v1"`,
-            and 1000 classes with the top), or a path: a keras.applications file (legacy
-            `.h5` or Keras 3 `.weights.h5`, with or without top), a cvbench `.weights.h5`
-            file, or a torchvision state dict (`.pth` / `.npz`, see `torchvision_weights`).
+            file, fetched and cached by `pretrained.imagenet_weights`; ResNet v1; another
+            `num_classes` than 1000 gets a new head, stated in one warning line), or a path:
+            a keras.applications file (legacy `.h5` or Keras 3 `.weights.h5`, with or
+            without top), a cvbench `.weights.h5` file, or a torchvision state dict (`.pth`
+            / `.npz`, see `torchvision_weights`). keras.applications' weights were trained
+            on caffe-style BGR input: the first convolution's input channels are permuted
+            when they load (`rgb_stem`), so the model takes RGB minus the caffe means
+            (`pretrained.weights_normalization`).
         classifier_activation: `"softmax"`, another Keras activation, or `None` for logits.
         bn_momentum: batch-norm moving-average momentum (0.9: NVIDIA's decay).
         bn_epsilon: batch-norm epsilon (1.001e-5 as keras.applications; torchvision and
@@ -253,6 +260,11 @@ def build_resnet(
     """
     if depth not in STAGE_BLOCKS:
         raise ValueError(f"unknown ResNet depth {depth!r}; known: {sorted(STAGE_BLOCKS)}")
+    # keras.applications' (BGR, ResNet v1) weights: "imagenet" or a file of theirs, for the
+    # depths they publish (50, 101, 152; a legacy .h5 of a ResNet-18 is not theirs).
+    bgr_weights = pretrained.weights_normalization(f"resnet{depth}", weights) is not None
+    if variant is None:
+        variant = "v1" if bgr_weights else "v1.5"
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}; got {variant!r}")
     name = f"resnet{depth}"
@@ -310,7 +322,7 @@ def build_resnet(
     )
     model = keras.Model(inputs, outputs, name=name)
     if weights == pretrained.IMAGENET:
-        weights = pretrained.imagenet_weights(name, include_top=include_top)
+        weights = pretrained.imagenet_file(name, include_top=include_top, num_classes=num_classes)
     elif (
         weights is not None
         and variant == "v1.5"
@@ -324,12 +336,23 @@ def build_resnet(
         )
     if weights is not None:
         weights_lib.load_weights(model, weights, match="name")
+    if bgr_weights:
+        rgb_stem(model)
     return model
+
+
+def rgb_stem(model: keras.Model) -> None:
+    """Reverses the input-channel axis of the first convolution's kernel, in place: a model
+    with weights trained on BGR images (keras.applications' ResNets, caffe-style) then
+    gives on an RGB image what it gave on the same image in BGR, `conv(x, k[..., ::-1, :])`
+    on RGB `x` being `conv(x[..., ::-1], k)`."""
+    kernel = model.get_layer("conv1_conv").kernel
+    kernel.assign(keras.ops.flip(kernel, axis=2))
 
 
 def resnet18(
     *,
-    variant: str = "v1.5",
+    variant: str | None = None,
     conv_bias: bool = False,
     num_classes: int = 1000,
     input_shape: Sequence[int | None] = (224, 224, 3),
@@ -349,7 +372,7 @@ def resnet18(
 
 def resnet34(
     *,
-    variant: str = "v1.5",
+    variant: str | None = None,
     conv_bias: bool = False,
     num_classes: int = 1000,
     input_shape: Sequence[int | None] = (224, 224, 3),
@@ -369,7 +392,7 @@ def resnet34(
 
 def resnet50(
     *,
-    variant: str = "v1.5",
+    variant: str | None = None,
     conv_bias: bool = False,
     num_classes: int = 1000,
     input_shape: Sequence[int | None] = (224, 224, 3),
@@ -392,7 +415,7 @@ def resnet50(
 
 def resnet101(
     *,
-    variant: str = "v1.5",
+    variant: str | None = None,
     conv_bias: bool = False,
     num_classes: int = 1000,
     input_shape: Sequence[int | None] = (224, 224, 3),
@@ -412,7 +435,7 @@ def resnet101(
 
 def resnet152(
     *,
-    variant: str = "v1.5",
+    variant: str | None = None,
     conv_bias: bool = False,
     num_classes: int = 1000,
     input_shape: Sequence[int | None] = (224, 224, 3),

@@ -25,6 +25,11 @@ this is how Keras itself loads these files). The classifier `predictions` may be
 one side: a "notop" file into a model with a top leaves the classifier as initialised, a top
 file into a model without one skips it.
 
+A classifier `predictions` of another width in the file than in the model is not loaded:
+the model keeps its new head, stated in one warning line (`pretrained.new_head_message`).
+A batch norm with a scale gamma in the model but none in the file (keras.applications'
+Inception V3) gets gamma = 1, the same function.
+
 A convolution bias in the file but not in the model (keras.applications ResNets use conv bias,
 cvbench defaults to none) is folded into the following batch norm `X_bn` of conv `X_conv`:
 `BN(conv(x) + b)` with moving mean `m` equals `BN(conv(x))` with moving mean `m - b` in
@@ -35,12 +40,14 @@ the file is set to zero.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
 import keras
 import numpy as np
 
+from cvbench.models import pretrained
 from cvbench.utils.errors import BadFileError
 from cvbench.utils.files import check_regular
 from cvbench.utils.model_file import DEFLATE_MAX_RATIO, byte_count
@@ -278,6 +285,18 @@ def _pair_layers(
         file_layers = file_layers[:-1]
     if HEAD in model_names and HEAD not in file_names:
         model_layers = [layer for layer in model_layers if layer.name != HEAD]
+    # A classifier of another width on both sides: the model keeps its new head.
+    if HEAD in model_names and HEAD in file_names:
+        ours = model.get_layer(HEAD).kernel.shape[-1]
+        theirs = file_layers[file_names.index(HEAD)].values[0].shape[-1]
+        if ours != theirs:
+            warnings.warn(
+                pretrained.new_head_message(model.name, file_classes=theirs, num_classes=ours),
+                stacklevel=5,
+            )
+            file_layers = [fl for fl in file_layers if fl.name != HEAD]
+            file_names = [fl.name for fl in file_layers]
+            model_layers = [layer for layer in model_layers if layer.name != HEAD]
 
     if match == "name":
         if any(name.startswith(_OLD_RESNET50_PREFIX) for name in file_names):
@@ -361,6 +380,9 @@ def _plan_layer(
             value = theirs[name]
         elif name == "bias" and is_conv:
             value = np.zeros(variable.shape, dtype="float32")
+        elif name == "gamma" and isinstance(layer, keras.layers.BatchNormalization):
+            # A batch norm without scale (keras.applications' Inception V3) is gamma = 1.
+            value = np.ones(variable.shape, dtype="float32")
         else:
             raise ValueError(f"{where}: weight {name!r} is missing from the file")
         if tuple(value.shape) != tuple(variable.shape):

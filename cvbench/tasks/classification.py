@@ -28,7 +28,13 @@ from cvbench.tasks.recipes import fit_classes
 from cvbench.tasks.recipes.plan import builder_arguments
 from cvbench.training.losses import SparseCrossEntropy
 from cvbench.utils.model_file import ModelInfo
-from cvbench.zoo import CLASSIFICATION, get_model, list_models
+from cvbench.zoo import (
+    CLASSIFICATION,
+    get_model,
+    list_models,
+    weights_architecture,
+    weights_normalization,
+)
 
 DATA_BACKENDS = ("tf", "dali")
 DALI_DEVICES = ("cpu", "mixed")
@@ -45,7 +51,8 @@ class ClassificationTask(RecordTask):
         eval_preprocess: `image_bytes -> image` replacing the evaluation resize and crop.
         metrics: Keras metrics instead of top-1 and top-5.
         weights: weights to start from (the builder's `weights`: a file, or "imagenet"
-            where published): sets the recipe's `model.weights` (a deviation).
+            where published): sets the recipe's `model.weights` (a deviation). Weights
+            trained on another input normalization bring theirs (`pretrained_start`).
         data_backend: "tf" (`cvbench.data.imagenet_dataset`) or "dali"
             (`cvbench.data.dali.dataset.imagenet_dali_dataset`: NVIDIA DALI, the same recipe,
             element structure and evaluation cover; needs the records' index files and the
@@ -98,7 +105,7 @@ class ClassificationTask(RecordTask):
         recipe = fit_classes(options.recipe, self.num_classes, reason=DATA_CLASSES_REASON)
         if weights is not None:
             recipe = recipe.with_overrides({"model.weights": weights}, reason="weights")
-        self.recipe = recipe
+        self.recipe = pretrained_start(recipe)
         self.image_size = recipe.model_knobs.image_size
         self._train_preprocess = train_preprocess
         self._eval_preprocess = eval_preprocess
@@ -277,6 +284,63 @@ class ClassificationTask(RecordTask):
         (`to_plain_keras`), taking `[0, 255]` RGB (the data pipeline's normalization put in
         front), logits out."""
         return self.inputs().user_model(model)
+
+
+def pretrained_start(recipe: Any) -> Any:
+    """`recipe` feeding its model the input its starting weights were trained on.
+
+    keras.applications' weights (`"imagenet"` or a file of theirs) come with their own
+    normalization (`cvbench.zoo.weights_normalization`): ResNets caffe-style
+    (RGB minus `(123.68, 116.779, 103.939)`, unscaled, the model's stem permuted from BGR),
+    Inception V3 `x / 127.5 - 1`. The recipe's `preprocessing` takes it (deviations whose
+    reason says so), so training, evaluation and every model file (`ClassifierInputs`
+    normalization, `user_model`) apply it; the model knobs keras.applications' layers fix
+    (batch-norm epsilon, Inception V3's last pooling: `zoo.weights_architecture`)
+    are set to theirs. A ResNet is then built as v1 (the builder's
+    `variant=None`), which the `model.weights` deviation states. Other weights: `recipe`.
+
+    Example:
+        >>> from cvbench.tasks.recipes import default_recipe
+        >>> r = default_recipe("resnet50").with_overrides(
+        ...     {"model.weights": "imagenet"}, reason="--weights")
+        >>> p = pretrained_start(r).preprocessing
+        >>> p.mean, p.std, p.input_scaling
+        ((123.68, 116.779, 103.939), (1.0, 1.0, 1.0), 'mean_std')
+    """
+    weights = recipe.model_knobs.weights
+    norm = weights_normalization(recipe.model, weights)
+    if norm is None:
+        return recipe
+    given = recipe.deviation("model.weights")
+    flag = given.reason if given is not None else "weights"
+    if norm.source == "inception":
+        changes: dict[str, Any] = {"preprocessing.input_scaling": "inception"}
+    else:
+        changes = {
+            "preprocessing.input_scaling": "mean_std",
+            "preprocessing.mean": norm.mean,
+            "preprocessing.std": norm.std,
+        }
+    recipe = recipe.with_overrides(
+        changes,
+        reason=f"{flag}: keras.applications' weights were trained on {norm.source} input "
+        f"normalization (RGB mean {norm.mean}, std {norm.std})",
+    )
+    architecture = {
+        f"model.{knob}": value
+        for knob, value in weights_architecture(recipe.model, weights).items()
+    }
+    recipe = recipe.with_overrides(
+        architecture, reason=f"{flag}: keras.applications' {recipe.model} has this layout"
+    )
+    if norm.source == "caffe":
+        recipe = recipe.with_overrides(
+            {"model.weights": weights},
+            reason=f"{flag}: keras.applications' ResNet v1 weights: the model is built as "
+            "ResNet v1 (stride in the first 1x1 conv; the recipe's is v1.5) and its stem "
+            "permuted to take RGB",
+        )
+    return recipe
 
 
 def _hard_labels(y_true: Any, y_pred: Any) -> Any:

@@ -22,9 +22,13 @@ agnostic = pytest.mark.backend_agnostic
 SIZE = 96  # small input for the forward comparisons (>= 75 for Inception V3)
 
 
-def _assert_same_function(ours: keras.Model, theirs: keras.Model, size: int = SIZE) -> None:
+def _assert_same_function(
+    ours: keras.Model, theirs: keras.Model, size: int = SIZE, *, bgr: bool = False
+) -> None:
+    """`ours` on x equals `theirs` on x; with `bgr` (keras.applications' ResNet-50 weights:
+    ours takes RGB, its stem permuted, `resnet.rgb_stem`) theirs on x's channels reversed."""
     x = np.random.default_rng(1).uniform(-1.0, 1.0, (2, size, size, 3)).astype("float32")
-    expected = keras.ops.convert_to_numpy(theirs(x, training=False))
+    expected = keras.ops.convert_to_numpy(theirs(x[..., ::-1] if bgr else x, training=False))
     got = keras.ops.convert_to_numpy(ours(x, training=False))
     assert got.shape == expected.shape
     assert np.isfinite(expected).all()
@@ -107,7 +111,7 @@ def test_resnet50_v1_matches_keras_applications_with_top(resnet50_files, conv_bi
         weights=path,
         classifier_activation=None,
     )
-    _assert_same_function(ours, theirs)
+    _assert_same_function(ours, theirs, bgr=True)
 
 
 def test_resnet50_v1_matches_keras_applications_notop(resnet50_files):
@@ -123,7 +127,7 @@ def test_resnet50_v1_matches_keras_applications_notop(resnet50_files):
     )
     got = keras.ops.convert_to_numpy(ours.get_layer("conv1_bn").moving_mean)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
-    _assert_same_function(ours, theirs)
+    _assert_same_function(ours, theirs, bgr=True)
 
 
 @pytest.mark.parametrize("kind", ["top", "notop"])
@@ -144,9 +148,26 @@ def test_v15_model_with_v1_weights_warns_and_differs(resnet50_files):
     # 3x3 instead of the 1x1 conv compute another function.
     theirs, path = resnet50_files["notop"]
     with pytest.warns(UserWarning, match="variant='v1'"):
-        ours = get_model("resnet50", include_top=False, input_shape=(SIZE, SIZE, 3), weights=path)
+        ours = get_model(
+            "resnet50",
+            variant="v1.5",
+            include_top=False,
+            input_shape=(SIZE, SIZE, 3),
+            weights=path,
+        )
     with pytest.raises(AssertionError):
-        _assert_same_function(ours, theirs)
+        _assert_same_function(ours, theirs, bgr=True)
+
+
+def test_resnet50_with_keras_applications_weights_is_v1_by_default(resnet50_files):
+    # variant=None: the weights' own ResNet v1, no warning.
+    theirs, path = resnet50_files["notop"]
+    ours = get_model("resnet50", include_top=False, input_shape=(SIZE, SIZE, 3), weights=path)
+    assert ours.get_layer("conv3_block1_1_conv").strides == (2, 2)
+    _assert_same_function(ours, theirs, bgr=True)
+    assert get_model("resnet50", input_shape=(64, 64, 3)).get_layer(
+        "conv3_block1_2_conv"
+    ).strides == (2, 2)  # no weights: v1.5
 
 
 @pytest.fixture
@@ -179,18 +200,26 @@ def test_file_of_another_depth_raises_naming_missing_layers(resnet18_legacy):
 
 
 @agnostic
-def test_other_class_count_raises_and_leaves_model_untouched(resnet18_legacy):
-    from cvbench.models.weights import load_weights
-
-    _, path = resnet18_legacy
-    with pytest.raises(ValueError, match=r"'predictions'.*\(512, 10\).*\(512, 5\)"):
-        get_model("resnet18", num_classes=5, input_shape=(64, 64, 3), weights=path)
-    model = get_model("resnet18", num_classes=5, input_shape=(64, 64, 3))
-    before = [keras.ops.convert_to_numpy(v) for v in model.weights]
-    with pytest.raises(ValueError, match="predictions"):
-        load_weights(model, path, match="name")
-    for b, v in zip(before, model.weights, strict=True):
-        np.testing.assert_array_equal(b, keras.ops.convert_to_numpy(v))
+def test_other_class_count_gets_a_new_head_and_the_files_backbone(resnet18_legacy):
+    # keras-hub / torchvision fine-tuning: the file's 10-class classifier, a 5-class model.
+    theirs, path = resnet18_legacy
+    keras.utils.set_random_seed(3)
+    head = get_model("resnet18", num_classes=5, input_shape=(64, 64, 3))
+    initial = keras.ops.convert_to_numpy(head.get_layer("predictions").kernel)
+    keras.utils.set_random_seed(3)  # the same initial head
+    with pytest.warns(UserWarning) as caught:
+        ours = get_model("resnet18", num_classes=5, input_shape=(64, 64, 3), weights=path)
+    lines = [str(w.message) for w in caught if "new head" in str(w.message)]
+    assert lines == [
+        "resnet18: the weights' classifier has 10 classes, the model 5: a new head (the "
+        "builder's dense_initializer), the backbone's weights loaded"
+    ]
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(ours.get_layer("predictions").kernel), initial
+    )
+    _assert_same_function(
+        _notop(ours, "conv5_block2_out"), _notop(theirs, "conv5_block2_out"), size=64
+    )
 
 
 @agnostic
