@@ -259,10 +259,11 @@ def test_run_log_records_the_resolved_recipe(tmp_path, monkeypatch):
     assert deviations["run.batch_per_gpu"] == (256, "--batch-size")
     assert deviations["model.image_size"] == (224, "--image-size")
     assert deviations["run.precision"] == ("fp16", "--precision")
+    # 8 warmup steps in a 1-step run: capped at 1 // 2 = 0.
     assert entry["plan"] == {
         "num_gpus": 1, "batch_per_gpu": 2, "global_batch": 2, "peak_lr": 0.002,
-        "steps_per_epoch": 1, "total_steps": 1, "warmup_steps": 8, "warmup_start_lr": 0.0,
-        "lr_rule": "0.256 x 2 / 256",
+        "steps_per_epoch": 1, "total_steps": 1, "warmup_steps": 0, "warmup_start_lr": 0.0,
+        "lr_rule": "0.256 x 2 / 256", "warmup_capped_from": 8,
     }  # fmt: skip
     assert (entry["precision"], entry["precision_reason"]) == ("float32", "asked")
     assert [o["knob"] for o in entry["overrides"]] == [
@@ -340,7 +341,9 @@ def test_two_horovod_ranks_scale_the_global_batch_and_print_it(tmp_path):
     # 2 ranks x 2 images = 4; peak 0.256 x 4 / 256 = 0.004; printed by rank 0 only.
     line = (
         "cvbench: recipe resnet50_v1.5_90e: global batch 4 = 2 x 2, peak LR 0.004 (0.256 x 4 / "
-        "256), 1 steps per epoch, 1 steps, warmup 8 steps from 0, precision float32 (asked)"
+        "256), 1 steps per epoch, 1 steps, warmup 0 steps from 0 (capped at half the run: the "
+        "recipe's 8-step warmup is longer than the run; --warmup-epochs sets it), precision "
+        "float32 (asked)"
     )
     assert [x for x in run.stdout.splitlines() if "cvbench: recipe" in x] == [f"[0]<stdout>:{line}"]
     events = [
