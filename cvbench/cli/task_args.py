@@ -107,6 +107,7 @@ def task_from_args(args: argparse.Namespace, *, synthetic_steps: int = 100):
         settings=settings,
         reasons=reasons,
         reader=record_reader_of(args),
+        data_workers=getattr(args, "data_workers", 0),
     )
     task_kwargs = {}
     if hasattr(args, "data_backend"):
@@ -159,6 +160,13 @@ def add_data_backend(p: argparse.ArgumentParser) -> None:
         "--backend jax where TensorFlow cannot be imported",
     )
     p.add_argument(
+        "--data-workers",
+        type=int,
+        default=0,
+        help="grain: worker processes per rank that decode and augment (default 0: in the "
+        "training process; the batches are the same for any number)",
+    )
+    p.add_argument(
         "--dali-device",
         choices=("cpu", "mixed"),
         default="cpu",
@@ -183,6 +191,8 @@ def data_backend_kwargs(args: argparse.Namespace, *, task: str | None) -> dict[s
     command reads, grain needs grain."""
     if args.data_backend != "dali" and args.dali_device != "cpu":
         raise CLIError("--dali-device needs --data-backend dali")
+    if args.data_workers < 0:
+        raise CLIError(f"--data-workers must be >= 0, got {args.data_workers}")
     if args.data_backend in (None, "tf"):
         return {}
     name = args.data_backend

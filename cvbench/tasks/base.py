@@ -94,6 +94,9 @@ class TaskOptions:
             ImageNet-format records: `cvbench.data.grain.dataset.imagenet_grain_dataset`,
             the same recipe and batches); None: "grain" on the JAX backend when TensorFlow
             cannot be imported, else "tf" (`record_reader`).
+        data_workers: grain: worker processes per rank decoding and augmenting (0: in the
+            process; they re-import `__main__`, so a script needs `if __name__ ==
+            "__main__":`). The batches do not depend on it. tf.data sizes its own threads.
 
     Raises:
         ValueError: a bad size or count; an unknown recipe or setting; a recipe for another
@@ -112,8 +115,12 @@ class TaskOptions:
     settings: Mapping[str, Any] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
     reader: str | None = None
+    data_workers: int = 0
 
     def __post_init__(self) -> None:
+        workers = self.data_workers
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"data_workers must be an int >= 0, got {workers!r}")
         if self.reader is not None and self.reader not in READERS:
             raise ValueError(f"reader must be one of {READERS} or None, got {self.reader!r}")
         for name in ("image_size", "num_classes"):
@@ -380,7 +387,9 @@ class RecordTask(abc.ABC):
     def _grain_dataset(self, spec: Any, options: dict[str, Any]) -> Any:
         from cvbench.data.grain.dataset import imagenet_grain_dataset
 
-        return imagenet_grain_dataset(self.options.data_dir, spec=spec, **options)
+        return imagenet_grain_dataset(
+            self.options.data_dir, spec=spec, num_workers=self.options.data_workers, **options
+        )
 
     def _count(self, split: str) -> int:
         """`count_records(split)`, or grain's TensorFlow-free count."""

@@ -151,3 +151,11 @@ def test_grain_is_refused_for_detection_records(tmp_path):
     object.__setattr__(task.options, "data_dir", str(tmp_path))
     with pytest.raises(ValueError, match="does not support the detection task"):
         task.reader()
+
+
+def test_data_workers_reach_grain_and_bad_counts_are_refused(records):
+    task = _task(records, "grain", data_workers=2)
+    assert task.evaluation_data(batch_size=4, distribution=_ranks(1)[0]).num_workers == 2
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="data_workers must be an int >= 0"):
+            TaskOptions(model="resnet18", data_workers=bad)
