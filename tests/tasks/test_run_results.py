@@ -83,6 +83,7 @@ def test_a_run_folder_ends_with_its_results(tmp_path, capsys, batch, evaluate):
     )
 
 
+@pytest.mark.backend_agnostic
 def test_the_learning_rate_per_epoch_is_the_schedules(tmp_path):
     # 3 epochs x 2 steps; resnet18_cvbench's 8-epoch warmup (16 steps) capped at 6 // 2 = 3.
     run = _run(tmp_path / "run", batch=4, epochs=3)
@@ -122,6 +123,7 @@ def test_a_planted_link_is_refused_and_its_target_untouched(tmp_path, entry):
         assert not (tmp_path / "run" / RESULTS_NAME).exists()
 
 
+@pytest.mark.backend_agnostic
 def test_plot_run_draws_per_class_ap_of_a_detector(tmp_path, monkeypatch):
     drawn = {}
     monkeypatch.setattr(plots, "plot_bars", lambda values, path, **kw: drawn.update(values))
@@ -134,6 +136,7 @@ def test_plot_run_draws_per_class_ap_of_a_detector(tmp_path, monkeypatch):
     assert list(drawn.items()) == [("dog", 0.5), ("cat", 0.3)]
 
 
+@pytest.mark.backend_agnostic
 def test_plot_run_puts_the_final_evaluation_at_the_last_epoch(tmp_path, monkeypatch):
     seen = {}
 
@@ -158,6 +161,7 @@ def test_plot_run_draws_real_pngs(tmp_path):
     assert [Path(p).read_bytes()[:8] for p in written] == [PNG, PNG]
 
 
+@pytest.mark.backend_agnostic
 def test_written_line_lists_each_kind_once():
     record = {"files": {"log": "train_log.jsonl", "plots": ["plots/a.png", "plots/b.png"]}}
     assert written_line("r/", record) == (
@@ -165,6 +169,7 @@ def test_written_line_lists_each_kind_once():
     )
 
 
+@pytest.mark.backend_agnostic
 def test_epoch_history_of_no_epochs_is_empty():
     assert epoch_history([{"event": "start"}]) == {}
     assert np.isnan(epoch_history([{"event": "epoch", "epoch": 1, "step": 1, "x": "nan"}])["x"][0])
