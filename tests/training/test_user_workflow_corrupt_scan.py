@@ -56,3 +56,58 @@ def test_a_crc_damaged_record_is_named_a_crc_mismatch(tmp_path):
         f"corrupted TFRecord data in {path}: the reader stopped at record 1 (CRC mismatch); "
         "2 records were not read"
     ) in str(error.value)
+
+
+def damaged_file(tmp_path, bad: tuple[int, ...]):
+    """10 records of 10 bytes ('a' * 10, 'b' * 10, ...), the data of records `bad` damaged."""
+    path = tmp_path / "train-00000-of-00001"
+    write_records(path, [bytes([97 + i]) * 10 for i in range(10)])
+    data = bytearray(path.read_bytes())
+    for k in bad:
+        data[k * (12 + 10 + 4) + 12] ^= 0xFF  # its first data byte: the data CRC fails
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("skip", "take", "expected"),
+    [
+        (0, 10, [0, 1, 3, 4, 5, 7, 8, 9]),  # records 2 and 6 damaged: each alone lost
+        (3, 5, [3, 4, 5, 7]),  # a segment after a damaged record: read (it was lost whole)
+        (7, 3, [7, 8, 9]),
+    ],
+)
+def test_skipping_reads_on_after_each_crc_damaged_record(tmp_path, capfd, skip, take, expected):
+    from cvbench.data.read.reader import Segment, drop_lost_markers, read_records
+
+    path = damaged_file(tmp_path, (2, 6))
+    counter = CorruptRecordCounter()
+    records = read_records([Segment(str(path), skip, take)], read_past_damage=True)
+    out = list(drop_lost_markers(records, skip_corrupt=True, counter=counter).as_numpy_iterator())
+    assert [int(e["index"]) for e in out] == expected
+    assert [e["record"] for e in out] == [bytes([97 + i]) * 10 for i in expected]
+    lost = take - len(expected)  # exactly the damaged records in the segment
+    assert counter.count == lost
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "corrupt in" in line]
+    assert len(warnings) == lost and all("1 records were not read" in w for w in warnings)
+
+
+def test_training_and_evaluation_lose_only_the_damaged_records(tmp_path):
+    from cvbench.data.read.reader import eval_examples, train_examples
+
+    path = damaged_file(tmp_path, (2, 6))
+    common = dict(num_shards=1, shard_index=0, cycle_length=2, skip_corrupt=True)
+
+    def parse(record):
+        return {"data": record}
+
+    counter = CorruptRecordCounter()
+    train = train_examples(
+        [str(path)], parse, seed=0, repeat=False, counter=counter, **common
+    )  # fmt: skip
+    assert sorted(int(e["index"]) for e in train.as_numpy_iterator()) == [0, 1, 3, 4, 5, 7, 8, 9]
+    assert counter.count == 2
+    counter = CorruptRecordCounter()
+    examples, steps = eval_examples([str(path)], parse, batch_size=4, counter=counter, **common)
+    assert [int(e["index"]) for e in examples.as_numpy_iterator()] == [0, 1, 3, 4, 5, 7, 8, 9]
+    assert steps == 3 and counter.count == 2  # 10 records / 4 a batch, 2 skipped

@@ -159,7 +159,9 @@ def eval_steps(max_records_per_rank: int, batch_size: int) -> int:
 
 
 def _segment_records(path: tf.Tensor, skip: tf.Tensor, take: tf.Tensor) -> tf.data.Dataset:
-    records = tf.data.TFRecordDataset(path).ignore_errors().skip(skip).take(take)
+    # `skip` first: TFRecordDataset skips by the length headers, without reading (or
+    # failing on) a damaged record before `skip`, which ended the segment unread before.
+    records = tf.data.TFRecordDataset(path).skip(skip).ignore_errors().take(take)
     tagged = records.map(no_autograph(lambda r: (r, tf.constant(False))))
     end = tf.data.Dataset.from_tensors((tf.constant(b""), tf.constant(True)))
 
@@ -175,6 +177,62 @@ def _segment_records(path: tf.Tensor, skip: tf.Tensor, take: tf.Tensor) -> tf.da
     return stream.filter(no_autograph(lambda e: e["lost"] >= 0))
 
 
+#: Records of a segment handled together when reading past damaged records (a marker is a
+#: segment's last element): the per-batch check costs little per record.
+_READ_ON_BATCH = 16
+
+
+def _read_on(path: bytes, start: int, stop: int) -> tuple[list[bytes], list[int], list[int]]:
+    """Records `[start, stop)` of the file at `path`, read past damaged ones: (the records,
+    their indexes, the indexes of those that failed their CRC). TensorFlow's reader stops
+    for good at a damaged record; a new one skips to the next record by the length headers
+    (without reading the damaged data)."""
+    path = path.decode() if isinstance(path, bytes) else path
+    records: list[bytes] = []
+    indexes: list[int] = []
+    damaged: list[int] = []
+    while start < stop:
+        read = tf.data.TFRecordDataset(path).skip(start).ignore_errors().take(stop - start)
+        got = [bytes(r) for r in read.as_numpy_iterator()]
+        records += got
+        indexes += range(start, start + len(got))
+        start += len(got)
+        if start < stop:  # record `start` failed its CRC
+            damaged.append(start)
+            start += 1
+    return records, indexes, damaged
+
+
+def _read_past_damage(batch: dict) -> dict:
+    """Up to `_READ_ON_BATCH` elements of one segment, the same, unless the last is a
+    lost-records marker at record i (record i failed its CRC, the reader stopped): then it
+    counts record i alone, followed by the segment's records after i (`_read_on`) and one
+    marker for each further damaged record."""
+    last = {k: v[-1] for k, v in batch.items()}
+
+    def read_on() -> tuple:
+        records, indexes, damaged = tf.py_function(
+            lambda p, i, n: _read_on(p.numpy(), int(i) + 1, int(i) + int(n)),
+            [last["source"], last["index"], last["lost"]],
+            [tf.string, tf.int64, tf.int64],
+        )
+        records, indexes = tf.reshape(records, [-1]), tf.reshape(indexes, [-1])
+        damaged = tf.reshape(damaged, [-1])
+        one = tf.ones_like(damaged)
+        return (
+            tf.concat([batch["record"], records, tf.fill(tf.shape(damaged), "")], 0),
+            tf.concat([batch["index"], indexes, damaged], 0),
+            tf.concat([batch["lost"][:-1], [1], tf.zeros_like(indexes), one], 0),
+        )
+
+    def as_read() -> tuple:
+        return batch["record"], batch["index"], batch["lost"]
+
+    records, indexes, lost = tf.cond(last["lost"] > 0, read_on, as_read)
+    source = tf.fill(tf.shape(indexes), last["source"])
+    return {"record": records, "source": source, "index": indexes, "lost": lost}
+
+
 def read_records(
     segments: list[Segment],
     *,
@@ -183,6 +241,7 @@ def read_records(
     seed: int | None = None,
     repeat: bool = False,
     deterministic: bool | None = None,
+    read_past_damage: bool = False,
 ) -> tf.data.Dataset:
     """Streams the records of `segments` (interleaved across files), with lost markers.
 
@@ -193,6 +252,11 @@ def read_records(
         seed: the file-shuffle seed.
         repeat: repeat forever.
         deterministic: keep a fixed interleave order.
+        read_past_damage: after a record whose data fails its CRC, read on from the next one
+            (`_read_on`), so that each damaged record alone is a marker of 1 lost record;
+            False: the file's reader stops there and the marker counts the rest of the
+            segment. (It batches each segment's records by `_READ_ON_BATCH` to look at them:
+            used when corrupt records are skipped.)
 
     Returns:
         A dataset of record dicts (see the module doc).
@@ -211,8 +275,16 @@ def read_records(
         ds = ds.shuffle(len(segments), seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
+
+    def segment(path: tf.Tensor, skip: tf.Tensor, take: tf.Tensor) -> tf.data.Dataset:
+        stream = _segment_records(path, skip, take)
+        if read_past_damage:
+            stream = stream.batch(_READ_ON_BATCH).map(no_autograph(_read_past_damage))
+            stream = stream.unbatch()
+        return stream
+
     return ds.interleave(
-        no_autograph(_segment_records),
+        no_autograph(segment),
         cycle_length=max(1, min(cycle_length, len(segments))),
         block_length=1,
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -311,6 +383,7 @@ def train_examples(
         shuffle_files=by_file,
         seed=seed,
         deterministic=seed is not None or not by_file,
+        read_past_damage=skip_corrupt,
     )
     records = drop_lost_markers(records, skip_corrupt=skip_corrupt, counter=counter)
     if not by_file:  # fewer files than ranks: split the records instead
@@ -356,6 +429,8 @@ def eval_examples(
     counts = scan_files(files, skip_corrupt=skip_corrupt, counter=counter)
     steps = eval_steps(-(-sum(counts) // num_shards), batch_size)
     segments = rank_segments(files, counts, num_shards, shard_index)
-    records = read_records(segments, cycle_length=cycle_length, deterministic=True)
+    records = read_records(
+        segments, cycle_length=cycle_length, deterministic=True, read_past_damage=skip_corrupt
+    )
     records = drop_lost_markers(records, skip_corrupt=skip_corrupt, counter=counter)
     return _parse(records, parse_fn), steps

@@ -145,8 +145,8 @@ def test_a_lost_last_record_is_one_marker_that_raises_or_is_counted(tmp_path):
     records = read_records([Segment(path, 0, 3)])
     assert _records(records) == [("r0", 0, 0), ("r1", 1, 0), ("", 2, 1)]
     message = (
-        f"corrupted TFRecord data in {path}: the reader stopped at record 2 (CRC mismatch or "
-        "truncation); 1 records were not read"
+        f"corrupted TFRecord data in {path}: the reader stopped at record 2 (CRC mismatch); "
+        "1 records were not read"
     )
     with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
         list(drop_lost_markers(records, skip_corrupt=False, counter=None))
