@@ -14,9 +14,11 @@ same way for each (after TF Model Garden's `InputReader(decoder_fn, parser_fn)`)
    `eval_examples` gives rank `r` of `R` a contiguous range of the records
    (`rank_segments`), across file boundaries, so every record is read by exactly one rank.
 4. `read_records` streams the records of (file, skip, take) segments. A record the TensorFlow
-   reader rejects mid-file (CRC mismatch) ends that file; the records it did not deliver come
-   out as a lost-records marker naming the file, which `drop_lost_markers` raises on or
-   skips and counts (`cvbench.data.read.corrupt`).
+   reader rejects mid-file (CRC mismatch) ends that file's reader; the records it did not
+   deliver come out as a lost-records marker naming the file, which `drop_lost_markers`
+   raises on or skips and counts (`cvbench.data.read.corrupt`). When corrupt records are
+   skipped, the reading goes on after the damaged record (`read_past_damage`): each damaged
+   record alone is lost and counted.
 5. The parse function turns each record into an example; the skeleton adds `source` (the file)
    and `index` (the record's position in it), which name a corrupt image in error messages.
 
