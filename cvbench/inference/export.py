@@ -24,7 +24,8 @@ The temporary folder is named `.<name>.export-<pid>-...` and removed however the
 Both formats carry the model file's `ModelInfo` (`cvbench.inference.export_info`:
 `read_export_info`), and the same info is written beside the export as plain JSON,
 `<name>_info.json` (`cvbench.utils.model_file.write_info_file`, contract "serving":
-`served/classifier` -> `served/classifier_info.json`, `ssd.tflite` -> `ssd_info.json`),
+`served/classifier` -> `served/classifier_info.json`, `ssd.tflite` ->
+`ssd_tflite_info.json`),
 checked before any work like the export itself (an existing one is replaced only with
 `overwrite`, and only when cvbench wrote it).
 """

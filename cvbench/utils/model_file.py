@@ -238,23 +238,25 @@ CONTRACTS = {
     "detection_boxes, detection_scores, detection_classes, detection_class_names, "
     "num_detections",
 }
-_MODEL_SUFFIXES = (".keras", ".tflite")
+_MODEL_SUFFIXES = {".keras": "", ".tflite": "_tflite"}
 
 
 def info_file_path(model_path: str | os.PathLike) -> Path:
-    """The info file beside an exported model: `<name>_info.json` in its folder, `<name>`
-    the model's file name without `.keras` / `.tflite` (a SavedModel folder: its name).
+    """The info file beside an exported model, in its folder: `<stem>_info.json` for a
+    `.keras` file (`model.keras` -> `model_info.json`), `<stem>_tflite_info.json` for a
+    `.tflite` file (so that `ssd.tflite` and a SavedModel folder `ssd` beside it each have
+    their own), `<name>_info.json` for a SavedModel folder.
 
     Example:
         >>> [info_file_path(p).as_posix() for p in ("run/export/model.keras", "ssd.tflite",
         ...                                         "served/classifier")]
-        ['run/export/model_info.json', 'ssd_info.json', 'served/classifier_info.json']
+        ['run/export/model_info.json', 'ssd_tflite_info.json', 'served/classifier_info.json']
     """
     path = Path(model_path)
     name = path.name
-    for suffix in _MODEL_SUFFIXES:
+    for suffix, tag in _MODEL_SUFFIXES.items():
         if name.endswith(suffix) and len(name) > len(suffix):
-            name = name[: -len(suffix)]
+            name = name[: -len(suffix)] + tag
             break
     return path.with_name(f"{name}_info.json")
 

@@ -193,10 +193,10 @@ def test_written_atomically_with_the_umask(classifier, tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
-    assert stat.S_IMODE((tmp_path / "cls_info.json").stat().st_mode) == 0o640
+    assert stat.S_IMODE((tmp_path / "cls_tflite_info.json").stat().st_mode) == 0o640
     names = sorted(p.name for p in tmp_path.iterdir())
     # no staging left; the file and its info file are recorded
-    assert names == [OUTPUTS_LIST, "cls.tflite", "cls_info.json"]
+    assert names == [OUTPUTS_LIST, "cls.tflite", "cls_tflite_info.json"]
     with pytest.raises(FileExistsError, match="cls.tflite exists; pass overwrite=True"):
         export_for_serving(classifier, path, info=INFO, format="tflite")
 

@@ -51,7 +51,7 @@ def test_no_info_no_info_file(tmp_path):
 
 @pytest.mark.parametrize("fmt, name, info_name", [
     ("saved_model", "served", "served_info.json"),
-    ("tflite", "m.tflite", "m_info.json"),
+    ("tflite", "m.tflite", "m_tflite_info.json"),
 ])  # fmt: skip
 def test_serving_exports_write_their_info_beside_them(tmp_path, fmt, name, info_name):
     save_model(tiny(), tmp_path / "m.keras", INFO)

@@ -100,6 +100,8 @@ def test_saved_model_and_tflite_agree_on_0_1_and_many_detections(model_and_image
     model, images = model_and_images
     saved = export_for_serving(model, tmp_path / "ssd", info=info())
     lite = export_for_serving(model, tmp_path / "ssd.tflite", info=info(), format="tflite")
+    # side by side, each with its own info file
+    assert (tmp_path / "ssd_info.json").is_file() and (tmp_path / "ssd_tflite_info.json").is_file()
     outputs = model(images.astype("float32"), training=False)
     expected = postprocess(outputs["boxes"], outputs["classes"], ANCHORS, **POST)
     counts = list(expected["num_detections"])
