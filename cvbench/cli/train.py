@@ -148,8 +148,6 @@ def train_command(args: argparse.Namespace) -> int:
     from cvbench.training import TrainConfig
 
     task = task_from_args(args, synthetic_steps=args.steps_per_epoch or 100)
-    if hasattr(task, "per_category"):
-        task.per_category = True  # a detector's results: AP per class (results.json, plots)
     config = TrainConfig(
         log_dir=args.log_dir,
         checkpoint_every=args.checkpoint_every,
@@ -172,6 +170,7 @@ def train_command(args: argparse.Namespace) -> int:
         steps_per_epoch=args.steps_per_epoch,
         distribution=distribution,
     )
+    run.final_per_class = True  # a detector's last evaluation: AP per class (results, plots)
     if args.log_dir is None and run.trainer.is_chief:
         print(NO_LOG_DIR, file=sys.stderr, flush=True)
     # The recipe's run (--epochs is its knob): exactly its planned steps.

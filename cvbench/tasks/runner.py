@@ -55,6 +55,9 @@ class TaskRun:
         notes: what the banner and the run log's recipe event say besides the recipe: the
             precision used and why, the overrides, the parts the caller replaced.
         history: the `keras.callbacks.History` of the last `fit` (None before).
+        final_per_class: the run's last evaluation also reports a detector's AP per class
+            (`AP/<class>`, `DetectionTask.per_category`); `cvbench train` sets it, for
+            `results.json` and `plots/per_class_ap.png`. The evaluations before it do not.
     """
 
     task: Task
@@ -64,10 +67,19 @@ class TaskRun:
     plan: RecipePlan
     notes: RunNotes
     history: keras.callbacks.History | None = None
+    final_per_class: bool = False
 
-    def evaluate(self) -> dict[str, float]:
-        """The task's evaluation over the whole validation set (identical on every rank)."""
-        return self.task.evaluate(self.trainer, batch_size=self.batch_size)
+    def evaluate(self, *, final: bool = False) -> dict[str, float]:
+        """The task's evaluation over the whole validation set (identical on every rank);
+        with `final` and `final_per_class`, a detector's AP per class too."""
+        per_class = final and self.final_per_class and hasattr(self.task, "per_category")
+        if not per_class:
+            return self.task.evaluate(self.trainer, batch_size=self.batch_size)
+        before, self.task.per_category = self.task.per_category, True
+        try:
+            return self.task.evaluate(self.trainer, batch_size=self.batch_size)
+        finally:
+            self.task.per_category = before
 
     def epoch_history(self) -> dict[str, list[float]]:
         """The run's epochs as the run log records them (a resumed run: every session's,
@@ -139,16 +151,17 @@ class TaskRun:
         if epochs is None:
             epochs, planned_steps = fit_lengths(self.plan)
             steps_per_epoch = steps_per_epoch or planned_steps
-        validation = self.evaluate if evaluate == "epoch" else None
+        trainer, final_epoch = self.trainer, epochs
+        chosen = range(1, epochs + 1)
         if eval_count is not None:
             chosen = eval_epochs(epochs, eval_count)
-            trainer = self.trainer
-
-            def validation() -> dict[str, float]:
-                # called at every epoch end, after the epoch counter moved on
-                return self.evaluate() if trainer.state["epoch"] in chosen else {}
-
             evaluate = "epoch"
+
+        def validation() -> dict[str, float]:
+            # called at every epoch end, after the epoch counter moved on
+            epoch = trainer.state["epoch"]
+            return self.evaluate(final=epoch == final_epoch) if epoch in chosen else {}
+
         # The resolved recipe: the run log's first event, written once the checkpoints allow
         # the run (a refused resume writes nothing).
         record = recipe_record(self.task.recipe, self.plan, notes=self.notes)
@@ -158,11 +171,11 @@ class TaskRun:
             epochs=epochs,
             steps_per_epoch=steps_per_epoch or self.train.steps_per_epoch,
             batch_size=self.batch_size,
-            validation_data=validation,
+            validation_data=validation if evaluate == "epoch" else None,
             callbacks=callbacks,
         )
         if evaluate == "end":
-            return self.evaluate()
+            return self.evaluate(final=True)
         if evaluate == "epoch":
             last = {k: v[-1] for k, v in self.history.history.items() if k.startswith("val_")}
             return {k[len("val_") :]: float(v) for k, v in last.items()}

@@ -10,6 +10,7 @@ import json
 import math
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -173,3 +174,57 @@ def test_written_line_lists_each_kind_once():
 def test_epoch_history_of_no_epochs_is_empty():
     assert epoch_history([{"event": "start"}]) == {}
     assert np.isnan(epoch_history([{"event": "epoch", "epoch": 1, "step": 1, "x": "nan"}])["x"][0])
+
+
+class _Detector:
+    """A task stand-in recording whether each evaluation asked for AP per class."""
+
+    def __init__(self):
+        self.per_category, self.asked = False, []
+        self.recipe = SimpleNamespace(name="r", knobs=lambda: (), deviations=())
+
+    def evaluate(self, trainer, *, batch_size):
+        self.asked.append(self.per_category)
+        return {"AP": 0.5, **({"AP/car": 0.5} if self.per_category else {})}
+
+
+class _Trainer:
+    """Runs `epochs` epoch ends, each calling the validation function as `Trainer.fit` does."""
+
+    def __init__(self):
+        self.state = {"epoch": 0}
+
+    def fit(self, data, *, epochs, validation_data=None, **kwargs):
+        history = SimpleNamespace(history={})
+        for _ in range(epochs):
+            self.state["epoch"] += 1
+            for k, v in (validation_data() if validation_data else {}).items():
+                history.history.setdefault(f"val_{k}", []).append(v)
+        return history
+
+
+@pytest.mark.backend_agnostic
+@pytest.mark.parametrize(
+    "evaluate, eval_count, asked",
+    [
+        ("end", None, [True]),  # the one evaluation after training
+        ("epoch", None, [False, False, True]),  # only the last epoch's
+        ("end", 2, [False, True]),  # eval_count 2 of 3: after epochs 2 and 3, the last
+    ],
+)
+def test_only_the_final_evaluation_reports_ap_per_class(monkeypatch, evaluate, eval_count, asked):
+    from cvbench.tasks import runner
+
+    monkeypatch.setattr(runner, "recipe_record", lambda *a, **k: {})
+    task = _Detector()
+    run = runner.TaskRun(task=task, trainer=_Trainer(), train=SimpleNamespace(data=None,
+                         steps_per_epoch=1), batch_size=1, plan=None, notes=None,
+                         final_per_class=True)  # fmt: skip
+    results = run.fit(epochs=3, steps_per_epoch=1, evaluate=evaluate, eval_count=eval_count)
+    assert task.asked == asked and task.per_category is False  # set back after
+    assert results == {"AP": 0.5, "AP/car": 0.5}
+    # Without final_per_class (the library's default): never.
+    task.asked, run.final_per_class, run.trainer = [], False, _Trainer()
+    assert "AP/car" not in run.fit(epochs=3, steps_per_epoch=1, evaluate=evaluate,
+                                   eval_count=eval_count)  # fmt: skip
+    assert task.asked == [False] * len(asked)
