@@ -10,6 +10,10 @@
 #   bench        `cvbench benchmark` ResNet-50 training on every local device: fp16, fp16
 #                through keras.distribution on one device (--devices 1), bf16, and fp16
 #                with XLA's deterministic kernels (what --deterministic costs): bench_*.json
+#   grain        photo-like JPEG records generated here (no TensorFlow: cvbench's own record
+#                framing), then `cvbench train` ResNet-50 fp16 batch 256 from them through
+#                grain (--data-backend grain, a worker process per core) and on the synthetic
+#                batch, the same flags in the same run: grain.json (images/s of both, ratio)
 #   suite        benchmarks/train_throughput.py, cvbench beside keras.applications and
 #                (where PyTorch is) torchvision, in the time left: suite.json, suite.md
 #
@@ -43,10 +47,16 @@ if [ "${TINY:-0}" = 1 ]; then
     BENCH=(--model resnet18 --image-size 32 --batch-size 4 --steps 4 --burn-in 1 --log-every 2)
     SUITE=(--models resnet50,ssd320 --image-size 64 --batch-size 2 --ssd-batch-size 2
         --warmup 1 --windows 2 --window-steps 1 --latency-batch-sizes 1 --latency-calls 2)
+    GRAIN=(--model resnet18 --image-size 32 --batch-size 4 --epochs 2 --log-every 2 --burn-in 1)
+    GRAIN_RECORDS=(16 48 64 2)  # images, height, width, shards
 else
     DET=(--model resnet50 --image-size 128 --batch-size 64 --steps-per-epoch 8)
     BENCH=(--model resnet50 --batch-size 256 --steps 60 --burn-in 10 --log-every 10)
     SUITE=(--window-steps 20)
+    # 2,560 records: 10 steps of 256 an epoch, 6 epochs; 500 x 375 q90 JPEGs (ImageNet's
+    # most common size), 16 shards written in parallel
+    GRAIN=(--model resnet50 --batch-size 256 --epochs 6 --log-every 10 --burn-in 10)
+    GRAIN_RECORDS=(2560 375 500 16)
 fi
 
 left() { echo $((BUDGET - SECONDS)); }
@@ -137,6 +147,78 @@ for case in fp16 fp16_distribution bf16 fp16_deterministic; do
         --synthetic --precision "${case%%_*}" "${flags[@]}" --json "$OUT/bench_$case.json"
 done
 
+# grain: records generated on this machine, then ResNet-50 fp16 from them through grain and on
+# the synthetic batch (the same flags, steps and epochs).
+grain_case() {
+    local runs records workers
+    runs=$(mktemp -d)
+    records="$runs/records"
+    workers=$(($(nproc) - 2))
+    [ "$workers" -lt 1 ] && workers=1
+    "$PY" - "$records" "${GRAIN_RECORDS[@]}" <<'PYTHON' || return 1
+import multiprocessing, os, sys, time
+from pathlib import Path
+from cvbench.benchmark.input_bench import describe_records, write_benchmark_records
+
+out, (images, height, width, shards) = Path(sys.argv[1]), map(int, sys.argv[2:])
+
+def shard(k):  # one shard per process: its images, renamed into the split's shard names
+    part = out / f"part{k}"
+    n = len(range(k, images, shards))
+    size = write_benchmark_records(part, num_images=n, height=height, width=width,
+                                   num_shards=1, seed=k)
+    (part / "train-00000-of-00001").rename(out / f"train-{k:05d}-of-{shards:05d}")
+    part.rmdir()
+    return size
+
+if __name__ == "__main__":
+    out.mkdir(parents=True)
+    start = time.perf_counter()
+    with multiprocessing.Pool(min(shards, os.cpu_count() or 1)) as pool:
+        total = sum(pool.map(shard, range(shards)))
+    print("grain records:", describe_records(images, total, height, width),
+          f"written in {time.perf_counter() - start:.1f} s")
+PYTHON
+    local common=(--backend jax "${GRAIN[@]}" --num-classes 1000 --precision fp16 --seed 1 --eval none
+        --no-export --no-progress)
+    "$PY" -m cvbench train "${common[@]}" --data-dir "$records" --data-backend grain \
+        --data-workers "$workers" --log-dir "$runs/grain" > "$runs/grain.log" 2>&1
+    echo "grain run: exit $? ($workers workers)"
+    tail -n 3 "$runs/grain.log"
+    local steps
+    steps=$(grep -o "[0-9]* steps per epoch" "$runs/grain.log" | head -n1 | cut -d' ' -f1)
+    "$PY" -m cvbench train "${common[@]}" --synthetic --steps-per-epoch "${steps:-10}" \
+        --log-dir "$runs/synthetic" > "$runs/synthetic.log" 2>&1
+    echo "synthetic run: exit $?"
+    "$PY" - "$runs" "$OUT/grain.json" "$workers" <<'PYTHON'
+import json, sys
+from pathlib import Path
+runs, out, workers = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+result = {"data_workers": workers}
+for name in ("grain", "synthetic"):
+    log = runs / name / "train_log.jsonl"
+    events = [json.loads(l) for l in log.read_text().splitlines()] if log.is_file() else []
+    rates = [e for e in events if e.get("event") == "throughput"]
+    result[name] = rates[-1] if rates else None
+if result["grain"] and result["synthetic"]:
+    result["ratio"] = result["grain"]["mean"] / result["synthetic"]["mean"]
+    print(f"grain: {result['grain']['mean']:.1f} img/s, synthetic "
+          f"{result['synthetic']['mean']:.1f} img/s, ratio {result['ratio']:.2f}")
+out.write_text(json.dumps(result, indent=1) + "\n")
+PYTHON
+}
+limit=$(case_limit 300)
+if [ "$limit" -lt 30 ]; then
+    echo "== grain: skipped, $(left) s of the budget left"
+else
+    echo "== grain (at most $limit s; $(left) s left)"
+    export -f grain_case
+    export PY OUT
+    GRAIN_FLAGS="${GRAIN[*]}" GRAIN_RECORDS_FLAGS="${GRAIN_RECORDS[*]}" timeout -k 10 "$limit" \
+        bash -c 'GRAIN=($GRAIN_FLAGS); GRAIN_RECORDS=($GRAIN_RECORDS_FLAGS); grain_case'
+    echo "== grain: exit $? after ${SECONDS} s"
+fi
+
 # suite: in the time left, with torchvision where PyTorch is.
 torch_flag=()
 "$PY" -c "import torch, torchvision" 2> /dev/null && torch_flag=(--torch-reference)
@@ -156,6 +238,12 @@ for path in sorted(out.glob("bench_*.json")):
     stderr = "-" if r["stderr"] is None else f"{r['stderr']:.1f}"
     print(f"| {path.stem[6:]} | {r['mean']:.1f} +/- {stderr} | {r['devices']} "
           f"| {r['global_batch']} |")
+grain = out / "grain.json"
+if grain.is_file():
+    r = json.loads(grain.read_text())
+    if r.get("ratio") is not None:
+        print(f"grain records vs synthetic: {r['grain']['mean']:.1f} vs "
+              f"{r['synthetic']['mean']:.1f} img/s, ratio {r['ratio']:.2f}")
 det = out / "determinism.json"
 if det.is_file():
     for flags, r in json.loads(det.read_text()).items():

@@ -1,6 +1,8 @@
 """`benchmarks/gpu_run.sh`, the prepared GPU run, at tiny sizes on the CPU (`TINY=1`) with
 TensorFlow imports failing as on the GPU machine (which has none): every case runs and writes
-its JSON, the determinism pairs are compared, and the summary table is printed."""
+its JSON, the determinism pairs are compared, the grain case generates records without
+TensorFlow and trains from them through grain beside the synthetic batch, and the summary
+table is printed."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ def test_the_gpu_run_runs_every_case_without_tensorflow(tmp_path):
         os.environ,
         OUT=str(out),
         TINY="1",
-        BUDGET="1200",
+        BUDGET="1500",
         PYTHON=sys.executable,
         PYTHONPATH=str(blocker.parent),
     )
@@ -35,13 +37,20 @@ def test_the_gpu_run_runs_every_case_without_tensorflow(tmp_path):
         capture_output=True,
         text=True,
         env=env,
-        timeout=1300,
+        timeout=1600,
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     names = sorted(p.name for p in out.iterdir())
     cases = ("bf16", "fp16", "fp16_deterministic", "fp16_distribution")
     benches = [f"bench_{case}.json" for case in cases]
-    assert names == sorted([*benches, "determinism.json", "log.txt", "suite.json", "suite.md"])
+    outputs = [*benches, "determinism.json", "grain.json", "log.txt", "suite.json", "suite.md"]
+    assert names == sorted(outputs)
+    # grain: 16 records at batch 4, 4 steps an epoch, 2 epochs from records and synthetic
+    grain = json.loads((out / "grain.json").read_text())
+    for name in ("grain", "synthetic"):
+        assert grain[name]["global_batch"] == 4 and grain[name]["mean"] > 0, name
+    assert grain["ratio"] == grain["grain"]["mean"] / grain["synthetic"]["mean"]
+    assert "grain records vs synthetic: " in run.stdout
     # XLA:CPU is deterministic: both pairs are identical here (on the H200 the seed-only pair
     # differed); 1 epoch of 3 steps, checkpoints at steps 2 and 3.
     for flags, result in json.loads((out / "determinism.json").read_text()).items():
