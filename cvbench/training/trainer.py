@@ -475,13 +475,17 @@ class Trainer(_TrainerCheckpoints):
         return user_model(self.model, self.export_transform)
 
     def export(self, directory: str | Path) -> dict[str, Path]:
-        """Writes `model.keras` (`user_model()` with `model_info`, loadable by plain Keras)
-        and, on TensorFlow, `saved_model/` of the same model into `directory` (rank 0).
+        """Writes `model.keras` (`user_model()` with `model_info`, loadable by plain Keras),
+        `model_info.json` beside it (class names and input rule, readable without cvbench)
+        and, on TensorFlow, `keras_saved_model/`, Keras' own SavedModel of the same model
+        (float32 pixels at the training size in, logits out; `cvbench export` writes the
+        serving SavedModel) into `directory` (rank 0).
 
-        Both are written under temporary names and renamed into place.
+        Each is written under a temporary name and renamed into place.
 
         Returns:
-            The written paths by kind ("keras", "saved_model"); empty on other ranks.
+            The written paths by kind ("keras", "info", "keras_saved_model"); empty on other
+            ranks.
 
         """
         if not self.is_chief:

@@ -115,7 +115,7 @@ def test_cli_trained_models_load_with_plain_keras_and_agree(tmp_path, legacy_h5)
         tmp_path, "det", [*DETECTOR, "--backbone-weights", backbone, "--precision", "fp32"]
     )
     cls_file, det_file = cls_dir / "export" / "model.keras", det_dir / "export" / "model.keras"
-    assert (cls_dir / "export" / "saved_model" / "saved_model.pb").is_file()
+    assert (cls_dir / "export" / "keras_saved_model" / "saved_model.pb").is_file()
 
     cls_info, det_info = read_model_info(cls_file), read_model_info(det_file)
     assert (cls_info.task, cls_info.class_names, cls_info.image_size) == (

@@ -23,7 +23,7 @@ HOLD_CLI = Path(__file__).with_name("hold_cli.py")
 ENV = {k: v for k, v in os.environ.items() if k not in ("CVBENCH_DEBUG", "TF_CPP_MIN_LOG_LEVEL")}
 ENV.update(KERAS_BACKEND="tensorflow", PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="3")
 # ResNet-18 at 32 px on synthetic data: 2 steps of 2 images an epoch; one checkpoint (weights
-# and momentum) is about 85 MiB, the export (model.keras and saved_model/) twice 43 MiB.
+# and momentum) is about 85 MiB, the export (model.keras and keras_saved_model/) twice 43 MiB.
 FLAGS = [
     "train", "--model", "resnet18", "--image-size", "32", "--num-classes", "4", "--synthetic",
     "--batch-size", "2", "--steps-per-epoch", "2", "--epochs", "1", "--eval", "none",
@@ -215,13 +215,13 @@ def test_a_full_disk_writing_the_log_is_one_line_naming_it(small_disk):
 
 @pytest.mark.slow
 def test_a_full_disk_at_the_export_is_one_line_naming_it(finished_run, small_disk):
-    disk = small_disk.mount(160 * MIB)  # the checkpoint and model.keras, not saved_model/
+    disk = small_disk.mount(160 * MIB)  # the checkpoint and model.keras, not keras_saved_model/
     run = copy_of(finished_run, disk / "run")
     before = tree(run)
     result = cvbench(*FLAGS, "--log-dir", str(run), "--resume")  # done: only the export
     assert result.returncode == 1
     assert error_line(result) == (
-        f"cvbench train: error: {run}/export/saved_model: No space left on device"
+        f"cvbench train: error: {run}/export/keras_saved_model: No space left on device"
     )
     # Appended to: the log; rewritten by each run that takes the folder: the lock's holder.
     changing = ("train_log.jsonl", ".cvbench-run.lock")
@@ -231,7 +231,7 @@ def test_a_full_disk_at_the_export_is_one_line_naming_it(finished_run, small_dis
     }
     log = (run / "train_log.jsonl").read_bytes()
     assert log.startswith((finished_run / "train_log.jsonl").read_bytes())  # appended only
-    assert not list((run / "export").glob(".saved_model.*"))  # no staging left
+    assert not list((run / "export").glob(".export-*"))  # no staging left (staging_folder)
 
 
 # ----------------------------------------------------------------------- files that lie

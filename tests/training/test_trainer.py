@@ -74,7 +74,7 @@ def test_fit_prints_logs_checkpoints_and_exports(tmp_path, capsys):
     np.testing.assert_allclose(
         reloaded.predict(x, verbose=0), trainer.model.predict(x, verbose=0), atol=1e-6
     )
-    assert (tmp_path / "export" / "saved_model" / "saved_model.pb").is_file()
+    assert (tmp_path / "export" / "keras_saved_model" / "saved_model.pb").is_file()
 
 
 def test_resume_mid_epoch_matches_the_uninterrupted_run(tmp_path):

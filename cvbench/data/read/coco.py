@@ -39,8 +39,8 @@ Element structure:
   `image_id` -1, zero image) fill the last batch and any batch up to `steps`, the same number
   on every rank (the dataset's cardinality).
 
-Sharding across processes: `num_shards` / `shard_index`, by default Horovod's size and rank
-when Horovod is initialised. Training shards files (records when there are fewer files than
+Sharding across processes: `num_shards` / `shard_index`, by default the launcher's size and rank
+(Horovod's, or `horovodrun`'s / `mpirun`'s variables before it starts). Training shards files (records when there are fewer files than
 ranks). Corrupt input (truncated files, CRC errors, undecodable JPEGs) raises an error naming
 the file, or with `skip_corrupt=True` is skipped and counted.
 """

@@ -48,7 +48,8 @@ class ReadSpec:
         image_size: output height and width in pixels, a positive int; None: the reader's
             default.
         num_shards, shard_index: this process's share of the records (both or neither);
-            None: Horovod's size and rank at read time (1 and 0 without Horovod).
+            None: the launcher's size and rank at read time (Horovod's, or before Horovod
+            starts `horovodrun`'s / `mpirun`'s variables; 1 and 0 without a launcher).
         dtype: image dtype name ('float32', 'bfloat16', 'float16'), checked by the reader.
         seed: makes file order, shuffling and augmentation deterministic (per rank); None:
             nondeterministic (faster).
