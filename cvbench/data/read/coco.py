@@ -40,9 +40,10 @@ Element structure:
   on every rank (the dataset's cardinality).
 
 Sharding across processes: `num_shards` / `shard_index`, by default the launcher's size and rank
-(Horovod's, or `horovodrun`'s / `mpirun`'s variables before it starts). Training shards files (records when there are fewer files than
-ranks). Corrupt input (truncated files, CRC errors, undecodable JPEGs) raises an error naming
-the file, or with `skip_corrupt=True` is skipped and counted.
+(Horovod's, or `horovodrun`'s / `mpirun`'s variables before it starts). Training shards files
+(records when there are fewer files than ranks). Corrupt input (truncated files, CRC errors,
+undecodable JPEGs) raises an error naming the file, or with `skip_corrupt=True` is skipped and
+counted.
 """
 
 from __future__ import annotations
