@@ -300,3 +300,57 @@ def test_cache_path_follows_keras_home(monkeypatch):
     monkeypatch.delenv("KERAS_HOME")
     monkeypatch.setenv("HOME", "/home/u")
     assert pretrained.cache_path("w.h5") == "/home/u/.keras/models/w.h5"
+
+
+def _train_args(name: str, path, log_dir=None) -> list[str]:
+    size = str(MODELS[name][2])
+    argv = ["train", "--model", name, "--synthetic", "--weights", str(path), "--image-size",
+            size, "--batch-size", "2", "--precision", "fp32"]  # fmt: skip
+    return argv + (["--log-dir", str(log_dir)] if log_dir is not None else [])
+
+
+@pytest.mark.parametrize("name", ["resnet50", "inception_v3"])
+def test_cvbench_train_weights_file_feeds_keras_applications_inputs(files, name):
+    """`cvbench train --model NAME --weights FILE`: the task and Trainer its flags build
+    (before any step) give keras.applications' logits on the pipeline's own input."""
+    from cvbench.cli import build_parser
+    from cvbench.cli.task_args import task_from_args
+    from cvbench.data.read.preprocessing import scale_input
+    from cvbench.tasks import build_trainer
+    from cvbench.training import TrainConfig
+
+    theirs, path = files[name]
+    args = build_parser().parse_args(_train_args(name, path))
+    task = task_from_args(args)
+    trainer = build_trainer(task, precision="fp32", config=TrainConfig(progress_bar=False))
+    images = _rgb_images(task.image_size)
+    fed = scale_input(images, task.preprocessing()).numpy()
+    got = keras.ops.convert_to_numpy(trainer.model(fed, training=False))
+    _assert_float32_close(got, _reference(theirs, name, images))
+
+
+@pytest.mark.heavy
+def test_cvbench_train_weights_file_run_exports_the_weights_normalization(tmp_path, files):
+    """A whole `cvbench train --weights FILE` run of ResNet-50: the exported model.keras
+    (plain Keras, [0, 255] RGB in) puts the caffe normalization in front of the model, and
+    the run log's recipe event records the normalization and the v1 model with their
+    reasons."""
+    import json
+
+    from cvbench import cli
+
+    _, path = files["resnet50"]
+    log_dir = tmp_path / "run"
+    argv = _train_args("resnet50", path, log_dir)
+    argv += ["--epochs", "1", "--steps-per-epoch", "1", "--eval", "none", "--no-progress"]
+    assert cli.main(argv) == 0
+    exported = keras.saving.load_model(log_dir / "export" / "model.keras", compile=False)
+    rescale = next(la for la in exported.layers if isinstance(la, keras.layers.Rescaling))
+    # (x - mean) / std = x * (1 / std) + (-mean / std), std 1: offset = -mean.
+    np.testing.assert_allclose(rescale.scale, [1.0, 1.0, 1.0])
+    np.testing.assert_allclose(rescale.offset, [-123.68, -116.779, -103.939], rtol=1e-6)
+    events = [json.loads(line) for line in (log_dir / "train_log.jsonl").read_text().splitlines()]
+    recipe = next(e for e in events if "deviations" in e)  # the run log's recipe event
+    reasons = {d["knob"]: d["reason"] for d in recipe["deviations"]}
+    assert "caffe input normalization" in reasons["preprocessing.mean"]
+    assert "the model is built as ResNet v1" in reasons["model.weights"]
