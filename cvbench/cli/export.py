@@ -80,7 +80,7 @@ def handler(args: argparse.Namespace) -> int:
     from cvbench.utils.model_file import MAX_INPUT_SIDE, info_file_path
 
     model = Path(args.model)
-    if not model.is_file():
+    if not model.exists():  # a FIFO or folder is refused by read_model_info: exit 1
         raise CLIError(f"no model file {model}")
     if not args.output:
         raise CLIError("--output is empty: name the folder or file to write")

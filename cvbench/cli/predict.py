@@ -232,7 +232,7 @@ def handler(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     # The model file's info and the outputs are checked before Keras is imported.
     from cvbench.inference import read_model_info
-    from cvbench.inference.images import MAX_IMAGE_PIXELS, image_paths
+    from cvbench.inference.images import MAX_IMAGE_PIXELS, batch_size_within, image_paths
     from cvbench.utils.model_file import MAX_INPUT_SIDE
 
     model_path = Path(args.model)
@@ -246,6 +246,9 @@ def _predict(args: argparse.Namespace) -> int:
             "cvbench.inference.save_model(model, path, info)"
         )
     _check_flags(args, info.task)
+    max_image_pixels = args.max_image_pixels or MAX_IMAGE_PIXELS
+    # A model whose input alone is over the pixel budget: refused before any image is read.
+    batch_size_within(info, args.batch_size, max_image_pixels=max_image_pixels, model=model_path)
     inputs = image_paths(args.inputs)
     _check_outputs(args, inputs)
 
@@ -266,7 +269,7 @@ def _predict(args: argparse.Namespace) -> int:
         "batch_size": args.batch_size,
         "skip_corrupt": args.skip_corrupt,
         "on_skip": warn,
-        "max_image_pixels": args.max_image_pixels or MAX_IMAGE_PIXELS,
+        "max_image_pixels": max_image_pixels,
     }
     files = [str(p) for p in inputs]
     if info.task == "classification":

@@ -412,7 +412,9 @@ def iter_images(
         )
 
 
-def batch_size_within(info: ModelInfo, batch_size: int, *, max_image_pixels: int) -> int:
+def batch_size_within(
+    info: ModelInfo, batch_size: int, *, max_image_pixels: int, model: Any = None
+) -> int:
     """The largest batch size up to `batch_size` whose model inputs (`info.image_size`) hold
     at most `max_image_pixels` pixels together (at least 1).
 
@@ -432,8 +434,9 @@ def batch_size_within(info: ModelInfo, batch_size: int, *, max_image_pixels: int
     height, width = info.image_size
     pixels = height * width
     if pixels > max_image_pixels:
+        where = "" if model is None else f"{os.fspath(model)}: "
         raise BadFileError(
-            f"the model's input of {height} x {width} = {pixels} pixels (its ModelInfo "
+            f"{where}the model's input of {height} x {width} = {pixels} pixels (its ModelInfo "
             f"image_size) is over the limit of {max_image_pixels} pixels per batch; pass "
             "max_image_pixels=N to raise it"
         )

@@ -129,8 +129,8 @@ def _read_arrays(path: str | os.PathLike, *, meta_only: bool) -> dict[str, np.nd
                     raise BadFileError(f"{path} is not a cvbench checkpoint: no cvbench metadata")
                 keys = ["meta"] if meta_only else data.files
                 return {key: data[key] for key in keys}
-    except BadFileError:
-        raise
+    except (BadFileError, FileNotFoundError):
+        raise  # a missing file (a dangling link) is missing, not damaged
     except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as e:
         raise BadFileError(f"{path} is not a valid checkpoint: {e}") from e
 
@@ -336,6 +336,10 @@ class CheckpointManager:
                 meta, arrays = load_checkpoint(path)
             except ValueError as e:
                 warnings.warn(f"skipping checkpoint: {e}", stacklevel=2)
+                continue
+            except FileNotFoundError:
+                missing = f"skipping checkpoint: {path} does not exist (a dangling link?)"
+                warnings.warn(missing, stacklevel=2)
                 continue
             return path, meta, arrays
         return None
