@@ -301,15 +301,18 @@ def _rate_at(trainer: Any, step: int) -> float | None:
 
 
 def _newest_checkpoint(log_dir: Path) -> Path | None:
-    from cvbench.training.checkpoint import find_checkpoint
+    """The newest checkpoint of the run whose metadata reads, found without loading its
+    arrays (`find_checkpoint` would load and verify every array again, and warn again about
+    each invalid newer file the resume already reported)."""
+    from cvbench.training.checkpoint import CheckpointManager, read_checkpoint_meta
 
-    folder = log_dir / "checkpoints"
-    if not folder.is_dir():
-        return None
-    try:
-        return find_checkpoint(folder)
-    except (FileNotFoundError, OSError, ValueError):
-        return None
+    for path in reversed(CheckpointManager(log_dir / "checkpoints").checkpoints()):
+        try:
+            read_checkpoint_meta(path)
+        except (OSError, ValueError):
+            continue
+        return path
+    return None
 
 
 def eval_epochs(epochs: int, count: int) -> frozenset[int]:
