@@ -195,7 +195,7 @@ class ClassificationTask(RecordTask):
     def count_records(self, split: str) -> int:
         from cvbench.data import num_examples
 
-        return num_examples(self.options.data_dir, split)
+        return num_examples(self.options.data_dir, split, skip_corrupt=self.options.skip_corrupt)
 
     def callers_own(self) -> tuple[str, ...]:
         """The recipe's parts this task's caller replaced (`train_preprocess`,

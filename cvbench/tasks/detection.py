@@ -237,7 +237,7 @@ class DetectionTask(RecordTask):
     def count_records(self, split: str) -> int:
         from cvbench.data.read.coco import num_examples
 
-        return num_examples(self.options.data_dir, split)
+        return num_examples(self.options.data_dir, split, skip_corrupt=self.options.skip_corrupt)
 
     def dataset_options(self) -> dict[str, Any]:
         return {"label_map": self.label_map}

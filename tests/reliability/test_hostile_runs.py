@@ -314,3 +314,21 @@ def test_resume_when_every_checkpoint_is_invalid_is_refused(shapes_run, tmp_path
     steps = [json.loads(x).get("step") for x in (run / "train_log.jsonl").read_text().splitlines()]
     assert (run / "train_log.jsonl").read_bytes()[: len(log_before)] == log_before
     assert steps.count(1) <= log_before.decode().count('"step": 1')  # no step logged again
+
+
+@pytest.mark.parametrize("reader", ["imagenet", "coco"])
+def test_counting_a_damaged_split_names_the_file_unless_skipping(tmp_path, reader):
+    # The task counts a split's records before reading it; the count took complete records
+    # only, so a garbage shard became "data has fewer training images than one global
+    # batch" (exit 2) instead of naming the damaged file (exit 1).
+    import importlib
+
+    from cvbench.utils.errors import BadFileError
+
+    num_examples = importlib.import_module(f"cvbench.data.read.{reader}").num_examples
+    name = "train-00000-of-00001" if reader == "imagenet" else "coco_train.record-00000-of-00001"
+    shard = tmp_path / name
+    shard.write_bytes(b"no file of any kind cvbench reads\n" * 4)  # 136 bytes, no record
+    assert num_examples(tmp_path, "train") == 0  # skip_corrupt=True by default: complete only
+    with pytest.raises(BadFileError, match=rf"{name} is damaged: CRC mismatch in the length"):
+        num_examples(tmp_path, "train", skip_corrupt=False)

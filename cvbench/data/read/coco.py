@@ -108,10 +108,14 @@ def list_record_files(data_dir: str | os.PathLike, split: str) -> list[str]:
         raise FileNotFoundError(f"{e}; build COCO TFRecords with `cvbench build-coco`") from None
 
 
-def num_examples(data_dir: str | os.PathLike, split: str) -> int:
-    """The number of complete records of a COCO split (reads only the record headers)."""
+def num_examples(data_dir: str | os.PathLike, split: str, *, skip_corrupt: bool = True) -> int:
+    """The number of complete records of a COCO split (reads only the record headers).
+
+    Raises:
+        BadFileError: with `skip_corrupt=False`, a truncated or damaged file, naming it.
+    """
     files = list_record_files(data_dir, split)
-    return sum(scan_files(files, skip_corrupt=True, counter=None))
+    return sum(scan_files(files, skip_corrupt=skip_corrupt, counter=None))
 
 
 def sample_crop_window(

@@ -44,18 +44,35 @@ from cvbench.data.read.pipeline import (
     eval_pipeline,
     train_pipeline,
 )
-from cvbench.data.read.reader import eval_examples, list_split_files, rank_seed, train_examples
+from cvbench.data.read.reader import (
+    eval_examples,
+    list_split_files,
+    rank_seed,
+    scan_files,
+    train_examples,
+)
 from cvbench.data.read.spec import ReadSpec, read_spec
 from cvbench.data.tfrecord import parse_imagenet_example, scan_tfrecord
 
 
 def num_examples(
-    data_dir: str | os.PathLike, split: str, *, file_pattern: str | None = None
+    data_dir: str | os.PathLike,
+    split: str,
+    *,
+    file_pattern: str | None = None,
+    skip_corrupt: bool = True,
 ) -> int:
-    """The number of complete records of a split (reads only the record headers)."""
-    return sum(
-        scan_tfrecord(p).num_records for p in list_split_files(data_dir, split, file_pattern)
-    )
+    """The number of complete records of a split (reads only the record headers).
+
+    Raises:
+        BadFileError: with `skip_corrupt=False`, a truncated or damaged file, naming it (the
+            reader would refuse it too; counting first must not turn it into "too few
+            records").
+    """
+    files = list_split_files(data_dir, split, file_pattern)
+    if not skip_corrupt:
+        return sum(scan_files(files, skip_corrupt=False, counter=None))
+    return sum(scan_tfrecord(p).num_records for p in files)
 
 
 def imagenet_dataset(
