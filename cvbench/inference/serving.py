@@ -21,21 +21,20 @@ both interpolate by `ModelInfo.interpolation`. An image already of the model's s
   `(B,)`. Entries past `num_detections` are 0 (boxes, scores), -1 (classes) and "" (names).
   Semantics of `cvbench.detection.postprocess.postprocess`.
 
-NMS, per image (`tf.map_fn`) and per class (one op per class, unrolled):
-`NonMaxSuppressionV5` (`tf.image.non_max_suppression_with_scores`'s op, padded to
-`max_per_class` and masked by its valid count: static shapes, so TFLite, whose kernel
-always returns `max_per_class` entries, counts no padding as a detection; candidates
-scoring strictly above the threshold; greedy, a box is dropped when its IoU with a kept one
-is above the threshold; ties: lower anchor first), at most `max_per_class`; then `tf.math.top_k` over the classes' results
-concatenated in class order (ties: lower class, then lower anchor, first), the `max_total`
-best; the kept boxes are clipped. That is `postprocess` exactly, ties included
-(tests/inference/test_export_ssd.py). `tf.image.combined_non_max_suppression` was tried
-and rejected: it orders equal scores differently (within a class and across classes), so a
-cut at `max_per_class` or `max_total` among tied boxes kept other boxes than the numpy path;
-it also converts to TFLite only as a Flex (TensorFlow select) op, where
-`non_max_suppression_with_scores` is TFLite's built-in `NON_MAX_SUPPRESSION_V5` (whose
-kernel, unlike TensorFlow's, may keep other boxes among exactly equal scores).
-"""
+NMS, per image (`tf.map_fn`) and per class (one op per class, unrolled): `NonMaxSuppressionV5`
+(`tf.image.non_max_suppression_with_scores`'s op, padded to `max_per_class` and masked by its
+valid count: static shapes, so TFLite, whose kernel always returns `max_per_class` entries,
+counts no padding as a detection; candidates scoring strictly above the threshold; greedy, a
+box is dropped when its IoU with a kept one is above the threshold; ties: lower anchor first),
+at most `max_per_class`; then `tf.math.top_k` over the classes' results concatenated in class
+order (ties: lower class, then lower anchor, first), the `max_total` best; the kept boxes are
+clipped. That is `postprocess` exactly, ties included (tests/inference/test_export_ssd.py).
+`tf.image.combined_non_max_suppression` was tried and rejected: it orders equal scores
+differently (within a class and across classes), so a cut at `max_per_class` or `max_total`
+among tied boxes kept other boxes than the numpy path; it also converts to TFLite only as a
+Flex (TensorFlow select) op, where `non_max_suppression_with_scores` is TFLite's built-in
+`NON_MAX_SUPPRESSION_V5` (whose kernel, unlike TensorFlow's, may keep other boxes among
+exactly equal scores)."""
 
 from __future__ import annotations
 

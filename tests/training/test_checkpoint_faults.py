@@ -450,9 +450,7 @@ def test_an_oversized_metadata_member_is_refused(tmp_path, monkeypatch):
     path = crafted(tmp_path / "m.npz", {"model/0.npy": npy_header((3,)) + b"\0" * 12})
     with pytest.raises(ValueError) as e:
         load_checkpoint(path)
-    assert str(e.value).startswith(
-        f"{path} is not a valid checkpoint: its member meta.npy is "
-    )
+    assert str(e.value).startswith(f"{path} is not a valid checkpoint: its member meta.npy is ")
     assert str(e.value).endswith("bytes, over the limit of 100 bytes")
 
 
