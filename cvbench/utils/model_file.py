@@ -114,6 +114,12 @@ class ModelInfo:
             max_per_class, max_total)}`; decoded boxes are `[ymin, xmin, ymax, xmax]`
             normalized to `[0, 1]` of the resized input.
         model: the cvbench model name it was built as (e.g. "resnet50", "ssd320"), or None.
+        input_mean, input_std: the normalization `(x - mean) / std` per RGB channel that the
+            model file applies itself to its `[0, 255]` input (its first layer), as the
+            weights were trained: the ImageNet mean/std of cvbench's recipes, caffe's means
+            and std 1 for keras.applications' ResNet weights, 127.5 and 127.5 (`[-1, 1]`) for
+            Inception V3's; None where not recorded (older files, detectors). A statement of
+            the contract: callers feed `[0, 255]` RGB and never normalize again.
 
     Example:
         >>> info = ModelInfo(task="classification", class_names=("cat", "dog"),
@@ -133,6 +139,8 @@ class ModelInfo:
     quantize_uint8: bool = False
     dct_method: str = ""
     fancy_upscaling: bool = True
+    input_mean: tuple[float, float, float] | None = None
+    input_std: tuple[float, float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -157,6 +165,19 @@ class ModelInfo:
             raise ValueError(f"dct_method must be one of {DCT_METHODS}; got {self.dct_method!r}")
         if not isinstance(self.fancy_upscaling, bool):
             raise ValueError(f"fancy_upscaling must be a bool; got {self.fancy_upscaling!r}")
+        for name in ("input_mean", "input_std"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            value = _as_tuple(value)
+            if len(value) != 3 or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in value
+            ):
+                raise ValueError(f"{name} must be 3 finite numbers (RGB); got {value!r}")
+            if name == "input_std" and not all(v > 0 for v in value):
+                raise ValueError(f"input_std must be > 0 per channel; got {value!r}")
+            object.__setattr__(self, name, tuple(float(v) for v in value))
         if not 0.0 < float(self.crop_fraction) <= 1.0:
             raise ValueError(f"crop_fraction must be in (0, 1]; got {self.crop_fraction!r}")
         if (self.task == "detection") != (self.detection is not None):
@@ -175,6 +196,9 @@ class ModelInfo:
         out = dataclasses.asdict(self)
         out["class_names"] = list(self.class_names)
         out["image_size"] = list(self.image_size)
+        for name in ("input_mean", "input_std"):
+            if out[name] is not None:
+                out[name] = list(out[name])
         return {"format": INFO_FORMAT, **out}
 
     @classmethod

@@ -354,3 +354,39 @@ def test_cvbench_train_weights_file_run_exports_the_weights_normalization(tmp_pa
     reasons = {d["knob"]: d["reason"] for d in recipe["deviations"]}
     assert "caffe input normalization" in reasons["preprocessing.mean"]
     assert "the model is built as ResNet v1" in reasons["model.weights"]
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("resnet50", ((123.68, 116.779, 103.939), (1.0, 1.0, 1.0))),  # caffe: minus means
+        ("inception_v3", ((127.5,) * 3, (127.5,) * 3)),  # x / 127.5 - 1
+    ],
+)
+def test_the_model_contract_records_the_weights_normalization(files, name, expected):
+    """`ModelInfo` (what every model file and its info file carry) states the normalization
+    the model applies to its [0, 255] input: the weights', not the recipe's reference."""
+    from cvbench.utils.model_file import ModelInfo
+
+    _, path = files[name]
+    info = _task(name, path).model_info()
+    assert (info.input_mean, info.input_std) == expected
+    assert ModelInfo.from_dict(info.to_dict()) == info  # the file's JSON keeps it
+    if name == "resnet50":  # without those weights: the recipe's ImageNet mean/std
+        recipe = resolve_recipe(name, settings={"image_size": RESNET_SIZE})
+        own = ClassificationTask(TaskOptions(model=name, recipe=recipe)).model_info()
+        assert (own.input_mean, own.input_std) == (
+            (123.68, 116.28, 103.53),
+            (58.395, 57.12, 57.385),
+        )
+
+
+def test_model_info_refuses_a_malformed_normalization():
+    from cvbench.utils.model_file import ModelInfo
+
+    base = {"task": "classification", "class_names": ("a",), "image_size": (8, 8)}
+    assert ModelInfo(**base).input_mean is None  # older files: not recorded
+    for bad in ({"input_mean": (1.0, 2.0)}, {"input_std": (1.0, 0.0, 1.0)},
+                {"input_mean": (1.0, float("nan"), 2.0)}, {"input_std": "1"}):  # fmt: skip
+        with pytest.raises(ValueError, match="input_(mean|std) must be"):
+            ModelInfo(**base, **bad)

@@ -89,6 +89,7 @@ class ClassifierInputs:
                 f"resize_method={method!r} has no inference rule (known: {INTERPOLATIONS}): "
                 "pass Trainer(model_info=...) stating one"
             )
+        mean, std = self.normalization()
         return ModelInfo(
             task="classification",
             class_names=tuple(names),
@@ -100,6 +101,8 @@ class ClassifierInputs:
             quantize_uint8=self.preprocessing.quantize_uint8,
             dct_method=self.preprocessing.dct_method,
             fancy_upscaling=self.preprocessing.fancy_upscaling,
+            input_mean=mean,
+            input_std=std,
         )
 
     def model_info_for(self, model: Any) -> ModelInfo:
