@@ -182,6 +182,8 @@ def records_info(options: TaskOptions, *, kind: str) -> DatasetInfo | None:
         kind: the kind of records the task reads ("imagenet" or "coco").
 
     Raises:
+        FileNotFoundError: the folder holds raw images (class folders, COCO JSON) and no
+            records: one line naming the builder command to run first.
         ValueError: records without `dataset_info.json` and no `num_classes` (naming the
             folder and `num_classes`); a metadata file of another kind or unreadable (naming
             the file).
@@ -192,6 +194,11 @@ def records_info(options: TaskOptions, *, kind: str) -> DatasetInfo | None:
 
     info = read_dataset_info(options.data_dir)
     if info is None:
+        from cvbench.data.read.raw_data import raw_data_message
+
+        raw = raw_data_message(options.data_dir)  # images where records were expected
+        if raw is not None:
+            raise FileNotFoundError(raw)
         if options.num_classes is None:
             raise ValueError(
                 f"{options.data_dir} has no {DATASET_INFO_NAME} (the builders write one "

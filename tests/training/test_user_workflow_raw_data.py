@@ -111,3 +111,15 @@ def test_cvbench_train_on_a_folder_of_images_says_to_build_records_first(tmp_pat
     # A misuse: exit 2 and one line (the last of stderr; TensorFlow may log before it).
     assert code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"cvbench: error: {raw_data_message(raw)}"
+
+
+def test_without_num_classes_the_raw_folder_is_named_before_the_class_count(tmp_path, capsys):
+    # A new user's first command has no --num-classes: the task asked for it (the folder had
+    # no dataset_info.json) before anything looked at what the folder holds.
+    raw = tmp_path / "raw"
+    for name in ("circle", "square"):
+        touch(raw / "train" / name / "1.jpg")
+    code = cli.main(["train", "--data-dir", str(raw), "--model", "resnet18", "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == f"cvbench: error: {raw_data_message(raw)}"
