@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,12 +105,34 @@ def _wait_for_reader(fifo: Path, proc: subprocess.Popen, timeout: float) -> int:
     pytest.fail(f"no worker opened {fifo} within {timeout} s")
 
 
-_FALLBACK_BUILD = """
-import sys
-from cvbench.data import worker_pool
-worker_pool._USE_PDEATHSIG = False  # the portable path: a thread polling os.getppid()
-from cvbench.cli import main
-sys.exit(main(sys.argv[1:]))
+# The build, as a script file: multiprocessing's spawn workers import a main *file* again
+# (as `__mp_main__`), so its top level runs in every worker too. There it makes the worker
+# that reads `zz_blocking.JPEG` block on a FIFO until the test writes to it: the build is then
+# certainly mid-way (workers started and initialized) when it is killed. (The image itself
+# cannot be the FIFO: the builders read only regular files, a FIFO is skipped at once.)
+_BUILD = """
+import os, sys
+from cvbench.data.builders import imagenet_builder
+
+_read = imagenet_builder.read_image_file
+
+
+def _blocking_read(path, **kwargs):
+    if str(path).endswith("zz_blocking.JPEG"):
+        with open(os.environ["CVBENCH_TEST_FIFO"], "rb") as fifo:
+            fifo.read(1)
+    return _read(path, **kwargs)
+
+
+imagenet_builder.read_image_file = _blocking_read
+
+if __name__ == "__main__":
+    from cvbench.data import worker_pool
+    from cvbench.cli import main
+
+    if sys.argv[1] == "polling":  # the portable path: a thread polling os.getppid()
+        worker_pool._USE_PDEATHSIG = False
+    sys.exit(main(sys.argv[2:]))
 """
 
 
@@ -118,17 +141,18 @@ sys.exit(main(sys.argv[1:]))
 @pytest.mark.parametrize("mechanism", ["pdeathsig", "polling thread"])
 def test_workers_and_resource_tracker_die_with_a_killed_builder(tmp_path, mechanism):
     raw = make_raw(tmp_path / "raw", val_layout="folders").root
-    # A FIFO named like an image: the worker that reads it blocks until we write, so the
-    # build is certainly mid-way (workers started and initialized) when it is killed.
-    fifo = raw / "train" / "n00000001" / "zz_blocking.JPEG"
+    folder = raw / "train" / "n00000001"
+    shutil.copyfile(sorted(folder.iterdir())[0], folder / "zz_blocking.JPEG")
+    fifo = tmp_path / "block.fifo"
     os.mkfifo(fifo)
+    script = tmp_path / "build.py"
+    script.write_text(_BUILD)
     command = ["build-imagenet", "--raw-dir", str(raw), "--output-dir", str(tmp_path / "out")]
     command += ["--train-shards", "2", "--val-shards", "1", "--workers", "2", "--no-progress"]
-    if mechanism == "pdeathsig":
-        argv = [sys.executable, "-m", "cvbench", *command]
-    else:
-        argv = [sys.executable, "-c", _FALLBACK_BUILD, *command]
+    kind = "pdeathsig" if mechanism == "pdeathsig" else "polling"
+    argv = [sys.executable, str(script), kind, *command]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "KERAS_BACKEND": "tensorflow"}
+    env["CVBENCH_TEST_FIFO"] = str(fifo)
     with open(tmp_path / "stderr.txt", "wb") as err:
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
     fd, family = None, {}
