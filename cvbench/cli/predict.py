@@ -247,15 +247,15 @@ def _predict(args: argparse.Namespace) -> int:
         )
     _check_flags(args, info.task)
     max_image_pixels = args.max_image_pixels or MAX_IMAGE_PIXELS
-    # A model whose input alone is over the pixel budget: refused before any image is read.
-    batch_size_within(info, args.batch_size, max_image_pixels=max_image_pixels, model=model_path)
     inputs = image_paths(args.inputs)
     _check_outputs(args, inputs)
 
     from cvbench.inference import classify, detect, draw_results, load_model, write_coco_results
     from cvbench.inference.detection import SCORE_THRESHOLD
 
-    model, info = load_model(model_path, max_input_side=side)
+    model, info = load_model(model_path, max_input_side=side)  # checks image_size vs input
+    # A model whose input alone is over the pixel budget: refused before any image is read.
+    batch_size_within(info, args.batch_size, max_image_pixels=max_image_pixels, model=model_path)
     skipped = []
 
     from cvbench.data.builders.sharded_writer import printable

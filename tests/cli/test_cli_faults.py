@@ -179,6 +179,8 @@ def test_resume_into_another_plan_is_refused_unless_forced(tiny_run, tmp_path, c
     assert capsys.readouterr().err == (
         f"cvbench: error: cannot resume from {run}/checkpoints/ckpt-0000000001.npz: this run "
         "differs from the checkpointed one (epochs 1 in the checkpoint, 2 now; "
+        # the warmup is capped at half the run (#39 item 7): 0 of 1 step, 1 of 2 steps
+        "schedule.warmup_steps 0 in the checkpoint, 1 now; "
         "settings.knobs.run.epochs 1 in the checkpoint, 2 now); pass "
         "--force-resume to resume anyway, or train in another log directory\n"
     )

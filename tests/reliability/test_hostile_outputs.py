@@ -197,5 +197,11 @@ def test_sigterm_during_the_final_export_stops_with_one_line(tmp_path):
         "kept (rerun with --resume to continue); nothing is left half-written"
     )
     export = tmp_path / "run" / "export"
-    assert sorted(p.name for p in export.iterdir()) == ["model.keras"]  # no staging left
+    # model.keras and its info file (recorded in .cvbench-outputs.json) were complete before
+    # the signal; no staging folder is left, nor a half-written keras_saved_model/.
+    assert sorted(p.name for p in export.iterdir()) == [
+        ".cvbench-outputs.json",
+        "model.keras",
+        "model_info.json",
+    ]
     assert (tmp_path / "run" / "checkpoints").is_dir()

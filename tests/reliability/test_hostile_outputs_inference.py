@@ -102,7 +102,7 @@ def test_export_overwrite_never_replaces_a_file_by_its_magic_bytes(work):
 def test_a_sequential_model_exports_and_a_user_file_in_its_export_is_kept(models, work):
     run = cvbench("export", models / "seq.keras", "--output", "served", cwd=work)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.strip() == "wrote served"
+    assert run.stdout.strip() == "wrote served and its info file served_info.json"
     again = cvbench("export", models / "seq.keras", "--output", "served", "--overwrite", cwd=work)
     assert again.returncode == 0, again.stderr[-3000:]  # its own export: replaced
     (work / "served" / "assets" / "mine.txt").write_text("the user's")

@@ -32,10 +32,18 @@ def raw(tmp_path_factory):
     ).path
 
 
-def records(raw: Path, out: Path, shards: int) -> Path:
-    if not out.exists():
+_BUILT: dict[int, Path] = {}
+
+
+def records(raw: Path, tmp_path_factory, shards: int) -> Path:
+    """The records of `raw` in `shards` training shards, built once per session into a
+    folder of their own (`mktemp` numbers it: a fixed name under the session's base folder
+    met another test's `records1` there, whose images are damaged on purpose)."""
+    if shards not in _BUILT:
+        out = tmp_path_factory.mktemp(f"epoch_start_records{shards}_")
         build_imagenet(raw, out, train_shards=shards, val_shards=1, num_workers=1, progress=False)
-    return out
+        _BUILT[shards] = out
+    return _BUILT[shards]
 
 
 def decode(image_bytes, boxes, seed):  # no random augmentation: each record's own image
@@ -55,7 +63,7 @@ def image_ids(data_dir: Path, rows: int, **read) -> list[int]:
 
 @pytest.mark.parametrize("shards", [1, 2])
 def test_each_pass_of_a_small_set_is_a_permutation_of_its_records(raw, tmp_path_factory, shards):
-    data_dir = records(raw, tmp_path_factory.getbasetemp() / f"records{shards}", shards)
+    data_dir = records(raw, tmp_path_factory, shards)
     ids = image_ids(data_dir, 3 * RECORDS)  # default buffer: 10 000 records
     whole = sorted(image_ids(data_dir, RECORDS, shuffle_buffer=1))  # file order, one pass
     assert len(set(whole)) == RECORDS
@@ -72,7 +80,7 @@ def test_each_pass_of_a_small_set_is_a_permutation_of_its_records(raw, tmp_path_
 @pytest.mark.parametrize(("shards", "num_shards"), [(2, 2), (1, 2)])
 def test_each_ranks_pass_is_a_permutation_of_its_share(raw, tmp_path_factory, shards, num_shards):
     # By file (2 files, 2 ranks) and by record (1 file, 2 ranks): 12 records a rank.
-    data_dir = records(raw, tmp_path_factory.getbasetemp() / f"records{shards}", shards)
+    data_dir = records(raw, tmp_path_factory, shards)
     share = RECORDS // num_shards
     for rank in range(num_shards):
         read = {"num_shards": num_shards, "shard_index": rank}
@@ -83,7 +91,7 @@ def test_each_ranks_pass_is_a_permutation_of_its_share(raw, tmp_path_factory, sh
 
 def test_a_set_larger_than_the_buffer_is_shuffled_after_the_repeat(raw, tmp_path_factory):
     # 24 records, buffer 4: the order a buffer of 4 over the repeated stream gives, as before.
-    data_dir = records(raw, tmp_path_factory.getbasetemp() / "records2", 2)
+    data_dir = records(raw, tmp_path_factory, 2)
     files = list_split_files(data_dir, "train")
     common = dict(num_shards=1, shard_index=0, seed=7, repeat=True, cycle_length=10)
     common.update(skip_corrupt=False, counter=None)
