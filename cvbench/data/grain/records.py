@@ -161,10 +161,12 @@ class TFRecordSource(_Base):
         state["_fds"] = {}  # descriptors do not cross processes: each opens its own
         return state
 
-    def __del__(self) -> None:
+    def __del__(self, _close=os.close, _suppress=contextlib.suppress) -> None:
+        # Bound at definition: at interpreter exit the module's globals (os, contextlib) may
+        # already be gone when the last source is collected.
         for fd in getattr(self, "_fds", {}).values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            with _suppress(OSError):
+                _close(fd)
 
     def __repr__(self) -> str:
         return f"TFRecordSource({len(self.files)} files, {len(self)} records)"
