@@ -44,3 +44,14 @@ class SmallDisk:
         if self.mounted:
             subprocess.run(["umount", "-l", str(self.path)], check=False)
             self.mounted = False
+
+
+def read_only(path: Path) -> Path:
+    """An empty read-only tmpfs at `path` (root ignores permission bits; a mount does not);
+    `subprocess.run(["umount", path])` at the end of the test. Skipped, saying why, where
+    mounting is refused."""
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)])
+    if done.returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here (needs root)")
+    return path

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from inference_models import channel_classifier, classifier_info, constant_detector, detector_info
 from PIL import Image
+from small_disk import read_only
 
 from cvbench.inference import save_model
 from cvbench.inference.export import remove_stale_serving_staging
@@ -144,10 +145,7 @@ def test_sigterm_during_export_stops_with_one_line_and_leaves_nothing(models, wo
 
 # ------------------------------------------------------------------------ I, K: predict
 def test_a_read_only_draw_folder_is_found_before_predicting(models, work, tmp_path):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)]).returncode:
-        pytest.skip("cannot mount a read-only tmpfs here (needs root)")
+    ro = read_only(tmp_path / "ro")
     try:
         for flag, path in (("--draw", ro / "d"), ("--coco-json", ro / "c.json")):
             model = models / ("cls.keras" if flag == "--draw" else "det.keras")

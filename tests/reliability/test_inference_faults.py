@@ -23,7 +23,7 @@ from inference_models import (
     detector_info,
 )
 from PIL import Image
-from small_disk import SmallDisk
+from small_disk import SmallDisk, read_only
 
 from cvbench.inference import save_model
 from cvbench.utils.files import OUTPUTS_LIST
@@ -113,15 +113,6 @@ def disk(tmp_path):
     small = SmallDisk(tmp_path / "disk")
     yield small
     small.unmount()
-
-
-def read_only(path: Path) -> Path:
-    """An empty read-only tmpfs at `path` (root ignores permission bits; a mount does not)."""
-    path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)])
-    if done.returncode != 0:
-        pytest.skip("cannot mount a read-only tmpfs here (needs root)")
-    return path
 
 
 # ------------------------------------------------------------------ bad model files (item 3, 5)
