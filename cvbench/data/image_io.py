@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from cvbench.utils.errors import BadFileError
+from cvbench.utils.errors import USAGE_ERROR, BadFileError, CvbenchError
 from cvbench.utils.files import read_input
 
 Resize = int | tuple[int, int]
@@ -61,8 +61,10 @@ _STRAY_BYTES = re.compile(
 _JPEG_COLORSPACE = {"L": "GRAY", "CMYK": "CMYK"}
 
 
-class ImageError(ValueError):
+class ImageError(CvbenchError, ValueError):
     """An image file that cannot be read; the message is the reason, for the skip list."""
+
+    exit_code = USAGE_ERROR  # a ValueError, as a bad argument (an image file: ImageFileError)
 
 
 @dataclass(frozen=True)

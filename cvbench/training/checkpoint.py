@@ -34,7 +34,7 @@ from typing import IO, Any
 import keras
 import numpy as np
 
-from cvbench.utils.errors import BadFileError
+from cvbench.utils.errors import BadFileError, CvbenchError
 from cvbench.utils.files import check_regular, loads_json, match_files, open_input
 from cvbench.utils.io import atomic_open
 from cvbench.utils.model_file import DEFLATE_MAX_RATIO, check_npz  # noqa: F401 - its limit
@@ -48,7 +48,7 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 META_LIMIT = 16 * 2**20
 
 
-class CheckpointWriteError(OSError):
+class CheckpointWriteError(CvbenchError, OSError):
     """A checkpoint could not be written for lack of disk space (`errno` is ENOSPC); the
     checkpoints written before are intact."""
 

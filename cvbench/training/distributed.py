@@ -36,6 +36,7 @@ import keras
 import numpy as np
 
 from cvbench.training.rank_presence import Presence, interface_address, lost_ranks
+from cvbench.utils.errors import CvbenchError
 
 # Variables set by the launchers: horovodrun (Gloo) sets HOROVOD_RANK; mpirun sets the MPI ones.
 _LAUNCHER_RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
@@ -253,7 +254,7 @@ class Distribution:
         return None
 
 
-class RankFailedError(RuntimeError):
+class RankFailedError(CvbenchError, RuntimeError):
     """Another rank failed or exited, so the collectives of this one can never complete."""
 
 

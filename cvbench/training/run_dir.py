@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cvbench.utils.errors import BadFileError
+from cvbench.utils.errors import BadFileError, CvbenchError
 from cvbench.utils.files import owned_folder, refuse_link
 
 #: The lock file of a run directory.
@@ -50,7 +50,7 @@ _OTHER_ENTRIES = {
 _HOLDER_LIMIT = 4096
 
 
-class RunDirInUseError(OSError):
+class RunDirInUseError(CvbenchError, OSError):
     """The run directory is locked by another training run (`errno` EBUSY); the message names
     the directory and the holder. Nothing in the directory was changed."""
 

@@ -24,11 +24,13 @@ import signal
 import threading
 from types import FrameType
 
+from cvbench.utils.errors import CvbenchError
+
 #: The signals a run stops on, and their names in messages.
 STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
 
 
-class TrainingInterruptedError(Exception):
+class TrainingInterruptedError(CvbenchError):
     """A run stopped by a signal after saving a checkpoint of the last step it trained.
 
     Attributes:

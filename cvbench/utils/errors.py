@@ -12,8 +12,32 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+#: Exit codes of the `cvbench` command: misuse (argparse's own code) and a failure at run time.
+USAGE_ERROR, RUN_ERROR = 2, 1
 
-class BadFileError(ValueError):
+
+class CvbenchError(Exception):
+    """The base of cvbench's own errors: a failure the package names and the `cvbench`
+    command reports as one line, with the exit code its class says (`exit_code`), where any
+    other exception is a bug that keeps its traceback. Each kind also keeps the built-in
+    base that Python callers catch (`ValueError`, `OSError`, `RuntimeError`).
+
+    Attributes:
+        exit_code: `RUN_ERROR` (1) for a failure at run time, the default; `USAGE_ERROR`
+            (2) for misuse (a bad argument or value).
+
+    Example:
+        >>> class NoFoldersError(CvbenchError, OSError):
+        ...     "Folders cannot be made here."
+        >>> error = NoFoldersError("no folders")
+        >>> isinstance(error, OSError), error.exit_code
+        (True, 1)
+    """
+
+    exit_code: int = RUN_ERROR
+
+
+class BadFileError(CvbenchError, ValueError):
     """An input file that cannot be used: malformed, of another kind, or over a size limit.
 
     Example:
@@ -22,6 +46,8 @@ class BadFileError(ValueError):
         >>> isinstance(BadFileError("x"), ValueError)
         True
     """
+
+    exit_code = RUN_ERROR  # over ImageError's in ImageFileError(BadFileError, ImageError)
 
 
 def describe_os_error(error: OSError) -> str:

@@ -28,7 +28,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from cvbench.utils.errors import BadFileError
+from cvbench.utils.errors import BadFileError, CvbenchError
 from cvbench.utils.files import open_input, open_output, read_json
 from cvbench.utils.io import write_json_atomic
 from cvbench.utils.progress import progress_bar
@@ -37,7 +37,7 @@ from cvbench.utils.progress import progress_bar
 _STAMP_LIMIT = 1 << 20
 
 
-class DownloadError(RuntimeError):
+class DownloadError(CvbenchError, RuntimeError):
     """A download or unpack that still failed after its bounded retries."""
 
 
@@ -66,7 +66,7 @@ _CONTENT_RANGE_UNSATISFIED = re.compile(r"bytes\s+\*/(\d+)")
 _NETWORK_ERRORS = (OSError, http.client.HTTPException)  # includes URLError, timeouts, resets
 
 
-class _InterruptedError(Exception):
+class _InterruptedError(CvbenchError):
     """The transfer stopped before the announced end; the .part file is kept for resuming."""
 
 

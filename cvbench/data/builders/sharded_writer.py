@@ -83,13 +83,14 @@ from cvbench.data.builders.manifest import (
 )
 from cvbench.data.safe_paths import make_dir
 from cvbench.data.worker_pool import ParallelMap, default_num_workers, parallel_map
+from cvbench.utils.errors import CvbenchError
 from cvbench.utils.io import atomic_path, write_json_atomic
 from cvbench.utils.progress import progress_bar
 
 DEFAULT_PATTERN = "{split}-{index:05d}-of-{num_shards:05d}"
 
 
-class DiskFullError(OSError):
+class DiskFullError(CvbenchError, OSError):
     """The disk filled up (ENOSPC) during `write_sharded`; the finished shards are intact.
 
     Attributes:
