@@ -41,7 +41,8 @@ from cvbench.data._distributed import resolve_shards
 from cvbench.data.dali.pipeline import DTYPES, dali_spec, imagenet_dali_pipeline, import_dali
 from cvbench.data.dali_index import read_index
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
-from cvbench.data.read.reader import eval_steps, list_split_files, rank_segments
+from cvbench.data.read.ranks import eval_steps, eval_steps_of
+from cvbench.data.read.reader import list_split_files, rank_segments
 from cvbench.data.read.spec import ReadSpec
 from cvbench.data.worker_pool import default_num_workers
 
@@ -295,6 +296,6 @@ def imagenet_dali_dataset(
     files = list_split_files(data_dir, split, file_pattern)
     counts = [len(read_index(f, index_dir)) for f in files]
     mine = sum(s.take for s in rank_segments(files, counts, num_shards, shard_index))
-    steps = eval_steps(-(-sum(counts) // num_shards), batch_size)
+    steps = eval_steps_of(sum(counts), num_shards, batch_size)
     first = make() if mine else None
     return DaliBatches(make, steps=steps, num_records=mine, first=first, **common)

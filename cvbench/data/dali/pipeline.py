@@ -52,7 +52,8 @@ import numpy as np
 from cvbench.data._distributed import resolve_shards
 from cvbench.data.dali_index import format_entries, index_path, read_index
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
-from cvbench.data.read.reader import list_split_files, rank_seed, rank_segments
+from cvbench.data.read.ranks import rank_seed
+from cvbench.data.read.reader import list_split_files, rank_segments
 from cvbench.data.read.spec import ReadSpec, read_spec
 
 DEVICES = ("cpu", "mixed")

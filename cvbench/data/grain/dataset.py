@@ -49,6 +49,7 @@ from cvbench.data.grain.augment import (
 from cvbench.data.grain.records import TFRecordSource, parse_example, split_files
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.model_inputs import ClassifierInputs, attach, class_names_of
+from cvbench.data.read.ranks import eval_steps_of, rank_range, rank_seed
 from cvbench.data.read.spec import ReadSpec, read_spec
 from cvbench.utils.errors import BadFileError
 
@@ -80,22 +81,6 @@ def _absl_flags_ready() -> None:
 
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
-
-
-def rank_range(total: int, num_shards: int, shard_index: int) -> tuple[int, int]:
-    """Records `[lo, hi)` of rank `shard_index` of `num_shards` (`reader.rank_segments`' rule).
-
-    Example:
-        >>> [rank_range(10, 3, r) for r in range(3)]
-        [(0, 3), (3, 6), (6, 10)]
-    """
-    return shard_index * total // num_shards, (shard_index + 1) * total // num_shards
-
-
-def _rank_seed(seed: int, shard_index: int) -> int:
-    """A per-rank seed derived from `seed` (`reader.rank_seed`'s formula, which imports
-    TensorFlow with its module)."""
-    return int(np.random.SeedSequence([seed, shard_index]).generate_state(1)[0])
 
 
 class _Window:
@@ -370,12 +355,11 @@ def imagenet_grain_dataset(
             shard_options=grain.NoSharding(),
             shuffle=True,
             num_epochs=None if spec.repeat else 1,
-            seed=_rank_seed(seed, shard_index) % 2**32,
+            seed=rank_seed(seed, shard_index) % 2**32,
         )
         steps, drop, mapping = None, True, TrainMap
     else:
-        per_rank = -(-len(source) // num_shards)
-        steps = -(-per_rank // batch_size)
+        steps = eval_steps_of(len(source), num_shards, batch_size)
         data = _Window(source, lo, hi, pad=steps * batch_size - (hi - lo))
         sampler = grain.IndexSampler(
             num_records=len(data), shard_options=grain.NoSharding(), shuffle=False, num_epochs=1

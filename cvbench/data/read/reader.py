@@ -38,10 +38,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import tensorflow as tf
 
 from cvbench.data.read.corrupt import CorruptRecordCounter, apply_policy, no_autograph
+
+# The rank rules live in `ranks` (no TensorFlow there, for grain); re-exported here.
+from cvbench.data.read.ranks import eval_steps as eval_steps
+from cvbench.data.read.ranks import eval_steps_of, rank_range
+from cvbench.data.read.ranks import rank_seed as rank_seed
 from cvbench.data.read.raw_data import raw_data_message
 from cvbench.data.tfrecord import scan_tfrecord
 from cvbench.utils.errors import BadFileError
@@ -86,13 +90,6 @@ def list_split_files(
         hint = f"; shard files present for: {', '.join(present)}" if present else ""
         raise FileNotFoundError(f"no TFRecord files matching {pattern!r} in {root}{hint}")
     return files
-
-
-def rank_seed(seed: int | None, shard_index: int) -> int | None:
-    """A per-rank seed derived from `seed`, so ranks do not draw identical augmentations."""
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence([seed, shard_index]).generate_state(1)[0])
 
 
 @dataclass(frozen=True)
@@ -140,12 +137,10 @@ def rank_segments(
 
     Records are numbered across `files` in order; rank r gets records
     `[r * N // R, (r + 1) * N // R)`, so the ranks' counts differ by at most one and every
-    record belongs to exactly one rank. Example: counts [3, 3], 2 ranks -> rank 0 reads
-    records 0..2 of file 0, rank 1 records 0..2 of file 1.
+    record belongs to exactly one rank (`ranks.rank_range`). Example: counts [3, 3], 2 ranks
+    -> rank 0 reads records 0..2 of file 0, rank 1 records 0..2 of file 1.
     """
-    total = sum(counts)
-    lo = shard_index * total // num_shards
-    hi = (shard_index + 1) * total // num_shards
+    lo, hi = rank_range(sum(counts), num_shards, shard_index)
     segments, start = [], 0
     for path, n in zip(files, counts, strict=True):
         a, b = max(lo, start), min(hi, start + n)
@@ -153,11 +148,6 @@ def rank_segments(
             segments.append(Segment(path, a - start, b - a))
         start += n
     return segments
-
-
-def eval_steps(max_records_per_rank: int, batch_size: int) -> int:
-    """Batches every rank yields: ceil(max records of any rank / batch_size)."""
-    return -(-max_records_per_rank // batch_size)
 
 
 def _segment_records(path: tf.Tensor, skip: tf.Tensor, take: tf.Tensor) -> tf.data.Dataset:
@@ -429,7 +419,7 @@ def eval_examples(
         ValueError: a truncated file when `skip_corrupt` is False.
     """
     counts = scan_files(files, skip_corrupt=skip_corrupt, counter=counter)
-    steps = eval_steps(-(-sum(counts) // num_shards), batch_size)
+    steps = eval_steps_of(sum(counts), num_shards, batch_size)
     segments = rank_segments(files, counts, num_shards, shard_index)
     records = read_records(
         segments, cycle_length=cycle_length, deterministic=True, read_past_damage=skip_corrupt
