@@ -32,7 +32,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
-from cvbench.cli.errors import CLIError, for_command_line, known_error
+from cvbench.cli.errors import SIGNAL_EXIT, CLIError, known_error
 from cvbench.cli.tf_startup import quiet_tensorflow_startup
 
 __all__ = ["CLIError", "StopSignalReceived", "build_parser", "main"]
@@ -164,13 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("cvbench: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        signals = sys.modules.get("cvbench.training.signals")  # loaded if it trained
-        if signals is not None and isinstance(e, signals.TrainingInterruptedError):
-            # SIGTERM / SIGINT during training: the last step was checkpointed.
-            print(f"cvbench {args.command}: {for_command_line(str(e))}", file=sys.stderr)
-            return e.exit_code
-        known = None if _debug(args) else known_error(e, command=args.command)
-        if known is None:
+        known = known_error(e, command=args.command)
+        # --debug keeps the traceback of an error; a signal's stop is not one (it was asked)
+        if known is None or (_debug(args) and known[1] <= SIGNAL_EXIT):
             raise
         line, code = known
         from cvbench.data.builders.sharded_writer import printable

@@ -1,18 +1,24 @@
 """How the `cvbench` command reports an error: the one line it prints and its exit code.
 
-Misuse (bad flags, bad values, missing files: `CLIError`, `ValueError`, `FileNotFoundError`,
-`FileExistsError`) prints one line `cvbench: error: ...` and exits with code 2
-(`USAGE_ERROR`), never a traceback. Failures at run time print one line
-`cvbench COMMAND: error: ...` and exit with code 1 (`RUN_ERROR`): corrupt input data
-(TensorFlow's `InvalidArgumentError` raised by cvbench's corrupt-record check, or a
-`DataLossError`), told by the file and record, without TensorFlow's graph and stack text; a
-checkpoint that the disk had no space for; another rank or host lost under Horovod
-(`RankFailedError`, naming the lost ranks and host); a bad input file
-(`cvbench.utils.errors.BadFileError`: malformed, of another kind, or over a size limit, named
-with the limit's flag); and any other `OSError` (a read-only folder, a file where a folder is
-expected, a full disk), named by its path. Hints written for the Python API
-(`pass skip_corrupt=True`) name the command's flags instead (`pass --skip-corrupt`). Any other
-exception is a bug: `known_error` returns None and the command keeps its traceback.
+cvbench's own errors (`cvbench.utils.errors.CvbenchError` and its subclasses) are mapped by
+type: each says its exit code (`exit_code`). Misuse (`CLIError`, a bad value) prints one line
+`cvbench: error: ...` and exits with code 2 (`USAGE_ERROR`), never a traceback; a failure at
+run time prints one line `cvbench COMMAND: error: ...` and exits with code 1 (`RUN_ERROR`):
+a bad input file (`BadFileError`: malformed, of another kind, or over a size limit, named
+with the limit's flag), a checkpoint the disk had no space for, another rank or host lost
+under Horovod (`RankFailedError`, naming the lost ranks and host). A training run stopped by
+SIGTERM / SIGINT (`TrainingInterruptedError`) exits with 128 + the signal's number and its
+line says what was kept, without `error:`.
+
+Python's own errors keep their meaning: a `ValueError`, `FileNotFoundError` or
+`FileExistsError` is misuse (2), any other `OSError` (a read-only folder, a file where a
+folder is expected, a full disk) a failure at run time (1), named by its path. Corrupt input
+data is told by TensorFlow's error raised inside a `tf.data` graph, which can carry only a
+message: a `DataLossError`, or an `InvalidArgumentError` of cvbench's corrupt-record or label
+check (told by their wording), printed by the file and record without TensorFlow's graph and
+stack text (1). Hints written for the Python API (`pass skip_corrupt=True`) name the
+command's flags instead (`pass --skip-corrupt`). Any other exception is a bug: `known_error`
+returns None and the command keeps its traceback.
 
 The subcommand modules import `CLIError` and `for_command_line` from here, not from
 `cvbench.cli`, whose `__init__` imports them (through `importlib`): no module imports its
@@ -24,10 +30,17 @@ from __future__ import annotations
 import re
 import sys
 
-from cvbench.utils.errors import BadFileError, describe_os_error
+from cvbench.utils.errors import (  # noqa: F401 - BadFileError: re-exported, its old path
+    RUN_ERROR,
+    USAGE_ERROR,
+    BadFileError,
+    CvbenchError,
+    describe_os_error,
+)
 
-#: Exit codes: misuse (argparse's own code) and a known failure at run time.
-USAGE_ERROR, RUN_ERROR = 2, 1
+#: Exit codes over this one are a shell's code for a signal (128 + its number): a stop that
+#: kept what it finished, not a failure; its line has no `error:`.
+SIGNAL_EXIT = 128
 #: Hints of the Python API's messages and what they are for users of the command.
 _API_HINTS = (
     ("pass skip_corrupt=True", "pass --skip-corrupt"),
@@ -44,8 +57,10 @@ _LABEL_ERROR = re.compile(r"is outside \[0, \d+\) for num_classes=\d+")
 _TF_NOISE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "[[")
 
 
-class CLIError(Exception):
+class CLIError(CvbenchError):
     """A user error detected by a command handler; printed as one line, exit code 2."""
+
+    exit_code = USAGE_ERROR
 
 
 def known_error(error: BaseException, *, command: str) -> tuple[str, int] | None:
@@ -62,23 +77,31 @@ def known_error(error: BaseException, *, command: str) -> tuple[str, int] | None
         >>> known_error(KeyError("x"), command="train") is None
         True
     """
-    if isinstance(error, BadFileError):
-        return f"cvbench {command}: error: {for_command_line(str(error))}", RUN_ERROR
-    if isinstance(error, (CLIError, ValueError, FileNotFoundError, FileExistsError)):
-        return f"cvbench: error: {for_command_line(str(error))}", USAGE_ERROR
-    checkpoint = sys.modules.get("cvbench.training.checkpoint")  # loaded if it wrote one
-    if checkpoint is not None and isinstance(error, checkpoint.CheckpointWriteError):
-        return f"cvbench {command}: error: {for_command_line(str(error))}", RUN_ERROR
-    distributed = sys.modules.get("cvbench.training.distributed")  # loaded by every training run
-    if distributed is not None and isinstance(error, distributed.RankFailedError):
-        # another rank or host was lost: its own output says why; this rank's line says which
-        return f"cvbench {command}: error: {error}", RUN_ERROR
-    message = _data_error(error)
-    if message is not None:
+    if isinstance(error, CvbenchError):
+        code = error.exit_code
+    elif isinstance(error, (ValueError, FileNotFoundError, FileExistsError)):
+        code = USAGE_ERROR
+    elif (message := _data_error(error)) is not None:
         return f"cvbench {command}: error: {for_command_line(message)}", RUN_ERROR
-    if isinstance(error, OSError):
-        return f"cvbench {command}: error: {describe_os_error(error)}", RUN_ERROR
-    return None
+    elif isinstance(error, OSError):
+        code = RUN_ERROR
+    else:
+        return None
+    return _error_line(error, code, command=command), code
+
+
+def _error_line(error: BaseException, code: int, *, command: str) -> str:
+    """The line of `error` with exit code `code`: misuse names no command. cvbench's own
+    errors are their message; Python's `OSError` is named by its path(s)
+    (`describe_os_error`)."""
+    ours = isinstance(error, CvbenchError) or not isinstance(error, OSError)
+    text = str(error) if ours else describe_os_error(error)
+    text = for_command_line(text)
+    if code == USAGE_ERROR:
+        return f"cvbench: error: {text}"
+    if code > SIGNAL_EXIT:
+        return f"cvbench {command}: {text}"
+    return f"cvbench {command}: error: {text}"
 
 
 def for_command_line(message: str) -> str:
