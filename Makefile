@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-all test-heavy lint format test-jax mutation clean
+.PHONY: setup demo test test-all test-heavy lint format test-jax mutation bench clean
 
 setup:
 	@scripts/bootstrap.sh
@@ -38,6 +38,14 @@ test-all: lint
 test-heavy: setup
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -m heavy $(PYTEST_ARGS)
 	KERAS_BACKEND=jax $(PY) -m pytest -m "backend_agnostic and heavy" $(PYTEST_ARGS)
+
+# The CPU regression check (benchmarks/cpu_check.py): cvbench's ResNet-50 against
+# keras.applications in alternating windows, the median ratio held against this CPU kind's
+# floors (benchmarks/cpu_floors.json); exit 1 under a floor. A few minutes on 2 cores; run it
+# on a quiet machine. BENCH_ARGS: its options, e.g. BENCH_ARGS="--slowdown 0.3" (must fail).
+BENCH_ARGS ?=
+bench: setup
+	$(PY) benchmarks/cpu_check.py $(BENCH_ARGS)
 
 # Mutation testing of the core units (not part of `make test`: about half an hour on 2 cores).
 # MUTATION_ARGS: modules and options of scripts/mutation.py, e.g. MUTATION_ARGS="detection --jobs 4".

@@ -75,6 +75,9 @@ class SuiteConfig:
             listed as skipped); None: no limit.
         variants: variants of cvbench to measure beside it as "cvbench+<name>" (names of
             `VARIANTS`): the same model with one change.
+        slowdown: cvbench's steps made this fraction slower on purpose (each window sleeps
+            `slowdown` x its own time after it ran: `Slowed`), the regression check's proof
+            that it catches a slower step; 0: none.
     """
 
     models: tuple[str, ...] = DEFAULT_MODELS
@@ -95,6 +98,7 @@ class SuiteConfig:
     seed: int = 0
     time_budget_s: float | None = None
     variants: tuple[str, ...] = ()
+    slowdown: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -114,6 +118,8 @@ class SuiteConfig:
             raise ValueError(
                 f"SuiteConfig.variants has unknown names {unknown}; known: {sorted(VARIANTS)}"
             )
+        if isinstance(self.slowdown, bool) or not 0 <= self.slowdown < 10:
+            raise ValueError(f"SuiteConfig.slowdown must be in [0, 10), got {self.slowdown!r}")
         budget = self.time_budget_s
         if budget is not None and (isinstance(budget, bool) or not budget > 0):
             raise ValueError(f"SuiteConfig.time_budget_s must be > 0 or None, got {budget!r}")
@@ -234,9 +240,46 @@ def _torch(config: SuiteConfig, model: CvbenchModel, policy: str, *, training: b
     )
 
 
+class Slowed:
+    """A workload made slower on purpose: after each `run`, a sleep of `fraction` x the time
+    the run took, so its rate drops to `1 / (1 + fraction)` of the workload's own.
+
+    Example:
+        >>> class Fast:
+        ...     images_per_step = 4
+        ...     def first_step(self): pass
+        ...     def run(self, steps): time.sleep(0.01 * steps)
+        ...     def close(self): return "closed"
+        >>> slowed = Slowed(Fast(), 0.5)
+        >>> start = time.perf_counter(); slowed.run(2); elapsed = time.perf_counter() - start
+        >>> elapsed >= 0.03  # 0.02 s of steps, then 0.5 x that asleep
+        True
+        >>> slowed.images_per_step, slowed.close()
+        (4, 'closed')
+    """
+
+    def __init__(self, workload: Any, fraction: float) -> None:
+        self.workload = workload
+        self.fraction = fraction
+        self.images_per_step = workload.images_per_step
+
+    def first_step(self) -> None:
+        self.workload.first_step()
+
+    def run(self, steps: int) -> None:
+        start = time.perf_counter()
+        self.workload.run(steps)
+        time.sleep((time.perf_counter() - start) * self.fraction)
+
+    def close(self) -> Any:
+        return self.workload.close()
+
+
 def _measure(
     config: SuiteConfig, model: CvbenchModel, policy: str, mode: str, workloads: dict
 ) -> list[ThroughputResult]:
+    if config.slowdown:
+        workloads = {**workloads, CVBENCH: Slowed(workloads[CVBENCH], config.slowdown)}
     try:
         measured = measure_throughput(
             workloads,

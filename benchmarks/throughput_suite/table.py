@@ -6,10 +6,13 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from cvbench.benchmark.results import CVBENCH, ThroughputResult
 from cvbench.benchmark.table import markdown_row, markdown_rule
+from cvbench.training.throughput import Throughput
 from cvbench.zoo import DETECTION, task_of
 
 from .reference import KERAS, TORCH
@@ -29,6 +32,62 @@ def ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator if denominator > 0 else float("nan")
 
 
+@dataclass(frozen=True)
+class PairedRatio:
+    """The ratio of two workloads timed in alternating windows: the median of the per-window
+    ratios `top[w] / bottom[w]` and their range.
+
+    Window `w` of both ran back to back (`measure_throughput` alternates them), so a change
+    in the machine's load between windows moves both rates of a pair alike; the median of
+    the pairs' ratios ignores the odd pair that one burst of load hit, where the ratio of
+    the two mean rates carries every burst.
+
+    Attributes:
+        median: the median of the per-window ratios.
+        low, high: the smallest and largest per-window ratio (the spread).
+        pairs: the number of window pairs.
+    """
+
+    median: float
+    low: float
+    high: float
+    pairs: int
+
+    def format(self) -> str:
+        """`1.10x`, with the range of the pairs when there are several: `1.10x (1.02-1.18)`.
+
+        Example:
+            >>> PairedRatio(1.1, 1.02, 1.18, 3).format(), PairedRatio(1.1, 1.1, 1.1, 1).format()
+            ('1.10x (1.02-1.18)', '1.10x')
+        """
+        if self.pairs < 2:
+            return f"{self.median:.2f}x"
+        return f"{self.median:.2f}x ({self.low:.2f}-{self.high:.2f})"
+
+
+def paired_ratio(top: Throughput, bottom: Throughput) -> PairedRatio:
+    """The median and range of `top`'s window rates over `bottom`'s, window by window.
+
+    Two measurements of different window counts (not timed side by side) are compared by
+    their mean rates, as one pair.
+
+    Example:
+        >>> from cvbench.training.throughput import Throughput
+        >>> def t(*rates):
+        ...     return Throughput(sum(rates) / len(rates), 0.0, 0.0, rates, 1, 1, 0, 0, 1, 0)
+        >>> paired_ratio(t(12.0, 6.0, 11.0), t(10.0, 10.0, 10.0))  # 1.2, 0.6, 1.1: median 1.1
+        PairedRatio(median=1.1, low=0.6, high=1.2, pairs=3)
+    """
+    tops, bottoms = top.window_rates, bottom.window_rates
+    if len(tops) != len(bottoms) or not tops:
+        tops, bottoms = (top.images_per_sec,), (bottom.images_per_sec,)
+    ratios = [ratio(a, b) for a, b in zip(tops, bottoms, strict=True)]
+    if any(math.isnan(r) for r in ratios):
+        nan = float("nan")
+        return PairedRatio(nan, nan, nan, len(ratios))
+    return PairedRatio(statistics.median(ratios), min(ratios), max(ratios), len(ratios))
+
+
 def _rate(result: ThroughputResult | None) -> str:
     if result is None:
         return "-"
@@ -41,8 +100,7 @@ def _rate(result: ThroughputResult | None) -> str:
 def _ratio(top: ThroughputResult | None, bottom: ThroughputResult | None) -> str:
     if top is None or bottom is None:
         return "-"
-    value = ratio(top.throughput.images_per_sec, bottom.throughput.images_per_sec)
-    return f"{value:.2f}x"
+    return paired_ratio(top.throughput, bottom.throughput).format()
 
 
 def _is_variant(result: ThroughputResult) -> bool:
@@ -52,7 +110,8 @@ def _is_variant(result: ThroughputResult) -> bool:
 def throughput_table(results: Sequence[ThroughputResult]) -> str:
     """One row per model, mode and precision: cvbench's images/s, each variant's
     ("cvbench+<change>", with the ratio variant / cvbench), each reference's with the ratio
-    cvbench / reference, and the compile (first step) seconds of each.
+    cvbench / reference, and the compile (first step) seconds of each. A ratio is the median
+    of the per-window ratios with their range (`paired_ratio`).
 
     A detector's (SSD320's) training row also gives its rate as a fraction of cvbench
     ResNet-50's training rate at the same precision, when that ran.

@@ -6,13 +6,14 @@ import doctest
 
 import pytest
 
-from throughput_suite import fused_batchnorm, table
+from throughput_suite import fused_batchnorm, suite, table
 
 
 @pytest.mark.parametrize(
     "module",
     [
         pytest.param(table, marks=pytest.mark.backend_agnostic),
+        pytest.param(suite, marks=pytest.mark.backend_agnostic),
         fused_batchnorm,  # its example compares against TensorFlow's fused kernel
     ],
 )
