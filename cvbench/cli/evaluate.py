@@ -103,6 +103,7 @@ def check_results_folder(args: argparse.Namespace, checkpoint: Path) -> None:
         ValueError: naming the path (exit 2).
         BadFileError: `plots/` is a link or not a folder (exit 1).
     """
+    from cvbench.training.run_dir import RunFolder
     from cvbench.utils.files import check_output, owned_folder, written_by_cvbench
 
     folder = Path(args.log_dir)
@@ -113,7 +114,7 @@ def check_results_folder(args: argparse.Namespace, checkpoint: Path) -> None:
     inputs = [checkpoint, Path(args.checkpoint)]
     if args.data_dir is not None:
         inputs.append(Path(args.data_dir))
-    check_output(folder / "results.json", inputs=inputs, overwrite=True,
+    check_output(RunFolder(folder).results, inputs=inputs, overwrite=True,
                  is_ours=written_by_cvbench, flag="--log-dir")  # fmt: skip
     owned_folder(folder, "plots", create=False)  # refuses a link
 

@@ -41,6 +41,7 @@ from typing import Any
 from cvbench.demo.config import DemoConfig, demo_precision
 from cvbench.demo.data import DemoData, prepare_data
 from cvbench.demo.shapes import SHAPE_NAMES
+from cvbench.training.run_dir import RunFolder
 from cvbench.training.run_log import read_run_log
 from cvbench.utils.io import write_json_atomic
 from cvbench.utils.model_file import save_model
@@ -61,7 +62,7 @@ def _curve_panels(logs_dir: Path) -> dict[str, dict[str, tuple[list, list]]]:
     """Plot series from the Trainers' JSON-lines logs, against the step."""
 
     def events(name: str, kind: str) -> list[dict[str, Any]]:
-        entries = _read_jsonl(logs_dir / name / "train_log.jsonl")
+        entries = _read_jsonl(RunFolder(logs_dir / name).log)
         return [e for e in entries if e.get("event") == kind]
 
     def series(entries: list[dict[str, Any]], key: str) -> tuple[list, list]:
@@ -286,7 +287,7 @@ def run_demo(
         if chief:
             t = time.perf_counter()
             for tree in (logs / "classifier", logs / "ssd"):
-                shutil.rmtree(tree / "checkpoints", ignore_errors=True)
+                shutil.rmtree(RunFolder(tree).checkpoints, ignore_errors=True)
             _save_models(out, config, cls, det)
             plot_curves(_curve_panels(logs), staging / "curves.png", xlabel="step")
             images, dets, num_objects = sample_detections(staging / "ssd.keras", data)

@@ -32,8 +32,8 @@ from cvbench.tasks.recipes import Recipe, RecipePlan, fit_lengths, plan
 from cvbench.tasks.recipes.plan import loss_scaling, planned_schedule
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import get_distribution
-from cvbench.training.run_dir import check_layout
-from cvbench.training.run_log import LOG_NAME, RunLog, read_run_log
+from cvbench.training.run_dir import RunFolder, check_layout
+from cvbench.training.run_log import RunLog, read_run_log
 from cvbench.training.trainer import Trainer
 from cvbench.utils.io import write_json_atomic
 
@@ -88,9 +88,9 @@ class TaskRun:
         as "epoch" (NaN where an epoch lacks the value). The rate is the schedule's at each
         epoch's last step. Empty without a `log_dir` (and on ranks other than 0's files)."""
         log_dir = self.trainer.log_dir
-        if log_dir is None or not (log_dir / LOG_NAME).is_file():
+        if log_dir is None or not RunFolder(log_dir).log.is_file():
             return {}
-        return epoch_history(read_run_log(log_dir / LOG_NAME), self.trainer)
+        return epoch_history(read_run_log(RunFolder(log_dir).log), self.trainer)
 
     def write_results(
         self, results: dict[str, float] | None, *, plots: Sequence[str | Path] = ()
@@ -116,7 +116,7 @@ class TaskRun:
             log.scalars(self.trainer.state["step"], record["metrics"], prefix="results/")
         finally:
             log.close()
-        write_json_atomic(log_dir / RESULTS_NAME, record)
+        write_json_atomic(RunFolder(log_dir).results, record)
         return record
 
     def fit(
@@ -183,7 +183,7 @@ class TaskRun:
 
 
 #: The run folder's results file (`TaskRun.write_results`).
-RESULTS_NAME = "results.json"
+RESULTS_NAME = RunFolder.RESULTS
 
 
 def results_record(
@@ -197,16 +197,16 @@ def results_record(
     `log`, `tensorboard` (when
     written) and `plots`."""
     log_dir = run.trainer.log_dir
-    files: dict[str, Any] = {"log": LOG_NAME}
+    folder = RunFolder(log_dir)
+    files: dict[str, Any] = {"log": folder.LOG}
     checkpoint = _newest_checkpoint(log_dir)
     if checkpoint is not None:
         files["checkpoint"] = checkpoint.relative_to(log_dir).as_posix()
-    export = log_dir / "export"
-    if export.is_dir() and not export.is_symlink():
-        names = [p.name for p in export.iterdir() if not p.name.startswith(".")]  # records
-        files["model"] = sorted(f"export/{name}" for name in names)
-    if (log_dir / "tensorboard").is_dir():
-        files["tensorboard"] = "tensorboard"
+    if folder.export.is_dir() and not folder.export.is_symlink():
+        names = [p.name for p in folder.export.iterdir() if not p.name.startswith(".")]
+        files["model"] = sorted(f"{folder.EXPORT}/{name}" for name in names)  # not the records
+    if folder.tensorboard.is_dir():
+        files["tensorboard"] = folder.TENSORBOARD
     files["plots"] = [Path(p).relative_to(log_dir).as_posix() for p in plots]
     return {
         "model": run.task.options.model,
@@ -306,7 +306,7 @@ def _newest_checkpoint(log_dir: Path) -> Path | None:
     each invalid newer file the resume already reported)."""
     from cvbench.training.checkpoint import CheckpointManager, read_checkpoint_meta
 
-    for path in reversed(CheckpointManager(log_dir / "checkpoints").checkpoints()):
+    for path in reversed(CheckpointManager(RunFolder(log_dir).checkpoints).checkpoints()):
         try:
             read_checkpoint_meta(path)
         except (OSError, ValueError):

@@ -34,6 +34,7 @@ from typing import IO, Any
 import keras
 import numpy as np
 
+from cvbench.training.run_dir import RunFolder
 from cvbench.utils.errors import BadFileError, CvbenchError
 from cvbench.utils.files import check_regular, loads_json, match_files, open_input
 from cvbench.utils.io import atomic_open
@@ -364,7 +365,8 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     if not path.is_dir():
         check_regular(path, what="checkpoint")  # a FIFO or a device: refused, never opened
         return path
-    directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    checkpoints = RunFolder(path).checkpoints
+    directory = checkpoints if checkpoints.is_dir() else path
     found = CheckpointManager(directory).latest()
     if found is None:
         raise FileNotFoundError(f"no valid checkpoint (ckpt-*.npz) in {directory}")

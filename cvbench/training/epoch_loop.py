@@ -1,295 +1,371 @@
-"""The Trainer's epoch loop: steps, logs, checkpoints and the end-of-epoch evaluation.
+"""The Trainer's epoch loop: the training step, and callbacks called at their hooks.
 
-`Trainer.fit` sets the run up (this rank's data source, `rank_source`; optimizer, rank
-sync, resume) and calls `run_epochs`; everything that happens per step and per epoch is
-here. Ranks agree on stopping at log steps and epoch ends (`any_rank_stopped`), and metrics
-printed or logged are averaged over ranks (`mean_over_ranks`).
+`run_epochs` does what Keras' own `fit` loop does: it draws this rank's batches, runs the
+step (`train_on_batch` on a `TrainingModel`), counts it in the run's `TrainState` and calls
+its callbacks at the hooks `on_train_begin`, `on_epoch_begin`, `on_train_batch_begin`,
+`on_train_batch_end`, `on_steps_end`, `on_epoch_end` and `on_train_end`, in list order.
+Everything else is a callback with its own state (`cvbench.training.loop_callbacks`): the
+run log's lines and records, TensorBoard scalars, checkpoints, the user's Keras callbacks,
+the progress bar, the throughput and the stop signal.
+
+The callbacks are `LoopCallback`s, not `keras.callbacks.Callback`s: a hook gets the typed
+`LoopState` (the step's images/s, the logs averaged over ranks, the epoch's skipped steps,
+the run's counters), where Keras' gets only a logs dict of the last step, and some hooks
+take part in rank collectives (the stop signal) or raise after a checkpoint. The user's
+Keras callbacks are called by one of them (`KerasCallbacks`), as Keras calls them.
+
+What the loop itself keeps, because every rank must do it in the same order: the ranks'
+agreement. At log steps and epoch ends the logs are averaged over ranks (`mean_over_ranks`)
+and the ranks agree on an early stop (`any_rank_stopped`); one process stops at once.
 
 Skipped steps (`TrainingModel`: a step whose loss or gradients are not finite changes no
 variable; its logs say `skipped`) are counted, in the epoch and in the run
-(`trainer.state["skipped_steps"]`), and left out of the epoch means: an epoch's loss and
-metrics are the means over its *applied* steps (NaN when none was applied). The step line
-of a skipped step says so; the step and epoch records and TensorBoard scalars carry the
-counts and the current loss scale.
-
-A SIGTERM or SIGINT during the loop (`cvbench.training.signals.StopRequest`) stops it after
-the step in progress, on every rank after the same step: rank 0 checkpoints that step and the
-loop raises `TrainingInterruptedError` naming the checkpoint, from which `resume` continues.
+(`TrainState.skipped_steps`), and left out of the epoch means: an epoch's loss and metrics
+are the means over its *applied* steps (NaN when none was applied).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from cvbench.training.checkpoint import checkpoint_name
 from cvbench.training.inputs import BatchSource, batch_length, make_source, peek_batch_size
-from cvbench.training.run_log import RunLog
-from cvbench.training.signals import STOP_SIGNALS, StopRequest, TrainingInterruptedError
-from cvbench.training.throughput import STEP_HEADER, ThroughputMeter, format_step_line
+from cvbench.training.throughput import images_per_second
 
 #: The key of `TrainingModel`'s step logs that is 1.0 for a skipped step.
 SKIPPED = "skipped"
-#: The key of `trainer.state` counting the run's skipped steps.
+#: The `TrainState` field counting the run's skipped steps.
 SKIPPED_STEPS = "skipped_steps"
 
 
+@dataclass(eq=False)
+class TrainState:
+    """Where training stands, checkpointed and restored with the run (`Trainer.state` is its
+    `to_dict()`).
+
+    Attributes:
+        step: steps done in the run.
+        epoch: epochs done.
+        batch_in_epoch: batches done in the current epoch.
+        consumed: batches drawn from the data (the data position of a resume).
+        data_seed: rank 0's seed ordering array data (-1: not chosen yet).
+        skipped_steps: steps not applied (loss or gradients not finite).
+
+    Example:
+        >>> state = TrainState(step=3)
+        >>> state.to_dict()["step"], TrainState.from_dict({"epoch": 2}, state).to_dict()
+        (3, {'step': 3, 'epoch': 2, 'batch_in_epoch': 0, 'consumed': 0, 'data_seed': -1, \
+'skipped_steps': 0})
+    """
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    consumed: int = 0
+    data_seed: int = -1
+    skipped_steps: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        """The counters by name (what a checkpoint stores)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], default: TrainState | None = None) -> TrainState:
+        """The counters of `values` (a checkpoint's state), each as an int; those it lacks
+        from `default` (or the initial ones)."""
+        base = default if default is not None else cls()
+        names = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{n: int(values.get(n, getattr(base, n))) for n in names})
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """One logged step, averaged over ranks: what the step line, the run log's `step`
+    record and TensorBoard's `train/` scalars show."""
+
+    step: int
+    epoch: int
+    images_per_sec: float
+    means: dict[str, float]
+    skipped: bool
+    learning_rate: float | None
+    loss_scale: float | None
+    skipped_steps: int
+
+
+@dataclass
+class LoopState:
+    """What the loop and its callbacks share during one `fit` (in place of the trainer).
+
+    Attributes:
+        train: the run's counters (the Trainer's `TrainState`, updated in place).
+        model: the model whose `train_on_batch` is the step (its `stop_training` asks to stop).
+        distribution: the ranks (`cvbench.training.distributed.Distribution`).
+        global_batch: images per step over all ranks.
+        log_every: a step is logged (averaged over ranks: `report`) every this many (0: never).
+        learning_rate: returns the current learning rate (None without an optimizer).
+        loss_scale: returns the current loss scale (None without loss scaling).
+        epoch: the epoch in progress (0-based).
+        logs: the last step's logs (this rank's).
+        step_seconds: the last step's wall time: its data and step, not the callbacks.
+        images: the last step's images over all ranks.
+        report: the last logged step (`StepReport`), None at other steps.
+        applied, skipped: this epoch's applied and skipped steps.
+        sums: this epoch's sums of the applied steps' logs.
+        epoch_logs: the epoch's logs at `on_epoch_end` (means over ranks, `val_` results).
+        stop: the ranks agreed to stop after this step or epoch.
+    """
+
+    train: TrainState
+    model: Any
+    distribution: Any
+    global_batch: int
+    log_every: int = 0
+    learning_rate: Callable[[], float | None] = lambda: None
+    loss_scale: Callable[[], float | None] = lambda: None
+    epoch: int = 0
+    logs: dict[str, Any] = field(default_factory=dict)
+    step_seconds: float = 0.0
+    images: int = 0
+    report: StepReport | None = None
+    applied: int = 0
+    skipped: int = 0
+    sums: dict[str, float] = field(default_factory=dict)
+    epoch_logs: dict[str, float] = field(default_factory=dict)
+    stop: bool = False
+
+    @property
+    def ranks(self) -> int:
+        """Number of ranks."""
+        return self.distribution.size
+
+    @property
+    def images_per_sec(self) -> float:
+        """The last step's images/s over all ranks."""
+        return images_per_second(self.step_seconds, self.images)
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Clears the epoch's counts for `epoch`."""
+        self.epoch, self.sums, self.epoch_logs = epoch, {}, {}
+        self.applied = self.skipped = 0
+
+    def count_step(self, logs: Mapping[str, Any], *, seconds: float, images: int) -> None:
+        """Counts one step done: the run's counters, and the epoch's applied or skipped
+        steps and sums (a skipped step's keys count, its values do not)."""
+        self.logs, self.step_seconds, self.images = dict(logs), seconds, images
+        state = self.train
+        state.step += 1
+        state.batch_in_epoch += 1
+        state.consumed += 1
+        applied = not logs.get(SKIPPED, 0.0)
+        if applied:
+            self.applied += 1
+        else:
+            self.skipped += 1
+            state.skipped_steps += 1
+        for k, v in logs.items():
+            if k != SKIPPED:
+                self.sums[k] = self.sums.get(k, 0.0) + (float(v) if applied else 0.0)
+
+    @property
+    def steps(self) -> int:
+        """This epoch's steps, applied and skipped."""
+        return self.applied + self.skipped
+
+
+class LoopCallback:
+    """A callback of `run_epochs`: each hook gets the `LoopState`; the defaults do nothing.
+
+    `on_steps_end` comes when the epoch's steps are done, before its evaluation (the
+    validation) and `on_epoch_end`.
+    """
+
+    def on_train_begin(self, loop: LoopState) -> None:
+        """Before the first epoch."""
+
+    def on_epoch_begin(self, loop: LoopState) -> None:
+        """Before the first step of `loop.epoch`."""
+
+    def on_train_batch_begin(self, loop: LoopState) -> None:
+        """Before a step, with its batch drawn."""
+
+    def on_train_batch_end(self, loop: LoopState) -> None:
+        """After a step (`loop.logs`, `loop.report` at log steps)."""
+
+    def on_steps_end(self, loop: LoopState) -> None:
+        """After the epoch's last step, before its evaluation."""
+
+    def on_epoch_end(self, loop: LoopState) -> None:
+        """After the epoch (`loop.epoch_logs`)."""
+
+    def on_train_end(self, loop: LoopState) -> None:
+        """After the last epoch (not after an error)."""
+
+
 def run_epochs(
-    trainer: Any,
+    loop: LoopState,
     source: BatchSource,
     epochs: int,
-    callbacks,
-    log: RunLog,
-    validation,
-    stop_request: StopRequest | None = None,
+    callbacks: Sequence[LoopCallback],
+    validation: Callable[[], dict[str, float]] | None = None,
 ) -> None:
-    """Trains `trainer` from `trainer.state` until `epochs` epochs are done (`Trainer.fit`'s
-    loop): steps, step and epoch logs, checkpoints, the epoch-end evaluation (`validation` is
-    `(data or function, steps, batch size)`), early stop agreed by all ranks, and the
-    throughput summary (`trainer.throughput`)."""
-    model = trainer.training_model
-    model.stop_training = False
-    meter = ThroughputMeter(trainer.global_batch, trainer.config.burn_in_steps)
-    log.record(
-        "start",
-        precision=trainer.precision,
-        ranks=trainer.size,
-        devices=trainer.distribution.num_devices,
-        global_batch=trainer.global_batch,
-        resumed_step=trainer.state["step"],
-    )
-    if trainer.config.log_every:
-        log.print(STEP_HEADER)
-    callbacks.on_train_begin()
-    trainer.state.setdefault(SKIPPED_STEPS, 0)
-    saved_step = -1
-    last_logs: dict[str, float] = {}
-    for epoch in range(trainer.state["epoch"], epochs):
-        callbacks.on_epoch_begin(epoch)
-        log.start_bar(
-            source.steps_per_epoch or 0, trainer.state["batch_in_epoch"], f"epoch {epoch + 1}"
-        )
-        sums: dict[str, float] = {}
-        count = skipped = 0  # applied and skipped steps of this epoch
-        stop = False
-        batches = source.epoch(epoch, trainer.state["batch_in_epoch"], trainer.state["consumed"])
-        last = time.perf_counter()
-        index = trainer.state["batch_in_epoch"]
-        while source.steps_per_epoch is None or index < source.steps_per_epoch:
-            try:
-                x, y, sample_weight = next(batches)
-            except StopIteration:
-                if source.steps_per_epoch is None:
-                    break
-                raise RuntimeError(
-                    f"the training data ran out in epoch {epoch + 1} after {index} of "
-                    f"{source.steps_per_epoch} batches: make the dataset repeat "
-                    "(dataset.repeat()) or lower steps_per_epoch"
-                ) from None
-            callbacks.on_train_batch_begin(index)
-            logs = model.train_on_batch(x, y, sample_weight=sample_weight, return_dict=True)
-            now = time.perf_counter()
-            rate = meter.record(now - last, batch_length(x) * trainer.size)
-            last = now
-            index += 1
-            trainer.state.update(
-                step=trainer.state["step"] + 1,
-                batch_in_epoch=index,
-                consumed=trainer.state["consumed"] + 1,
-            )
-            applied = not logs.get(SKIPPED, 0.0)
-            if applied:
-                count += 1
-            else:
-                skipped += 1
-                trainer.state[SKIPPED_STEPS] += 1
-            for k, v in logs.items():
-                if k != SKIPPED:  # a skipped step's keys count, its values do not
-                    sums[k] = sums.get(k, 0.0) + (float(v) if applied else 0.0)
-            step = trainer.state["step"]
-            if trainer.config.log_every and step % trainer.config.log_every == 0:
-                stop = log_step(trainer, log, epoch, rate, logs)
-            if trainer.config.checkpoint_every and step % trainer.config.checkpoint_every == 0:
-                trainer.save_checkpoint()
-                saved_step = step
-            callbacks.on_train_batch_end(index - 1, logs)
-            log.advance_bar({"loss": float(logs.get("loss", math.nan))})
-            stop_if_signalled(trainer, stop_request, log, saved_step)
-            # One process stops at once; ranks agree on stopping at log steps / epoch ends.
-            stop = stop or (trainer.size == 1 and model.stop_training)
-            if stop:
-                break
-            last = time.perf_counter()  # time data + step only, not logging/checkpoints
-        log.close_bar()
-        if not stop:
-            trainer.state.update(epoch=epoch + 1, batch_in_epoch=0)
+    """Trains from `loop.train` until `epochs` epochs are done (`Trainer.fit`'s loop): the
+    steps, the ranks' agreement on logs and stopping, and `callbacks` at their hooks.
+    `validation` (e.g. the Trainer's evaluation) gives each epoch's `val_` logs."""
+    loop.model.stop_training = False
+    call(callbacks, "on_train_begin", loop)
+    for epoch in range(loop.train.epoch, epochs):
+        loop.begin_epoch(epoch)
+        call(callbacks, "on_epoch_begin", loop)
+        stopped = run_steps(loop, source, callbacks)
+        call(callbacks, "on_steps_end", loop)
+        if not stopped:
+            loop.train.epoch, loop.train.batch_in_epoch = epoch + 1, 0
         # Means over the applied steps (the same number on every rank).
-        epoch_logs = mean_over_ranks(
-            trainer, {k: v / count if count else math.nan for k, v in sums.items()}
-        )
-        if validation[0] is not None:
-            val = (
-                validation[0]()  # e.g. a task's evaluation
-                if callable(validation[0])
-                else trainer.evaluate(validation[0], steps=validation[1], batch_size=validation[2])
-            )
-            epoch_logs.update({f"val_{k}": v for k, v in val.items()})
-        if trainer.state["step"] != saved_step:
-            trainer.save_checkpoint()
-            saved_step = trainer.state["step"]
-        log_epoch(trainer, log, epoch, epoch_logs, skipped=skipped, steps=count + skipped)
-        callbacks.on_epoch_end(epoch, epoch_logs)
-        stop_if_signalled(trainer, stop_request, log, saved_step)
-        last_logs = epoch_logs
-        if stop or any_rank_stopped(trainer):
+        means = {k: v / loop.applied if loop.applied else math.nan for k, v in loop.sums.items()}
+        loop.epoch_logs = mean_over_ranks(loop.distribution, means)
+        if validation is not None:
+            loop.epoch_logs.update({f"val_{k}": v for k, v in validation().items()})
+        call(callbacks, "on_epoch_end", loop)
+        if stopped or any_rank_stopped(loop):
             break
-    callbacks.on_train_end(last_logs)
-    summary = meter.summary()
-    if summary is not None:
-        log.print("-" * 64)
-        log.print(summary.format())
-        log.print("-" * 64)
-        log.record("throughput", **summary.to_dict())
-    trainer.throughput = summary
+    call(callbacks, "on_train_end", loop)
 
 
-def stop_if_signalled(
-    trainer: Any, request: StopRequest | None, log: RunLog, saved_step: int
-) -> None:
-    """Raises `TrainingInterruptedError` after rank 0 checkpointed the current step, when a stop
-    signal reached any rank (every rank asks, after every step, so all stop together)."""
-    if request is None:
-        return
-    signum = request.signum or 0
-    if trainer.size > 1:
-        signum = int(trainer.distribution.allreduce_max(np.array([float(signum)]))[0])
-    if not signum:
-        return
-    log.close_bar()
-    step = trainer.state["step"]
-    if step != saved_step:
-        trainer.save_checkpoint()  # rank 0
-    directory = trainer.checkpoint_dir  # the same on every rank
-    path = None if directory is None else str(directory / checkpoint_name(step))
-    log.record("interrupted", signal=STOP_SIGNALS.get(signum, str(signum)), step=step)
-    raise TrainingInterruptedError(signum, step, path)
+def run_steps(loop: LoopState, source: BatchSource, callbacks: Sequence[LoopCallback]) -> bool:
+    """The steps of `loop.epoch` from `loop.train`'s position; returns whether the ranks
+    stopped before its end. A step's time is its data and step, not the callbacks."""
+    state, steps = loop.train, source.steps_per_epoch
+    batches = source.epoch(loop.epoch, state.batch_in_epoch, state.consumed)
+    started = time.perf_counter()
+    while steps is None or state.batch_in_epoch < steps:
+        batch = next_batch(batches, loop, steps)
+        if batch is None:
+            return False
+        x, y, sample_weight = batch
+        call(callbacks, "on_train_batch_begin", loop)
+        logs = loop.model.train_on_batch(x, y, sample_weight=sample_weight, return_dict=True)
+        seconds = time.perf_counter() - started
+        loop.count_step(logs, seconds=seconds, images=batch_length(x) * loop.ranks)
+        loop.report = report_step(loop) if is_log_step(loop) else None
+        call(callbacks, "on_train_batch_end", loop)
+        # One process stops at once; ranks agree on stopping at log steps / epoch ends.
+        if loop.stop or (loop.ranks == 1 and loop.model.stop_training):
+            return True
+        started = time.perf_counter()
+    return False
 
 
-def any_rank_stopped(trainer: Any) -> bool:
+def next_batch(batches: Iterator, loop: LoopState, steps: int | None) -> tuple | None:
+    """The next `(x, y, sample_weight)`; None at the end of data of unknown length.
+
+    Raises:
+        RuntimeError: the data ran out before `steps` batches.
+    """
+    try:
+        return next(batches)
+    except StopIteration:
+        if steps is None:
+            return None
+        raise RuntimeError(
+            f"the training data ran out in epoch {loop.epoch + 1} after "
+            f"{loop.train.batch_in_epoch} of {steps} batches: make the dataset repeat "
+            "(dataset.repeat()) or lower steps_per_epoch"
+        ) from None
+
+
+def call(callbacks: Sequence[LoopCallback], hook: str, loop: LoopState) -> None:
+    """Calls `hook` of each of `callbacks`, in order."""
+    for callback in callbacks:
+        getattr(callback, hook)(loop)
+
+
+def is_log_step(loop: LoopState) -> bool:
+    """Whether the step just done is logged (every `log_every` steps)."""
+    return bool(loop.log_every) and loop.train.step % loop.log_every == 0
+
+
+def report_step(loop: LoopState) -> StepReport:
+    """The step just done averaged over ranks, with the ranks' agreement on stopping
+    (`loop.stop`): a collective, every rank calls it at the same steps."""
+    means = mean_over_ranks(loop.distribution, {k: float(v) for k, v in loop.logs.items()})
+    skipped = bool(means.pop(SKIPPED, 0.0))  # the same on every rank
+    loop.stop = any_rank_stopped(loop)
+    return StepReport(
+        step=loop.train.step,
+        epoch=loop.epoch + 1,
+        images_per_sec=loop.images_per_sec,
+        means=means,
+        skipped=skipped,
+        learning_rate=loop.learning_rate(),
+        loss_scale=loop.loss_scale(),
+        skipped_steps=loop.train.skipped_steps,
+    )
+
+
+def any_rank_stopped(loop: LoopState) -> bool:
     """Whether any rank's model asked to stop (then every rank's does)."""
-    flag = np.array([1.0 if trainer.training_model.stop_training else 0.0])
-    stopped = bool(trainer.distribution.allreduce_max(flag)[0] > 0)
-    trainer.training_model.stop_training = stopped
+    flag = np.array([1.0 if loop.model.stop_training else 0.0])
+    stopped = bool(loop.distribution.allreduce_max(flag)[0] > 0)
+    loop.model.stop_training = stopped
     return stopped
 
 
-def mean_over_ranks(trainer: Any, values: dict[str, float]) -> dict[str, float]:
-    """`values` averaged over ranks (the same keys on every rank)."""
+def mean_over_ranks(distribution: Any, values: dict[str, float]) -> dict[str, float]:
+    """`values` averaged over the ranks of `distribution` (the same keys on every rank)."""
     if not values:
         return {}
     keys = sorted(values)
-    mean = trainer.distribution.allreduce_mean(np.array([values[k] for k in keys]))
+    mean = distribution.allreduce_mean(np.array([values[k] for k in keys]))
     return {k: float(v) for k, v in zip(keys, mean, strict=True)}
 
 
-def log_step(trainer: Any, log: RunLog, epoch: int, rate: float, logs: dict) -> bool:
-    """Prints/records one step on rank 0; returns whether any rank asked to stop."""
-    means = mean_over_ranks(trainer, {k: float(v) for k, v in logs.items()})
-    skipped = bool(means.pop(SKIPPED, 0.0))  # the same on every rank
-    stopped = any_rank_stopped(trainer)
-    step = trainer.state["step"]
-    lr, scale = trainer.learning_rate, trainer.loss_scale
-    loss = means.get("loss", math.nan)
-    line = format_step_line(step, epoch + 1, rate, loss, lr if lr is not None else math.nan)
-    if skipped:
-        line += "  skipped: loss or gradients not finite" + (
-            f", loss scale now {scale:g}" if scale is not None else ""
-        )
-    log.print(line)
-    log.record(
-        "step",
-        step=step,
-        epoch=epoch + 1,
-        images_per_sec=rate,
-        lr=lr,
-        loss_scale=scale,
-        skipped=skipped,
-        skipped_steps=trainer.state[SKIPPED_STEPS],
-        **means,
-    )
-    scalars = dict(
-        means,
-        images_per_sec=rate,
-        learning_rate=lr,
-        skipped_steps=trainer.state[SKIPPED_STEPS],
-    )
-    if scale is not None:
-        scalars["loss_scale"] = scale
-    log.scalars(step, scalars, prefix="train/")
-    return stopped
-
-
-def log_epoch(
-    trainer: Any, log: RunLog, epoch: int, logs: dict[str, float], *, skipped: int, steps: int
-) -> None:
-    """Prints, records and plots one epoch's logs (rank 0), with its `skipped` steps out of
-    `steps`, the run's skipped steps and the loss scale."""
-    total, scale = trainer.state[SKIPPED_STEPS], trainer.loss_scale
-    text = "  ".join(f"{k} {v:.4f}" for k, v in sorted(logs.items()))
-    text += f"  skipped {skipped} of {steps} steps ({total} in the run)"
-    if scale is not None:
-        text += f"  loss scale {scale:g}"
-    log.print(f"epoch {epoch + 1}: {text}")
-    counts = {"skipped": skipped, "skipped_steps": total}
-    log.record(
-        "epoch", epoch=epoch + 1, step=trainer.state["step"], loss_scale=scale, **counts, **logs
-    )
-    scalars = dict(logs, **counts)
-    if scale is not None:
-        scalars["loss_scale"] = scale
-    log.scalars(trainer.state["step"], scalars, prefix="epoch/")
-
-
 def rank_source(
-    trainer: Any,
+    state: TrainState,
+    distribution: Any,
     train_data: Any,
     *,
+    seed: int | None,
     batch_size: int | None,
     steps_per_epoch: int | None,
     shuffle: bool,
 ) -> tuple[Any, int]:
     """`(source, batch per rank)`: this rank's training batches for `Trainer.fit` (rank 0's
-    data seed broadcast on the first fit), with every rank running the same steps per epoch
-    (the shortest shard's: shards can differ in length).
+    data seed, `seed` or 0, broadcast into `state.data_seed` on the first fit), with every
+    rank running the same steps per epoch (the shortest shard's: shards can differ in
+    length).
 
     Raises:
         ValueError: several ranks and no known steps per epoch; a batch the distribution
             cannot split over its devices.
     """
-    if trainer.state["data_seed"] < 0:
+    if state.data_seed < 0:
         # Rank 0's seed orders the data, so that ranks with their own seeds still agree.
-        seed = trainer.config.seed if trainer.config.seed is not None else 0
-        trainer.state["data_seed"] = trainer.distribution.broadcast_object(seed)
+        state.data_seed = distribution.broadcast_object(seed if seed is not None else 0)
+    size = distribution.size
     source = make_source(
         train_data,
         batch_size=batch_size,
         steps_per_epoch=steps_per_epoch,
-        rank=trainer.rank,
-        size=trainer.size,
+        rank=distribution.rank,
+        size=size,
         shuffle=shuffle,
-        seed=trainer.state["data_seed"],
+        seed=state.data_seed,
     )
     per_rank = source.batch_size or peek_batch_size(train_data)
-    trainer.distribution.check_batch(per_rank)
-    if trainer.size > 1:
+    distribution.check_batch(per_rank)
+    if size > 1:
         if source.steps_per_epoch is None:
             raise ValueError(
                 "under Horovod every rank must run the same number of steps: pass steps_per_epoch"
             )
         # Shards can differ in length: every rank runs the shortest one's steps.
-        fewest = -trainer.distribution.allreduce_max(np.array([-source.steps_per_epoch]))[0]
+        fewest = -distribution.allreduce_max(np.array([-source.steps_per_epoch]))[0]
         source.steps_per_epoch = int(fewest)
     return source, per_rank

@@ -29,22 +29,94 @@ import os
 import socket
 import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from cvbench.utils.errors import BadFileError, CvbenchError
 from cvbench.utils.files import owned_folder, refuse_link
 
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The layout of a run folder (`log_dir`): the one place that names what a run writes
+    where, so that the Trainer, the task layer, the commands and the demo agree.
+
+    The class attributes are the entries' names, the properties their paths under `root`.
+
+    Example:
+        >>> folder = RunFolder("run")
+        >>> str(folder.checkpoints), str(folder.log), str(folder.export)
+        ('run/checkpoints', 'run/train_log.jsonl', 'run/export')
+        >>> str(folder.tensorboard), str(folder.results), str(folder.lock)
+        ('run/tensorboard', 'run/results.json', 'run/.cvbench-run.lock')
+    """
+
+    root: Path
+    #: The checkpoints (`ckpt-<step>.npz`).
+    CHECKPOINTS: ClassVar[str] = "checkpoints"
+    #: The JSON-lines run log.
+    LOG: ClassVar[str] = "train_log.jsonl"
+    #: The exported model files.
+    EXPORT: ClassVar[str] = "export"
+    #: TensorBoard's event files.
+    TENSORBOARD: ClassVar[str] = "tensorboard"
+    #: The final results (`cvbench.tasks.runner.TaskRun.write_results`).
+    RESULTS: ClassVar[str] = "results.json"
+    #: The run's PNG plots (`cvbench train`).
+    PLOTS: ClassVar[str] = "plots"
+    #: The lock file rank 0 holds while the run trains.
+    LOCK: ClassVar[str] = ".cvbench-run.lock"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def checkpoints(self) -> Path:
+        """`root/checkpoints`."""
+        return self.root / self.CHECKPOINTS
+
+    @property
+    def log(self) -> Path:
+        """`root/train_log.jsonl`."""
+        return self.root / self.LOG
+
+    @property
+    def export(self) -> Path:
+        """`root/export`."""
+        return self.root / self.EXPORT
+
+    @property
+    def tensorboard(self) -> Path:
+        """`root/tensorboard`."""
+        return self.root / self.TENSORBOARD
+
+    @property
+    def results(self) -> Path:
+        """`root/results.json`."""
+        return self.root / self.RESULTS
+
+    @property
+    def plots(self) -> Path:
+        """`root/plots`."""
+        return self.root / self.PLOTS
+
+    @property
+    def lock(self) -> Path:
+        """`root/.cvbench-run.lock`."""
+        return self.root / self.LOCK
+
+
 #: The lock file of a run directory.
-LOCK_NAME = ".cvbench-run.lock"
+LOCK_NAME = RunFolder.LOCK
 #: What a run writes into its directory, and the kind each must be: "dir" or "file".
-RUN_ENTRIES = {"checkpoints": "dir", "train_log.jsonl": "file", "export": "dir"}
+RUN_ENTRIES = {RunFolder.CHECKPOINTS: "dir", RunFolder.LOG: "file", RunFolder.EXPORT: "dir"}
 #: Other entries the Trainer writes, whose kind is checked but which do not make a run.
 _OTHER_ENTRIES = {
-    "tensorboard": "dir",
-    LOCK_NAME: "file",
-    "results.json": "file",  # the final results (cvbench.tasks.runner.TaskRun.write_results)
-    "plots": "dir",  # the run's PNG plots (cvbench train)
+    RunFolder.TENSORBOARD: "dir",
+    RunFolder.LOCK: "file",
+    RunFolder.RESULTS: "file",
+    RunFolder.PLOTS: "dir",
 }
 #: The lock file's record of the holder is read up to this size.
 _HOLDER_LIMIT = 4096
@@ -75,17 +147,16 @@ def existing_run(log_dir: str | os.PathLike) -> list[str]:
         >>> existing_run(d)
         ['train_log.jsonl']
     """
-    log_dir = Path(log_dir)
+    folder = RunFolder(log_dir)
     found = []
-    checkpoints = log_dir / "checkpoints"
-    if checkpoints.is_dir():
-        files = sorted(p.name for p in checkpoints.iterdir() if p.name.startswith("ckpt-"))
+    if folder.checkpoints.is_dir():
+        files = sorted(p.name for p in folder.checkpoints.iterdir() if p.name.startswith("ckpt-"))
         if files:
-            found.append(f"checkpoints/{files[-1]}")
-    if (log_dir / "train_log.jsonl").exists():
-        found.append("train_log.jsonl")
-    if (log_dir / "export").exists():
-        found.append("export/")
+            found.append(f"{folder.CHECKPOINTS}/{files[-1]}")
+    if folder.log.exists():
+        found.append(folder.LOG)
+    if folder.export.exists():
+        found.append(f"{folder.EXPORT}/")
     return found
 
 
@@ -165,7 +236,7 @@ class RunDirectory:
         if self.held:
             return
         check_layout(self.log_dir)
-        lock = self.log_dir / LOCK_NAME
+        lock = RunFolder(self.log_dir).lock
         fd = _open_locked(lock, create=False)  # an existing lock file: no write before the lock
         try:
             if fresh:

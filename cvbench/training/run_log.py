@@ -30,6 +30,7 @@ from typing import Any
 
 import keras
 
+from cvbench.training.run_dir import RunFolder
 from cvbench.utils.errors import naming
 from cvbench.utils.files import open_output, owned_folder
 from cvbench.utils.progress import progress_style
@@ -64,14 +65,14 @@ class RunLog:
         self._path: Path | None = None
         if enabled and self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            self._path = self.log_dir / LOG_NAME
+            self._path = RunFolder(self.log_dir).log
             count, head = drop_partial_line(self._path)
             self._jsonl = open_output(self._path, "ab", buffering=0)
             if count:
                 text = head.decode("utf-8", "replace")
                 self.record("partial_line_dropped", bytes=count, text=text)
             if tensorboard:
-                board = owned_folder(self.log_dir, "tensorboard", create=False)  # not a link
+                board = owned_folder(self.log_dir, RunFolder.TENSORBOARD, create=False)  # no link
                 self._writer = _summary_writer(board)
 
     def print(self, line: str) -> None:
@@ -225,7 +226,7 @@ def wants_bar(progress_bar: bool | str, stream: Any = None) -> bool:
 
 _SCALAR_METADATA = None
 #: The run log's file name, in the log dir.
-LOG_NAME = "train_log.jsonl"
+LOG_NAME = RunFolder.LOG
 #: The read size of `drop_partial_line` looking for the last newline.
 _CHUNK = 65536
 

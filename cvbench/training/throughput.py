@@ -126,6 +126,16 @@ def summarize(rates: list[float] | np.ndarray, global_batch: int) -> ThroughputS
     )
 
 
+def images_per_second(seconds: float, images: int) -> float:
+    """`images` over `seconds` (a step's wall time; a zero time counts as 1 ns).
+
+    Example:
+        >>> images_per_second(0.5, 64)
+        128.0
+    """
+    return images / max(seconds, 1e-9)
+
+
 class ThroughputMeter:
     """Collects per-step rates after a burn-in (`Trainer.fit`'s running throughput).
 
@@ -148,7 +158,7 @@ class ThroughputMeter:
             images: images in the step over all ranks (default `global_batch`).
         """
         images = self.global_batch if images is None else images
-        rate = images / max(seconds, 1e-9)
+        rate = images_per_second(seconds, images)
         self._seen += 1
         if self._seen > self.burn_in:
             self.rates.append(rate)

@@ -18,6 +18,7 @@ around it:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,16 +29,22 @@ from cvbench.training import resume
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.determinism import enable_determinism
 from cvbench.training.distributed import Distribution, get_distribution
-from cvbench.training.epoch_loop import rank_source, run_epochs
+from cvbench.training.epoch_loop import LoopState, TrainState, rank_source, run_epochs
 from cvbench.training.evaluation import evaluate_trainer
 from cvbench.training.export import adopt_inputs
+from cvbench.training.loop_callbacks import (
+    Checkpointing,
+    KerasCallbacks,
+    ThroughputCallback,
+    loop_callbacks,
+)
 from cvbench.training.optimizers import assemble_optimizer, check_optimizer_args
 from cvbench.training.precision import (
     build_model_with_policy,
     check_model_policy,
     resolve_precision,
 )
-from cvbench.training.run_dir import RunDirectory
+from cvbench.training.run_dir import RunDirectory, RunFolder
 from cvbench.training.run_log import RunLog
 from cvbench.training.signals import StopRequest
 from cvbench.training.step_timing import benchmark_trainer
@@ -149,14 +156,9 @@ class Trainer(_TrainerCheckpoints):
             self.distribution.adopt_variables(getattr(metric, "variables", ()))
         self.optimizer: keras.optimizers.Optimizer | None = None
         # Where training stands; checkpointed. `data_seed` orders array data (rank 0's seed).
-        self.state = {
-            "step": 0,
-            "epoch": 0,
-            "batch_in_epoch": 0,
-            "consumed": 0,
-            "data_seed": -1,
-            "skipped_steps": 0,  # steps not applied: loss or gradients not finite
-        }
+        self.train_state = TrainState()
+        # The last fit's throughput summary (None before, or with no step past the burn-in).
+        self.throughput: ThroughputSummary | None = None
         # What else a resume must agree on (JSON values, e.g. the task's image size and
         # recipe knobs; set by the task layer): see `cvbench.training.resume`.
         self._run_settings: dict[str, Any] = {}
@@ -171,6 +173,17 @@ class Trainer(_TrainerCheckpoints):
         self._run_dir: RunDirectory | None = None  # rank 0's lock on log_dir, once claimed
 
     # ----------------------------------------------------------------- properties
+    @property
+    def state(self) -> dict[str, int]:
+        """Where training stands, as a dict (a copy of `train_state`, the typed value the
+        Trainer updates): `step`, `epoch`, `batch_in_epoch`, `consumed`, `data_seed`,
+        `skipped_steps`."""
+        return self.train_state.to_dict()
+
+    @state.setter
+    def state(self, values: dict[str, int]) -> None:
+        self.train_state = TrainState.from_dict(values, self.train_state)
+
     @property
     def rank(self) -> int:
         """This process' rank (0 without Horovod)."""
@@ -369,33 +382,65 @@ class Trainer(_TrainerCheckpoints):
             raise ValueError(f"epochs must be a positive int, got {epochs!r}")
         adopt_inputs(self, validation_data, train_data)
         source, per_rank = rank_source(
-            self, train_data, batch_size=batch_size, steps_per_epoch=steps_per_epoch,
-            shuffle=shuffle,
+            self.train_state, self.distribution, train_data, seed=self.config.seed,
+            batch_size=batch_size, steps_per_epoch=steps_per_epoch, shuffle=shuffle,
         )  # fmt: skip
         self.prepare(
             global_batch=per_rank * self.size, steps_per_epoch=source.steps_per_epoch, epochs=epochs
         )
-        source.seed = self.state["data_seed"]  # a resume restores the run's data order
+        source.seed = self.train_state.data_seed  # a resume restores the run's data order
         history = keras.callbacks.History()
         run_callbacks = list(callbacks) + (list(chief_callbacks) if self.is_chief else [])
         callback_list = keras.callbacks.CallbackList(
             run_callbacks + [history], model=self.training_model
         )
         callback_list.set_params({"epochs": epochs, "steps": source.steps_per_epoch, "verbose": 0})
+        validation = None
+        if callable(validation_data):  # e.g. a task's evaluation
+            validation = validation_data
+        elif validation_data is not None:
+            validation = functools.partial(
+                self.evaluate, validation_data, steps=validation_steps,
+                batch_size=validation_batch_size,
+            )  # fmt: skip
+        self._run_loop(source, epochs, KerasCallbacks(callback_list), validation)
+        if self.config.export and self.log_dir is not None:
+            self.export(RunFolder(self.log_dir).export)
+        return history
+
+    def _run_loop(
+        self,
+        source: Any,
+        epochs: int,
+        user: KerasCallbacks,
+        validation: Callable[[], dict[str, float]] | None,
+    ) -> None:
+        """`fit`'s epochs: the loop over `source` with the run's callbacks (`user`'s among
+        them), the run log open, SIGTERM / SIGINT turned into a checkpoint and a stop, a
+        failure on another rank named."""
         log = RunLog(self.log_dir, enabled=self.is_chief, progress_bar=self.config.progress_bar)
+        loop = LoopState(
+            train=self.train_state,
+            model=self.training_model,
+            distribution=self.distribution,
+            global_batch=self.global_batch,
+            log_every=self.config.log_every,
+            learning_rate=lambda: self.learning_rate,
+            loss_scale=lambda: self.loss_scale,
+        )
+        checkpoints = Checkpointing(
+            self.save_checkpoint, every=self.config.checkpoint_every, directory=self.checkpoint_dir
+        )
         try:
             for event, fields in self.run_events:
                 log.record(event, **fields)
             with StopRequest() as stop_request:  # SIGTERM / SIGINT: checkpoint, then stop
-                run_epochs(
-                    self,
-                    source,
-                    epochs,
-                    callback_list,
-                    log,
-                    validation=(validation_data, validation_steps, validation_batch_size),
-                    stop_request=stop_request,
-                )
+                callbacks = loop_callbacks(
+                    log, checkpoints, user, precision=self.precision,
+                    steps_per_epoch=source.steps_per_epoch,
+                    burn_in=self.config.burn_in_steps, stop_request=stop_request,
+                )  # fmt: skip
+                run_epochs(loop, source, epochs, callbacks, validation)
         except Exception as e:
             failure = self.distribution.rank_failure(e)
             if failure is not None:
@@ -403,9 +448,7 @@ class Trainer(_TrainerCheckpoints):
             raise
         finally:
             log.close()
-        if self.config.export and self.log_dir is not None:
-            self.export(self.log_dir / "export")
-        return history
+        self.throughput = next(c.summary for c in callbacks if isinstance(c, ThroughputCallback))
 
     # ----------------------------------------------------------------- evaluate
     @in_distribution_scope

@@ -18,9 +18,11 @@ from typing import Any
 
 from cvbench.training import checkpoint as ckpt
 from cvbench.training import resume
-from cvbench.training.run_dir import RunDirectory
+from cvbench.training.epoch_loop import TrainState
+from cvbench.training.run_dir import RunDirectory, RunFolder
 
-CHECKPOINT_SUBDIR = "checkpoints"
+#: The checkpoints' folder in the run folder (`RunFolder.CHECKPOINTS`).
+CHECKPOINT_SUBDIR = RunFolder.CHECKPOINTS
 
 
 def holding_log_dir(fit: Callable) -> Callable:
@@ -57,7 +59,7 @@ class _TrainerCheckpoints:
     @property
     def checkpoint_dir(self) -> Path | None:
         """Where checkpoints are written (`log_dir/checkpoints`), or None."""
-        return self.log_dir / CHECKPOINT_SUBDIR if self.log_dir is not None else None
+        return RunFolder(self.log_dir).checkpoints if self.log_dir is not None else None
 
     def _checkpoints(self) -> ckpt.CheckpointManager:
         return ckpt.CheckpointManager(self.checkpoint_dir, keep=self.config.keep_checkpoints)
@@ -72,9 +74,9 @@ class _TrainerCheckpoints:
         """
         if not self.is_chief or self.checkpoint_dir is None or self.optimizer is None:
             return None
-        state = dict(self.state, **self._plan())
+        state = dict(self.train_state.to_dict(), **self._plan())
         return self._checkpoints().save(
-            self.state["step"],
+            self.train_state.step,
             model_variables=self.model.variables,
             optimizer_variables=self.optimizer.variables,
             state=state,
@@ -118,7 +120,7 @@ class _TrainerCheckpoints:
             return
         restored = self._restore_latest() if self.config.resume else None
         if restored is not None:
-            self.state = {k: int(restored.get(k, self.state[k])) for k in self.state}
+            self.train_state = TrainState.from_dict(restored, self.train_state)
         self.distribution.broadcast_variables(self._all_variables())
         self._synced = True
 
