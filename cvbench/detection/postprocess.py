@@ -31,12 +31,15 @@ import keras
 import numpy as np
 
 from cvbench.detection import box_coder, box_ops
+from cvbench.utils.model_file import COCO_SCORE_THRESHOLD, NmsSettings
 
-#: Post-processing of SSD320 v1.2.
-IOU_THRESHOLD = 0.6
-SCORE_THRESHOLD = 1e-8
-MAX_PER_CLASS = 100
-MAX_TOTAL = 100
+#: Post-processing of SSD320 v1.2: the defaults of `cvbench.utils.model_file.NmsSettings`,
+#: the part of the model contract that owns them.
+IOU_THRESHOLD = NmsSettings.iou_threshold
+MAX_PER_CLASS = NmsSettings.max_per_class
+MAX_TOTAL = NmsSettings.max_total
+#: `COCO_SCORE_THRESHOLD` (1e-8: COCO evaluation keeps every box), under its older name here.
+SCORE_THRESHOLD = COCO_SCORE_THRESHOLD
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -158,25 +161,12 @@ def postprocess(
     Raises:
         ValueError: for inconsistent shapes.
     """
-    codes = np.asarray(keras.ops.convert_to_numpy(box_codes), dtype=np.float32)
-    logits = np.asarray(keras.ops.convert_to_numpy(class_logits), dtype=np.float32)
-    anchors = np.asarray(keras.ops.convert_to_numpy(anchors), dtype=np.float32)
-    if codes.ndim != 3 or codes.shape[-1] != 4 or logits.shape[:2] != codes.shape[:2]:
-        raise ValueError(
-            f"need box codes (B, N, 4) and logits (B, N, C); got {codes.shape}, {logits.shape}"
-        )
-    if anchors.shape != (codes.shape[1], 4):
-        raise ValueError(f"anchors must have shape ({codes.shape[1]}, 4); got {anchors.shape}")
+    codes, logits, anchors = _checked_arrays(box_codes, class_logits, anchors)
     batch = codes.shape[0]
     with np.errstate(over="ignore", invalid="ignore"):
         decoded = box_coder.decode(codes, anchors, scales=scales, xp=np)
     scores = _sigmoid(logits)
-    out = {
-        "boxes": np.zeros((batch, max_total, 4), np.float32),
-        "scores": np.zeros((batch, max_total), np.float32),
-        "classes": np.full((batch, max_total), -1, np.int32),
-        "num_detections": np.zeros((batch,), np.int32),
-    }
+    out = _padded(batch, max_total)
     for i in range(batch):
         boxes, kept_scores, classes = multiclass_nms(
             decoded[i],
@@ -192,3 +182,27 @@ def postprocess(
         out["classes"][i, :k] = classes
         out["num_detections"][i] = k
     return out
+
+
+def _checked_arrays(box_codes: Any, class_logits: Any, anchors: Any) -> tuple[np.ndarray, ...]:
+    """`postprocess`'s inputs as float32 numpy arrays, their shapes checked."""
+    codes = np.asarray(keras.ops.convert_to_numpy(box_codes), dtype=np.float32)
+    logits = np.asarray(keras.ops.convert_to_numpy(class_logits), dtype=np.float32)
+    anchors = np.asarray(keras.ops.convert_to_numpy(anchors), dtype=np.float32)
+    if codes.ndim != 3 or codes.shape[-1] != 4 or logits.shape[:2] != codes.shape[:2]:
+        raise ValueError(
+            f"need box codes (B, N, 4) and logits (B, N, C); got {codes.shape}, {logits.shape}"
+        )
+    if anchors.shape != (codes.shape[1], 4):
+        raise ValueError(f"anchors must have shape ({codes.shape[1]}, 4); got {anchors.shape}")
+    return codes, logits, anchors
+
+
+def _padded(batch: int, max_total: int) -> dict[str, np.ndarray]:
+    """`postprocess`'s result with no detection: boxes and scores 0, classes -1."""
+    return {
+        "boxes": np.zeros((batch, max_total, 4), np.float32),
+        "scores": np.zeros((batch, max_total), np.float32),
+        "classes": np.full((batch, max_total), -1, np.int32),
+        "num_detections": np.zeros((batch,), np.int32),
+    }

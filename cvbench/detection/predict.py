@@ -1,9 +1,10 @@
 """From an SSD's outputs to detections: the one path every caller takes.
 
 An SSD outputs box codes and class logits for its anchors. What turns them into boxes are
-the detection settings a model file records as `ModelInfo.detection`
-(`detection_settings`: `{"anchors": multiscale_anchors kwargs, "scales": box-coder scales,
-"postprocess": NMS settings}`). `Decoder(settings, image_size)` builds the anchors once and
+the detection settings a model file records as `ModelInfo.detection`, the typed
+`cvbench.utils.model_file.DetectionSettings` (anchors: `multiscale_anchors` kwargs, box-coder
+scales, NMS settings; `ssd_detection_settings` builds them, `detection_settings` gives their
+JSON object). `Decoder(settings, image_size)` builds the anchors once and
 decodes a batch with `cvbench.detection.postprocess.postprocess`: boxes
 `[ymin, xmin, ymax, xmax]` normalized to `[0, 1]` of the model input, clipped to it. Its
 callers only map those to pixels, each for its edge:
@@ -36,9 +37,10 @@ from cvbench.detection.postprocess import (
     SCORE_THRESHOLD,
     postprocess,
 )
+from cvbench.utils.model_file import DetectionSettings, NmsSettings
 
-#: The keys of `detection_settings()["postprocess"]`.
-POSTPROCESS_KEYS = ("iou_threshold", "score_threshold", "max_per_class", "max_total")
+#: The keys of `detection_settings()["postprocess"]` (the fields of `NmsSettings`).
+POSTPROCESS_KEYS = tuple(f.name for f in dataclasses.fields(NmsSettings))
 
 
 def detection_settings(
@@ -50,13 +52,16 @@ def detection_settings(
     max_total: int = MAX_TOTAL,
     anchors: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The settings that turn an SSD's outputs into boxes, as `ModelInfo.detection` holds
-    them; the defaults are SSD320 v1.2's (its recipe's knobs: `ssd320_v1.2`).
+    """The JSON object of the `DetectionSettings` (`ModelInfo.detection`) that turn an SSD's
+    outputs into boxes: a fresh dict, the caller's to change. The defaults are SSD320 v1.2's
+    (its recipe's knobs: `ssd320_v1.2`); `DetectionTask.detection_settings` is the same
+    object built from the task's recipe.
 
     Args:
         scales: box-coder scales `(y, x, h, w)`.
         iou_threshold: NMS IoU threshold.
-        score_threshold: scores must be above it (1e-8, the COCO evaluation setting).
+        score_threshold: scores must be above it (`COCO_SCORE_THRESHOLD`, 1e-8, the COCO
+            evaluation setting).
         max_per_class: kept boxes per class.
         max_total: kept boxes per image.
         anchors: `multiscale_anchors` keyword arguments (default `anchor_settings()`).
@@ -65,16 +70,37 @@ def detection_settings(
         >>> detection_settings(max_total=5)["postprocess"]["max_total"]
         5
     """
-    return {
-        "anchors": dict(anchor_settings() if anchors is None else anchors),
-        "scales": [float(s) for s in scales],
-        "postprocess": {
-            "iou_threshold": float(iou_threshold),
-            "score_threshold": float(score_threshold),
-            "max_per_class": int(max_per_class),
-            "max_total": int(max_total),
-        },
-    }
+    return ssd_detection_settings(
+        scales=scales,
+        nms=NmsSettings(
+            iou_threshold=iou_threshold,
+            score_threshold=score_threshold,
+            max_per_class=max_per_class,
+            max_total=max_total,
+        ),
+        anchors=anchors,
+    ).to_dict()
+
+
+def ssd_detection_settings(
+    *,
+    scales: Sequence[float] = box_coder.DEFAULT_SCALES,
+    nms: NmsSettings | None = None,
+    anchors: Mapping[str, Any] | None = None,
+) -> DetectionSettings:
+    """The typed `DetectionSettings` of an SSD: SSD320 v1.2's anchors (`anchor_settings()`)
+    unless `anchors` says otherwise, the box coder's `scales`, the NMS settings `nms`
+    (default `NmsSettings()`, SSD320 v1.2's).
+
+    Example:
+        >>> ssd_detection_settings(nms=NmsSettings(max_total=5)).postprocess.max_total
+        5
+    """
+    return DetectionSettings(
+        anchors=anchor_settings() if anchors is None else anchors,
+        scales=tuple(scales),
+        postprocess=NmsSettings() if nms is None else nms,
+    )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -82,7 +108,8 @@ class Decoder:
     """Decodes an SSD's outputs with its detection settings (module docstring).
 
     Args:
-        settings: `ModelInfo.detection` (`detection_settings`).
+        settings: `ModelInfo.detection` (a `DetectionSettings`, or its JSON object, checked:
+            `detection_settings`).
         image_size: `(height, width)` of the model input.
 
     Attributes:
@@ -93,27 +120,22 @@ class Decoder:
         (12804, 4)
     """
 
-    settings: Mapping[str, Any]
+    settings: DetectionSettings
     image_size: tuple[int, int]
     anchors: np.ndarray = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        missing = {"anchors", "scales", "postprocess"} - set(self.settings)
-        if missing:
-            raise ValueError(f"detection settings lack {sorted(missing)}")
-        unknown = set(self.settings["postprocess"]) - set(POSTPROCESS_KEYS)
-        if unknown:
-            raise ValueError(f"unknown post-processing settings {sorted(unknown)}")
+        object.__setattr__(self, "settings", DetectionSettings.from_dict(self.settings))
         size = (int(self.image_size[0]), int(self.image_size[1]))
         object.__setattr__(self, "image_size", size)
-        anchors = multiscale_anchors(size, **self.settings["anchors"])
+        anchors = multiscale_anchors(size, **self.settings.anchors)
         object.__setattr__(self, "anchors", anchors)
 
     @classmethod
     def for_model(cls, model: Any, settings: Mapping[str, Any] | None = None) -> Decoder:
         """The decoder of a Keras SSD with a fixed input size (default settings SSD320's)."""
         shape = tuple(model.input_shape)
-        return cls(detection_settings() if settings is None else settings, shape[1:3])
+        return cls(ssd_detection_settings() if settings is None else settings, shape[1:3])
 
     def __call__(self, outputs: Mapping[str, Any], *, score_threshold: float | None = None):
         """Detections of a batch of outputs `{"boxes": (B, N, 4) codes, "classes": (B, N, C)
@@ -126,12 +148,14 @@ class Decoder:
                 applies (candidates below it cannot change which higher-scored boxes greedy
                 NMS keeps, so a higher threshold gives a prefix of the same detections).
         """
-        nms = dict(self.settings["postprocess"])
+        nms = self.settings.postprocess
         if score_threshold is not None:
-            own = float(nms.get("score_threshold", SCORE_THRESHOLD))
-            nms["score_threshold"] = max(float(score_threshold), own)
-        scales = self.settings["scales"]
-        return postprocess(outputs["boxes"], outputs["classes"], self.anchors, scales=scales, **nms)
+            threshold = max(float(score_threshold), nms.score_threshold)
+            nms = dataclasses.replace(nms, score_threshold=threshold)
+        scales = self.settings.scales
+        return postprocess(
+            outputs["boxes"], outputs["classes"], self.anchors, scales=scales, **nms.to_dict()
+        )
 
 
 def predict_detections(

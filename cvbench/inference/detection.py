@@ -27,11 +27,12 @@ from cvbench.inference.box_formats import check_box_format, from_yxyx
 from cvbench.inference.classification import finite_or_none
 from cvbench.inference.images import MAX_IMAGE_PIXELS, OnSkip, Source, iter_batches
 from cvbench.inference.resolve import resolve_model
-from cvbench.utils.model_file import ModelInfo
+from cvbench.utils.model_file import DISPLAY_SCORE_THRESHOLD, ModelInfo
 
-#: Default score threshold of `detect` (what is worth showing; use a low one, such as 0.001 or
-#: 1e-8, for COCO evaluation, which needs the low-scored detections too).
-SCORE_THRESHOLD = 0.5
+#: Default score threshold of `detect`: `cvbench.utils.model_file.DISPLAY_SCORE_THRESHOLD`
+#: (what is worth showing; use a low one, such as 0.001 or `COCO_SCORE_THRESHOLD`, 1e-8, for
+#: COCO evaluation, which needs the low-scored detections too).
+SCORE_THRESHOLD = DISPLAY_SCORE_THRESHOLD
 
 
 @dataclass(frozen=True, eq=False)

@@ -55,7 +55,7 @@ from cvbench.tasks.base import (
 )
 from cvbench.tasks.recipes import fit_classes
 from cvbench.tasks.recipes.plan import builder_arguments
-from cvbench.utils.model_file import ModelInfo
+from cvbench.utils.model_file import DetectionSettings, InputSettings, ModelInfo, NmsSettings
 from cvbench.zoo import DETECTION, get_model, list_models
 
 _ANNOTATION_NAMES = ("instances_val2017.json", "instances_val.json")
@@ -138,20 +138,20 @@ class DetectionTask(RecordTask):
         self._anchors: np.ndarray | None = None
 
     @property
-    def detection_settings(self) -> dict[str, Any]:
+    def detection_settings(self) -> DetectionSettings:
         """How this task's SSD outputs become boxes (`ModelInfo.detection`): the recipe's
         box-coder scales and post-processing knobs, SSD320 v1.2's anchors. Training targets,
         evaluation and every model file use these (`cvbench.detection.predict`)."""
-        from cvbench.detection.predict import detection_settings
+        from cvbench.detection.predict import ssd_detection_settings
 
         d = self.recipe.detection
-        return detection_settings(
-            scales=d.box_coder_scales,
+        nms = NmsSettings(
             iou_threshold=d.iou_threshold,
             score_threshold=d.score_threshold,
             max_per_class=d.max_per_class,
             max_total=d.max_total,
         )
+        return ssd_detection_settings(scales=d.box_coder_scales, nms=nms)
 
     @property
     def anchors(self) -> np.ndarray:
@@ -198,7 +198,7 @@ class DetectionTask(RecordTask):
     def _encoder(self) -> Any:
         from cvbench.detection.targets import TargetEncoder
 
-        scales = self.detection_settings["scales"]
+        scales = self.detection_settings.scales
         return TargetEncoder(self.anchors, num_classes=self.num_classes, scales=scales)
 
     def synthetic_batch(self, batch_size: int, seed: int) -> tuple[np.ndarray, dict]:
@@ -212,7 +212,7 @@ class DetectionTask(RecordTask):
         labels = rng.integers(0, self.num_classes, (batch_size, 2)).astype(np.int32)
         from cvbench.detection.targets import encode_targets  # keras.ops: any backend
 
-        scales = self.detection_settings["scales"]
+        scales = self.detection_settings.scales
         per_image = [
             encode_targets(
                 self.anchors,
@@ -320,13 +320,12 @@ class DetectionTask(RecordTask):
             coco = dict(COCO_2017_CATEGORIES)
             names = [coco.get(i, f"coco_id_{i}") for i in self.label_map.category_ids]
         names = names or [str(i) for i in range(self.num_classes)]
-        return ModelInfo(
+        return ModelInfo.of(
             task="detection",
-            class_names=tuple(names),
-            image_size=(self.image_size, self.image_size),
-            resize="stretch",
-            model=self.options.model,
+            class_names=names,
+            inputs=InputSettings(image_size=(self.image_size, self.image_size), resize="stretch"),
             detection=self.detection_settings,
+            model=self.options.model,
         )
 
     def user_model(self, model: keras.Model) -> keras.Model:

@@ -36,7 +36,14 @@ from typing import Any
 import keras
 
 from cvbench.utils.files import refuse_link, remove_dead_staging, staging_folder
-from cvbench.utils.model_file import ModelInfo, info_file_path, save_model, write_info_file
+from cvbench.utils.model_file import (
+    DATASET_ATTRIBUTE,
+    ModelInfo,
+    attached_inputs,
+    info_file_path,
+    save_model,
+    write_info_file,
+)
 
 
 def export_trained_model(
@@ -136,20 +143,21 @@ def user_model(
         return model
 
 
-#: The attribute of a dataset holding its input contract (`cvbench.data.read.model_inputs`:
-#: the Trainer reads it without importing the data layer).
-INPUTS_ATTRIBUTE = "cvbench_inputs"
+#: The attribute of a dataset holding its input contract, spelled in
+#: `cvbench.utils.model_file` (read it with `attached_inputs`).
+INPUTS_ATTRIBUTE = DATASET_ATTRIBUTE
 
 
 def adopt_inputs(trainer: Any, *datasets: Any) -> None:
     """Gives `trainer` the `model_info` and `export_transform` of the first of `datasets`
-    that carries an input contract (`cvbench_inputs`, attached by `imagenet_dataset`),
-    unless the caller gave either: the model files then take [0, 255] RGB with the
-    pipeline's normalization in front, and record its class names and resize rule."""
+    that carries an input contract (`cvbench.utils.model_file.attached_inputs`: what
+    `imagenet_dataset` hands over with `attach_inputs`), unless the caller gave either: the
+    model files then take [0, 255] RGB with the pipeline's normalization in front, and record
+    its class names and resize rule."""
     if trainer.model_info is not None or trainer.export_transform is not None:
         return
     for data in datasets:
-        inputs = getattr(data, INPUTS_ATTRIBUTE, None)
+        inputs = attached_inputs(data)
         if inputs is not None:
             trainer.model_info = inputs.model_info_for(trainer.model)
             trainer.export_transform = inputs.user_model

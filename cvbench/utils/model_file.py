@@ -41,9 +41,9 @@ import math
 import os
 import tempfile
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -83,15 +83,302 @@ MAX_INPUT_SIDE = 8192
 _JSON_LIMITS = {INFO_ENTRY: MAX_JSON_BYTES, "metadata.json": MAX_JSON_BYTES}
 
 
+#: The training pipeline's name (`ImagePreprocessing.eval_crop`) of each resize rule that is
+#: an evaluation crop: the one place where the two spellings of a rule meet (model files say
+#: "center_crop", recipes and pipelines "resize_then_crop"; both are public and stay).
+EVAL_CROP_OF_RULE = {"center_crop": "resize_then_crop", "crop_then_resize": "crop_then_resize"}
+#: Scores a detector keeps for COCO evaluation: everything above 1e-8 (SSD320 v1.2's
+#: post-processing; low-scored boxes still add to the average precision).
+COCO_SCORE_THRESHOLD = 1e-8
+#: Scores worth showing to a person (`cvbench.inference.detect`, `cvbench predict`, serving
+#: exports by default): above 0.5.
+DISPLAY_SCORE_THRESHOLD = 0.5
+#: The keyword arguments of `cvbench.detection.anchors.multiscale_anchors` a model file may
+#: record (`DetectionSettings.anchors`; the ones left out take SSD320 v1.2's values).
+ANCHOR_KEYS = ("min_level", "max_level", "anchor_scale", "aspect_ratios", "scales_per_octave")
+#: The fields of `DetectionSettings` (and of its JSON object).
+DETECTION_KEYS = ("anchors", "scales", "postprocess")
+#: The dataset attribute that carries a pipeline's input contract to the `Trainer`
+#: (`attach_inputs` / `attached_inputs` are its only readers and writers).
+DATASET_ATTRIBUTE = "cvbench_inputs"
+
+
 def _as_tuple(value: Any) -> tuple:
     """A list or tuple as a tuple; anything else (a number, a string) as `(value,)`, which
     the field's check then refuses, naming the value."""
     return tuple(value) if isinstance(value, list | tuple) else (value,)
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}; got {value!r}")
+
+
+def _check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool; got {value!r}")
+
+
+def _rgb(name: str, value: Any, *, positive: bool) -> tuple[float, float, float] | None:
+    """`value` as 3 floats (None stays None), or a `ValueError` naming `name`."""
+    if value is None:
+        return None
+    value = _as_tuple(value)
+    if len(value) != 3 or not all(_is_number(v) for v in value):
+        raise ValueError(f"{name} must be 3 finite numbers (RGB); got {value!r}")
+    if positive and not all(v > 0 for v in value):
+        raise ValueError(f"{name} must be > 0 per channel; got {value!r}")
+    return tuple(float(v) for v in value)
+
+
+def resize_rule_of_eval_crop(eval_crop: str) -> str:
+    """The `ModelInfo.resize` rule of a pipeline's `ImagePreprocessing.eval_crop`.
+
+    Raises:
+        ValueError: for an evaluation crop no rule matches, naming the known ones.
+
+    Example:
+        >>> resize_rule_of_eval_crop("resize_then_crop")
+        'center_crop'
+    """
+    for rule, crop in EVAL_CROP_OF_RULE.items():
+        if crop == eval_crop:
+            return rule
+    raise ValueError(
+        f"eval_crop={eval_crop!r} has no inference resize rule (known: "
+        f"{sorted(EVAL_CROP_OF_RULE.values())}): pass Trainer(model_info=...) stating one"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSettings:
+    """The input part of the model contract: how an image of any size becomes the model's
+    `[0, 255]` RGB input, and what the model does to it itself. The fields are those of
+    `ModelInfo` of the same names (see there); each is checked here, once.
+
+    Example:
+        >>> s = InputSettings(image_size=[224, 224], resize="crop_then_resize")
+        >>> s.image_size, s.eval_crop
+        ((224, 224), 'crop_then_resize')
+    """
+
+    image_size: tuple[int, int]
+    resize: str = "center_crop"
+    crop_fraction: float = 0.875
+    interpolation: str = "bilinear"
+    quantize_uint8: bool = False
+    dct_method: str = ""
+    fancy_upscaling: bool = True
+    input_mean: tuple[float, float, float] | None = None
+    input_std: tuple[float, float, float] | None = None
+
+    def __post_init__(self) -> None:
+        size = _as_tuple(self.image_size)
+        if len(size) != 2 or not all(isinstance(s, int) and s >= 1 for s in size):
+            raise ValueError(f"image_size must be (height, width) ints >= 1; got {size!r}")
+        object.__setattr__(self, "image_size", size)
+        _check_choice("resize", self.resize, RESIZE_RULES)
+        _check_choice("interpolation", self.interpolation, INTERPOLATIONS)
+        _check_bool("quantize_uint8", self.quantize_uint8)
+        _check_choice("dct_method", self.dct_method, DCT_METHODS)
+        _check_bool("fancy_upscaling", self.fancy_upscaling)
+        object.__setattr__(self, "input_mean", _rgb("input_mean", self.input_mean, positive=False))
+        object.__setattr__(self, "input_std", _rgb("input_std", self.input_std, positive=True))
+        if not 0.0 < float(self.crop_fraction) <= 1.0:
+            raise ValueError(f"crop_fraction must be in (0, 1]; got {self.crop_fraction!r}")
+
+    @property
+    def eval_crop(self) -> str:
+        """The pipeline's name of this rule (`ImagePreprocessing.eval_crop`).
+
+        Raises:
+            ValueError: for "stretch", which is no evaluation crop.
+        """
+        if self.resize not in EVAL_CROP_OF_RULE:
+            raise ValueError(
+                f"resize {self.resize!r} is no evaluation crop (known: {sorted(EVAL_CROP_OF_RULE)})"
+            )
+        return EVAL_CROP_OF_RULE[self.resize]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON values (lists for tuples)."""
+        out = dataclasses.asdict(self)
+        for name in ("image_size", "input_mean", "input_std"):
+            if out[name] is not None:
+                out[name] = list(out[name])
+        return out
+
+
+#: The fields of `ModelInfo` that make its `InputSettings`.
+INPUT_FIELDS = tuple(f.name for f in dataclasses.fields(InputSettings))
+
+
+@dataclasses.dataclass(frozen=True)
+class NmsSettings:
+    """How a detector's decoded boxes are cut down: per class, the boxes scoring above
+    `score_threshold`, greedy NMS at `iou_threshold`, at most `max_per_class`; then the
+    `max_total` best (`cvbench.detection.postprocess`). The defaults are SSD320 v1.2's.
+
+    Example:
+        >>> NmsSettings(max_total=5).to_dict()["max_total"]
+        5
+    """
+
+    iou_threshold: float = 0.6
+    score_threshold: float = COCO_SCORE_THRESHOLD
+    max_per_class: int = 100
+    max_total: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("iou_threshold", "score_threshold"):
+            value = getattr(self, name)
+            if not _is_number(value):
+                raise ValueError(f"{name} must be a finite number; got {value!r}")
+            object.__setattr__(self, name, float(value))
+        for name in ("max_per_class", "max_total"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1; got {value!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NmsSettings:
+        """From the JSON object; names outside the fields are refused, naming them."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"post-processing settings must be an object; got {data!r}")
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown post-processing settings {sorted(unknown)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DetectionSettings(Mapping):
+    """The detection part of the model contract: how an SSD's outputs become boxes.
+
+    Args:
+        anchors: `multiscale_anchors` keyword arguments (`ANCHOR_KEYS`; those left out take
+            SSD320 v1.2's values).
+        scales: the box coder's `(y, x, h, w)` scales.
+        postprocess: the NMS settings (`NmsSettings`, or its JSON object).
+
+    Decoded boxes are `[ymin, xmin, ymax, xmax]` normalized to `[0, 1]` of the resized input
+    (`cvbench.detection.predict.Decoder`). It is also a read-only mapping of its JSON form
+    (`settings["postprocess"]["max_total"]`, `dict(settings)`, equal to a dict of the same
+    JSON), which `ModelInfo.detection` was before it was typed.
+
+    Example:
+        >>> s = DetectionSettings.from_dict({"anchors": {}, "scales": [10, 10, 5, 5],
+        ...                                  "postprocess": {"max_total": 5}})
+        >>> s.postprocess.max_total, s["scales"], s.task
+        (5, [10.0, 10.0, 5.0, 5.0], 'detection')
+    """
+
+    #: The task of a model whose `ModelInfo` holds this part.
+    task: ClassVar[str] = "detection"
+
+    anchors: Mapping[str, Any]
+    scales: tuple[float, float, float, float]
+    postprocess: NmsSettings = NmsSettings()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.anchors, Mapping):
+            raise ValueError(f"anchors must be an object of {ANCHOR_KEYS}; got {self.anchors!r}")
+        unknown = set(self.anchors) - set(ANCHOR_KEYS)
+        if unknown:
+            raise ValueError(f"unknown anchor settings {sorted(unknown)} (known: {ANCHOR_KEYS})")
+        object.__setattr__(self, "anchors", json.loads(json.dumps(dict(self.anchors))))
+        scales = _as_tuple(self.scales)
+        if len(scales) != 4 or not all(_is_number(s) and s > 0 for s in scales):
+            raise ValueError(f"scales must be 4 numbers > 0 (y, x, h, w); got {scales!r}")
+        object.__setattr__(self, "scales", tuple(float(s) for s in scales))
+        if not isinstance(self.postprocess, NmsSettings):
+            object.__setattr__(self, "postprocess", NmsSettings.from_dict(self.postprocess))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DetectionSettings:
+        """From the JSON object (or a `DetectionSettings`, returned as it is).
+
+        Raises:
+            ValueError: for a missing or unknown field, naming it, or a bad value.
+        """
+        if isinstance(data, DetectionSettings):
+            return data
+        if not isinstance(data, Mapping):
+            raise ValueError(f"detection settings must be an object; got {data!r}")
+        missing = set(DETECTION_KEYS) - set(data)
+        if missing:
+            raise ValueError(f"detection settings lack {sorted(missing)}")
+        unknown = set(data) - set(DETECTION_KEYS)
+        if unknown:
+            raise ValueError(f"unknown detection settings {sorted(unknown)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: fresh lists and dicts, the caller's to change."""
+        return {
+            "anchors": json.loads(json.dumps(self.anchors)),
+            "scales": list(self.scales),
+            "postprocess": self.postprocess.to_dict(),
+        }
+
+    def with_score_threshold(self, score_threshold: float) -> DetectionSettings:
+        """These settings keeping the boxes scoring above `score_threshold` instead."""
+        post = dataclasses.replace(self.postprocess, score_threshold=score_threshold)
+        return dataclasses.replace(self, postprocess=post)
+
+    def class_count(self, outputs: Any, *, where: str) -> Any:
+        """The class count of an SSD's outputs `{"boxes", "classes": (B, N, C)}` (None when
+        not fixed), or `BadFileError` naming `where` for other outputs."""
+        if not isinstance(outputs, dict) or "classes" not in outputs or "boxes" not in outputs:
+            raise BadFileError(
+                f'{where} says detection, but the model does not output {{"boxes", "classes"}}'
+            )
+        return outputs["classes"].shape[-1]
+
+    # the read-only mapping of the JSON form
+    def __getitem__(self, key: str) -> Any:
+        if key not in DETECTION_KEYS:
+            raise KeyError(key)
+        return self.to_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(DETECTION_KEYS)
+
+    def __len__(self) -> int:
+        return len(DETECTION_KEYS)
+
+
+class _Logits:
+    """The head of a `ModelInfo` without detection settings: a classifier's logits."""
+
+    task = "classification"
+
+    @staticmethod
+    def class_count(outputs: Any, *, where: str) -> Any:
+        """The width of `(B, C)` logits (None when not fixed), or `BadFileError` naming
+        `where` for a model with several outputs."""
+        if isinstance(outputs, dict | list | tuple):
+            raise BadFileError(f"{where} says classification, but the model has several outputs")
+        return getattr(outputs, "shape", (None,))[-1]
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelInfo:
-    """What inference needs besides the weights.
+    """What inference needs besides the weights: the model contract.
+
+    Built from flat keywords (below; `ModelInfo.of` builds it from its typed parts), it holds
+    two typed parts, built and checked once here and read by evaluation, inference, serving
+    and export: `inputs` (`InputSettings`: the fields from `image_size` to `input_std`) and,
+    for detectors, `detection` (`DetectionSettings`). The flat fields stay readable
+    (`info.resize` is `info.inputs.resize`) and `dataclasses.replace(info, resize=...)` builds
+    the parts again.
 
     Args:
         task: "classification" or "detection".
@@ -108,10 +395,9 @@ class ModelInfo:
             `ImagePreprocessing.dct_method`); inference decodes them alike.
         fancy_upscaling: the pipeline's JPEG decoder interpolated subsampled chroma (True,
             TensorFlow's default) or replicated it (False, DLE's and nvcnn's).
-        detection: for detectors, `{"anchors": multiscale_anchors kwargs (min_level,
-            max_level, anchor_scale, aspect_ratios, scales_per_octave), "scales": box-coder
-            scales, "postprocess": postprocess kwargs (iou_threshold, score_threshold,
-            max_per_class, max_total)}`; decoded boxes are `[ymin, xmin, ymax, xmax]`
+        detection: for detectors (and only them), the `DetectionSettings` or their JSON
+            object `{"anchors": multiscale_anchors kwargs, "scales": box-coder scales,
+            "postprocess": NMS settings}`; decoded boxes are `[ymin, xmin, ymax, xmax]`
             normalized to `[0, 1]` of the resized input.
         model: the cvbench model name it was built as (e.g. "resnet50", "ssd320"), or None.
         input_mean, input_std: the normalization `(x - mean) / std` per RGB channel that the
@@ -126,6 +412,8 @@ class ModelInfo:
         ...                  image_size=(224, 224))
         >>> ModelInfo.from_dict(info.to_dict()) == info
         True
+        >>> info.inputs.resize, info.head.task
+        ('center_crop', 'classification')
     """
 
     task: str
@@ -133,7 +421,7 @@ class ModelInfo:
     image_size: tuple[int, int]
     resize: str = "center_crop"
     crop_fraction: float = 0.875
-    detection: Mapping[str, Any] | None = None
+    detection: DetectionSettings | None = None
     model: str | None = None
     interpolation: str = "bilinear"
     quantize_uint8: bool = False
@@ -141,64 +429,59 @@ class ModelInfo:
     fancy_upscaling: bool = True
     input_mean: tuple[float, float, float] | None = None
     input_std: tuple[float, float, float] | None = None
+    #: The input part, built from the flat fields above.
+    inputs: InputSettings = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}; got {self.task!r}")
+        _check_choice("task", self.task, TASKS)
         names = _as_tuple(self.class_names)
         if not names or not all(isinstance(n, str) for n in names):
             raise ValueError(f"class_names must be a non-empty sequence of str; got {names!r}")
         object.__setattr__(self, "class_names", names)
-        size = _as_tuple(self.image_size)
-        if len(size) != 2 or not all(isinstance(s, int) and s >= 1 for s in size):
-            raise ValueError(f"image_size must be (height, width) ints >= 1; got {size!r}")
-        object.__setattr__(self, "image_size", size)
-        if self.resize not in RESIZE_RULES:
-            raise ValueError(f"resize must be one of {RESIZE_RULES}; got {self.resize!r}")
-        if self.interpolation not in INTERPOLATIONS:
-            raise ValueError(
-                f"interpolation must be one of {INTERPOLATIONS}; got {self.interpolation!r}"
-            )
-        if not isinstance(self.quantize_uint8, bool):
-            raise ValueError(f"quantize_uint8 must be a bool; got {self.quantize_uint8!r}")
-        if self.dct_method not in DCT_METHODS:
-            raise ValueError(f"dct_method must be one of {DCT_METHODS}; got {self.dct_method!r}")
-        if not isinstance(self.fancy_upscaling, bool):
-            raise ValueError(f"fancy_upscaling must be a bool; got {self.fancy_upscaling!r}")
-        for name in ("input_mean", "input_std"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            value = _as_tuple(value)
-            if len(value) != 3 or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                for v in value
-            ):
-                raise ValueError(f"{name} must be 3 finite numbers (RGB); got {value!r}")
-            if name == "input_std" and not all(v > 0 for v in value):
-                raise ValueError(f"input_std must be > 0 per channel; got {value!r}")
-            object.__setattr__(self, name, tuple(float(v) for v in value))
-        if not 0.0 < float(self.crop_fraction) <= 1.0:
-            raise ValueError(f"crop_fraction must be in (0, 1]; got {self.crop_fraction!r}")
-        if (self.task == "detection") != (self.detection is not None):
-            raise ValueError("detection settings are required for, and only for, detectors")
+        inputs = InputSettings(**{name: getattr(self, name) for name in INPUT_FIELDS})
+        object.__setattr__(self, "inputs", inputs)
+        for name in INPUT_FIELDS:  # the checked values (tuples, floats)
+            object.__setattr__(self, name, getattr(inputs, name))
         if self.detection is not None:
-            missing = {"anchors", "scales", "postprocess"} - set(self.detection)
-            if missing:
-                raise ValueError(f"detection settings lack {sorted(missing)}")
-            object.__setattr__(self, "detection", json.loads(json.dumps(dict(self.detection))))
+            object.__setattr__(self, "detection", DetectionSettings.from_dict(self.detection))
+        if self.head.task != self.task:
+            raise ValueError("detection settings are required for, and only for, detectors")
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        task: str,
+        class_names: Sequence[str],
+        inputs: InputSettings,
+        detection: DetectionSettings | None = None,
+        model: str | None = None,
+    ) -> ModelInfo:
+        """The `ModelInfo` of its typed parts (what the tasks build from their recipes).
+
+        Example:
+            >>> ModelInfo.of(task="classification", class_names=["a"],
+            ...              inputs=InputSettings(image_size=(8, 8))).image_size
+            (8, 8)
+        """
+        flat = {name: getattr(inputs, name) for name in INPUT_FIELDS}
+        return cls(task=task, class_names=class_names, detection=detection, model=model, **flat)
+
+    @property
+    def head(self) -> DetectionSettings | _Logits:
+        """What the model outputs: the detection part, or a classifier's logits (each knows
+        its `task` and how to count the classes of a model's outputs)."""
+        return _LOGITS if self.detection is None else self.detection
 
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        out.update(self.inputs.to_dict())
         out["class_names"] = list(self.class_names)
-        out["image_size"] = list(self.image_size)
-        for name in ("input_mean", "input_std"):
-            if out[name] is not None:
-                out[name] = list(out[name])
+        out["detection"] = None if self.detection is None else self.detection.to_dict()
         return {"format": INFO_FORMAT, **out}
 
     @classmethod
@@ -207,8 +490,44 @@ class ModelInfo:
         version = data.pop("format", INFO_FORMAT)
         if version != INFO_FORMAT:
             raise ValueError(f"unknown {INFO_ENTRY} format {version!r} (this cvbench reads 1)")
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls) if f.init}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+_LOGITS = _Logits()
+
+
+@runtime_checkable
+class InputContract(Protocol):
+    """What a pipeline hands to the `Trainer` with its dataset (`attach_inputs`): the
+    `ModelInfo` of a model trained on it, and the model as users get it (its
+    normalization put in front). `cvbench.data.read.model_inputs.ClassifierInputs` is one."""
+
+    def model_info_for(self, model: Any) -> ModelInfo: ...
+
+    def user_model(self, model: Any) -> Any: ...
+
+
+def attach_inputs(dataset: Any, inputs: InputContract | None) -> Any:
+    """`dataset` carrying the input contract `inputs` (returned as it is for None): the one
+    hand-over from a reader (`imagenet_dataset`, `tfds_dataset`, grain) to the `Trainer`,
+    which reads it back with `attached_inputs`. The contract rides on the dataset object
+    (its attribute `DATASET_ATTRIBUTE`), so a dataset derived from it (`.map`, `.take`)
+    carries none: its preprocessing is the caller's to state."""
+    if inputs is not None:
+        setattr(dataset, DATASET_ATTRIBUTE, inputs)
+    return dataset
+
+
+def attached_inputs(dataset: Any) -> InputContract | None:
+    """The input contract `attach_inputs` gave `dataset`, or None.
+
+    Example:
+        >>> class Data: ...
+        >>> attached_inputs(Data()) is None
+        True
+    """
+    return getattr(dataset, DATASET_ATTRIBUTE, None)
 
 
 def save_model(model: Any, path: str | os.PathLike, info: ModelInfo | None = None) -> Path:
@@ -385,8 +704,8 @@ def info_from_json(
     if not isinstance(data, dict):
         kind = "null" if data is None else f"a {type(data).__name__}"
         raise BadFileError(f"{where} is not a JSON object (got {kind})")
-    required = {f.name for f in dataclasses.fields(ModelInfo)} - {
-        f.name for f in dataclasses.fields(ModelInfo) if f.default is not dataclasses.MISSING
+    required = {
+        f.name for f in dataclasses.fields(ModelInfo) if f.init and f.default is dataclasses.MISSING
     }
     missing = sorted(required - set(data))
     if missing:
@@ -498,17 +817,7 @@ def check_model_matches_info(model: Any, info: ModelInfo, *, path: str | os.Path
                 f"{where} image_size {list(info.image_size)} differs from the model's input "
                 f"size {list(size)}"
             )
-    outputs = getattr(model, "output", None)
-    if info.task == "detection":
-        if not isinstance(outputs, dict) or "classes" not in outputs or "boxes" not in outputs:
-            raise BadFileError(
-                f'{where} says detection, but the model does not output {{"boxes", "classes"}}'
-            )
-        count = outputs["classes"].shape[-1]
-    else:
-        if isinstance(outputs, dict | list | tuple):
-            raise BadFileError(f"{where} says classification, but the model has several outputs")
-        count = getattr(outputs, "shape", (None,))[-1]
+    count = info.head.class_count(getattr(model, "output", None), where=where)
     if count is not None and int(count) != info.num_classes:
         raise BadFileError(
             f"{where} has {info.num_classes} class name{'s' * (info.num_classes != 1)} but "

@@ -1,15 +1,20 @@
 """What a classification pipeline does to images, for the model files trained on it.
 
-`imagenet_dataset` and `tfds_dataset` attach a `ClassifierInputs` to the dataset they return
-(the attribute `cvbench_inputs`): the evaluation resize, the normalization and the data set's
-class names (from `dataset_info.json`, or the TFDS `label` feature's). A `Trainer` fitted on
-such a dataset writes model files that take [0, 255] RGB and do that same normalization in
-front of the trained model, with the `ModelInfo` (class names, input size, resize rule) that
+`imagenet_dataset`, `tfds_dataset` and the grain reader hand a `ClassifierInputs` to the
+`Trainer` with the dataset they return (`attach`, which is
+`cvbench.utils.model_file.attach_inputs`: the one documented hand-over, read back by
+`attached_inputs`): the evaluation resize, the normalization and the data set's class names
+(from `dataset_info.json`, or the TFDS `label` feature's). A `Trainer` fitted on such a
+dataset writes model files that take [0, 255] RGB and do that same normalization in front of
+the trained model, with the `ModelInfo` (class names, input size, resize rule) that
 `cvbench predict` and `cvbench.inference.classify` read: a user's pipeline and the model
 files agree by construction. A dataset made with a caller's own `train_preprocess` /
 `eval_preprocess` carries none (its preprocessing is the caller's to state,
 `Trainer(model_info=..., export_transform=...)`); nor does a dataset derived from it (`.map`,
 `.take`, ...).
+
+The resize rule's two spellings (the pipeline's `ImagePreprocessing.eval_crop`, the model
+file's `ModelInfo.resize`) meet in one table, `cvbench.utils.model_file.EVAL_CROP_OF_RULE`.
 """
 
 from __future__ import annotations
@@ -18,13 +23,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
-from cvbench.utils.model_file import INTERPOLATIONS, ModelInfo
+from cvbench.utils.model_file import (
+    DATASET_ATTRIBUTE,
+    EVAL_CROP_OF_RULE,
+    INTERPOLATIONS,
+    InputSettings,
+    ModelInfo,
+    attach_inputs,
+    resize_rule_of_eval_crop,
+)
 
-#: The attribute of a `tf.data.Dataset` holding its `ClassifierInputs`.
-ATTRIBUTE = "cvbench_inputs"
+#: The attribute of a `tf.data.Dataset` holding its `ClassifierInputs` (spelled in
+#: `cvbench.utils.model_file`; use `attach` / `attached_inputs`).
+ATTRIBUTE = DATASET_ATTRIBUTE
 
-#: `ImagePreprocessing.eval_crop` -> `ModelInfo.resize`: inference's name of the same rule.
-RESIZE_OF_EVAL_CROP = {"resize_then_crop": "center_crop", "crop_then_resize": "crop_then_resize"}
+#: `ImagePreprocessing.eval_crop` -> `ModelInfo.resize`, derived from the one table
+#: `EVAL_CROP_OF_RULE` (`resize_rule_of_eval_crop` reads it with a message for the others).
+RESIZE_OF_EVAL_CROP = {crop: rule for rule, crop in EVAL_CROP_OF_RULE.items()}
 
 
 @dataclass(frozen=True)
@@ -77,30 +92,33 @@ class ClassifierInputs:
                 f"the data set has {len(names)} classes (dataset_info.json) but the model "
                 f"outputs {num_classes}"
             )
-        crop = self.preprocessing.eval_crop
-        if self.resize is None and crop not in RESIZE_OF_EVAL_CROP:
+        return ModelInfo.of(
+            task="classification", class_names=names, inputs=self.input_settings(), model=model
+        )
+
+    def input_settings(self) -> InputSettings:
+        """The input part of the model contract of this pipeline (`ModelInfo.inputs`).
+
+        Raises:
+            ValueError: for an evaluation crop or resize method inference has no rule for
+                (`ModelInfo`'s `RESIZE_RULES` and `INTERPOLATIONS`).
+        """
+        p = self.preprocessing
+        resize = self.resize or resize_rule_of_eval_crop(p.eval_crop)
+        if p.resize_method not in INTERPOLATIONS:
             raise ValueError(
-                f"eval_crop={crop!r} has no inference resize rule (known: "
-                f"{sorted(RESIZE_OF_EVAL_CROP)}): pass Trainer(model_info=...) stating one"
-            )
-        method = self.preprocessing.resize_method
-        if method not in INTERPOLATIONS:
-            raise ValueError(
-                f"resize_method={method!r} has no inference rule (known: {INTERPOLATIONS}): "
-                "pass Trainer(model_info=...) stating one"
+                f"resize_method={p.resize_method!r} has no inference rule (known: "
+                f"{INTERPOLATIONS}): pass Trainer(model_info=...) stating one"
             )
         mean, std = self.normalization()
-        return ModelInfo(
-            task="classification",
-            class_names=tuple(names),
+        return InputSettings(
             image_size=(self.image_size, self.image_size),
-            resize=self.resize or RESIZE_OF_EVAL_CROP[crop],
-            crop_fraction=self.preprocessing.crop_fraction,
-            model=model,
-            interpolation=method,
-            quantize_uint8=self.preprocessing.quantize_uint8,
-            dct_method=self.preprocessing.dct_method,
-            fancy_upscaling=self.preprocessing.fancy_upscaling,
+            resize=resize,
+            crop_fraction=p.crop_fraction,
+            interpolation=p.resize_method,
+            quantize_uint8=p.quantize_uint8,
+            dct_method=p.dct_method,
+            fancy_upscaling=p.fancy_upscaling,
             input_mean=mean,
             input_std=std,
         )
@@ -133,11 +151,8 @@ def eval_preprocessing(info: ModelInfo) -> ImagePreprocessing:
         >>> p.eval_crop, p.crop_fraction
         ('crop_then_resize', 0.5)
     """
-    crops = {rule: crop for crop, rule in RESIZE_OF_EVAL_CROP.items()}
-    if info.resize not in crops:
-        raise ValueError(f"resize {info.resize!r} is no evaluation crop (known: {sorted(crops)})")
     return ImagePreprocessing(
-        eval_crop=crops[info.resize],
+        eval_crop=info.inputs.eval_crop,
         crop_fraction=info.crop_fraction,
         resize_method=info.interpolation,
         quantize_uint8=info.quantize_uint8,
@@ -145,10 +160,9 @@ def eval_preprocessing(info: ModelInfo) -> ImagePreprocessing:
 
 
 def attach(dataset: Any, inputs: ClassifierInputs | None) -> Any:
-    """`dataset` carrying `inputs` as its `cvbench_inputs` (returned as it is for None)."""
-    if inputs is not None:
-        setattr(dataset, ATTRIBUTE, inputs)
-    return dataset
+    """`dataset` handing `inputs` to a `Trainer` fitted on it (returned as it is for None):
+    `cvbench.utils.model_file.attach_inputs` (module docstring)."""
+    return attach_inputs(dataset, inputs)
 
 
 def class_names_of(data_dir: Any) -> tuple[str, ...] | None:
