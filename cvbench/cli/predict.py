@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,42 +133,96 @@ def _kept_on_stop(args: argparse.Namespace) -> str:
     return "the files written so far are kept; none is half-written"
 
 
-def _check_flags(args: argparse.Namespace, task: str) -> None:
-    if task == "classification":
-        wrong = [
-            flag
-            for flag, value in (
-                ("--score-threshold", args.score_threshold),
-                ("--coco-json", args.coco_json),
-            )
-            if value is not None
-        ]
-        if args.box_format != "xyxy":
-            wrong.append("--box-format")
-    else:
-        wrong = ["--top-k"] if args.top_k is not None else []
+def _classifier_flags(args: argparse.Namespace) -> list[str]:
+    given = [
+        flag
+        for flag, value in (
+            ("--score-threshold", args.score_threshold),
+            ("--coco-json", args.coco_json),
+        )
+        if value is not None
+    ]
+    return given + (["--box-format"] if args.box_format != "xyxy" else [])
+
+
+def _detector_flags(args: argparse.Namespace) -> list[str]:
+    return ["--top-k"] if args.top_k is not None else []
+
+
+def _classify(
+    model: Any, files: list[str], info: Any, args: argparse.Namespace, reading: dict
+) -> list:
+    from cvbench.inference import classify
+
+    top_k = 5 if args.top_k is None else args.top_k
+    return classify(model, files, info=info, top_k=top_k, **reading)
+
+
+def _detect(
+    model: Any, files: list[str], info: Any, args: argparse.Namespace, reading: dict
+) -> list:
+    from cvbench.inference import detect
+    from cvbench.inference.detection import SCORE_THRESHOLD
+
+    threshold = SCORE_THRESHOLD if args.score_threshold is None else args.score_threshold
+    return detect(
+        model, files, info=info, score_threshold=threshold, box_format=args.box_format, **reading
+    )
+
+
+def _classification_lines(r: Any, source: str) -> list[str]:
+    top = " | ".join(
+        f"{name} {score:.3f}" for name, score in zip(r.class_names, r.scores, strict=True)
+    )
+    return [f"{source}  {top}"]
+
+
+def _detection_lines(r: Any, source: str) -> list[str]:
+    lines = [f"{source}: {len(r.scores)} detection(s), boxes {r.box_format} in pixels"]
+    for box, name, score in zip(r.boxes, r.class_names, r.scores, strict=True):
+        coords = ", ".join(f"{v:.1f}" for v in box)
+        lines.append(f"  {name:<16} {score:.3f}  [{coords}]")
+    return lines
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What `cvbench predict` does for one kind of model file (`ModelInfo.task`).
+
+    Attributes:
+        noun: what such a model is called in messages ("classifier").
+        foreign_flags: the flags given that do not apply to it.
+        predict: `(model, files, info, args, reading) -> results` (`reading`: the keyword
+            arguments of the image reading both kinds share).
+        lines: the table lines of one result, given its printable source name.
+    """
+
+    noun: str
+    foreign_flags: Callable[[argparse.Namespace], list[str]]
+    predict: Callable[..., list]
+    lines: Callable[[Any, str], list[str]]
+
+
+#: `cvbench predict` by the model file's kind (`ModelInfo.task`): the one place that tells the
+#: kinds apart.
+_KINDS = {
+    "classification": _Kind("classifier", _classifier_flags, _classify, _classification_lines),
+    "detection": _Kind("detector", _detector_flags, _detect, _detection_lines),
+}
+
+
+def _check_flags(args: argparse.Namespace, kind: _Kind) -> None:
+    wrong = kind.foreign_flags(args)
     if wrong:
-        kind = "classifier" if task == "classification" else "detector"
-        raise CLIError(f"{args.model} is a {kind}: {', '.join(wrong)} does not apply to it")
+        raise CLIError(f"{args.model} is a {kind.noun}: {', '.join(wrong)} does not apply to it")
 
 
-def _print_table(results: list[Any], task: str) -> None:
+def _print_table(results: list[Any], kind: _Kind) -> None:
     from cvbench.data.builders.sharded_writer import printable  # a name cannot forge a line
 
     for r in results:
-        if task == "classification":
-            top = " | ".join(
-                f"{name} {score:.3f}" for name, score in zip(r.class_names, r.scores, strict=True)
-            )
-            print(f"{printable(str(r.source))}  {top}")
-            continue
-        print(
-            f"{printable(str(r.source))}: {len(r.scores)} detection(s), boxes {r.box_format} "
-            "in pixels"
-        )
-        for box, name, score in zip(r.boxes, r.class_names, r.scores, strict=True):
-            coords = ", ".join(f"{v:.1f}" for v in box)
-            print(f"  {name:<16} {score:.3f}  [{coords}]")
+        for line in kind.lines(r, printable(str(r.source))):
+            print(line)
 
 
 def _check_outputs(args: argparse.Namespace, inputs: list[Path]) -> None:
@@ -231,79 +287,39 @@ def handler(args: argparse.Namespace) -> int:
 
 def _predict(args: argparse.Namespace) -> int:
     # The model file's info and the outputs are checked before Keras is imported.
-    from cvbench.inference import read_model_info
     from cvbench.inference.images import MAX_IMAGE_PIXELS, batch_size_within, image_paths
-    from cvbench.utils.model_file import MAX_INPUT_SIDE
 
-    model_path = Path(args.model)
-    if not model_path.exists():  # a FIFO or folder is refused by read_model_info: exit 1
-        raise CLIError(f"no model file {model_path}")
-    side = MAX_INPUT_SIDE if args.max_input_side is None else args.max_input_side
-    info = read_model_info(model_path, max_input_side=side)
-    if info is None:
-        raise CLIError(
-            f"{model_path} carries no ModelInfo (no cvbench.json entry); write it with "
-            "cvbench.inference.save_model(model, path, info)"
-        )
-    _check_flags(args, info.task)
+    info = _model_info(args)
+    kind = _KINDS[info.task]
+    _check_flags(args, kind)
     max_image_pixels = args.max_image_pixels or MAX_IMAGE_PIXELS
     inputs = image_paths(args.inputs)
     _check_outputs(args, inputs)
 
-    from cvbench.inference import classify, detect, draw_results, load_model, write_coco_results
-    from cvbench.inference.detection import SCORE_THRESHOLD
+    from cvbench.inference import load_model
 
-    model, info = load_model(model_path, max_input_side=side)  # checks image_size vs input
+    # load_model checks the info's image_size against the model's input
+    model, info = load_model(Path(args.model), max_input_side=_max_input_side(args))
     # A model whose input alone is over the pixel budget: refused before any image is read.
-    batch_size_within(info, args.batch_size, max_image_pixels=max_image_pixels, model=model_path)
-    skipped = []
-
-    from cvbench.data.builders.sharded_writer import printable
-
-    def warn(error: BadFileError) -> None:
-        skipped.append(error)
-        line = printable(for_command_line(str(error)))
-        print(f"cvbench predict: warning: skipped {line}", file=sys.stderr)
-
+    batch_size_within(
+        info, args.batch_size, max_image_pixels=max_image_pixels, model=Path(args.model)
+    )
+    files = [str(p) for p in inputs]
+    skipped: list[BadFileError] = []
     reading = {
         "batch_size": args.batch_size,
         "skip_corrupt": args.skip_corrupt,
-        "on_skip": warn,
+        "on_skip": lambda error: _warn_skipped(error, skipped),
         "max_image_pixels": max_image_pixels,
     }
-    files = [str(p) for p in inputs]
-    if info.task == "classification":
-        top_k = 5 if args.top_k is None else args.top_k
-        results = classify(model, files, info=info, top_k=top_k, **reading)
-    else:
-        threshold = SCORE_THRESHOLD if args.score_threshold is None else args.score_threshold
-        box_format = args.box_format
-        results = detect(
-            model, files, info=info, score_threshold=threshold, box_format=box_format, **reading
-        )
+    results = kind.predict(model, files, info, args, reading)
     if files and len(skipped) == len(files):
         n = len(files)
         raise BadFileError(
             f"all {n} image file{'s' * (n != 1)} were skipped (--skip-corrupt): nothing was "
             "predicted and no output was written"
         )
-    if args.json:
-        for r in results:
-            print(json.dumps(r.to_dict(), allow_nan=False))
-    else:
-        _print_table(results, info.task)
-    if args.coco_json is not None:
-        write_coco_results(results, args.coco_json, class_names=info.class_names)
-    drawings = []
-    if args.draw is not None:
-        drawings = draw_results(
-            results,
-            files,
-            args.draw,
-            overwrite=args.overwrite,
-            max_image_pixels=reading["max_image_pixels"],
-        )
-    _record_outputs(args, drawings)
+    _write_results(args, results, files, info, kind, max_image_pixels=max_image_pixels)
     if skipped:
         n = len(skipped)
         print(
@@ -312,3 +328,62 @@ def _predict(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _max_input_side(args: argparse.Namespace) -> int:
+    from cvbench.utils.model_file import MAX_INPUT_SIDE
+
+    return MAX_INPUT_SIDE if args.max_input_side is None else args.max_input_side
+
+
+def _model_info(args: argparse.Namespace) -> Any:
+    """The `ModelInfo` of the model file, read without Keras; one without is refused."""
+    from cvbench.inference import read_model_info
+
+    model_path = Path(args.model)
+    if not model_path.exists():  # a FIFO or folder is refused by read_model_info: exit 1
+        raise CLIError(f"no model file {model_path}")
+    info = read_model_info(model_path, max_input_side=_max_input_side(args))
+    if info is None:
+        raise CLIError(
+            f"{model_path} carries no ModelInfo (no cvbench.json entry); write it with "
+            "cvbench.inference.save_model(model, path, info)"
+        )
+    return info
+
+
+def _warn_skipped(error: BadFileError, skipped: list[BadFileError]) -> None:
+    """Counts an image file --skip-corrupt skipped and prints its one warning line."""
+    from cvbench.data.builders.sharded_writer import printable
+
+    skipped.append(error)
+    line = printable(for_command_line(str(error)))
+    print(f"cvbench predict: warning: skipped {line}", file=sys.stderr)
+
+
+def _write_results(
+    args: argparse.Namespace,
+    results: list,
+    files: list[str],
+    info: Any,
+    kind: _Kind,
+    *,
+    max_image_pixels: int,
+) -> None:
+    """Prints the results (the table, or JSON lines with --json), then writes --coco-json
+    and --draw and records them for a later --overwrite."""
+    from cvbench.inference import draw_results, write_coco_results
+
+    if args.json:
+        for r in results:
+            print(json.dumps(r.to_dict(), allow_nan=False))
+    else:
+        _print_table(results, kind)
+    if args.coco_json is not None:
+        write_coco_results(results, args.coco_json, class_names=info.class_names)
+    drawings = []
+    if args.draw is not None:
+        drawings = draw_results(
+            results, files, args.draw, overwrite=args.overwrite, max_image_pixels=max_image_pixels
+        )
+    _record_outputs(args, drawings)
