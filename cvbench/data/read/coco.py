@@ -3,8 +3,10 @@
 Reads `coco_<split>.record-NNNNN-of-NNNNN` files, as `cvbench.data.build_coco` (and the TF OD
 API's `create_coco_tf_record.py`) write them; the record layout and its parser are in
 `cvbench.data.coco_schema`. This module holds only what is COCO's: the SSD320 augmentation and
-the element structure; reading (files, scan, rank split, corrupt records) is
-`cvbench.data.read.reader`, batching (decode guard, padding, options) `cvbench.data.read.pipeline`.
+the element structure, plugged into the reader skeleton
+(`cvbench.data.read.pipeline.read_batches`): reading (files, scan, rank split, corrupt
+records) is `cvbench.data.read.reader.RecordExamples`, batching (decode guard, padding,
+options) `cvbench.data.read.pipeline`.
 
 Class ids: records carry COCO category ids (1..90 with gaps: 80 are used). The model wants
 contiguous indices `[0, num_classes)`; a `CocoLabelMap` holds the COCO id of each index.
@@ -54,7 +56,6 @@ from typing import Any
 
 import tensorflow as tf
 
-from cvbench.data._distributed import resolve_shards
 from cvbench.data.coco_labels import COCO_2017_CATEGORIES, CocoLabelMap
 from cvbench.data.coco_schema import category_name_table, parse_example, record_prefix
 from cvbench.data.read.channel_means import CAFFE_MEAN_RGB
@@ -64,14 +65,8 @@ from cvbench.data.read.coco_augment import (
     DetectionAugmentation,
     color_jitter,
 )
-from cvbench.data.read.pipeline import check_args, eval_batches, train_batches
-from cvbench.data.read.reader import (
-    eval_examples,
-    list_split_files,
-    rank_seed,
-    scan_files,
-    train_examples,
-)
+from cvbench.data.read.pipeline import BatchTransform, check_args, read_batches
+from cvbench.data.read.reader import RecordExamples, list_split_files, scan_files
 from cvbench.data.read.spec import ReadSpec, read_spec
 
 __all__ = [
@@ -327,49 +322,56 @@ def coco_dataset(
         FileNotFoundError: no folder or no records of `split`.
     """
     spec = read_spec(spec, split=split, **read).with_defaults(image_size=320, shuffle_buffer=2048)
-    split, training, batch_size = spec.require_split(), spec.training, spec.batch_size
-    image_size, skip_corrupt = spec.image_size, spec.skip_corrupt
+    split, image_size = spec.require_split(), spec.image_size
     tf_dtype = check_args(spec.dtype)
     if image_size < 32:
         raise ValueError(f"image_size must be >= 32, got {image_size}")
-    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
-    files = list_record_files(data_dir, split)
-    counter = spec.corrupt_counter if skip_corrupt else None
     name_to_id = category_name_table()
-    reading = {
-        "num_shards": num_shards,
-        "shard_index": shard_index,
-        "cycle_length": cycle_length,
-        "skip_corrupt": skip_corrupt,
-        "counter": counter,
-    }
-
-    def parse(record: tf.Tensor) -> dict:
-        return parse_example(record, name_to_id)
-
-    if not training:
-        examples, steps = eval_examples(files, parse, batch_size=batch_size, **reading)
-        pad = {
-            "image_id": tf.constant(-1, tf.int64),
-            "image_size": tf.constant([0, 0], tf.int32),
-            "valid": tf.constant(False),
-        }
-        return eval_batches(
-            examples,
-            lambda e: _eval_transform(
-                e, image_size=image_size, dtype=tf_dtype, subtract_mean=subtract_mean
+    examples = RecordExamples(
+        list_record_files(data_dir, split),
+        lambda record: parse_example(record, name_to_id),
+        cycle_length,
+        shuffles=False,  # the batches are shuffled (after the repeat), with spec.shuffle_buffer
+    )
+    if not spec.training:
+        transform = _eval_batch_transform(image_size, tf_dtype, subtract_mean)
+    else:
+        class_table = tf.constant((label_map or CocoLabelMap.ssd320()).index_table())
+        transform = BatchTransform(
+            lambda e: _train_transform(
+                e,
+                image_size=image_size,
+                class_table=class_table,
+                drop_crowd=drop_crowd,
+                dtype=tf_dtype,
+                subtract_mean=subtract_mean,
+                augmentation=augmentation or DetectionAugmentation(),
             ),
-            to_element=_split_image,
-            pad=(tf.zeros([image_size, image_size, 3], tf_dtype), pad),
-            batch_size=batch_size,
-            steps=steps,
-            skip_corrupt=skip_corrupt,
-            counter=counter,
+            _encoded_targets(target_encoder),
         )
+    return read_batches(examples, spec, transform)
 
-    class_table = tf.constant((label_map or CocoLabelMap.ssd320()).index_table())
-    seed_r = rank_seed(spec.seed, shard_index)
-    examples = train_examples(files, parse, seed=seed_r, repeat=spec.repeat, **reading)
+
+def _eval_batch_transform(image_size: int, dtype: tf.DType, subtract_mean: bool) -> BatchTransform:
+    """Evaluation: decode and resize each record; `(image, meta)` elements, padded with a zero
+    image and `valid` False, `image_id` -1."""
+    pad = {
+        "image_id": tf.constant(-1, tf.int64),
+        "image_size": tf.constant([0, 0], tf.int32),
+        "valid": tf.constant(False),
+    }
+    return BatchTransform(
+        lambda e: _eval_transform(
+            e, image_size=image_size, dtype=dtype, subtract_mean=subtract_mean
+        ),
+        _split_image,
+        pad=(tf.zeros([image_size, image_size, 3], dtype), pad),
+    )
+
+
+def _encoded_targets(target_encoder: Callable[[tf.Tensor, tf.Tensor], Any] | None) -> Callable:
+    """Training `to_element`: `(image, padded boxes)`, or `(image, target_encoder(boxes,
+    classes))` with an encoder."""
 
     def to_element(out: dict, example: dict) -> tuple[tf.Tensor, Any]:
         image, padded = _split_image(out, example)
@@ -377,24 +379,7 @@ def coco_dataset(
             return image, padded
         return image, target_encoder(padded["boxes"], padded["classes"])
 
-    return train_batches(
-        examples,
-        lambda e: _train_transform(
-            e,
-            image_size=image_size,
-            class_table=class_table,
-            drop_crowd=drop_crowd,
-            dtype=tf_dtype,
-            subtract_mean=subtract_mean,
-            augmentation=augmentation or DetectionAugmentation(),
-        ),
-        to_element=to_element,
-        batch_size=batch_size,
-        seed=seed_r,
-        shuffle_buffer=spec.shuffle_buffer,
-        skip_corrupt=skip_corrupt,
-        counter=counter,
-    )
+    return to_element
 
 
 def _split_image(out: dict, example: dict) -> tuple[tf.Tensor, dict]:

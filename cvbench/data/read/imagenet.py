@@ -21,8 +21,10 @@ contiguous range of records.
 
 This module holds only what is ImageNet's: the record parser
 (`cvbench.data.tfrecord.parse_imagenet_example`) and the recipe
-(`cvbench.data.read.preprocessing`). Reading (files, scan, rank split, corrupt records) is
-`cvbench.data.read.reader`; batching (decode guard, padding, options) `cvbench.data.read.pipeline`.
+(`cvbench.data.read.pipeline.classification_transform`), plugged into the reader skeleton
+(`cvbench.data.read.pipeline.read_batches`): reading (files, scan, rank split, corrupt
+records) is `cvbench.data.read.reader.RecordExamples`; batching (decode guard, padding,
+options) `cvbench.data.read.pipeline`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from typing import Any
 
 import tensorflow as tf
 
-from cvbench.data._distributed import resolve_shards
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.model_inputs import ClassifierInputs, attach, class_names_of
 from cvbench.data.read.pipeline import (
@@ -41,16 +42,10 @@ from cvbench.data.read.pipeline import (
     check_args,
     check_labels,
     check_preprocessing,
-    eval_pipeline,
-    train_pipeline,
+    classification_transform,
+    read_batches,
 )
-from cvbench.data.read.reader import (
-    eval_examples,
-    list_split_files,
-    rank_seed,
-    scan_files,
-    train_examples,
-)
+from cvbench.data.read.reader import RecordExamples, list_split_files, scan_files
 from cvbench.data.read.spec import ReadSpec, read_spec
 from cvbench.data.tfrecord import parse_imagenet_example, scan_tfrecord
 
@@ -123,69 +118,22 @@ def imagenet_dataset(
             record (when `skip_corrupt` is False), a label outside `num_classes`.
     """
     spec = read_spec(spec, split=split, **read).with_defaults(image_size=224, shuffle_buffer=10_000)
-    split, training, batch_size = spec.require_split(), spec.training, spec.batch_size
+    split = spec.require_split()
     tf_dtype = check_args(spec.dtype, num_classes=num_classes)
-    if training:
-        check_preprocessing(preprocessing, train_preprocess, "train_preprocess")
-    else:
-        check_preprocessing(preprocessing, eval_preprocess, "eval_preprocess")
-    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
-    if cycle_length < 1:
-        raise ValueError(f"cycle_length must be >= 1, got {cycle_length}")
-    files = list_split_files(data_dir, split, file_pattern)
-    skip_corrupt = spec.skip_corrupt
-    counter = spec.corrupt_counter if skip_corrupt else None
-    reading = {
-        "num_shards": num_shards,
-        "shard_index": shard_index,
-        "cycle_length": cycle_length,
-        "skip_corrupt": skip_corrupt,
-        "counter": counter,
-    }
-    if training:
-        seed_r = rank_seed(spec.seed, shard_index)
-        # Shuffled where the reader knows the rank's record count (`train_examples`).
-        examples = train_examples(
-            files,
-            parse_imagenet_example,
-            seed=seed_r,
-            repeat=spec.repeat,
-            shuffle_buffer=spec.shuffle_buffer,
-            **reading,
-        )
-        if num_classes is not None:
-            examples = check_labels(examples, num_classes)
-        dataset = train_pipeline(
-            examples,
-            batch_size=batch_size,
-            image_size=spec.image_size,
-            dtype=tf_dtype,
-            seed=seed_r,
-            shuffle_buffer=1,  # shuffled by train_examples
-            skip_corrupt=skip_corrupt,
-            counter=counter,
-            preprocess=train_preprocess,
-            preprocessing=preprocessing,
-        )
-        own = train_preprocess
-    else:
-        examples, steps = eval_examples(
-            files, parse_imagenet_example, batch_size=batch_size, **reading
-        )
-        if num_classes is not None:
-            examples = check_labels(examples, num_classes)
-        dataset = eval_pipeline(
-            examples,
-            batch_size=batch_size,
-            image_size=spec.image_size,
-            dtype=tf_dtype,
-            steps=steps,
-            skip_corrupt=skip_corrupt,
-            counter=counter,
-            preprocess=eval_preprocess,
-            preprocessing=preprocessing,
-        )
-        own = eval_preprocess
+    own = train_preprocess if spec.training else eval_preprocess
+    check_preprocessing(preprocessing, own, f"{'train' if spec.training else 'eval'}_preprocess")
+    transform = classification_transform(
+        training=spec.training,
+        image_size=spec.image_size,
+        dtype=tf_dtype,
+        preprocess=own,
+        preprocessing=preprocessing,
+    )
+    examples = RecordExamples(
+        list_split_files(data_dir, split, file_pattern), parse_imagenet_example, cycle_length
+    )
+    check = None if num_classes is None else lambda ds: check_labels(ds, num_classes)
+    dataset = read_batches(examples, spec, transform, check=check)
     return _with_inputs(dataset, data_dir, spec.image_size, preprocessing, own=own)
 
 

@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import tensorflow as tf
 
+from cvbench.data._distributed import resolve_shards
 from cvbench.data.read.corrupt import (
     CorruptRecordCounter,
     apply_policy,
@@ -51,6 +53,8 @@ from cvbench.data.read.corrupt import (
 )
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.preprocessing import preprocess_for_eval, preprocess_for_train
+from cvbench.data.read.ranks import rank_seed
+from cvbench.data.read.spec import ReadSpec
 
 TrainPreprocess = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
 EvalPreprocess = Callable[[tf.Tensor], tf.Tensor]
@@ -285,6 +289,174 @@ def eval_batches(
     return ds.with_options(_options(True))
 
 
+@dataclass(frozen=True)
+class BatchTransform:
+    """What a reader does to each example, and how the result becomes a batch element: the
+    *transform* half of the skeleton (`read_batches`), one for training and one for
+    evaluation.
+
+    Attributes:
+        transform: example -> a nest of tensors of static shape (training examples carry a
+            `seed`, int64 [2], for stateless random augmentation); an error at run time
+            marks the example corrupt.
+        to_element: `(transform output, example) -> element` (unguarded).
+        output_spec: the `tf.TensorSpec` nest `transform` returns (traced if None).
+        pad: evaluation: the padding element, of `to_element`'s structure (e.g. a zero
+            image, weight 0); None for training.
+    """
+
+    transform: Transform
+    to_element: ToElement
+    output_spec: Any = None
+    pad: Any = None
+
+
+@dataclass(frozen=True)
+class RankRead:
+    """One rank's reading of a split: the `ReadSpec`, this rank's shard (resolved) and seed
+    (`ranks.rank_seed`), and the corrupt-record counter (None unless skipping)."""
+
+    spec: ReadSpec
+    num_shards: int
+    shard_index: int
+    seed: int | None
+    counter: CorruptRecordCounter | None
+
+    @classmethod
+    def of(cls, spec: ReadSpec) -> RankRead:
+        """The rank's reading of `spec` (its shards, else the launcher's size and rank)."""
+        num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
+        counter = spec.corrupt_counter if spec.skip_corrupt else None
+        return cls(spec, num_shards, shard_index, rank_seed(spec.seed, shard_index), counter)
+
+    @property
+    def skip_corrupt(self) -> bool:
+        return self.spec.skip_corrupt
+
+
+class ExampleSource(Protocol):
+    """Where a rank's examples come from: the *read and parse* half of the skeleton
+    (`read_batches`). `cvbench.data.read.reader.RecordExamples` (TFRecord files and a parse
+    function) and `cvbench.data.read.tfds.TfdsExamples` plug in here.
+
+    Examples are dicts: the parse output plus `filename`, `source` and `index`, which name a
+    corrupt image in error messages.
+    """
+
+    #: True when `train` shuffles the examples itself (then the batches are not shuffled
+    #: again); False: `read_batches` shuffles with `spec.shuffle_buffer`.
+    shuffles: bool
+
+    def train(self, rank: RankRead) -> tf.data.Dataset:
+        """The rank's training examples (repeated when `rank.spec.repeat`)."""
+
+    def eval(self, rank: RankRead) -> tuple[tf.data.Dataset, int]:
+        """The rank's evaluation examples (one pass, in order) and the batches every rank
+        yields (`ranks.eval_steps` of the largest rank)."""
+
+
+def read_batches(
+    examples: ExampleSource,
+    spec: ReadSpec,
+    transform: BatchTransform,
+    *,
+    check: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None,
+) -> tf.data.Dataset:
+    """The reader skeleton (after Model Garden's `InputReader(decoder, parser)`): a source
+    of parsed examples and a transform -> this rank's training or evaluation batches.
+
+    Every reader (ImageNet records, TFDS, COCO) is this function with its own `examples`
+    and `transform`: the rank's shard and seed, the corrupt-record policy, the shuffle,
+    the padding of evaluation to the same number of full batches on every rank and the
+    dataset options are the same for all.
+
+    Args:
+        examples: where the examples come from (`ExampleSource`).
+        spec: the reading arguments (`spec.training` picks the training or evaluation
+            recipe).
+        transform: the transform of `spec`'s mode (`BatchTransform`; for evaluation with
+            its `pad`).
+        check: examples -> examples before the transform (e.g. `check_labels`).
+
+    Returns:
+        Training: `train_batches`' (endless with `spec.repeat`); evaluation:
+        `eval_batches`' (exactly `steps` batches, its cardinality).
+    """
+    rank = RankRead.of(spec)
+    batching = {"skip_corrupt": rank.skip_corrupt, "counter": rank.counter}
+    if spec.training:
+        ds = examples.train(rank)
+        return train_batches(
+            check(ds) if check else ds,
+            transform.transform,
+            to_element=transform.to_element,
+            output_spec=transform.output_spec,
+            batch_size=spec.batch_size,
+            seed=rank.seed,
+            shuffle_buffer=1 if examples.shuffles else spec.shuffle_buffer or 1,
+            **batching,
+        )
+    ds, steps = examples.eval(rank)
+    return eval_batches(
+        check(ds) if check else ds,
+        transform.transform,
+        to_element=transform.to_element,
+        output_spec=transform.output_spec,
+        pad=transform.pad,
+        batch_size=spec.batch_size,
+        steps=steps,
+        **batching,
+    )
+
+
+def classification_transform(
+    *,
+    training: bool,
+    image_size: int,
+    dtype: tf.DType,
+    preprocess: TrainPreprocess | EvalPreprocess | None = None,
+    preprocessing: ImagePreprocessing | None = None,
+) -> BatchTransform:
+    """The classification recipe as a `BatchTransform` (ImageNet records and TFDS):
+    training `(image, label)` elements augmented by `preprocess_for_train`, evaluation
+    `(image, label, 1.0)` elements resized and cropped by `preprocess_for_eval`, padded with
+    `(zero image, 0, 0.0)`.
+
+    Args:
+        training: the training or the evaluation recipe.
+        image_size: output height and width.
+        dtype: image dtype.
+        preprocess: training `(image_bytes, boxes, seed[2]) -> image`, evaluation
+            `image_bytes -> image`, replacing the recipe.
+        preprocessing: the recipe's knobs (`ImagePreprocessing`); None: the defaults. Not
+            with `preprocess`.
+
+    Raises:
+        ValueError: `preprocessing` is not an `ImagePreprocessing`, or is given with
+            `preprocess`.
+    """
+    check_preprocessing(preprocessing, preprocess, "preprocess")
+    spec = tf.TensorSpec([image_size, image_size, 3], dtype)
+    recipe = preprocess_for_train if training else preprocess_for_eval
+    if preprocess is None:
+        preprocess = functools.partial(
+            recipe, image_size=image_size, dtype=dtype, preprocessing=preprocessing
+        )
+    if training:
+        return BatchTransform(
+            lambda e: preprocess(e["encoded"], e["boxes"], e["seed"]),
+            no_autograph(lambda image, e: (image, e["label"])),
+            spec,
+        )
+    pad = (tf.zeros([image_size, image_size, 3], dtype), tf.constant(0, tf.int32), tf.constant(0.0))
+    return BatchTransform(
+        lambda e: preprocess(e["encoded"]),
+        no_autograph(lambda image, e: (image, e["label"], tf.constant(1.0))),
+        spec,
+        pad,
+    )
+
+
 def train_pipeline(
     examples: tf.data.Dataset,
     *,
@@ -298,22 +470,8 @@ def train_pipeline(
     preprocess: TrainPreprocess | None = None,
     preprocessing: ImagePreprocessing | None = None,
 ) -> tf.data.Dataset:
-    """Classification training: shuffle, augment, batch (dropping the remainder), prefetch.
-
-    Args:
-        examples: example dicts (repeat them before calling for an endless stream).
-        batch_size: images per batch.
-        image_size: output height and width.
-        dtype: image dtype.
-        seed: makes shuffling and augmentation deterministic; None: nondeterministic.
-        shuffle_buffer: examples in the shuffle buffer (1 disables shuffling).
-        skip_corrupt: skip and count undecodable images instead of raising.
-        counter: counts skipped images.
-        preprocess: `(image_bytes, boxes, seed[2]) -> image` to use instead of
-            `preprocess_for_train(image_size=image_size, dtype=dtype,
-            preprocessing=preprocessing)`.
-        preprocessing: the recipe's knobs (`ImagePreprocessing`); None: the defaults. Not
-            with `preprocess`.
+    """Classification training: shuffle, augment, batch (dropping the remainder), prefetch
+    (`classification_transform` and `train_batches`).
 
     Returns:
         `(images [batch, image_size, image_size, 3] dtype, labels [batch] int32)` batches.
@@ -322,16 +480,18 @@ def train_pipeline(
         ValueError: `preprocessing` is not an `ImagePreprocessing`, or is given with
             `preprocess`.
     """
-    check_preprocessing(preprocessing, preprocess, "preprocess")
-    if preprocess is None:
-        preprocess = functools.partial(
-            preprocess_for_train, image_size=image_size, dtype=dtype, preprocessing=preprocessing
-        )
+    t = classification_transform(
+        training=True,
+        image_size=image_size,
+        dtype=dtype,
+        preprocess=preprocess,
+        preprocessing=preprocessing,
+    )
     return train_batches(
         examples,
-        lambda e: preprocess(e["encoded"], e["boxes"], e["seed"]),
-        to_element=no_autograph(lambda image, e: (image, e["label"])),
-        output_spec=tf.TensorSpec([image_size, image_size, 3], dtype),
+        t.transform,
+        to_element=t.to_element,
+        output_spec=t.output_spec,
         batch_size=batch_size,
         seed=seed,
         shuffle_buffer=shuffle_buffer,
@@ -352,25 +512,14 @@ def eval_pipeline(
     preprocess: EvalPreprocess | None = None,
     preprocessing: ImagePreprocessing | None = None,
 ) -> tf.data.Dataset:
-    """Classification evaluation: decode, resize, central crop, pad to `steps` full batches.
+    """Classification evaluation: decode, resize, central crop, pad to `steps` full batches
+    (`classification_transform` and `eval_batches`).
 
     Every example of `examples` appears once, in order, with weight 1.0; padding rows (zero
     image, label 0, weight 0.0) fill the last batch and any further batches up to `steps`, so
     that every rank runs the same number of steps (collective ops in step) with static
     shapes. Count correct predictions with the weights (Keras metrics take them as
     `sample_weight`; `model.evaluate` uses the third element as sample weights).
-
-    Args:
-        examples: example dicts, one pass, at most `steps * batch_size` of them.
-        batch_size: images per batch.
-        image_size: output height and width.
-        dtype: image dtype.
-        steps: batches to yield (`eval_steps` of the largest rank's record count).
-        skip_corrupt: skip and count undecodable images instead of raising.
-        counter: counts skipped images.
-        preprocess: `image_bytes -> image` to use instead of `preprocess_for_eval`.
-        preprocessing: the recipe's knobs (`ImagePreprocessing`); None: the defaults. Not
-            with `preprocess`.
 
     Returns:
         `(images [batch, image_size, image_size, 3] dtype, labels [batch] int32,
@@ -380,22 +529,19 @@ def eval_pipeline(
         ValueError: `preprocessing` is not an `ImagePreprocessing`, or is given with
             `preprocess`.
     """
-    check_preprocessing(preprocessing, preprocess, "preprocess")
-    if preprocess is None:
-        preprocess = functools.partial(
-            preprocess_for_eval, image_size=image_size, dtype=dtype, preprocessing=preprocessing
-        )
-    pad = (
-        tf.zeros([image_size, image_size, 3], dtype),
-        tf.constant(0, tf.int32),
-        tf.constant(0.0),
+    t = classification_transform(
+        training=False,
+        image_size=image_size,
+        dtype=dtype,
+        preprocess=preprocess,
+        preprocessing=preprocessing,
     )
     return eval_batches(
         examples,
-        lambda e: preprocess(e["encoded"]),
-        to_element=no_autograph(lambda image, e: (image, e["label"], tf.constant(1.0))),
-        pad=pad,
-        output_spec=tf.TensorSpec([image_size, image_size, 3], dtype),
+        t.transform,
+        to_element=t.to_element,
+        output_spec=t.output_spec,
+        pad=t.pad,
         batch_size=batch_size,
         steps=steps,
         skip_corrupt=skip_corrupt,

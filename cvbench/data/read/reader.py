@@ -41,6 +41,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from cvbench.data.read.corrupt import CorruptRecordCounter, apply_policy, no_autograph
+from cvbench.data.read.pipeline import RankRead
 
 # The rank rules live in `ranks` (no TensorFlow there, for grain); re-exported here.
 from cvbench.data.read.ranks import eval_steps as eval_steps
@@ -426,3 +427,57 @@ def eval_examples(
     )
     records = drop_lost_markers(records, skip_corrupt=skip_corrupt, counter=counter)
     return _parse(records, parse_fn), steps
+
+
+@dataclass(frozen=True)
+class RecordExamples:
+    """TFRecord files and a parse function as the skeleton's `ExampleSource`
+    (`cvbench.data.read.pipeline.read_batches`): `train_examples` / `eval_examples` over
+    `files` with the rank's shard, seed and corrupt-record policy.
+
+    Attributes:
+        files: the split's files (`list_split_files`).
+        parse_fn: serialized record (string scalar) -> dict of tensors.
+        cycle_length: files read at once, at least 1.
+        shuffles: training: shuffle the rank's records here, with `spec.shuffle_buffer`
+            (before the repeat when a pass fits: `train_examples`); False: the batches are
+            shuffled after the repeat (`read_batches`).
+
+    Raises:
+        ValueError: `cycle_length` below 1.
+    """
+
+    files: list[str]
+    parse_fn: ParseFn
+    cycle_length: int = 10
+    shuffles: bool = True
+
+    def __post_init__(self) -> None:
+        if self.cycle_length < 1:
+            raise ValueError(f"cycle_length must be >= 1, got {self.cycle_length}")
+
+    def _reading(self, rank: RankRead) -> dict:
+        return {
+            "num_shards": rank.num_shards,
+            "shard_index": rank.shard_index,
+            "cycle_length": self.cycle_length,
+            "skip_corrupt": rank.skip_corrupt,
+            "counter": rank.counter,
+        }
+
+    def train(self, rank: RankRead) -> tf.data.Dataset:
+        """The rank's training examples (`train_examples`)."""
+        return train_examples(
+            self.files,
+            self.parse_fn,
+            seed=rank.seed,
+            repeat=rank.spec.repeat,
+            shuffle_buffer=rank.spec.shuffle_buffer if self.shuffles else None,
+            **self._reading(rank),
+        )
+
+    def eval(self, rank: RankRead) -> tuple[tf.data.Dataset, int]:
+        """The rank's evaluation examples and the step count (`eval_examples`)."""
+        return eval_examples(
+            self.files, self.parse_fn, batch_size=rank.spec.batch_size, **self._reading(rank)
+        )

@@ -4,11 +4,11 @@ same preprocessing and element structure as `cvbench.data.read.imagenet.imagenet
 Images are read encoded (`tfds.decode.SkipDecoding`), so training uses the fused JPEG
 decode-and-crop too. TFDS labels are already 0-based. Ranks get equal parts of the split
 (`tfds.even_splits`); evaluation pads every rank to the same number of full batches, with
-weights (see `cvbench.data.read.pipeline.eval_pipeline`).
+weights (see `cvbench.data.read.pipeline.classification_transform`).
 
-Only the source differs from the TFRecord readers: the batching (decode guard, padding,
-options) is `cvbench.data.read.pipeline`'s, the per-rank seed and step count
-`cvbench.data.read.reader`'s.
+Only the source differs from the TFRecord readers: `TfdsExamples` plugs into the reader
+skeleton (`cvbench.data.read.pipeline.read_batches`), whose batching (decode guard, padding,
+options), per-rank seed and step count are the same for every reader.
 
 ImageNet needs a manual download before TFDS can prepare it (see the TFDS `imagenet2012`
 page); `download=True` runs the preparation.
@@ -17,23 +17,24 @@ page); `download=True` runs the preparation.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
 
-from cvbench.data._distributed import resolve_shards
 from cvbench.data.read.corrupt import no_autograph
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.model_inputs import ClassifierInputs, attach
 from cvbench.data.read.pipeline import (
     EvalPreprocess,
+    RankRead,
     TrainPreprocess,
     check_args,
     check_preprocessing,
-    eval_pipeline,
-    train_pipeline,
+    classification_transform,
+    read_batches,
 )
-from cvbench.data.read.reader import eval_steps, rank_seed
+from cvbench.data.read.ranks import eval_steps
 from cvbench.data.read.spec import ReadSpec, read_spec
 
 
@@ -124,61 +125,69 @@ def tfds_dataset(
     """
     spec = read_spec(spec, split=split, **read)
     spec = spec.with_defaults(split="train", image_size=224, shuffle_buffer=10_000)
-    split, training, batch_size = spec.split, spec.training, spec.batch_size
     tf_dtype = check_args(spec.dtype)
-    if training:
-        check_preprocessing(preprocessing, train_preprocess, "train_preprocess")
-    else:
-        check_preprocessing(preprocessing, eval_preprocess, "eval_preprocess")
+    own = train_preprocess if spec.training else eval_preprocess
+    check_preprocessing(preprocessing, own, f"{'train' if spec.training else 'eval'}_preprocess")
     tfds = _import_tfds()
-    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
-    parts = tfds.even_splits(split, n=num_shards) if num_shards > 1 else [split]
-    mine = parts[shard_index]
-    skip_corrupt = spec.skip_corrupt
-    counter = spec.corrupt_counter if skip_corrupt else None
     data_dir = os.fspath(data_dir) if data_dir is not None else None
-    seed_r = rank_seed(spec.seed, shard_index)
-    common = {"data_dir": data_dir, "download": download}
-
-    own = train_preprocess if training else eval_preprocess
     inputs = None if own is not None else ClassifierInputs(
         spec.image_size, preprocessing or ImagePreprocessing(), _class_names(tfds, name, data_dir)
     )  # fmt: skip
-    if training:
-        read_config = tfds.ReadConfig(shuffle_seed=seed_r)
-        ds = _load(tfds, name, mine, shuffle_files=True, read_config=read_config, **common)
-        if spec.repeat:
-            ds = ds.repeat()
-        dataset = train_pipeline(
-            _examples(ds, f"{name}/{split}"),
-            batch_size=batch_size,
-            image_size=spec.image_size,
-            dtype=tf_dtype,
-            seed=seed_r,
-            shuffle_buffer=spec.shuffle_buffer,
-            skip_corrupt=skip_corrupt,
-            counter=counter,
-            preprocess=train_preprocess,
-            preprocessing=preprocessing,
-        )
-        return attach(dataset, inputs)
-
-    datasets = [_load(tfds, name, part, shuffle_files=False, **common) for part in parts]
-    largest = max(
-        _num_examples(tfds, name, p, data_dir, d) for p, d in zip(parts, datasets, strict=True)
-    )
-    dataset = eval_pipeline(
-        _examples(datasets[shard_index], f"{name}/{split}"),
-        batch_size=batch_size,
+    transform = classification_transform(
+        training=spec.training,
         image_size=spec.image_size,
         dtype=tf_dtype,
-        steps=eval_steps(largest, batch_size),
-        skip_corrupt=skip_corrupt,
-        counter=counter,
-        preprocess=eval_preprocess,
+        preprocess=own,
         preprocessing=preprocessing,
     )
-    return attach(dataset, inputs)
+    examples = TfdsExamples(tfds, name, spec.split, data_dir=data_dir, download=download)
+    return attach(read_batches(examples, spec, transform), inputs)
+
+
+@dataclass(frozen=True)
+class TfdsExamples:
+    """A TFDS split as the reader skeleton's `ExampleSource`
+    (`cvbench.data.read.pipeline.read_batches`): rank `r` of `R` reads part `r` of
+    `tfds.even_splits(split, R)`; training shuffles its files with the rank's seed (the
+    examples are shuffled by the batches), evaluation pads every rank to the largest part's
+    steps."""
+
+    tfds: Any
+    name: str
+    split: str
+    data_dir: str | None = None
+    download: bool = False
+    #: The examples are shuffled by `read_batches` (with `spec.shuffle_buffer`).
+    shuffles: bool = False
+
+    def _parts(self, num_shards: int) -> list:
+        return self.tfds.even_splits(self.split, n=num_shards) if num_shards > 1 else [self.split]
+
+    def _load(self, part: Any, **kwargs: Any) -> tf.data.Dataset:
+        return _load(
+            self.tfds, self.name, part, data_dir=self.data_dir, download=self.download, **kwargs
+        )
+
+    def train(self, rank: RankRead) -> tf.data.Dataset:
+        """The rank's part, its files shuffled with the rank's seed, repeated with
+        `spec.repeat`."""
+        read_config = self.tfds.ReadConfig(shuffle_seed=rank.seed)
+        mine = self._parts(rank.num_shards)[rank.shard_index]
+        ds = self._load(mine, shuffle_files=True, read_config=read_config)
+        if rank.spec.repeat:
+            ds = ds.repeat()
+        return _examples(ds, f"{self.name}/{self.split}")
+
+    def eval(self, rank: RankRead) -> tuple[tf.data.Dataset, int]:
+        """The rank's part in order, and the steps of the largest part."""
+        parts = self._parts(rank.num_shards)
+        datasets = [self._load(part, shuffle_files=False) for part in parts]
+        largest = max(
+            _num_examples(self.tfds, self.name, p, self.data_dir, d)
+            for p, d in zip(parts, datasets, strict=True)
+        )
+        steps = eval_steps(largest, rank.spec.batch_size)
+        return _examples(datasets[rank.shard_index], f"{self.name}/{self.split}"), steps
 
 
 def _class_names(tfds: Any, name: str, data_dir: Any) -> tuple[str, ...] | None:
