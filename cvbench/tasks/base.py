@@ -26,6 +26,9 @@ The protocol (what a task class provides):
         def train_data(self, *, batch_size, distribution, seed) -> TrainData
         def evaluate(self, trainer, *, batch_size) -> dict[str, float]
             # the whole validation set once across ranks; identical results on every rank
+        def model_info(self) -> ModelInfo           # what inference needs, in model files
+        def user_model(self, model) -> keras.Model  # built-in layers, [0, 255] RGB in
+        def from_user_model(self, model) -> keras.Model  # a [0, 255] model fed by the pipeline
 
 Tasks reading records (`RecordTask`) also count what `options.skip_corrupt` skipped
 (`corrupt_records()`, this rank's count).
@@ -52,6 +55,7 @@ from cvbench.utils.model_file import ModelInfo
 
 if TYPE_CHECKING:
     from cvbench.data.dataset_info import DatasetInfo
+    from cvbench.tasks.sources import Source
 
 #: Batches of a synthetic evaluation (no validation set to cover).
 SYNTHETIC_EVAL_BATCHES = 2
@@ -256,6 +260,8 @@ class Task(Protocol):
 
     def user_model(self, model: keras.Model) -> keras.Model: ...  # built-in layers, [0, 255]
 
+    def from_user_model(self, model: keras.Model) -> keras.Model: ...  # fed by the pipeline
+
 
 def records_train_data(
     make_dataset: Callable[[int | None], Any],
@@ -342,15 +348,15 @@ class RecordTask(abc.ABC):
 
     def read(self, split: str, *, batch_size: int, distribution: Any, **kwargs: Any) -> Any:
         """This rank's pipeline over `split` (shards from `distribution`'s rank and size),
-        skipping and counting corrupt records with `options.skip_corrupt`: one
-        `cvbench.data.read.spec.ReadSpec` (`kwargs` that are its fields, e.g. `training`,
-        `seed`, go into it) and the reader's own options (`dataset_options`, the other
-        `kwargs`)."""
+        read through the task's `source()`, skipping and counting corrupt records with
+        `options.skip_corrupt`: one `cvbench.data.read.spec.ReadSpec` (`kwargs` that are its
+        fields, e.g. `training`, `seed`, go into it) and the reader's own options
+        (`dataset_options`, the other `kwargs`)."""
         from cvbench.data.read.spec import READ_FIELDS, ReadSpec
 
         fields = {k: v for k, v in kwargs.items() if k in READ_FIELDS}
         options = {k: v for k, v in kwargs.items() if k not in READ_FIELDS}
-        grain = self.reader() == "grain"
+        source = self.source()
         spec = ReadSpec(
             split=split,
             batch_size=batch_size,
@@ -358,30 +364,54 @@ class RecordTask(abc.ABC):
             num_shards=distribution.size,
             shard_index=distribution.rank,
             skip_corrupt=self.options.skip_corrupt,
-            corrupt_counter=None if grain else self._counter(),
+            corrupt_counter=self._counter() if source.counts_corrupt else None,
             **fields,
         )
-        if grain:
-            return self._grain_dataset(spec, {**self.dataset_options(), **options})
-        return self.dataset_fn()(
-            self.options.data_dir, spec=spec, **self.dataset_options(), **options
-        )
+        return source.read(self.options.data_dir, spec=spec, **self.dataset_options(), **options)
+
+    def data_source(self) -> Source | None:
+        """The source the task's caller chose (e.g. `ClassificationTask(data_backend=...)`),
+        or None: `source()` then follows `options.reader`. Default None."""
+        return None
+
+    def source(self) -> Source:
+        """What reads this task's records (`cvbench.tasks.sources`): `data_source()`, else
+        grain when `reader()` says so, else tf.data through the task's own `dataset_fn` and
+        `count_records` (`RecordSource`).
+
+        Raises:
+            ValueError: grain where it does not apply (`reader`).
+        """
+        from cvbench.tasks.sources import GrainSource, RecordSource
+
+        chosen = self.data_source()
+        if self.reader() == "grain":
+            workers = self.options.data_workers
+            return chosen if isinstance(chosen, GrainSource) else GrainSource(workers)
+        if chosen is not None:
+            return chosen
+        return RecordSource(self.dataset_fn(), self.count_records)
 
     def reader(self) -> str:
-        """What reads this task's records: "tf" or "grain" (`record_reader`), checked: grain
-        reads ImageNet-format records with the recipe's own preprocessing, not DALI's.
+        """What reads this task's records: "tf" or "grain" (`record_reader`, or the task's
+        chosen source), checked: grain reads ImageNet-format records with the recipe's own
+        preprocessing, not DALI's.
 
         Raises:
             ValueError: grain for another task, with DALI, with tf.data-only options
                 (preprocess functions, mixup), or with `skip_corrupt` (not yet).
         """
-        reader = record_reader(self.options)
+        chosen = self.data_source()
+        if chosen is not None and chosen.name == "grain":
+            reader = "grain"
+        else:
+            reader = record_reader(self.options)
         if reader != "grain":
             return reader
         name = getattr(self, "name", type(self).__name__)
         unsupported = {
             f"the {name} task (grain reads ImageNet-format records)": name not in GRAIN_TASKS,
-            "the DALI data backend": getattr(self, "data_backend", "tf") != "tf",
+            "the DALI data backend": chosen is not None and chosen.name == "dali",
             "train_preprocess / eval_preprocess (tf.data functions)": bool(self.callers_own()),
             "mixup (a tf.data transformation)": bool(getattr(self, "mixup_alpha", lambda: 0)()),
             "skip_corrupt (yet)": self.options.skip_corrupt,
@@ -391,20 +421,12 @@ class RecordTask(abc.ABC):
                 raise ValueError(f"the grain reader does not support {what}; use reader='tf'")
         return reader
 
-    def _grain_dataset(self, spec: Any, options: dict[str, Any]) -> Any:
-        from cvbench.data.grain.dataset import imagenet_grain_dataset
-
-        return imagenet_grain_dataset(
-            self.options.data_dir, spec=spec, num_workers=self.options.data_workers, **options
-        )
-
     def _count(self, split: str) -> int:
-        """`count_records(split)`, or grain's TensorFlow-free count."""
-        if self.reader() == "grain":
-            from cvbench.data.grain.dataset import count_records
-
-            return count_records(self.options.data_dir, split)
-        return self.count_records(split)
+        """The records of `split`, counted by the task's source (grain's without
+        TensorFlow)."""
+        return self.source().count(
+            self.options.data_dir, split, skip_corrupt=self.options.skip_corrupt
+        )
 
     def _counter(self) -> Any:
         """The `CorruptRecordCounter` of this task's pipelines (made on the first read with

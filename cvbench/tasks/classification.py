@@ -26,6 +26,7 @@ from cvbench.tasks.base import (
 )
 from cvbench.tasks.recipes import fit_classes
 from cvbench.tasks.recipes.plan import builder_arguments
+from cvbench.tasks.sources import DALI_DEVICES, DaliSource, GrainSource, Source
 from cvbench.training.losses import SparseCrossEntropy
 from cvbench.utils.model_file import ModelInfo
 from cvbench.zoo import (
@@ -36,8 +37,8 @@ from cvbench.zoo import (
     weights_normalization,
 )
 
-DATA_BACKENDS = ("tf", "dali")
-DALI_DEVICES = ("cpu", "mixed")
+#: The `data_backend` names: tf.data, DALI, grain (`cvbench.tasks.sources`).
+DATA_BACKENDS = ("tf", "dali", "grain")
 
 
 class ClassificationTask(RecordTask):
@@ -53,10 +54,14 @@ class ClassificationTask(RecordTask):
         weights: weights to start from (the builder's `weights`: a file, or "imagenet"
             where published): sets the recipe's `model.weights` (a deviation). Weights
             trained on another input normalization bring theirs (`pretrained_start`).
-        data_backend: "tf" (`cvbench.data.imagenet_dataset`) or "dali"
+        data_backend: what reads the records (`cvbench.tasks.sources`): "tf"
+            (`cvbench.data.imagenet_dataset`), "dali"
             (`cvbench.data.dali.dataset.imagenet_dali_dataset`: NVIDIA DALI, the same recipe,
             element structure and evaluation cover; needs the records' index files and the
-            `cvbench[dali]` extra).
+            `cvbench[dali]` extra), "grain" (`imagenet_grain_dataset`: no TensorFlow, the
+            same recipe and batches, `options.data_workers` worker processes), or a
+            `Source` object (`DaliSource(device=...)`, `GrainSource(workers=...)`, ...).
+            `options.reader` "grain" chooses grain too.
         dali_device: with "dali": "cpu" (libjpeg-turbo) or "mixed" (nvJPEG on the GPU).
 
     `recipe` is `options.recipe` with the data's classes (`fit_classes`): the model, input
@@ -70,7 +75,9 @@ class ClassificationTask(RecordTask):
     Raises:
         ValueError: an unknown model; records without metadata and no `num_classes`; a
             `num_classes` that the metadata disagrees with (naming both numbers and the file);
-            a bad `data_backend` / `dali_device`; with "dali": synthetic data, custom
+            a bad `data_backend` / `dali_device`; with "grain": synthetic data,
+            `options.reader` "tf", and what the grain reader does not support
+            (`RecordTask.reader`); with "dali": synthetic data, custom
             preprocess functions, `skip_corrupt` or a mixup recipe (tf.data features).
 
     Example:
@@ -93,7 +100,7 @@ class ClassificationTask(RecordTask):
         eval_preprocess: Callable | None = None,
         metrics: Callable[[], list] | None = None,
         weights: str | os.PathLike | None = None,
-        data_backend: str = "tf",
+        data_backend: str | Source = "tf",
         dali_device: str = "cpu",
     ) -> None:
         if options.model not in self.models():
@@ -110,17 +117,26 @@ class ClassificationTask(RecordTask):
         self._train_preprocess = train_preprocess
         self._eval_preprocess = eval_preprocess
         self._metrics = metrics
-        self.data_backend = data_backend
-        self.dali_device = dali_device
+        self._source = _chosen_source(data_backend, dali_device, options)
+        self.data_backend = "tf" if self._source is None else self._source.name
+        self.dali_device = getattr(self._source, "device", dali_device)
         self._check_backend()
 
+    def data_source(self) -> Source | None:
+        """The source `data_backend` chose (`DaliSource`, `GrainSource`, or the object
+        given), or None for "tf" (tf.data, or grain when `options.reader` says so)."""
+        return self._source
+
     def _check_backend(self) -> None:
-        if self.data_backend not in DATA_BACKENDS:
-            raise ValueError(
-                f"data_backend must be one of {DATA_BACKENDS}, got {self.data_backend!r}"
-            )
-        if self.dali_device not in DALI_DEVICES:
-            raise ValueError(f"dali_device must be one of {DALI_DEVICES}, got {self.dali_device!r}")
+        if self.data_backend == "grain":
+            if self.options.reader == "tf":
+                raise ValueError("data_backend='grain' and reader='tf' disagree; pass one")
+            if self.options.data_dir is None:
+                raise ValueError(
+                    "the grain reader does not support synthetic data (no data_dir); use "
+                    "data_backend='tf'"
+                )
+            self.reader()  # what grain does not support, named
         if self.data_backend != "dali":
             return
         unsupported = {
@@ -171,26 +187,11 @@ class ClassificationTask(RecordTask):
         return synthetic_arrays(batch_size, self.image_size, self.num_classes, seed=seed)
 
     def dataset_fn(self) -> Callable[..., Any]:
-        if self.data_backend == "dali":
-            return self._dali_dataset
+        """tf.data's reader of the records (`RecordSource`; DALI and grain are sources of
+        their own, `data_source`)."""
         from cvbench.data import imagenet_dataset
 
         return imagenet_dataset
-
-    def _dali_dataset(
-        self,
-        data_dir: str,
-        *,
-        spec: Any,
-        train_preprocess: Any = None,
-        eval_preprocess: Any = None,
-        **kwargs: Any,
-    ) -> Any:
-        """`imagenet_dali_dataset` with `RecordTask.read`'s arguments (the tf.data-only ones
-        are refused at construction, `_check_backend`: the spec's skip_corrupt is False)."""
-        from cvbench.data.dali.dataset import imagenet_dali_dataset
-
-        return imagenet_dali_dataset(data_dir, spec=spec, device=self.dali_device, **kwargs)
 
     def count_records(self, split: str) -> int:
         from cvbench.data import num_examples
@@ -285,6 +286,19 @@ class ClassificationTask(RecordTask):
         front), logits out."""
         return self.inputs().user_model(model)
 
+    def from_user_model(self, model: keras.Model) -> keras.Model:
+        """A model taking `[0, 255]` RGB (a model file's, `user_model`'s) as this task's
+        evaluation pipeline feeds it: its normalization undone in front (`x * std + mean`)."""
+        from cvbench.utils.plain_keras import with_input_normalization
+
+        means, stds = self.input_normalization()
+        return with_input_normalization(
+            model,
+            mean=[-m / s for m, s in zip(means, stds, strict=True)],
+            std=[1 / s for s in stds],
+            name="denormalize",
+        )
+
 
 def pretrained_start(recipe: Any) -> Any:
     """`recipe` feeding its model the input its starting weights were trained on.
@@ -359,6 +373,32 @@ def top_k_accuracy(k: int, name: str) -> keras.metrics.Metric:
         return keras.metrics.sparse_top_k_categorical_accuracy(labels, y_pred, k=k)
 
     return keras.metrics.MeanMetricWrapper(accuracy, name=name)
+
+
+def _chosen_source(
+    data_backend: str | Source, dali_device: str, options: TaskOptions
+) -> Source | None:
+    """The `Source` of `ClassificationTask(data_backend=..., dali_device=...)`: a source
+    object as given, "dali" and "grain" theirs, "tf" None (`RecordTask.source` decides).
+
+    Raises:
+        ValueError: an unknown name or device.
+    """
+    if not isinstance(data_backend, str):
+        if not callable(getattr(data_backend, "read", None)):
+            raise ValueError(
+                f"data_backend must be one of {DATA_BACKENDS} or a Source, got {data_backend!r}"
+            )
+        return data_backend
+    if data_backend not in DATA_BACKENDS:
+        raise ValueError(f"data_backend must be one of {DATA_BACKENDS}, got {data_backend!r}")
+    if dali_device not in DALI_DEVICES:
+        raise ValueError(f"dali_device must be one of {DALI_DEVICES}, got {dali_device!r}")
+    if data_backend == "dali":
+        return DaliSource(dali_device)
+    if data_backend == "grain":
+        return GrainSource(options.data_workers)
+    return None
 
 
 def _classes(options: TaskOptions) -> tuple[int, tuple[str, ...] | None]:

@@ -335,6 +335,11 @@ class DetectionTask(RecordTask):
 
         return to_plain_keras(model)
 
+    def from_user_model(self, model: keras.Model) -> keras.Model:
+        """A model taking `[0, 255]` RGB (a model file's) as this task's evaluation pipeline
+        feeds it: as it is (the detection pipeline hands out `[0, 255]` RGB)."""
+        return model
+
     def _groundtruth(self) -> Any:
         """The annotation file (given or found in data_dir), else a dict from the records."""
         if self.annotations_file is not None:

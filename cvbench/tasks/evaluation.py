@@ -69,9 +69,9 @@ def saved_run(path: str | Path) -> dict[str, Any]:
         if info is None or info.model is None:
             return {}
         recipe = _recipe_or_none(lambda: default_recipe(info.model))
-        knobs = {"model.image_size": info.image_size[0]}
-        if info.task == "classification":
-            knobs["model.num_classes"] = len(info.class_names)
+        # knobs the recipe does not have are left out (`_with_knobs`): an SSD's recipe has no
+        # model knobs (its size is fixed, its classes are its data's)
+        knobs = {"model.image_size": info.image_size[0], "model.num_classes": info.num_classes}
     else:
         from cvbench.training.checkpoint import find_checkpoint, read_checkpoint_meta
 
@@ -110,10 +110,10 @@ def _with_knobs(recipe: Any, knobs: dict[str, Any], reason: str) -> Any:
 def evaluation_model(path: Path, task: Task) -> Any:
     """The `.keras` model at `path` as the task's evaluation data needs it.
 
-    A file with a `ModelInfo` (what cvbench writes for users) takes `[0, 255]` RGB, while
-    the classification pipeline hands out normalized images (`task.input_normalization()`):
-    those are mapped back to `[0, 255]` in front of the model (`x * std + mean`). Detection
-    data is `[0, 255]` already; a file without `ModelInfo` (older exports) is used as it is.
+    A file with a `ModelInfo` (what cvbench writes for users) takes `[0, 255]` RGB, which the
+    task puts back behind its own pipeline (`task.from_user_model`: the classification
+    pipeline's normalized images mapped back to `[0, 255]`, `x * std + mean`; detection data
+    is `[0, 255]` already); a file without `ModelInfo` (older exports) is used as it is.
     Either is loaded by `cvbench.utils.model_file.load_model`, with its checks (a regular
     file, archive sizes, safe mode).
 
@@ -123,23 +123,12 @@ def evaluation_model(path: Path, task: Task) -> Any:
         ValueError: a model of another task.
     """
     from cvbench.utils.model_file import load_model, read_model_info
-    from cvbench.utils.plain_keras import with_input_normalization
 
     info = read_model_info(path)
     if info is not None and info.task != task.name:
         raise ValueError(f"{path} is a {info.task} model, not {task.name}")
     model, _ = load_model(path)
-    if info is None:
-        return model
-    if info.task != "classification":
-        return model
-    means, stds = task.input_normalization()
-    return with_input_normalization(
-        model,
-        mean=[-m / s for m, s in zip(means, stds, strict=True)],
-        std=[1 / s for s in stds],
-        name="denormalize",
-    )
+    return model if info is None else task.from_user_model(model)
 
 
 def _policy_of(model: Any) -> str:

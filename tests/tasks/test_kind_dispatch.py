@@ -1,0 +1,51 @@
+"""What differs between kinds of model is asked of the task object (or of the one table of
+a command keyed by the model file's kind), not decided by `if`s on a kind string."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from cvbench.tasks import TASKS, ClassificationTask, DetectionTask, TaskOptions
+from cvbench.utils import model_file
+
+
+def _identity(size: int) -> keras.Model:
+    inputs = keras.Input((size, size, 3))
+    return keras.Model(inputs, keras.layers.Identity()(inputs))
+
+
+@pytest.mark.backend_agnostic
+@pytest.mark.parametrize("model, size", [("resnet18", 32), ("inception_v3", 75)])
+def test_a_classifier_file_is_fed_the_pipeline_s_normalized_images_mapped_back(model, size):
+    task = ClassificationTask(TaskOptions(model=model, image_size=size, num_classes=4))
+    means, stds = task.input_normalization()
+    wrapped = task.from_user_model(_identity(size))
+    # normalized 0 is the mean itself; normalized 1 is mean + std (x * std + mean)
+    x = np.zeros((2, size, size, 3), "float32")
+    x[1] = 1.0
+    y = keras.ops.convert_to_numpy(wrapped(x))
+    np.testing.assert_allclose(y[0, 0, 0], means, rtol=1e-5)
+    np.testing.assert_allclose(y[1, 0, 0], np.add(means, stds), rtol=1e-5)
+
+
+@pytest.mark.backend_agnostic
+def test_a_detector_file_takes_the_pipeline_s_images_as_they_are():
+    task = DetectionTask(TaskOptions(model="ssd320", num_classes=3))
+    model = _identity(8)
+    assert task.from_user_model(model) is model
+
+
+def test_every_task_kind_answers_the_kind_questions():
+    for kind in model_file.TASKS:
+        task_class = TASKS.get(kind)
+        assert task_class.name == kind
+        assert callable(task_class.from_user_model) and callable(task_class.user_model)
+
+
+def test_predict_has_one_entry_per_model_file_kind():
+    from cvbench.cli.predict import _KINDS
+
+    assert set(_KINDS) == set(model_file.TASKS)
+    assert {k.noun for k in _KINDS.values()} == {"classifier", "detector"}
