@@ -111,6 +111,31 @@ def test_no_import_circle_between_modules():
     assert _cycle(graph) is None
 
 
+def test_no_import_circle_through_imports_inside_functions():
+    # An import inside a function closes a circle as well (what `farm-studio look` draws):
+    # `training/distributed.py` picked `JaxDataParallel` in a function while
+    # `training/jax_distributed.py` took `Distribution` from it; the base class now sits
+    # below both (`training/distribution_base.py`).
+    modules = _modules()
+    graph = {m: _imports(p, modules, top_level_only=False) - {m} for m, p in modules.items()}
+    assert _cycle(graph) is None
+
+
+def test_the_launcher_module_sits_below_data_training_and_cli():
+    # Who launched the process is answered once, by a module that data/ and training/ may
+    # both import (utils/) and that imports no other cvbench module.
+    modules = _modules()
+    launch = "cvbench.utils.launch"
+    assert _imports(modules[launch], modules, top_level_only=False) == set()
+    users = {m for m, p in modules.items() if launch in _imports(p, modules, top_level_only=False)}
+    assert {
+        "cvbench.data._distributed",
+        "cvbench.training.distributed",
+        "cvbench.training.jax_distributed",
+        "cvbench.cli.backend_args",
+    } <= users
+
+
 def _named_modules(path: Path, modules: dict[str, Path]) -> set[str]:
     """The cvbench modules `path` names in a string (`"cvbench.cli.train"`): what it imports
     through `importlib.import_module`, as `cvbench.cli` its subcommands and a lazy

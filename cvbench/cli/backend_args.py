@@ -25,6 +25,7 @@ from typing import Any
 
 from cvbench.cli.args import positive_int
 from cvbench.cli.errors import CLIError
+from cvbench.utils.launch import jax_processes
 
 BACKENDS = ("tensorflow", "jax")
 
@@ -93,13 +94,9 @@ def distribution_from_args(args: argparse.Namespace) -> Any:
         raise CLIError(
             f"{flag} is for the JAX backend (--backend jax), not {keras.config.backend()}"
         )
-    from cvbench.training.jax_distributed import (
-        COORDINATOR_TIMEOUT_S,
-        JaxDataParallel,
-        launched_for_jax,
-    )
+    from cvbench.training.jax_distributed import COORDINATOR_TIMEOUT_S, JaxDataParallel
 
-    if devices is None and not launched_for_jax():
+    if devices is None and jax_processes() <= 1:
         return "auto"  # one process: no coordinator to wait for
     try:
         return JaxDataParallel(

@@ -1,10 +1,13 @@
-"""The Horovod bridge, and the single-process fallback that does nothing.
+"""The Horovod bridge, and `get_distribution`, which picks the Trainer's `Distribution` by
+who launched the process (`cvbench.utils.launch`): Horovod, JAX data parallelism or one
+process.
 
-A `Distribution` gives the Trainer rank/size, a gradient reduction that runs inside the
-compiled train step, and host-side collectives (broadcast, sums) used between steps. Horovod
-is optional: `SingleProcess` needs nothing, `Horovod` imports `horovod.tensorflow` only when
-created, and the TensorFlow backend is required for it (Horovod's Keras wrappers do not support
-Keras 3, so only `horovod.tensorflow` primitives are used).
+A `Distribution` (`cvbench.training.distribution_base`, imported from here too) gives the
+Trainer rank/size, a gradient reduction that runs inside the compiled train step, and
+host-side collectives (broadcast, sums) used between steps. Horovod is optional:
+`SingleProcess` needs nothing, `Horovod` imports `horovod.tensorflow` only when created, and
+the TensorFlow backend is required for it (Horovod's Keras wrappers do not support Keras 3,
+so only `horovod.tensorflow` primitives are used).
 
 Gradients are averaged by an allreduce placed in the optimizer's `apply`, i.e. before
 `LossScaleOptimizer` checks them: the still-scaled gradients are averaged, so a non-finite
@@ -27,58 +30,47 @@ says only that it was shut down.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import keras
 import numpy as np
 
+from cvbench.training.distribution_base import Distribution, RankFailedError, SingleProcess
 from cvbench.training.rank_presence import Presence, interface_address, lost_ranks
-from cvbench.utils.errors import CvbenchError
+from cvbench.utils.launch import (
+    HOROVOD_RUN_VARS,
+    MPI_CONTACT_VARS,
+    launch_from_env,
+    mpi_rank_variables,
+)
 
-# Variables set by the launchers: horovodrun (Gloo) sets HOROVOD_RANK; mpirun sets the MPI ones.
-_LAUNCHER_RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 _HOROVOD_INSTALL_HINT = (
     "Horovod is not installed: run scripts/build_horovod.sh (Horovod 0.28.1 built for the "
     "installed TensorFlow), or pip install 'cvbench[horovod]' where a wheel exists"
 )
-
-
-#: What horovodrun (Gloo) sets for each rank, named when they are stale.
-_HOROVOD_RUN_VARS = (
-    "HOROVOD_RANK",
-    "HOROVOD_SIZE",
-    "HOROVOD_LOCAL_RANK",
-    "HOROVOD_LOCAL_SIZE",
-    "HOROVOD_CROSS_RANK",
-    "HOROVOD_CROSS_SIZE",
-    "HOROVOD_HOSTNAME",
-    "HOROVOD_GLOO_RENDEZVOUS_ADDR",
-    "HOROVOD_GLOO_RENDEZVOUS_PORT",
-    "HOROVOD_CONTROLLER",
-    "HOROVOD_CPU_OPERATIONS",
-)
-#: What an MPI launcher gives its processes to reach it (Open MPI's ORTE/PMIx, MPICH's Hydra).
-_MPI_CONTACT_VARS = ("OMPI_MCA_orte_hnp_uri", "PMIX_SERVER_URI", "PMI_FD", "PMI_PORT")
 #: Seconds to wait for horovodrun's rendezvous server to accept a connection.
 _RENDEZVOUS_CHECK_S = 5.0
 
 
 def launched_by_horovod() -> bool:
-    """Whether this process was started by horovodrun / mpirun (rank variables present)."""
-    return any(name in os.environ for name in _LAUNCHER_RANK_VARS)
+    """Whether this process was started by horovodrun / mpirun (rank variables present;
+    `cvbench.utils.launch.Launch.horovod`)."""
+    return launch_from_env().horovod
 
 
-def check_launcher_environment(environ=None, *, mpi_built: bool | None = False) -> None:
+def check_launcher_environment(
+    environ: Mapping[str, str] | None = None, *, mpi_built: bool | None = False
+) -> None:
     """Raises `ValueError` when the environment names Horovod ranks but no launcher started
     this process: variables left from another job (an exported `HOROVOD_RANK`, a shell
     inside an `mpirun` allocation). Horovod's C++ start-up would otherwise wait 30 s and
     abort (`gloo::IoException`) with no line of cvbench's, or train alone as rank 0 of 1.
 
     A horovodrun (Gloo) rank has the rendezvous address and port, and the rendezvous server
-    answers there; an MPI rank has its launcher's contact variables (`_MPI_CONTACT_VARS`)
+    answers there; an MPI rank has its launcher's contact variables (`MPI_CONTACT_VARS` of
+    `cvbench.utils.launch`)
     and a Horovod built with MPI (`mpi_built`).
 
     Args:
@@ -95,8 +87,8 @@ def check_launcher_environment(environ=None, *, mpi_built: bool | None = False) 
         >>> check_launcher_environment({"PATH": "/bin"})  # no ranks: nothing to check
     """
     env = os.environ if environ is None else environ
-    horovod = [name for name in _HOROVOD_RUN_VARS if name in env]
-    mpi = _mpi_vars(env)
+    horovod = [name for name in HOROVOD_RUN_VARS if name in env]
+    mpi = mpi_rank_variables(env)
     if "HOROVOD_RANK" in env and not mpi:
         addr, port = (
             env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"),
@@ -110,7 +102,7 @@ def check_launcher_environment(environ=None, *, mpi_built: bool | None = False) 
             raise ValueError(_stale(horovod, env, problem, "horovodrun"))
     elif mpi:
         names = mpi + horovod
-        if not any(n.startswith(_MPI_CONTACT_VARS) for n in env):
+        if not any(n.startswith(MPI_CONTACT_VARS) for n in env):
             problem = "no MPI launcher contact variable (PMIX_SERVER_URI*, PMI_FD, ...)"
             raise ValueError(_stale(names, env, problem, "mpirun or horovodrun"))
         if mpi_built is False:
@@ -119,13 +111,6 @@ def check_launcher_environment(environ=None, *, mpi_built: bool | None = False) 
                 "this Horovod was built without MPI: start cvbench with horovodrun --gloo, or "
                 f"unset {' '.join(names)} to train in one process"
             )
-
-
-def _mpi_vars(env) -> list[str]:
-    """The MPI launchers' rank variables set in `env`."""
-    return sorted(
-        n for n in env if n.startswith("OMPI_COMM_WORLD_") or n in ("PMI_RANK", "PMI_SIZE")
-    )
 
 
 def _unreachable(addr: str, port: str) -> str:
@@ -151,115 +136,6 @@ def _stale(names: list[str], env, problem: str, launcher: str) -> str:
         f"another job? Unset {' '.join(names)} to train in one process, or start cvbench "
         f"with {launcher}"
     )
-
-
-class Distribution:
-    """How ranks cooperate; this base class is one process: rank 0 of 1, collectives are the
-    identity. Subclasses: `SingleProcess` and `Horovod`."""
-
-    name = "single"
-    rank = 0
-    size = 1
-    local_rank = 0
-    #: Whether the compiled steps see the global batch (JAX `keras.distribution`), so that
-    #: metric states are already global; False: each rank's steps see its own batch.
-    global_steps = False
-
-    @property
-    def is_chief(self) -> bool:
-        """True on rank 0, the rank that prints and writes files."""
-        return self.rank == 0
-
-    @property
-    def num_devices(self) -> int:
-        """Devices training together (one per rank here)."""
-        return self.size
-
-    def scope(self) -> contextlib.AbstractContextManager:
-        """Where the Trainer builds variables and runs steps; nothing here."""
-        return contextlib.nullcontext()
-
-    def check_batch(self, batch_size: int) -> None:
-        """Raises `ValueError` when `batch_size` per rank cannot be split; any size here."""
-
-    def adopt_variables(self, variables: Sequence[keras.Variable]) -> None:
-        """Lays out variables made outside `scope()` as those made in it; nothing here."""
-
-    def wrap_optimizer(self, optimizer: keras.optimizers.Optimizer, compression: str = "none"):
-        """Returns `optimizer` (nothing to average)."""
-        del compression
-        return optimizer
-
-    def broadcast_variables(self, variables: Sequence[keras.Variable]) -> None:
-        """Nothing to broadcast."""
-
-    def broadcast_object(self, obj):
-        """Returns `obj`."""
-        return obj
-
-    def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
-        """Returns `values` as float64."""
-        return np.asarray(values, dtype=np.float64)
-
-    def allreduce_mean(self, values: np.ndarray) -> np.ndarray:
-        """Returns `values` as float64."""
-        return np.asarray(values, dtype=np.float64)
-
-    def allreduce_max(self, values: np.ndarray) -> np.ndarray:
-        """Returns `values` as float64."""
-        return np.asarray(values, dtype=np.float64)
-
-    def sum_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Each array summed over ranks, in one collective (float64, shapes kept).
-
-        The arrays are flattened into one vector for a single `allreduce_sum`, then split
-        back; what every cross-rank total (metric states, counts) goes through.
-        """
-        arrays = [np.asarray(a, np.float64) for a in arrays]
-        if self.size == 1 or not arrays:
-            return arrays
-        flat = self.allreduce_sum(np.concatenate([a.ravel() for a in arrays]))
-        out, offset = [], 0
-        for a in arrays:
-            out.append(flat[offset : offset + a.size].reshape(a.shape))
-            offset += a.size
-        return out
-
-    def allgather_rows(self, rows: np.ndarray) -> np.ndarray:
-        """Every rank's rows, concatenated in rank order, on every rank.
-
-        Args:
-            rows: float64 [n_r, C] on rank r (n_r may differ between ranks, C may not).
-
-        Returns:
-            float64 [sum of n_r, C]: each rank writes its rows into its own slot of a zero
-            array padded to the longest rank; one sum over ranks fills every slot.
-        """
-        rows = np.asarray(rows, np.float64)
-        if self.size == 1:
-            return rows
-        size, rank = self.size, self.rank
-        longest = int(self.allreduce_max(np.array([len(rows)]))[0])
-        counts = np.zeros(size)
-        counts[rank] = len(rows)
-        slots = np.zeros((size, longest, rows.shape[1]))
-        slots[rank, : len(rows)] = rows
-        counts, slots = self.sum_arrays([counts, slots])
-        counts = counts.astype(np.int64)
-        return np.concatenate([slots[r, : counts[r]] for r in range(size)], axis=0)
-
-    def rank_failure(self, error: BaseException) -> RankFailedError | None:
-        """A `RankFailedError` when `error` means another rank died, else None."""
-        del error
-        return None
-
-
-class RankFailedError(CvbenchError, RuntimeError):
-    """Another rank failed or exited, so the collectives of this one can never complete."""
-
-
-class SingleProcess(Distribution):
-    """One process: rank 0 of 1; every collective is the identity."""
 
 
 class Horovod(Distribution):
@@ -295,7 +171,7 @@ class Horovod(Distribution):
             import horovod.tensorflow as hvd
         except ImportError as e:
             raise ImportError(_HOROVOD_INSTALL_HINT) from e
-        if _mpi_vars(os.environ):
+        if mpi_rank_variables():
             check_launcher_environment(mpi_built=bool(hvd.mpi_built()))
         os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(gloo_timeout_s))
         os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", str(stall_check_s))
@@ -483,11 +359,7 @@ def get_distribution(distribution: str | Distribution = "auto") -> Distribution:
     if isinstance(distribution, Distribution):
         return distribution
     if distribution == "auto":
-        if launched_by_horovod():
-            return Horovod()
-        if keras.config.backend() == "jax":
-            return _jax_auto()
-        return SingleProcess()
+        return _auto()
     if distribution == "horovod":
         return Horovod()
     if distribution == "jax":
@@ -502,12 +374,18 @@ def get_distribution(distribution: str | Distribution = "auto") -> Distribution:
     )
 
 
-def _jax_auto() -> Distribution:
-    """`JaxDataParallel` when several processes are asked for or there are several local
-    devices, else `SingleProcess`."""
-    from cvbench.training.jax_distributed import JaxDataParallel, launched_for_jax
+def _auto() -> Distribution:
+    """Horovod when a Horovod launcher started this process; on JAX, `JaxDataParallel` when
+    several processes are asked for or there are several local devices; else
+    `SingleProcess`."""
+    launch = launch_from_env()
+    if launch.horovod:
+        return Horovod()
+    if keras.config.backend() != "jax":
+        return SingleProcess()
+    from cvbench.training.jax_distributed import JaxDataParallel
 
-    if launched_for_jax():
+    if launch.jax:
         return JaxDataParallel()
     import jax
 

@@ -49,14 +49,11 @@ from contextlib import AbstractContextManager
 import keras
 import numpy as np
 
-from cvbench.training.distributed import Distribution
+from cvbench.training.distribution_base import Distribution
+from cvbench.utils.launch import JAX_VARS, jax_processes
 
-#: What `keras.distribution.initialize()` reads.
-ENV_VARS = (
-    "KERAS_DISTRIBUTION_JOB_ADDRESSES",
-    "KERAS_DISTRIBUTION_NUM_PROCESSES",
-    "KERAS_DISTRIBUTION_PROCESS_ID",
-)
+#: What `keras.distribution.initialize()` reads (`cvbench.utils.launch.JAX_VARS`).
+ENV_VARS = JAX_VARS
 
 
 #: Seconds a process waits for the JAX coordinator (and the coordinator for the processes)
@@ -117,8 +114,13 @@ def wait_for_coordinator(
 
 
 def launched_for_jax() -> bool:
-    """Whether the `KERAS_DISTRIBUTION_*` variables ask for several processes."""
-    return int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1") or 1) > 1
+    """Whether the `KERAS_DISTRIBUTION_*` variables ask for several processes
+    (`cvbench.utils.launch.jax_processes`).
+
+    Raises:
+        ValueError: `KERAS_DISTRIBUTION_NUM_PROCESSES` is not an integer.
+    """
+    return jax_processes() > 1
 
 
 def _initialize(
@@ -145,7 +147,7 @@ def _initialize(
             f"several JAX processes need {', '.join(missing)} (or the Trainer's arguments): "
             "the coordinator's host:port, the process count and this process' id"
         )
-    num_processes = int(env[ENV_VARS[1]]) if num_processes is None else num_processes
+    num_processes = jax_processes(env) if num_processes is None else num_processes
     process_id = int(env[ENV_VARS[2]]) if process_id is None else process_id
     addresses = job_addresses.split(",")
     if len(addresses) > 1 and len(addresses) != num_processes:
@@ -216,9 +218,7 @@ class JaxDataParallel(Distribution):
             raise ValueError(
                 f"JAX data parallelism needs KERAS_BACKEND=jax, got {keras.config.backend()!r}"
             )
-        processes = num_processes
-        if processes is None:
-            processes = int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1") or 1)
+        processes = jax_processes() if num_processes is None else num_processes
         if processes > 1:
             _initialize(job_addresses, num_processes, process_id, coordinator_timeout_s)
         import jax
