@@ -69,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--torch-reference", action="store_true", help="also run torchvision (needs PyTorch)"
     )
     p.add_argument(
+        "--torch-compile",
+        action="store_true",
+        help="with --torch-reference, also torchvision through torch.compile (its own column)",
+    )
+    p.add_argument(
         "--latency-batch-sizes",
         type=positive_int_list,
         default=(1, 8, 64, 256),
@@ -106,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the suite; returns the exit status."""
     args = build_parser().parse_args(argv)
+    if args.torch_compile and not args.torch_reference:
+        build_parser().error("--torch-compile needs --torch-reference")
     if args.torch_reference:
         os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", _JAX_MEMORY_WITH_TORCH)
     from cvbench.benchmark import latency_table
@@ -126,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         inference=not args.no_inference,
         keras_reference=not args.no_keras_reference,
         torch_reference=args.torch_reference,
+        torch_compile=args.torch_compile,
         latency_batch_sizes=args.latency_batch_sizes,
         latency_calls=args.latency_calls,
         jit_compile={"auto": "auto", "on": True, "off": False}[args.jit],

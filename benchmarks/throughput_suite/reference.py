@@ -8,7 +8,8 @@
 - torchvision `resnet50` / `inception_v3` (no auxiliary head) in PyTorch eager mode with
   automatic mixed precision and channels_last memory, as NVIDIA's PyTorch scripts run them
   (`torch_workload.TorchWorkload`), in a process of its own (`torch_reference`): PyTorch is
-  never imported into the process that runs Keras.
+  never imported into the process that runs Keras; and the same through `torch.compile`
+  (`TORCH_COMPILE`), the fastest step a PyTorch user writes without hand-written kernels.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .workload_process import ProcessWorkload
 #: The references' implementation names in results and tables.
 KERAS = "keras.applications"
 TORCH = "torchvision"
+TORCH_COMPILE = "torch.compile"
 #: cvbench model name -> keras.applications class name.
 KERAS_APPLICATIONS = {"resnet50": "ResNet50", "inception_v3": "InceptionV3"}
 
@@ -142,8 +144,10 @@ def torch_reference(
     training: bool,
     optimizer: OptimizerConfig | None = None,
     seed: int = 0,
+    compile: bool = False,
 ) -> ProcessWorkload:
-    """torchvision's `model` (`torch_workload.TorchWorkload`) built and run in a child process.
+    """torchvision's `model` (`torch_workload.TorchWorkload`) built and run in a child process,
+    through `torch.compile` with `compile`.
 
     Both runtimes size their thread pools to the machine; in one process they fight and
     torchvision runs at a fraction of its speed. In its own process it idles while the
@@ -168,6 +172,8 @@ def torch_reference(
         nesterov=opt.nesterov,
         weight_decay=opt.weight_decay,
         seed=seed,
+        compile=compile,
     )
     factory = f"{torch_workload.__file__}:TorchWorkload"
-    return ProcessWorkload(factory, {"model": model, **kwargs}, name="torchvision")
+    name = TORCH_COMPILE if compile else TORCH
+    return ProcessWorkload(factory, {"model": model, **kwargs}, name=name)

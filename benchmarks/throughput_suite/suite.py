@@ -34,7 +34,7 @@ from cvbench.training.throughput import measure_throughput
 
 from . import reference
 from .fused_batchnorm import with_fused_batchnorm
-from .reference import KERAS, TORCH, FitReference, PredictReference
+from .reference import KERAS, TORCH, TORCH_COMPILE, FitReference, PredictReference
 
 DEFAULT_MODELS = ("resnet50", "inception_v3", "ssd320")
 #: Variants of cvbench measured beside it, name -> function changing a built model, to show
@@ -66,6 +66,8 @@ class SuiteConfig:
         inference: measure inference throughput and latency.
         keras_reference: run keras.applications beside the classifiers.
         torch_reference: run torchvision beside the classifiers (needs PyTorch).
+        torch_compile: with `torch_reference`, also torchvision through `torch.compile`
+            (its own column, in the same alternating windows).
         latency_batch_sizes: batch sizes of the latency measurement (empty: none).
         latency_calls: timed calls per batch size.
         jit_compile: XLA-compile cvbench's steps (True, False or "auto": JAX, or
@@ -92,6 +94,7 @@ class SuiteConfig:
     inference: bool = True
     keras_reference: bool = True
     torch_reference: bool = False
+    torch_compile: bool = False
     latency_batch_sizes: tuple[int, ...] = (1, 8, 64, 256)
     latency_calls: int = 20
     jit_compile: bool | str = "auto"
@@ -179,8 +182,7 @@ def _training_workloads(config: SuiteConfig, model: CvbenchModel, policy: str) -
         reference.compile_plain(network, model.optimizer, learning_rate=0.01)
         data = synthetic_batch(model, batch, seed=config.seed)
         workloads[KERAS] = FitReference(network, data, batch)
-    if config.torch_reference and reference.has_reference(model.name, "torch"):
-        workloads[TORCH] = _torch(config, model, policy, training=True)
+    workloads.update(_torch_workloads(config, model, policy, training=True))
     return workloads
 
 
@@ -222,12 +224,26 @@ def _inference_workloads(
         )
         images = synthetic_batch(model, batch, seed=config.seed)[0]
         workloads[KERAS] = PredictReference(ref, images)
-    if config.torch_reference and reference.has_reference(model.name, "torch"):
-        workloads[TORCH] = _torch(config, model, policy, training=False)
+    workloads.update(_torch_workloads(config, model, policy, training=False))
     return workloads
 
 
-def _torch(config: SuiteConfig, model: CvbenchModel, policy: str, *, training: bool) -> Any:
+def _torch_workloads(
+    config: SuiteConfig, model: CvbenchModel, policy: str, *, training: bool
+) -> dict[str, Any]:
+    """torchvision eager and, with `torch_compile`, compiled, by column label."""
+    if not (config.torch_reference and reference.has_reference(model.name, "torch")):
+        return {}
+    labels = {TORCH: False} | ({TORCH_COMPILE: True} if config.torch_compile else {})
+    return {
+        label: _torch(config, model, policy, training=training, compile=compiled)
+        for label, compiled in labels.items()
+    }
+
+
+def _torch(
+    config: SuiteConfig, model: CvbenchModel, policy: str, *, training: bool, compile: bool
+) -> Any:
     return reference.torch_reference(
         model.name,
         batch_size=_batch_size(config, model),
@@ -237,6 +253,7 @@ def _torch(config: SuiteConfig, model: CvbenchModel, policy: str, *, training: b
         training=training,
         optimizer=model.optimizer,
         seed=config.seed,
+        compile=compile,
     )
 
 

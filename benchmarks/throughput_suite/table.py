@@ -15,11 +15,11 @@ from cvbench.benchmark.table import markdown_row, markdown_rule
 from cvbench.training.throughput import Throughput
 from cvbench.zoo import DETECTION, task_of
 
-from .reference import KERAS, TORCH
+from .reference import KERAS, TORCH, TORCH_COMPILE
 
 #: The model whose training rate a detector's is compared with (issue goal: SSD320 >= 0.15x).
 DETECTION_BASELINE = "resnet50"
-_REFERENCES = (KERAS, TORCH)
+_REFERENCES = (KERAS, TORCH, TORCH_COMPILE)
 
 
 def ratio(numerator: float, denominator: float) -> float:
