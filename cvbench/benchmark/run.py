@@ -80,11 +80,8 @@ def inference_model(model: CvbenchModel, precision: str) -> keras.Model:
 
 def ssd_postprocess(model: CvbenchModel) -> Callable[[Any], Any]:
     """SSD320's post-processing with its task's detection settings (`Decoder`: decode over
-    the anchors, per-class NMS) as `outputs -> detections`."""
-    from cvbench.detection.predict import Decoder
-
-    task = model.task
-    return Decoder(task.detection_settings, (task.image_size, task.image_size))
+    the anchors, per-class NMS) as `outputs -> detections` (`DetectionTask.postprocess`)."""
+    return model.task.postprocess()
 
 
 def cvbench_inference(
@@ -97,10 +94,11 @@ def cvbench_inference(
     seed: int = 0,
 ) -> Forward:
     """A `Forward` workload of `network` on `images`, by default a synthetic batch of
-    `batch_size` (SSD: with post-processing)."""
+    `batch_size`, with the task's post-processing (`task.postprocess()`: SSD's decoding and
+    NMS; none for a classifier)."""
     if images is None:
         images = synthetic_batch(model, batch_size, seed=seed, on_device=False)[0]
-    post = ssd_postprocess(model) if model.kind == "detection" else None
+    post = model.task.postprocess()
     return Forward(network, to_device(images), jit_compile=jit_compile, postprocess=post)
 
 
@@ -304,7 +302,7 @@ def measure_latencies(
         implementation=CVBENCH,
         precision=resolve_precision(precision),
         image_size=model.image_size,
-        postprocessing=model.kind == "detection",
+        postprocessing=model.task.postprocess() is not None,
         latencies=tuple(latencies),
         skipped=skipped,
     )

@@ -29,6 +29,7 @@ The protocol (what a task class provides):
         def model_info(self) -> ModelInfo           # what inference needs, in model files
         def user_model(self, model) -> keras.Model  # built-in layers, [0, 255] RGB in
         def from_user_model(self, model) -> keras.Model  # a [0, 255] model fed by the pipeline
+        def postprocess(self) -> Callable | None    # outputs -> predictions (None: as they are)
 
 Tasks reading records (`RecordTask`) also count what `options.skip_corrupt` skipped
 (`corrupt_records()`, this rank's count).
@@ -262,6 +263,8 @@ class Task(Protocol):
 
     def from_user_model(self, model: keras.Model) -> keras.Model: ...  # fed by the pipeline
 
+    def postprocess(self) -> Callable | None: ...  # outputs -> predictions; None: as they are
+
 
 def records_train_data(
     make_dataset: Callable[[int | None], Any],
@@ -390,7 +393,7 @@ class RecordTask(abc.ABC):
             return chosen if isinstance(chosen, GrainSource) else GrainSource(workers)
         if chosen is not None:
             return chosen
-        return RecordSource(self.dataset_fn(), self.count_records)
+        return RecordSource(self.dataset_fn(), lambda _dir, split, **_: self.count_records(split))
 
     def reader(self) -> str:
         """What reads this task's records: "tf" or "grain" (`record_reader`, or the task's

@@ -286,6 +286,10 @@ class ClassificationTask(RecordTask):
         front), logits out."""
         return self.inputs().user_model(model)
 
+    def postprocess(self) -> None:
+        """None: a classifier's outputs (logits) are its predictions."""
+        return None
+
     def from_user_model(self, model: keras.Model) -> keras.Model:
         """A model taking `[0, 255]` RGB (a model file's, `user_model`'s) as this task's
         evaluation pipeline feeds it: its normalization undone in front (`x * std + mean`)."""

@@ -335,6 +335,13 @@ class DetectionTask(RecordTask):
 
         return to_plain_keras(model)
 
+    def postprocess(self) -> Any:
+        """`outputs -> detections` of this task's SSD: decoding over the anchors and per-class
+        NMS with `detection_settings` (`cvbench.detection.predict.Decoder`)."""
+        from cvbench.detection.predict import Decoder
+
+        return Decoder(self.detection_settings, (self.image_size, self.image_size))
+
     def from_user_model(self, model: keras.Model) -> keras.Model:
         """A model taking `[0, 255]` RGB (a model file's) as this task's evaluation pipeline
         feeds it: as it is (the detection pipeline hands out `[0, 255]` RGB)."""

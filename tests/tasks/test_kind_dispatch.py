@@ -49,3 +49,30 @@ def test_predict_has_one_entry_per_model_file_kind():
 
     assert set(_KINDS) == set(model_file.TASKS)
     assert {k.noun for k in _KINDS.values()} == {"classifier", "detector"}
+
+
+@pytest.mark.backend_agnostic
+def test_the_task_says_its_post_processing():
+    from cvbench.detection.predict import Decoder
+
+    assert ClassificationTask(TaskOptions(model="resnet18", num_classes=4)).postprocess() is None
+    task = DetectionTask(TaskOptions(model="ssd320", num_classes=3))
+    post = task.postprocess()
+    assert isinstance(post, Decoder)
+    # SSD320 v1.2's anchors at 320x320: the task's own (the ones it trains with)
+    np.testing.assert_array_equal(post.anchors, task.anchors)
+
+
+@pytest.mark.parametrize("model, post", [("resnet18", False), ("ssd320", True)])
+def test_latency_results_say_whether_the_calls_post_process(monkeypatch, model, post):
+    from cvbench.benchmark import run
+    from cvbench.benchmark.workloads import cvbench_model
+
+    # every size out of memory: the flag comes from the task, not from a timed workload
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("RESOURCE_EXHAUSTED: out of memory")
+
+    monkeypatch.setattr(run, "cvbench_inference", out_of_memory)
+    spec = cvbench_model(model, num_classes=3)
+    result = run.measure_latencies(spec, None, batch_sizes=(1,), precision="fp32")
+    assert result.postprocessing is post and result.skipped == {1: "out of memory"}
