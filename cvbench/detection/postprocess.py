@@ -86,7 +86,7 @@ def multiclass_nms(
     scores: np.ndarray,
     *,
     iou_threshold: float = IOU_THRESHOLD,
-    score_threshold: float = SCORE_THRESHOLD,
+    score_threshold: float = COCO_SCORE_THRESHOLD,
     max_per_class: int = MAX_PER_CLASS,
     max_total: int = MAX_TOTAL,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -135,7 +135,7 @@ def postprocess(
     anchors: Any,
     *,
     iou_threshold: float = IOU_THRESHOLD,
-    score_threshold: float = SCORE_THRESHOLD,
+    score_threshold: float = COCO_SCORE_THRESHOLD,
     max_per_class: int = MAX_PER_CLASS,
     max_total: int = MAX_TOTAL,
     scales: Sequence[float] = box_coder.DEFAULT_SCALES,

@@ -34,10 +34,9 @@ from cvbench.detection.postprocess import (
     IOU_THRESHOLD,
     MAX_PER_CLASS,
     MAX_TOTAL,
-    SCORE_THRESHOLD,
     postprocess,
 )
-from cvbench.utils.model_file import DetectionSettings, NmsSettings
+from cvbench.utils.model_file import COCO_SCORE_THRESHOLD, DetectionSettings, NmsSettings
 
 #: The keys of `detection_settings()["postprocess"]` (the fields of `NmsSettings`).
 POSTPROCESS_KEYS = tuple(f.name for f in dataclasses.fields(NmsSettings))
@@ -47,7 +46,7 @@ def detection_settings(
     *,
     scales: Sequence[float] = box_coder.DEFAULT_SCALES,
     iou_threshold: float = IOU_THRESHOLD,
-    score_threshold: float = SCORE_THRESHOLD,
+    score_threshold: float = COCO_SCORE_THRESHOLD,
     max_per_class: int = MAX_PER_CLASS,
     max_total: int = MAX_TOTAL,
     anchors: Mapping[str, Any] | None = None,

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cvbench.detection import box_coder
-from cvbench.utils.model_file import ModelInfo
+from cvbench.utils.model_file import ModelInfo, NmsSettings
 
 
 def model_input_function(info: ModelInfo) -> Callable[[Any], Any]:
@@ -121,58 +121,18 @@ def detections(
     """
     import tensorflow as tf
 
+    nms = NmsSettings(
+        iou_threshold=iou_threshold,
+        score_threshold=score_threshold,
+        max_per_class=max_per_class,
+        max_total=max_total,
+    )
     anchors = tf.constant(anchors, tf.float32)
     boxes = box_coder.decode(box_codes, anchors, scales=scales, xp=tf)
-    scores = _sigmoid(class_logits)
     num_classes = class_logits.shape[-1]
-
-    # Static shapes throughout: each class's NMS is padded to `max_per_class` and its valid
-    # count masks the padding. TFLite's NON_MAX_SUPPRESSION_V5 always returns
-    # `max_output_size` entries (padding with index 0, score 0): a result sized by the
-    # dynamic shape of TensorFlow's unpadded op counted every padding entry as a detection
-    # of class 0 there (100 detections on an image without any).
-    k = min(max_total, num_classes * max_per_class)
-
-    def one_image(args):
-        image_boxes, image_scores = args
-        kept_scores, kept_anchors, kept_classes = [], [], []
-        found = tf.constant(0, tf.int32)
-        for c in range(num_classes):  # unrolled: one NMS op per class
-            index, score, valid = tf.raw_ops.NonMaxSuppressionV5(
-                boxes=image_boxes,
-                scores=image_scores[:, c],
-                max_output_size=max_per_class,
-                iou_threshold=iou_threshold,
-                score_threshold=score_threshold,
-                soft_nms_sigma=0.0,
-                pad_to_max_output_size=True,
-            )
-            # padding scores -1: below every kept score (those are above the threshold >= 0)
-            kept_scores.append(tf.where(tf.range(max_per_class) < valid, score, -1.0))
-            kept_anchors.append(index)
-            kept_classes.append(tf.fill([max_per_class], c))
-            found += tf.cast(valid, tf.int32)
-        kept_scores = tf.concat(kept_scores, 0)
-        kept_anchors = tf.concat(kept_anchors, 0)
-        kept_classes = tf.concat(kept_classes, 0)
-        # top_k puts equal values in input order: class, then the NMS order (lower anchor).
-        count = tf.minimum(found, max_total)
-        best_scores, best = tf.math.top_k(kept_scores, k=k, sorted=True)
-        valid = tf.range(k) < count
-        best_boxes = tf.clip_by_value(tf.gather(image_boxes, tf.gather(kept_anchors, best)), 0, 1)
-        pad = max_total - k
-        return (
-            tf.pad(tf.where(valid[:, None], best_boxes, 0.0), [[0, pad], [0, 0]]),
-            tf.pad(tf.where(valid, best_scores, 0.0), [[0, pad]]),
-            tf.pad(
-                tf.where(valid, tf.gather(kept_classes, best), -1), [[0, pad]], constant_values=-1
-            ),
-            count,
-        )
-
     out_boxes, out_scores, out_classes, counts = tf.map_fn(
-        one_image,
-        (boxes, scores),
+        lambda args: _image_detections(*args, nms=nms, num_classes=num_classes),
+        (boxes, _sigmoid(class_logits)),
         fn_output_signature=(
             tf.TensorSpec((max_total, 4), tf.float32),
             tf.TensorSpec((max_total,), tf.float32),
@@ -186,6 +146,63 @@ def detections(
         "detection_classes": out_classes,
         "num_detections": counts,
     }
+
+
+def _class_candidates(boxes: Any, scores: Any, *, nms: NmsSettings, num_classes: int):
+    """Each class's NMS of one image, concatenated in class order: `(scores, anchors,
+    classes)` of `num_classes * max_per_class` entries (padding scores -1) and the count of
+    valid ones.
+
+    Static shapes throughout: each class's NMS is padded to `max_per_class` and its valid
+    count masks the padding. TFLite's NON_MAX_SUPPRESSION_V5 always returns `max_output_size`
+    entries (padding with index 0, score 0): a result sized by the dynamic shape of
+    TensorFlow's unpadded op counted every padding entry as a detection of class 0 there (100
+    detections on an image without any)."""
+    import tensorflow as tf
+
+    per_class = nms.max_per_class
+    kept_scores, kept_anchors, kept_classes = [], [], []
+    found = tf.constant(0, tf.int32)
+    for c in range(num_classes):  # unrolled: one NMS op per class
+        index, score, valid = tf.raw_ops.NonMaxSuppressionV5(
+            boxes=boxes,
+            scores=scores[:, c],
+            max_output_size=per_class,
+            iou_threshold=nms.iou_threshold,
+            score_threshold=nms.score_threshold,
+            soft_nms_sigma=0.0,
+            pad_to_max_output_size=True,
+        )
+        # padding scores -1: below every kept score (those are above the threshold >= 0)
+        kept_scores.append(tf.where(tf.range(per_class) < valid, score, -1.0))
+        kept_anchors.append(index)
+        kept_classes.append(tf.fill([per_class], c))
+        found += tf.cast(valid, tf.int32)
+    return tf.concat(kept_scores, 0), tf.concat(kept_anchors, 0), tf.concat(kept_classes, 0), found
+
+
+def _image_detections(boxes: Any, scores: Any, *, nms: NmsSettings, num_classes: int):
+    """One image's detections, padded to `max_total`: the best over the classes' NMS
+    results (`_class_candidates`), clipped."""
+    import tensorflow as tf
+
+    kept_scores, kept_anchors, kept_classes, found = _class_candidates(
+        boxes, scores, nms=nms, num_classes=num_classes
+    )
+    max_total = nms.max_total
+    k = min(max_total, num_classes * nms.max_per_class)
+    # top_k puts equal values in input order: class, then the NMS order (lower anchor).
+    count = tf.minimum(found, max_total)
+    best_scores, best = tf.math.top_k(kept_scores, k=k, sorted=True)
+    valid = tf.range(k) < count
+    best_boxes = tf.clip_by_value(tf.gather(boxes, tf.gather(kept_anchors, best)), 0, 1)
+    pad = max_total - k
+    return (
+        tf.pad(tf.where(valid[:, None], best_boxes, 0.0), [[0, pad], [0, 0]]),
+        tf.pad(tf.where(valid, best_scores, 0.0), [[0, pad]]),
+        tf.pad(tf.where(valid, tf.gather(kept_classes, best), -1), [[0, pad]], constant_values=-1),
+        count,
+    )
 
 
 def classifier_outputs(logits: Any, *, top_k: int, probabilities: bool = False) -> dict[str, Any]:
