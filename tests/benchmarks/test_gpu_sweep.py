@@ -118,11 +118,11 @@ def test_an_unknown_xla_flag_is_found_before_a_case_runs():
 def test_a_tiny_sweep_runs_end_to_end_on_this_cpu(tmp_path):
     out = tmp_path / "sweep"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tiny", "--out", str(out), "--budget", "900"]
+        [sys.executable, str(SCRIPT), "--tiny", "--out", str(out), "--budget", "2400"]
         + ["--cases", "baseline,no_such_flag_case,autotune_0"],
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=2700,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rows = {r["case"]: r for r in json.loads((out / "sweep.json").read_text())}
