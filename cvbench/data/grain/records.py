@@ -22,9 +22,15 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
+import hashlib
 import itertools
 import os
+import shutil
 import struct
+import sys
+import tempfile
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -74,6 +80,15 @@ def scan_offsets(path: str | os.PathLike) -> np.ndarray:
     Raises:
         BadFileError: not a regular file, or a truncated last record (named).
     """
+    table, truncated = _scan(path)
+    if truncated:
+        raise BadFileError(f"{truncated}; copy or build it again")
+    return table
+
+
+def _scan(path: str | os.PathLike) -> tuple[np.ndarray, str | None]:
+    """The complete records' `(offset, size)` and, for a truncated file, what is cut off
+    (`TFRecordScan.describe`'s words), else None."""
     entries = []
     with open_input(path, what="TFRecord file") as f:
         size = os.fstat(f.fileno()).st_size
@@ -82,26 +97,39 @@ def scan_offsets(path: str | os.PathLike) -> np.ndarray:
             header = os.pread(f.fileno(), 8, offset)
             end = offset + 16 + struct.unpack("<Q", header)[0] if len(header) == 8 else size + 1
             if end > size:
-                raise BadFileError(
+                table = np.asarray(entries, np.int64).reshape(-1, 2)
+                return table, (
                     f"TFRecord file {os.fspath(path)} is truncated: {len(entries)} complete "
                     f"records, then {size - offset} bytes of an incomplete record at byte "
-                    f"{offset}; copy or build it again"
+                    f"{offset}"
                 )
             entries.append((offset, end - offset))
             offset = end
-    return np.asarray(entries, np.int64).reshape(-1, 2)
+    return np.asarray(entries, np.int64).reshape(-1, 2), None
 
 
 def record_offsets(
-    path: str | os.PathLike, *, index_dir: str | os.PathLike | None = None
+    path: str | os.PathLike,
+    *,
+    index_dir: str | os.PathLike | None = None,
+    policy: CorruptPolicy | None = None,
 ) -> np.ndarray:
     """The records of `path` as `scan_offsets` gives them: from its DALI index when that
     exists and ends where the file ends, else by scanning the file (a missing or stale index
-    is no error: the scan is the truth)."""
+    is no error: the scan is the truth).
+
+    With a skipping `policy` a truncated file gives its complete records, and its cut-off
+    tail is reported (and counted as one record) once; otherwise it raises `BadFileError`.
+    """
     try:
         return np.asarray(read_index(path, index_dir), np.int64).reshape(-1, 2)
     except (FileNotFoundError, ValueError):
-        return scan_offsets(path)
+        if policy is None or not policy.skip:
+            return scan_offsets(path)
+    table, truncated = _scan(path)
+    if truncated:
+        policy.corrupt(truncated)
+    return table
 
 
 class TFRecordSource(_Base):
@@ -111,16 +139,22 @@ class TFRecordSource(_Base):
         files: TFRecord files (e.g. `split_files`).
         index_dir: where the DALI index files are (`dali_index.index_path`); None: the `idx`
             folder beside the files.
+        policy: what a truncated file does (`record_offsets`); None: it raises.
 
     Raises:
-        BadFileError: a file is not a regular file or ends inside a record (named).
+        BadFileError: a file is not a regular file, or ends inside a record (named) unless
+            `policy` skips.
     """
 
     def __init__(
-        self, files: Sequence[str | os.PathLike], *, index_dir: str | os.PathLike | None = None
+        self,
+        files: Sequence[str | os.PathLike],
+        *,
+        index_dir: str | os.PathLike | None = None,
+        policy: CorruptPolicy | None = None,
     ) -> None:
         self.files = [os.fspath(p) for p in files]
-        tables = [record_offsets(p, index_dir=index_dir) for p in self.files]
+        tables = [record_offsets(p, index_dir=index_dir, policy=policy) for p in self.files]
         self.counts = [len(t) for t in tables]
         self._starts = [0, *itertools.accumulate(self.counts)]
         self._table = np.concatenate([*tables, np.zeros((0, 2), np.int64)])
@@ -170,6 +204,103 @@ class TFRecordSource(_Base):
 
     def __repr__(self) -> str:
         return f"TFRecordSource({len(self.files)} files, {len(self)} records)"
+
+
+# ---- corrupt input: raise, or skip and count once ---------------------------------------------
+
+SKIP_HINT = "; pass skip_corrupt=True to skip corrupt records"  # corrupt.SKIP_HINT's words
+SKIPPED = "cvbench: skipped corrupt input: "  # what the tf.data path prints before each
+
+
+class SkippedRecords:
+    """Counts the records skipped as corrupt, once each, across processes.
+
+    The tf.data path's `CorruptRecordCounter` keeps its count in a TensorFlow variable of one
+    process; grain transforms records in worker processes. Here each damaged record, told by
+    its message (which names the file and record), is a marker file created with
+    `O_CREAT | O_EXCL` in a private temporary folder: the process that creates it prints the
+    message and the record counts, every later meeting (another epoch, another worker) finds
+    the file there. `count` is the number of markers. The object pickles into grain's worker
+    processes (the folder's path travels); the folder is removed when the object made in the
+    first process is collected.
+
+    Example:
+        >>> skipped = SkippedRecords()
+        >>> skipped.report("f record 3: undecodable image"), skipped.count
+        (True, 1)
+        >>> skipped.report("f record 3: undecodable image"), skipped.count  # met again
+        (False, 1)
+    """
+
+    def __init__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="cvbench-skipped-")
+        self._remove = weakref.finalize(self, shutil.rmtree, self.folder, True)
+
+    def __getstate__(self) -> dict:
+        return {"folder": self.folder}  # a copy in another process does not remove the folder
+
+    def report(self, message: str) -> bool:
+        """Prints `message` (with `SKIPPED` before it) to stderr and counts its record, the
+        first time any process reports it; returns whether this was the first time."""
+        marker = os.path.join(self.folder, hashlib.sha256(message.encode("utf-8")).hexdigest())
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return False
+        print(SKIPPED + message, file=sys.stderr)
+        return True
+
+    @property
+    def count(self) -> int:
+        """Records skipped so far (exact once the pipeline has run to its end: records in
+        flight are counted when they are met)."""
+        try:
+            return len(os.listdir(self.folder))
+        except FileNotFoundError:
+            return 0
+
+    def __repr__(self) -> str:
+        return f"SkippedRecords({self.count} skipped)"
+
+
+@dataclasses.dataclass(frozen=True)
+class CorruptPolicy:
+    """Corrupt input on the grain path: raise (the default), or skip, print and count once.
+
+    Args:
+        skip: skip damaged records (`skip_corrupt=True`) instead of raising.
+        skipped: where skipped records are counted; None with `skip`: a private one (printed
+            once, counted nowhere else, as tf.data without a counter).
+
+    Example:
+        >>> try:
+        ...     CorruptPolicy().corrupt("f record 3: undecodable image")
+        ... except BadFileError as e:
+        ...     print(e)
+        f record 3: undecodable image; pass skip_corrupt=True to skip corrupt records
+        >>> policy = CorruptPolicy(skip=True)
+        >>> policy.corrupt("f record 3: undecodable image") is None, policy.skipped.count
+        (True, 1)
+    """
+
+    skip: bool = False
+    skipped: SkippedRecords | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.skip, bool):
+            raise ValueError(f"skip must be a bool, got {self.skip!r}")
+        if self.skipped is not None and not isinstance(self.skipped, SkippedRecords):
+            raise ValueError(f"skipped must be a SkippedRecords or None, got {self.skipped!r}")
+        if self.skip and self.skipped is None:
+            object.__setattr__(self, "skipped", SkippedRecords())
+
+    def corrupt(self, message: str) -> None:
+        """A damaged record or image that `message` describes (naming its file and record):
+        raises `BadFileError(message + SKIP_HINT)`, or, skipping, reports it once and
+        returns None (the caller drops the record)."""
+        if not self.skip:
+            raise BadFileError(message + SKIP_HINT)
+        self.skipped.report(message)
 
 
 # ---- tf.train.Example, protobuf wire format -------------------------------------------------
