@@ -367,12 +367,6 @@ def run_input_benchmark(
     """
     import tempfile
 
-    import tensorflow as tf
-
-    from cvbench.data.dali_index import write_indexes
-    from cvbench.data.read.imagenet import imagenet_dataset
-    from cvbench.data.read.reader import list_split_files
-
     for name, value in (("batches", batches), ("rounds", rounds), ("batch_size", batch_size)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
@@ -380,73 +374,145 @@ def run_input_benchmark(
     threads = cores if threads is None else threads
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
+    dali_missing = _dali_missing()
+    timing = _Timing(warmup_batches, batches, batch_size)
+    with tempfile.TemporaryDirectory(prefix="cvbench-bench-idx-") as index_dir:
+        pipelines = _Pipelines(
+            data_dir, split, batch_size, image_size, threads, shuffle_buffer, index_dir
+        )
+        backends = pipelines.backends(grain=grain, dali=dali_missing is None)
+        measured = _alternate(backends, rounds, timing)
+    return InputBenchResult(
+        _comparison(measured, training=True),
+        _comparison(measured, training=False),
+        threads,
+        cores,
+        dali_missing,
+    )
+
+
+def _dali_missing() -> str | None:
+    """Why DALI cannot be measured (its import error), or None when it can."""
     try:
         from cvbench.data.dali.pipeline import import_dali
 
         import_dali()
-        dali_missing = None
     except ImportError as e:
-        dali_missing = str(e)
-    common = dict(batch_size=batch_size, image_size=image_size, num_shards=1, shard_index=0)
-    options = tf.data.Options()
-    options.threading.private_threadpool_size = threads
+        return str(e)
+    return None
 
-    def tf_data(training: bool) -> Any:
-        if training:
-            ds = imagenet_dataset(
-                data_dir, split, training=True, shuffle_buffer=shuffle_buffer, **common
-            )
-        else:
-            ds = imagenet_dataset(data_dir, split, training=False, **common).repeat()
-        return ds.with_options(options)
 
-    def grain_batches(training: bool) -> Any:
-        from cvbench.data.grain.dataset import imagenet_grain_dataset
+@dataclass(frozen=True)
+class _Timing:
+    """How each pipeline is timed in a round: batches read first, then batches timed."""
 
-        read = dict(common, training=training, seed=0)
-        if training:
-            return imagenet_grain_dataset(data_dir, split, **read)
-        return _Endless(lambda: imagenet_grain_dataset(data_dir, split, **read))
+    warmup_batches: int
+    batches: int
+    batch_size: int
 
-    with tempfile.TemporaryDirectory(prefix="cvbench-bench-idx-") as index_dir:
 
-        def dali(training: bool) -> Any:
-            from cvbench.data.dali.dataset import imagenet_dali_dataset
-            from cvbench.data.dali.pipeline import imagenet_dali_pipeline
+@dataclass(frozen=True)
+class _Pipelines:
+    """Makes each backend's training or evaluation pipeline on the same records and recipe.
 
-            kw = dict(common, num_threads=threads, device="cpu", index_dir=index_dir)
-            if training:
-                return imagenet_dali_dataset(
-                    data_dir, split, training=True, shuffle_buffer=shuffle_buffer, **kw
-                )
-            return _EndlessDali(
-                lambda: imagenet_dali_pipeline(data_dir, split, training=False, **kw)
-            )
+    Evaluation streams repeat the records (tf.data `.repeat()`, grain pass after pass, DALI's
+    reader wraps around), so any number of batches can be timed on a few records.
+    """
 
-        backends = [("tf", tf_data)]
-        if grain:
-            backends.append(("grain", grain_batches))
-        if dali_missing is None:
-            write_indexes(list_split_files(data_dir, split), index_dir=index_dir)
-            backends.append(("dali", dali))
-        measured: dict[tuple[bool, str], list] = {}
-        for _ in range(rounds):
-            for training in (True, False):
-                for name, make in backends:
-                    rate = _measure(make(training), warmup_batches, batches, batch_size)
-                    measured.setdefault((training, name), []).append(rate)
+    data_dir: str | os.PathLike
+    split: str
+    batch_size: int
+    image_size: int
+    threads: int
+    shuffle_buffer: int
+    index_dir: str  # DALI's index files (a temporary folder: data_dir is only read)
 
-    def comparison(training: bool) -> Comparison:
-        dali_rounds = measured.get((training, "dali"))
-        grain_rounds = measured.get((training, "grain"))
-        return Comparison(
-            "training" if training else "evaluation",
-            _rate(measured[(training, "tf")]),
-            _rate(dali_rounds) if dali_rounds else None,
-            _rate(grain_rounds) if grain_rounds else None,
+    @property
+    def common(self) -> dict:
+        return dict(
+            batch_size=self.batch_size, image_size=self.image_size, num_shards=1, shard_index=0
         )
 
-    return InputBenchResult(comparison(True), comparison(False), threads, cores, dali_missing)
+    def backends(self, *, grain: bool, dali: bool) -> list[tuple[str, Any]]:
+        """`(name, make)` of the backends to measure, `make(training)` a fresh pipeline."""
+        backends = [("tf", self.tf_data)]
+        if grain:
+            backends.append(("grain", self.grain))
+        if dali:
+            from cvbench.data.dali_index import write_indexes
+            from cvbench.data.read.reader import list_split_files
+
+            write_indexes(list_split_files(self.data_dir, self.split), index_dir=self.index_dir)
+            backends.append(("dali", self.dali))
+        return backends
+
+    def tf_data(self, training: bool) -> Any:
+        import tensorflow as tf
+
+        from cvbench.data.read.imagenet import imagenet_dataset
+
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = self.threads
+        if training:
+            ds = imagenet_dataset(
+                self.data_dir,
+                self.split,
+                training=True,
+                shuffle_buffer=self.shuffle_buffer,
+                **self.common,
+            )
+        else:
+            ds = imagenet_dataset(self.data_dir, self.split, training=False, **self.common)
+            ds = ds.repeat()
+        return ds.with_options(options)
+
+    def grain(self, training: bool) -> Any:
+        from cvbench.data.grain.dataset import imagenet_grain_dataset
+
+        read = dict(self.common, training=training, seed=0)
+        if training:
+            return imagenet_grain_dataset(self.data_dir, self.split, **read)
+        return _Endless(lambda: imagenet_grain_dataset(self.data_dir, self.split, **read))
+
+    def dali(self, training: bool) -> Any:
+        from cvbench.data.dali.dataset import imagenet_dali_dataset
+        from cvbench.data.dali.pipeline import imagenet_dali_pipeline
+
+        kw = dict(self.common, num_threads=self.threads, device="cpu", index_dir=self.index_dir)
+        if training:
+            return imagenet_dali_dataset(
+                self.data_dir, self.split, training=True, shuffle_buffer=self.shuffle_buffer, **kw
+            )
+        return _EndlessDali(
+            lambda: imagenet_dali_pipeline(self.data_dir, self.split, training=False, **kw)
+        )
+
+
+def _alternate(
+    backends: list[tuple[str, Any]], rounds: int, timing: _Timing
+) -> dict[tuple[bool, str], list[tuple[float, float]]]:
+    """`(wall, CPU)` rates of every pipeline in every round, the pipelines alternating within
+    each round (other load on the machine then favours none), each built afresh."""
+    measured: dict[tuple[bool, str], list] = {}
+    for _ in range(rounds):
+        for training in (True, False):
+            for name, make in backends:
+                rate = _measure(
+                    make(training), timing.warmup_batches, timing.batches, timing.batch_size
+                )
+                measured.setdefault((training, name), []).append(rate)
+    return measured
+
+
+def _comparison(measured: dict, *, training: bool) -> Comparison:
+    dali_rounds = measured.get((training, "dali"))
+    grain_rounds = measured.get((training, "grain"))
+    return Comparison(
+        "training" if training else "evaluation",
+        _rate(measured[(training, "tf")]),
+        _rate(dali_rounds) if dali_rounds else None,
+        _rate(grain_rounds) if grain_rounds else None,
+    )
 
 
 def describe_records(
