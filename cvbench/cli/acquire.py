@@ -17,6 +17,11 @@ _COCO_PARTS = ("annotations", "val", "train")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds `download-coco` and `extract-imagenet` to the `cvbench` command."""
+    _register_download_coco(subparsers)
+    _register_extract_imagenet(subparsers)
+
+
+def _register_download_coco(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "download-coco",
         help="download, verify and unpack COCO 2017 (resumable)",
@@ -65,6 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=download_coco_command)
 
+
+def _register_extract_imagenet(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "extract-imagenet",
         help="lay out the official ILSVRC2012 archives for build-imagenet (rerunnable)",

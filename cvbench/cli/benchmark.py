@@ -10,6 +10,7 @@ runs the command; only rank 0 prints. On the JAX backend training runs on every 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from cvbench.cli.args import non_negative_int, positive_int, positive_int_list
 from cvbench.cli.backend_args import add_backend_flags, distribution_from_args
@@ -69,10 +70,8 @@ def benchmark_command(args: argparse.Namespace) -> int:
         raise CLIError("--devices is for --mode train (inference runs on one device per rank)")
     # First: --backend must be set before Keras starts, jax.distributed before JAX runs.
     distribution = distribution_from_args(args)
-    from cvbench.benchmark.results import jsonable
-    from cvbench.benchmark.run import benchmark_cvbench, benchmark_latency
+    from cvbench.benchmark.run import benchmark_latency
     from cvbench.training.distributed import get_distribution
-    from cvbench.training.step_timing import endless_batches
     from cvbench.utils.cpu import describe_cpu
 
     dist = get_distribution(distribution)
@@ -80,27 +79,9 @@ def benchmark_command(args: argparse.Namespace) -> int:
     # The model's recipe resolved as `cvbench train` resolves it: the same model, optimizer,
     # schedule, loss scaling and input size.
     task = task_from_args(args, synthetic_steps=args.burn_in + args.steps)
-    batch_size = task.recipe.run.batch_per_gpu
-    batches = None
-    if args.data_dir is not None:
-        data = task.train_data(batch_size=batch_size, distribution=dist, seed=seed)
-        batches = endless_batches(data.data)
     say = print if dist.is_chief else (lambda line: None)
-    if args.log_every:
-        say(f"{'step':>6} {'img/s':>10}")
     model = {"precision": args.precision, "seed": seed}  # what both measurements build
-    result = benchmark_cvbench(
-        task,
-        mode=args.mode,
-        batch_size=batch_size,
-        warmup_steps=max(1, args.burn_in),
-        steps=args.steps,
-        window_steps=args.log_every or DEFAULT_WINDOW_STEPS,
-        batches=batches,
-        distribution=dist,
-        report=(lambda line: say(line)) if args.log_every else None,
-        **model,
-    )
+    result = _throughput(args, task, dist, say=say, model=model)
     measured = result.throughput
     cpu = describe_cpu()
     # training runs on every device of the distribution (JAX: all local devices of each
@@ -121,22 +102,61 @@ def benchmark_command(args: argparse.Namespace) -> int:
         say(latency_table([latency]))
     skipped = report_corrupt(args, task, dist)
     if dist.is_chief and args.json:
-        from cvbench.utils.io import write_json_atomic
-
-        summary = {
-            **result.to_dict(),
-            # NVIDIA's summary fields, as `Images/sec: mean +/- stderr (jitter = ...)`.
-            "mean": measured.images_per_sec,
-            "stderr": measured.stderr,
-            "jitter": measured.jitter,
-            "steps": len(measured.window_rates) * measured.window_steps,
-            "global_batch": measured.images_per_step,
-            "ranks": dist.size,
-            "devices": devices,
-            "cpu": cpu,
-            "latency": None if latency is None else latency.to_dict(),
-        }
-        if skipped is not None:
-            summary["corrupt_records"] = skipped
-        write_json_atomic(args.json, jsonable(summary))
+        where = {"ranks": dist.size, "devices": devices, "cpu": cpu}
+        _write_summary(args.json, result, latency, where=where, skipped=skipped)
     return 0
+
+
+def _throughput(
+    args: argparse.Namespace, task: Any, dist: Any, *, say: Any, model: dict[str, Any]
+) -> Any:
+    """`benchmark_cvbench` of the task with the command's steps and windows, reading
+    --data-dir's batches epoch after epoch (else one synthetic batch), a line per window with
+    --log-every."""
+    from cvbench.benchmark.run import benchmark_cvbench
+    from cvbench.training.step_timing import endless_batches
+
+    batch_size = task.recipe.run.batch_per_gpu
+    batches = None
+    if args.data_dir is not None:
+        data = task.train_data(batch_size=batch_size, distribution=dist, seed=model["seed"])
+        batches = endless_batches(data.data)
+    if args.log_every:
+        say(f"{'step':>6} {'img/s':>10}")
+    return benchmark_cvbench(
+        task,
+        mode=args.mode,
+        batch_size=batch_size,
+        warmup_steps=max(1, args.burn_in),
+        steps=args.steps,
+        window_steps=args.log_every or DEFAULT_WINDOW_STEPS,
+        batches=batches,
+        distribution=dist,
+        report=(lambda line: say(line)) if args.log_every else None,
+        **model,
+    )
+
+
+def _write_summary(
+    path: str, result: Any, latency: Any, *, where: dict[str, Any], skipped: int | None
+) -> None:
+    """The --json file: the result, NVIDIA's summary fields, where it ran (`where`: ranks,
+    devices, cpu), the latencies, and with --skip-corrupt the corrupt records skipped."""
+    from cvbench.benchmark.results import jsonable
+    from cvbench.utils.io import write_json_atomic
+
+    measured = result.throughput
+    summary = {
+        **result.to_dict(),
+        # NVIDIA's summary fields, as `Images/sec: mean +/- stderr (jitter = ...)`.
+        "mean": measured.images_per_sec,
+        "stderr": measured.stderr,
+        "jitter": measured.jitter,
+        "steps": len(measured.window_rates) * measured.window_steps,
+        "global_batch": measured.images_per_step,
+        **where,
+        "latency": None if latency is None else latency.to_dict(),
+    }
+    if skipped is not None:
+        summary["corrupt_records"] = skipped
+    write_json_atomic(path, jsonable(summary))

@@ -44,6 +44,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("out", type=Path, help="output folder")
+    _add_source_flags(p)
+    _add_shard_flags(p)
+    p.add_argument("--seed", type=int, default=0, help="seed of the training shuffle (0)")
+    p.add_argument(
+        "--quality", type=positive_int, default=95, help="JPEG quality of re-encoded images"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the splits named when OUT holds other versions of them (only their "
+        "shards cvbench wrote; other splits are kept)",
+    )
+    add_max_pixels_argument(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=build_coco_command)
+
+
+def _add_source_flags(p: argparse.ArgumentParser) -> None:
+    """What to read: --coco-dir (and --splits), or --annotations / --images / --split."""
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--coco-dir",
@@ -74,6 +93,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=list(_COCO_SPLITS),
         help="with --coco-dir: which splits (default: train val)",
     )
+
+
+def _add_shard_flags(p: argparse.ArgumentParser) -> None:
+    """How many shards each split gets, and how many processes encode them."""
     p.add_argument("--train-shards", type=positive_int, default=None, help="train shards (100)")
     p.add_argument("--val-shards", type=positive_int, default=None, help="val shards (10)")
     p.add_argument(
@@ -87,19 +110,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--workers", type=positive_int, default=None, help="encoding processes (all cores)"
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the training shuffle (0)")
-    p.add_argument(
-        "--quality", type=positive_int, default=95, help="JPEG quality of re-encoded images"
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the splits named when OUT holds other versions of them (only their "
-        "shards cvbench wrote; other splits are kept)",
-    )
-    add_max_pixels_argument(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=build_coco_command)
 
 
 def _sources(args: argparse.Namespace) -> tuple[dict, dict]:

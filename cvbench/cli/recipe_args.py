@@ -12,6 +12,14 @@ from cvbench.cli.args import float_list, non_negative_float, positive_int
 
 def add_recipe_flags(p: argparse.ArgumentParser) -> None:
     """Adds the knob flags of `cvbench train` (besides those of `add_model_and_data`)."""
+    _add_optimizer_flags(p)
+    _add_schedule_flags(p)
+    _add_augmentation_flags(p)
+    _add_precision_and_weights_flags(p)
+
+
+def _add_optimizer_flags(p: argparse.ArgumentParser) -> None:
+    """--epochs, the learning rate and the update rule with its regularization."""
     p.add_argument(
         "--epochs",
         type=positive_int,
@@ -40,6 +48,10 @@ def add_recipe_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--label-smoothing", type=non_negative_float, default=None, help="label smoothing"
     )
+
+
+def _add_schedule_flags(p: argparse.ArgumentParser) -> None:
+    """The learning rate's warmup and decay."""
     p.add_argument(
         "--warmup-epochs", type=non_negative_float, default=None, help="linear warmup epochs"
     )
@@ -60,6 +72,10 @@ def add_recipe_flags(p: argparse.ArgumentParser) -> None:
         help="where the decay's progress counts from: after the warmup, or step 0 over all "
         "steps (DLE's cosine)",
     )
+
+
+def _add_augmentation_flags(p: argparse.ArgumentParser) -> None:
+    """Mixup and the training crop."""
     p.add_argument("--mixup", type=non_negative_float, default=None, help="mixup alpha (0: off)")
     p.add_argument(
         "--crop-area-range",
@@ -70,6 +86,10 @@ def add_recipe_flags(p: argparse.ArgumentParser) -> None:
         "ResNet-50: 0.05,1; Inception V3: 0.1,1; SSD320: 0.75,1); raise LOW for small data "
         "or small images",
     )
+
+
+def _add_precision_and_weights_flags(p: argparse.ArgumentParser) -> None:
+    """fp16 loss scaling, and the weights training starts from."""
     p.add_argument(
         "--loss-scale",
         type=non_negative_float,

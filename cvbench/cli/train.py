@@ -56,6 +56,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "synthetic data)",
     )
     add_recipe_flags(p)
+    _add_run_folder_flags(p)
+    _add_run_flags(p)
+    _add_eval_flags(p)
+    p.add_argument("--no-export", action="store_true", help="do not export the model at the end")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_backend_flags(p)
+
+    p.set_defaults(func=train_command, usage_error=p.error, kept_on_stop=kept_on_stop)
+    register_eval(subparsers)
+
+
+def _add_run_folder_flags(p: argparse.ArgumentParser) -> None:
+    """--log-dir and its checkpoints: how often, how many, resuming from them."""
     p.add_argument(
         "--log-dir", default=None, help="checkpoints, logs, TensorBoard and export go here"
     )
@@ -78,6 +91,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --resume: resume from such a checkpoint anyway (a warning names the "
         "differences)",
     )
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    """How the run logs, measures and computes: --log-every, --burn-in, --deterministic,
+    --compression."""
     p.add_argument(
         "--log-every", type=non_negative_int, default=100, help="print a line every N steps"
     )
@@ -93,6 +111,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="none",
         help="Horovod gradient compression (fp16 needs --precision fp16)",
     )
+
+
+def _add_eval_flags(p: argparse.ArgumentParser) -> None:
+    """When the run evaluates: --eval, or --eval-count times."""
     p.add_argument(
         "--eval",
         choices=("end", "epoch", "none"),
@@ -107,12 +129,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="evaluate N times, evenly over the run (the last at its end), with the results "
         "(COCO AP for SSD320) in the epoch logs, train_log.jsonl and TensorBoard; replaces --eval",
     )
-    p.add_argument("--no-export", action="store_true", help="do not export the model at the end")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_backend_flags(p)
-
-    p.set_defaults(func=train_command, usage_error=p.error, kept_on_stop=kept_on_stop)
-    register_eval(subparsers)
 
 
 def kept_on_stop(args: argparse.Namespace) -> str:
