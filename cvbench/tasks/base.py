@@ -56,7 +56,7 @@ from cvbench.utils.model_file import ModelInfo
 
 if TYPE_CHECKING:
     from cvbench.data.dataset_info import DatasetInfo
-    from cvbench.tasks.sources import Source
+    from cvbench.tasks.sources import DataSource
 
 #: Batches of a synthetic evaluation (no validation set to cover).
 SYNTHETIC_EVAL_BATCHES = 2
@@ -372,12 +372,12 @@ class RecordTask(abc.ABC):
         )
         return source.read(self.options.data_dir, spec=spec, **self.dataset_options(), **options)
 
-    def data_source(self) -> Source | None:
+    def data_source(self) -> DataSource | None:
         """The source the task's caller chose (e.g. `ClassificationTask(data_backend=...)`),
         or None: `source()` then follows `options.reader`. Default None."""
         return None
 
-    def source(self) -> Source:
+    def source(self) -> DataSource:
         """What reads this task's records (`cvbench.tasks.sources`): `data_source()`, else
         grain when `reader()` says so, else tf.data through the task's own `dataset_fn` and
         `count_records` (`RecordSource`).

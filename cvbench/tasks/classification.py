@@ -26,7 +26,7 @@ from cvbench.tasks.base import (
 )
 from cvbench.tasks.recipes import fit_classes
 from cvbench.tasks.recipes.plan import builder_arguments
-from cvbench.tasks.sources import DALI_DEVICES, DaliSource, GrainSource, Source
+from cvbench.tasks.sources import DALI_DEVICES, DaliSource, DataSource, GrainSource
 from cvbench.training.losses import SparseCrossEntropy
 from cvbench.utils.model_file import ModelInfo
 from cvbench.zoo import (
@@ -60,7 +60,7 @@ class ClassificationTask(RecordTask):
             element structure and evaluation cover; needs the records' index files and the
             `cvbench[dali]` extra), "grain" (`imagenet_grain_dataset`: no TensorFlow, the
             same recipe and batches, `options.data_workers` worker processes), or a
-            `Source` object (`DaliSource(device=...)`, `GrainSource(workers=...)`, ...).
+            `DataSource` object (`DaliSource(device=...)`, `GrainSource(workers=...)`, ...).
             `options.reader` "grain" chooses grain too.
         dali_device: with "dali": "cpu" (libjpeg-turbo) or "mixed" (nvJPEG on the GPU).
 
@@ -100,7 +100,7 @@ class ClassificationTask(RecordTask):
         eval_preprocess: Callable | None = None,
         metrics: Callable[[], list] | None = None,
         weights: str | os.PathLike | None = None,
-        data_backend: str | Source = "tf",
+        data_backend: str | DataSource = "tf",
         dali_device: str = "cpu",
     ) -> None:
         if options.model not in self.models():
@@ -122,7 +122,7 @@ class ClassificationTask(RecordTask):
         self.dali_device = getattr(self._source, "device", dali_device)
         self._check_backend()
 
-    def data_source(self) -> Source | None:
+    def data_source(self) -> DataSource | None:
         """The source `data_backend` chose (`DaliSource`, `GrainSource`, or the object
         given), or None for "tf" (tf.data, or grain when `options.reader` says so)."""
         return self._source
@@ -380,9 +380,9 @@ def top_k_accuracy(k: int, name: str) -> keras.metrics.Metric:
 
 
 def _chosen_source(
-    data_backend: str | Source, dali_device: str, options: TaskOptions
-) -> Source | None:
-    """The `Source` of `ClassificationTask(data_backend=..., dali_device=...)`: a source
+    data_backend: str | DataSource, dali_device: str, options: TaskOptions
+) -> DataSource | None:
+    """The `DataSource` of `ClassificationTask(data_backend=..., dali_device=...)`: a source
     object as given, "dali" and "grain" theirs, "tf" None (`RecordTask.source` decides).
 
     Raises:
@@ -391,7 +391,7 @@ def _chosen_source(
     if not isinstance(data_backend, str):
         if not callable(getattr(data_backend, "read", None)):
             raise ValueError(
-                f"data_backend must be one of {DATA_BACKENDS} or a Source, got {data_backend!r}"
+                f"data_backend must be one of {DATA_BACKENDS} or a DataSource, got {data_backend!r}"
             )
         return data_backend
     if data_backend not in DATA_BACKENDS:
