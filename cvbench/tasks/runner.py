@@ -90,7 +90,8 @@ class TaskRun:
         log_dir = self.trainer.log_dir
         if log_dir is None or not RunFolder(log_dir).log.is_file():
             return {}
-        return epoch_history(read_run_log(RunFolder(log_dir).log), self.trainer)
+        events = read_run_log(RunFolder(log_dir).log)
+        return epoch_history(events, self.trainer.learning_rate_at)
 
     def write_results(
         self, results: dict[str, float] | None, *, plots: Sequence[str | Path] = ()
@@ -250,9 +251,11 @@ def written_line(log_dir: str | Path, record: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def epoch_history(events: Sequence[dict[str, Any]], trainer: Any = None) -> dict[str, list]:
-    """`TaskRun.epoch_history` of run-log `events`; with `trainer`, its schedule's rate at
-    each epoch's last step as "learning_rate".
+def epoch_history(
+    events: Sequence[dict[str, Any]], learning_rate: Callable[[int], float | None] | None = None
+) -> dict[str, list]:
+    """`TaskRun.epoch_history` of run-log `events`; with `learning_rate` (`step -> rate`, e.g.
+    `Trainer.learning_rate_at`), the rate at each epoch's last step as "learning_rate".
 
     Example:
         >>> events = [{"event": "epoch", "epoch": 1, "step": 2, "loss": 2.0, "val_top1": 0.25},
@@ -273,8 +276,8 @@ def epoch_history(events: Sequence[dict[str, Any]], trainer: Any = None) -> dict
     history: dict[str, list] = {"epoch": epochs, "step": [last[e]["step"] for e in epochs]}
     for name in dict.fromkeys(names):
         history[name] = [_number(last[e].get(name)) for e in epochs]
-    if trainer is not None:
-        rates = [_rate_at(trainer, step) for step in history["step"]]
+    if learning_rate is not None:
+        rates = [learning_rate(step) for step in history["step"]]
         if any(r is not None for r in rates):
             history["learning_rate"] = [math.nan if r is None else r for r in rates]
     return history
@@ -285,19 +288,6 @@ def _number(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return math.nan
-
-
-def _rate_at(trainer: Any, step: int) -> float | None:
-    """The learning rate of the step that made `step` steps done (the schedule at step - 1,
-    as `Trainer.learning_rate` reads it); None without an optimizer."""
-    optimizer = getattr(trainer, "optimizer", None)
-    if optimizer is None:
-        return None
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    rate = inner._learning_rate
-    if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
-        return float(keras.ops.convert_to_numpy(rate(max(step - 1, 0))))
-    return float(keras.ops.convert_to_numpy(inner.learning_rate))
 
 
 def _newest_checkpoint(log_dir: Path) -> Path | None:
@@ -413,47 +403,66 @@ def prepare_run(
     dist = get_distribution(distribution)
     recipe = task.recipe
     batch_size = batch_size or recipe.run.batch_per_gpu
+    train, run_plan = _data_and_plan(task, dist, batch_size, seed, steps_per_epoch)
+    own_optimizer = optimizer is not None
+    if not own_optimizer:
+        optimizer, schedule = recipe.optimizer, planned_schedule(recipe, run_plan)
+    if callable(optimizer) and not isinstance(optimizer, keras.optimizers.Optimizer):
+        optimizer = optimizer(train.steps_per_epoch, batch_size * dist.size)
+    config = dataclasses.replace(config or TrainConfig(), **loss_scaling(recipe))
+    settings = run_settings(task)
+    notes = run_notes(task, dist, batch_size, precision=precision, own_optimizer=own_optimizer)
+    if dist.is_chief:
+        print("\n".join(notes.banner(recipe, run_plan)), flush=True)
+    trainer = build_trainer(
+        task, optimizer=optimizer, schedule=schedule, precision=precision, config=config,
+        distribution=dist,
+    )  # fmt: skip
+    trainer.run_settings = settings
+    return TaskRun(
+        task=task, trainer=trainer, train=train, batch_size=batch_size, plan=run_plan,
+        notes=notes,
+    )  # fmt: skip
+
+
+def _data_and_plan(
+    task: Task, dist: Any, batch_size: int, seed: int | None, steps_per_epoch: int | None
+) -> tuple[Any, RecipePlan]:
+    """`(training data, plan)`: this rank's training data of `task` (which first checks that
+    it can train) and its recipe planned at the run's global batch and epoch length."""
     check = getattr(task, "check_trainable", None)
     if check is not None:
         check()
     train = task.train_data(batch_size=batch_size, distribution=dist, seed=seed)
     steps = steps_per_epoch or train.steps_per_epoch
     run_plan = plan(
-        recipe, num_gpus=dist.size, train_images=steps * batch_size * dist.size,
+        task.recipe, num_gpus=dist.size, train_images=steps * batch_size * dist.size,
         batch_per_gpu=batch_size,
     )  # fmt: skip
+    return train, run_plan
+
+
+def run_notes(
+    task: Task, dist: Any, batch_size: int, *, precision: str, own_optimizer: bool
+) -> RunNotes:
+    """What a run of `task` on the ranks of `dist` states besides its plan: the precision
+    the Trainer will use for the asked `precision` and why, the recipe's overrides, the
+    parts the caller replaced (`own_optimizer`: the optimizer and schedule), the devices."""
+    from cvbench.training.precision import resolve_precision
+
+    recipe = task.recipe
     callers_own = tuple(getattr(task, "callers_own", tuple)())
-    if optimizer is None:
-        optimizer = recipe.optimizer
-        schedule = planned_schedule(recipe, run_plan)
-    else:
+    if own_optimizer:
         callers_own = ("optimizer and schedule", *callers_own)
-    config = dataclasses.replace(config or TrainConfig(), **loss_scaling(recipe))
-    if callable(optimizer) and not isinstance(optimizer, keras.optimizers.Optimizer):
-        optimizer = optimizer(train.steps_per_epoch, batch_size * dist.size)
-    trainer = build_trainer(
-        task,
-        optimizer=optimizer,
-        schedule=schedule,
-        precision=precision,
-        config=config,
-        distribution=dist,
-    )
-    notes = RunNotes(
-        precision=trainer.precision,
-        precision_reason=precision_note(recipe, trainer.precision, precision),
-        overrides=overrides(recipe),
+    changed, devices = overrides(recipe), devices_note(dist, batch_size)
+    used = resolve_precision(precision)
+    return RunNotes(
+        precision=used,
+        precision_reason=precision_note(recipe, used, precision),
+        overrides=changed,
         callers_own=callers_own,
-        devices=devices_note(dist, batch_size),
+        devices=devices,
     )
-    if dist.is_chief:
-        for line in notes.banner(recipe, run_plan):
-            print(line, flush=True)
-    trainer.run_settings = run_settings(task)
-    return TaskRun(
-        task=task, trainer=trainer, train=train, batch_size=batch_size, plan=run_plan,
-        notes=notes,
-    )  # fmt: skip
 
 
 def run_settings(task: Task) -> dict[str, Any]:

@@ -12,18 +12,22 @@ import keras
 from cvbench.training.inputs import evaluation_batches, is_array_data, known_length, rank_rows
 
 
-def evaluate_trainer(
-    trainer: Any, data: Any, *, steps: int | None = None, batch_size: int | None = None
+def evaluate_over_ranks(
+    model: keras.Model,
+    distribution: Any,
+    data: Any,
+    *,
+    steps: int | None = None,
+    batch_size: int | None = None,
 ) -> dict[str, float]:
-    """Loss and metrics of `trainer.training_model` over `data`, summed over ranks before
-    averaging (see `Trainer.evaluate`, which documents the arguments)."""
-    trainer.compile_for_inference()
-    model = trainer.training_model
+    """Loss and metrics of the compiled `model` over `data`, summed over the ranks of
+    `distribution` (a `Distribution`) before averaging (see `Trainer.evaluate`, which
+    documents the arguments)."""
     if is_array_data(data):
-        part = rank_rows(data, trainer.rank, trainer.size)
+        part = rank_rows(data, distribution.rank, distribution.size)
         batch_size = batch_size or 32
-        if trainer.distribution.global_steps:
-            part = _padded_for_global_steps(trainer, part, batch_size)
+        if distribution.global_steps:
+            part = _padded_for_global_steps(distribution, part, batch_size)
         x, y, sample_weight = (part + (None,))[:3]
         model.evaluate(
             x,
@@ -37,17 +41,17 @@ def evaluate_trainer(
         if steps is None and not type(data).__module__.startswith("tensorflow"):
             steps = known_length(data)
         model.evaluate(evaluation_batches(data), steps=steps, verbose=0)
-    if trainer.size > 1 and not trainer.distribution.global_steps:
+    if distribution.size > 1 and not distribution.global_steps:
         variables = model.metrics_variables
         values = [keras.ops.convert_to_numpy(v.value) for v in variables]
-        totals = trainer.distribution.sum_arrays(values)
+        totals = distribution.sum_arrays(values)
         for variable, value, total in zip(variables, values, totals, strict=True):
             variable.assign(total.astype(value.dtype))
     results = model.get_metrics_result()
     return {k: float(keras.ops.convert_to_numpy(v)) for k, v in results.items()}
 
 
-def _padded_for_global_steps(trainer: Any, part: tuple, batch_size: int) -> tuple:
+def _padded_for_global_steps(distribution: Any, part: tuple, batch_size: int) -> tuple:
     """This rank's rows padded to as many full batches as the rank with most batches has,
     the padding weighing 0: every step of a global-array engine (JAX data parallelism) then
     has one full batch from every process (rows differ by one between ranks, and a last
@@ -57,7 +61,7 @@ def _padded_for_global_steps(trainer: Any, part: tuple, batch_size: int) -> tupl
     x, y, weight = (tuple(part) + (None,))[:3]
     rows = len(keras.tree.flatten(x)[0])
     batches = -(-rows // batch_size)
-    batches = int(trainer.distribution.allreduce_max(np.array([batches], np.float64))[0])
+    batches = int(distribution.allreduce_max(np.array([batches], np.float64))[0])
     pad = batches * batch_size - rows
     weight = np.ones(rows, "float32") if weight is None else np.asarray(weight, "float32")
 

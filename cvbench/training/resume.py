@@ -20,9 +20,9 @@ optimizer and the data order reached; the new seed only draws the shuffles and a
 of the epochs still to come.
 
 A resume whose run folder holds checkpoints none of which is valid is refused
-(`check_resumed`: a `BadFileError` naming them), where it used to start again at step 0 and
-log the same step numbers a second time; removing them (or another log directory) starts the
-run over.
+(`check_resumed`: a `BadFileError` naming them) rather than started again at step 0, which
+would log the same step numbers a second time; removing them (or another log directory)
+starts the run over.
 
 A run resumed on another number of ranks (a node lost, `--resume` on the nodes left) is not a
 different plan when only the world size changed (`world_size_change`): the same images per
@@ -244,18 +244,17 @@ def _without_identity(plan: dict[str, Any]) -> dict[str, Any]:
     return dict(plan, settings=kept)
 
 
-def check_resumed(trainer: Any) -> None:
-    """After a resume that restored nothing (`trainer.state` still at step 0): raises when the
-    run's checkpoint folder holds checkpoints, all of them invalid (each was skipped with a
-    warning), instead of letting the run start again at step 0. Every rank calls it; rank 0
-    looks and tells the others.
+def check_resumed(step: int, directory: Path | None, distribution: Any) -> None:
+    """After a resume that restored nothing (the run still at `step` 0): raises when the
+    run's checkpoint folder `directory` holds checkpoints, all of them invalid (each was
+    skipped with a warning), instead of letting the run start again at step 0. Every rank of
+    `distribution` calls it; rank 0 looks and tells the others.
 
     Raises:
         BadFileError: naming the folder and its invalid checkpoints.
     """
     message = None
-    if trainer.is_chief and trainer.state.get("step", 0) == 0:
-        directory = trainer.checkpoint_dir
+    if distribution.is_chief and step == 0:
         invalid = ckpt.CheckpointManager(directory).checkpoints() if directory else []
         if invalid:
             names = ", ".join(p.name for p in reversed(invalid))
@@ -264,7 +263,7 @@ def check_resumed(trainer: Any) -> None:
                 f"valid ({names}; the warnings above say why): remove them to start this run "
                 "over, or train in another log directory"
             )
-    message = trainer.distribution.broadcast_object(message)
+    message = distribution.broadcast_object(message)
     if message is not None:
         raise BadFileError(message)
 
@@ -322,34 +321,36 @@ def plan_differences(now: dict[str, Any], meta: dict, variables: list) -> list[s
     return differences
 
 
-def restore_checked(trainer: Any, path: Path, meta: dict, arrays: dict) -> dict:
-    """Restores `trainer`'s model and optimizer from the checkpoint at `path` after the plan
+@dataclasses.dataclass(frozen=True)
+class ResumeTarget:
+    """What a resume restores into and checks a checkpoint against (the Trainer's).
+
+    Attributes:
+        plan: this run's plan (`run_plan`).
+        model_variables: the model's variables.
+        optimizer: the built optimizer (a `LossScaleOptimizer` or a plain one).
+        force_resume: resume a checkpoint of another plan, with a warning.
+        is_chief: this is rank 0 (which prints and warns).
+        run_events: where a world-size change is added as a `("world_size", fields)` event.
+    """
+
+    plan: dict[str, Any]
+    model_variables: list
+    optimizer: Any
+    force_resume: bool
+    is_chief: bool
+    run_events: list
+
+
+def restore_checked(target: ResumeTarget, path: Path, meta: dict, arrays: dict) -> dict:
+    """Restores `target`'s model and optimizer from the checkpoint at `path` after the plan
     check; returns the checkpointed trainer state, or `{"refused": message}`."""
-    differences = "; ".join(plan_differences(trainer._plan(), meta, trainer.model.variables))
-    if differences and not trainer.config.force_resume:
-        return {
-            "refused": f"cannot resume from {path}: this run differs from the "
-            f"checkpointed one ({differences}); pass force_resume=True to resume anyway, "
-            "or train in another log directory"
-        }
-    if differences:
-        warnings.warn(
-            f"resuming from {path} although this run differs from the checkpointed one "
-            f"({differences}), as force_resume=True asks",
-            stacklevel=6,
-        )
-    plan_now = trainer._plan()
-    seed = seed_change(meta, plan_now)
-    if seed is not None and trainer.is_chief:
-        warnings.warn(
-            f"resuming from {path} with another seed ({seed}): the weights, optimizer and "
-            "data order are the checkpoint's; the epochs still to come shuffle and augment "
-            "with the new seed",
-            stacklevel=6,
-        )
-    change = world_size_change(meta.get("state", {}), plan_now)
+    refusal = _refusal(target, path, meta)
+    if refusal is not None:
+        return {"refused": refusal}
+    change = world_size_change(meta.get("state", {}), target.plan)
     state = dict(meta["state"], path=str(path))
-    inner = getattr(trainer.optimizer, "inner_optimizer", trainer.optimizer)
+    inner = getattr(target.optimizer, "inner_optimizer", target.optimizer)
     if change is not None:
         try:
             iterations = _checkpointed_iterations(meta, arrays, inner)
@@ -360,24 +361,61 @@ def restore_checked(trainer: Any, path: Path, meta: dict, arrays: dict) -> dict:
         ckpt.restore_variables(
             meta,
             arrays,
-            model_variables=trainer.model.variables,
-            optimizer_variables=trainer.optimizer.variables,
+            model_variables=target.model_variables,
+            optimizer_variables=target.optimizer.variables,
         )
     except ValueError as e:
         return {"refused": f"cannot resume from {path}: {e}"}
     if change is None:
-        if trainer.is_chief:
+        if target.is_chief:
             print(f"cvbench: resumed from {path} (step {state['step']})", flush=True)
         return state
     if state.get("iterations") is not None:
         inner.iterations.assign(state["iterations"])
+    _record_world_size(target, path, meta, state, change)
+    return state
+
+
+def _refusal(target: ResumeTarget, path: Path, meta: dict) -> str | None:
+    """Why the checkpoint at `path` cannot be resumed (its plan differs and `force_resume`
+    is not set), or None; warns about a forced resume and a changed seed."""
+    differences = "; ".join(plan_differences(target.plan, meta, target.model_variables))
+    if differences and not target.force_resume:
+        return (
+            f"cannot resume from {path}: this run differs from the "
+            f"checkpointed one ({differences}); pass force_resume=True to resume anyway, "
+            "or train in another log directory"
+        )
+    if differences:
+        warnings.warn(
+            f"resuming from {path} although this run differs from the checkpointed one "
+            f"({differences}), as force_resume=True asks",
+            stacklevel=7,
+        )
+    seed = seed_change(meta, target.plan)
+    if seed is not None and target.is_chief:
+        warnings.warn(
+            f"resuming from {path} with another seed ({seed}): the weights, optimizer and "
+            "data order are the checkpoint's; the epochs still to come shuffle and augment "
+            "with the new seed",
+            stacklevel=7,
+        )
+    return None
+
+
+def _record_world_size(
+    target: ResumeTarget, path: Path, meta: dict, state: dict, change: dict
+) -> None:
+    """Adds the `world_size` event of a resume on another number of ranks to the run's
+    events, and says so on rank 0."""
+    plan_now = target.plan
     old_step, old_gb = meta["state"]["step"], change["global_batch_before"]
     fields = dict(change, step_before=old_step, step=state["step"], images=old_step * old_gb,
                   planned_steps=plan_now["planned_steps"],
                   planned_images=plan_now["planned_steps"] * change["global_batch"])  # fmt: skip
-    trainer.run_events.append(("world_size", fields))
-    if not trainer.is_chief:
-        return state
+    target.run_events.append(("world_size", fields))
+    if not target.is_chief:
+        return
     print(
         f"cvbench: resumed from {path} (step {old_step} at {change['ranks_before']} ranks, "
         f"global batch {old_gb}: {fields['images']} images) on {change['ranks']} ranks: "
@@ -385,7 +423,6 @@ def restore_checked(trainer: Any, path: Path, meta: dict, arrays: dict) -> dict:
         f"{plan_now['planned_steps']} ({fields['planned_images']} images planned)",
         flush=True,
     )
-    return state
 
 
 def _checkpointed_iterations(meta: dict, arrays: dict, optimizer: Any) -> int | None:

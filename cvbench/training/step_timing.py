@@ -148,38 +148,34 @@ def time_steps(
     return summary
 
 
-def benchmark_trainer(
-    trainer: Any,
-    data: Any,
-    *,
-    steps: int,
-    burn_in: int | None,
-    batch_size: int | None,
-    mode: str,
-) -> ThroughputSummary:
-    """`Trainer.benchmark` (see its docstring): sets the trainer up for `mode` and times
-    `burn_in + steps` steps, one window each."""
+def benchmark_source(
+    data: Any, *, mode: str, steps: int, total: int, batch_size: int | None, rank: int, size: int
+) -> tuple[BatchSource, int]:
+    """`(source, batch per rank)`: this rank's batches for `Trainer.benchmark`'s `total`
+    steps in `mode`, after checking `mode` and the measured `steps`.
+
+    Raises:
+        ValueError: `mode` is neither "train" nor "inference"; `steps` is not a positive int.
+    """
     if mode not in ("train", "inference"):
         raise ValueError(f"mode must be 'train' or 'inference', got {mode!r}")
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
-    burn_in = trainer.config.burn_in_steps if burn_in is None else burn_in
-    total = burn_in + steps
     source = make_source(
         data,
         batch_size=batch_size,
         steps_per_epoch=None if is_array_data(data) else total,
-        rank=trainer.rank,
-        size=trainer.size,
+        rank=rank,
+        size=size,
         shuffle=False,
         seed=0,
     )
-    per_rank = source.batch_size or peek_batch_size(data)
-    if mode == "train":
-        trainer.prepare(global_batch=per_rank * trainer.size, steps_per_epoch=total, epochs=1)
-    else:
-        trainer.compile_for_inference()
-    model = trainer.training_model
+    return source, source.batch_size or peek_batch_size(data)
+
+
+def model_step(model: keras.Model, mode: str) -> Callable[..., float]:
+    """`step(x, y, sample_weight) -> loss` of the compiled `model`: a train step
+    (`mode="train"`) or a forward pass copied to the host (NaN loss)."""
 
     def step(x, y, sample_weight) -> float:
         if mode == "inference":
@@ -188,13 +184,4 @@ def benchmark_trainer(
         logs = model.train_on_batch(x, y, sample_weight=sample_weight, return_dict=True)
         return float(logs.get("loss", math.nan))
 
-    return time_steps(
-        step,
-        source,
-        total=total,
-        burn_in=burn_in,
-        ranks=trainer.size,
-        log=RunLog(None, enabled=trainer.is_chief, progress_bar=False),
-        log_every=trainer.config.log_every,
-        learning_rate=(lambda: trainer.learning_rate) if mode == "train" else (lambda: None),
-    )
+    return step

@@ -30,7 +30,7 @@ from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.determinism import enable_determinism
 from cvbench.training.distributed import Distribution, get_distribution
 from cvbench.training.epoch_loop import LoopState, TrainState, rank_source, run_epochs
-from cvbench.training.evaluation import evaluate_trainer
+from cvbench.training.evaluation import evaluate_over_ranks
 from cvbench.training.export import adopt_inputs
 from cvbench.training.loop_callbacks import (
     Checkpointing,
@@ -47,7 +47,7 @@ from cvbench.training.precision import (
 from cvbench.training.run_dir import RunDirectory, RunFolder
 from cvbench.training.run_log import RunLog
 from cvbench.training.signals import StopRequest
-from cvbench.training.step_timing import benchmark_trainer
+from cvbench.training.step_timing import benchmark_source, model_step, time_steps
 from cvbench.training.throughput import ThroughputSummary
 from cvbench.training.trainer_checkpoints import (
     _TrainerCheckpoints,
@@ -140,16 +140,7 @@ class Trainer(_TrainerCheckpoints):
         self._optimizer_spec, self._schedule_spec = check_optimizer_args(optimizer, schedule)
         self._seed_everything()
         with self.distribution.scope():
-            if isinstance(model, keras.Model):
-                check_model_policy(model, self.precision)
-                self.distribution.adopt_variables(model.variables)
-                self.model = model
-            elif callable(model):
-                self.model = build_model_with_policy(model, self.precision)
-            else:
-                raise ValueError(
-                    f"model must be a keras.Model or a function building one, got {model!r}"
-                )
+            self.model = self._take_model(model)
             self.training_model = TrainingModel(self.model, loss)
         self.metrics = list(metrics)
         for metric in self.metrics:  # instances made before the Trainer hold variables
@@ -217,13 +208,32 @@ class Trainer(_TrainerCheckpoints):
         if self.optimizer is None:
             return None
         inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        return self.learning_rate_at(int(keras.ops.convert_to_numpy(inner.iterations)))
+
+    def learning_rate_at(self, step: int) -> float | None:
+        """The learning rate of the step that made `step` steps applied (the schedule at
+        `step - 1`, at 0 for step 0; a constant rate at any step); None without an
+        optimizer."""
+        if self.optimizer is None:
+            return None
+        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         rate = inner._learning_rate
         if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
-            step = max(int(keras.ops.convert_to_numpy(inner.iterations)) - 1, 0)
-            return float(keras.ops.convert_to_numpy(rate(step)))
+            return float(keras.ops.convert_to_numpy(rate(max(step - 1, 0))))
         return float(keras.ops.convert_to_numpy(inner.learning_rate))
 
     # ----------------------------------------------------------------- set-up
+    def _take_model(self, model: keras.Model | Callable[[], keras.Model]) -> keras.Model:
+        """`model` checked against the precision policy (variables laid out for the
+        distribution), or built by the function `model` under it."""
+        if isinstance(model, keras.Model):
+            check_model_policy(model, self.precision)
+            self.distribution.adopt_variables(model.variables)
+            return model
+        if callable(model):
+            return build_model_with_policy(model, self.precision)
+        raise ValueError(f"model must be a keras.Model or a function building one, got {model!r}")
+
     def _seed_everything(self) -> None:
         seed = self.config.seed
         if seed is None and self.config.deterministic:
@@ -327,7 +337,8 @@ class Trainer(_TrainerCheckpoints):
         first = not self._synced
         self._resume_or_sync()
         if first and self.config.resume:
-            resume.check_resumed(self)  # checkpoints, none valid: refused, not step 0 again
+            # checkpoints, none valid: refused, not step 0 again
+            resume.check_resumed(self.train_state.step, self.checkpoint_dir, self.distribution)
 
     # ----------------------------------------------------------------- fit
     @holding_log_dir
@@ -381,6 +392,29 @@ class Trainer(_TrainerCheckpoints):
         if not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs must be a positive int, got {epochs!r}")
         adopt_inputs(self, validation_data, train_data)
+        source = self._prepared_source(
+            train_data, epochs=epochs, batch_size=batch_size, steps_per_epoch=steps_per_epoch,
+            shuffle=shuffle,
+        )  # fmt: skip
+        history = keras.callbacks.History()
+        user = self._keras_callbacks(callbacks, chief_callbacks, history, epochs, source)
+        validation = self._validation(validation_data, validation_steps, validation_batch_size)
+        self._run_loop(source, epochs, user, validation)
+        if self.config.export and self.log_dir is not None:
+            self.export(RunFolder(self.log_dir).export)
+        return history
+
+    def _prepared_source(
+        self,
+        train_data: Any,
+        *,
+        epochs: int,
+        batch_size: int | None,
+        steps_per_epoch: int | None,
+        shuffle: bool,
+    ) -> Any:
+        """This rank's batches of `train_data`, with the Trainer prepared for them
+        (`prepare`: optimizer, resume or rank sync) and in the run's data order."""
         source, per_rank = rank_source(
             self.train_state, self.distribution, train_data, seed=self.config.seed,
             batch_size=batch_size, steps_per_epoch=steps_per_epoch, shuffle=shuffle,
@@ -389,24 +423,32 @@ class Trainer(_TrainerCheckpoints):
             global_batch=per_rank * self.size, steps_per_epoch=source.steps_per_epoch, epochs=epochs
         )
         source.seed = self.train_state.data_seed  # a resume restores the run's data order
-        history = keras.callbacks.History()
-        run_callbacks = list(callbacks) + (list(chief_callbacks) if self.is_chief else [])
-        callback_list = keras.callbacks.CallbackList(
-            run_callbacks + [history], model=self.training_model
-        )
-        callback_list.set_params({"epochs": epochs, "steps": source.steps_per_epoch, "verbose": 0})
-        validation = None
-        if callable(validation_data):  # e.g. a task's evaluation
-            validation = validation_data
-        elif validation_data is not None:
-            validation = functools.partial(
-                self.evaluate, validation_data, steps=validation_steps,
-                batch_size=validation_batch_size,
-            )  # fmt: skip
-        self._run_loop(source, epochs, KerasCallbacks(callback_list), validation)
-        if self.config.export and self.log_dir is not None:
-            self.export(RunFolder(self.log_dir).export)
-        return history
+        return source
+
+    def _keras_callbacks(
+        self,
+        callbacks: Sequence[keras.callbacks.Callback],
+        chief_callbacks: Sequence[keras.callbacks.Callback],
+        history: keras.callbacks.History,
+        epochs: int,
+        source: Any,
+    ) -> KerasCallbacks:
+        """The user's Keras callbacks (`chief_callbacks` on rank 0 only) and the `history`
+        over the training model, as the loop calls them."""
+        mine = [*callbacks, *(chief_callbacks if self.is_chief else ()), history]
+        callback_list = keras.callbacks.CallbackList(mine, model=self.training_model)
+        params = {"epochs": epochs, "steps": source.steps_per_epoch, "verbose": 0}
+        callback_list.set_params(params)
+        return KerasCallbacks(callback_list)
+
+    def _validation(
+        self, data: Any, steps: int | None, batch_size: int | None
+    ) -> Callable[[], dict[str, float]] | None:
+        """`fit`'s epoch-end evaluation: `data` itself when it is a function (e.g. a
+        task's evaluation), else `evaluate` over it; None without `data`."""
+        if data is None or callable(data):
+            return data
+        return functools.partial(self.evaluate, data, steps=steps, batch_size=batch_size)
 
     def _run_loop(
         self,
@@ -471,7 +513,10 @@ class Trainer(_TrainerCheckpoints):
         Returns:
             `{"loss": ..., <metric name>: ...}` as floats, identical on every rank.
         """
-        return evaluate_trainer(self, data, steps=steps, batch_size=batch_size)
+        self.compile_for_inference()
+        return evaluate_over_ranks(
+            self.training_model, self.distribution, data, steps=steps, batch_size=batch_size
+        )
 
     # ----------------------------------------------------------------- benchmark
     @in_distribution_scope
@@ -503,8 +548,25 @@ class Trainer(_TrainerCheckpoints):
         Returns:
             The `ThroughputSummary`; rank 0 also prints it.
         """
-        return benchmark_trainer(
-            self, data, steps=steps, burn_in=burn_in, batch_size=batch_size, mode=mode
+        burn_in = self.config.burn_in_steps if burn_in is None else burn_in
+        total = burn_in + steps if isinstance(steps, int) else steps
+        source, per_rank = benchmark_source(
+            data, mode=mode, steps=steps, total=total, batch_size=batch_size, rank=self.rank,
+            size=self.size,
+        )  # fmt: skip
+        if mode == "train":
+            self.prepare(global_batch=per_rank * self.size, steps_per_epoch=total, epochs=1)
+        else:
+            self.compile_for_inference()
+        return time_steps(
+            model_step(self.training_model, mode),
+            source,
+            total=total,
+            burn_in=burn_in,
+            ranks=self.size,
+            log=RunLog(None, enabled=self.is_chief, progress_bar=False),
+            log_every=self.config.log_every,
+            learning_rate=(lambda: self.learning_rate) if mode == "train" else (lambda: None),
         )
 
     # ----------------------------------------------------------------- export

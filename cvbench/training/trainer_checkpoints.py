@@ -45,7 +45,7 @@ def in_distribution_scope(method: Callable) -> Callable:
     variables made there are replicated, steps take this process' slice of the batch)."""
 
     @functools.wraps(method)
-    def run(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+    def run(trainer: _TrainerCheckpoints, *args: Any, **kwargs: Any) -> Any:
         with trainer.distribution.scope():
             return method(trainer, *args, **kwargs)
 
@@ -127,6 +127,16 @@ class _TrainerCheckpoints:
     def _all_variables(self) -> list:
         return list(self.model.variables) + list(self.optimizer.variables)
 
+    def _resume_target(self) -> resume.ResumeTarget:
+        return resume.ResumeTarget(
+            plan=self._plan(),
+            model_variables=self.model.variables,
+            optimizer=self.optimizer,
+            force_resume=self.config.force_resume,
+            is_chief=self.is_chief,
+            run_events=self.run_events,
+        )
+
     def _restore_latest(self) -> dict | None:
         """Rank 0 loads the newest valid checkpoint, refusing one written for another plan
         (epochs, steps per epoch, global batch, precision, model) unless
@@ -147,9 +157,9 @@ class _TrainerCheckpoints:
             # so every process restores rank 0's checkpoint (sent to it), not rank 0 alone.
             found = self.distribution.broadcast_object(found)
             if found is not None:
-                state = resume.restore_checked(self, *found)
+                state = resume.restore_checked(self._resume_target(), *found)
         elif found is not None:
-            state = resume.restore_checked(self, *found)
+            state = resume.restore_checked(self._resume_target(), *found)
         state = self.distribution.broadcast_object(state)
         if state is not None and "refused" in state:
             raise ValueError(state["refused"])
