@@ -220,3 +220,25 @@ def test_the_command_waits_for_no_coordinator_in_one_process(monkeypatch):
     monkeypatch.setenv("KERAS_DISTRIBUTION_NUM_PROCESSES", "two")
     with pytest.raises(ValueError, match="^KERAS_DISTRIBUTION_NUM_PROCESSES must be an integer"):
         distribution_from_args(args)
+
+
+def test_the_old_import_paths_keep_working():
+    # the base classes moved below Horovod and JaxDataParallel: the same objects as before
+    from cvbench import training
+    from cvbench.training import distributed, distribution_base, jax_distributed
+    from cvbench.utils import launch
+
+    for name in ("Distribution", "SingleProcess", "RankFailedError"):
+        assert getattr(distributed, name) is getattr(distribution_base, name)
+    assert training.Distribution is distribution_base.Distribution
+    assert issubclass(jax_distributed.JaxDataParallel, distribution_base.Distribution)
+    assert issubclass(distributed.Horovod, distribution_base.Distribution)
+    assert (
+        jax_distributed.ENV_VARS
+        == launch.JAX_VARS
+        == (
+            "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+            "KERAS_DISTRIBUTION_NUM_PROCESSES",
+            "KERAS_DISTRIBUTION_PROCESS_ID",
+        )
+    )
