@@ -159,45 +159,16 @@ def benchmark_cvbench(
     window_steps = min(window_steps, steps)
     windows = steps // window_steps
     policy = resolve_precision(precision)
+    build = {"batch_size": batch_size, "batches": batches, "jit_compile": jit_compile, "seed": seed}
     if mode == "train":
+        planned_steps = warmup_steps + windows * window_steps
         workload, _ = cvbench_training(
-            spec,
-            batch_size=batch_size,
-            precision=policy,
-            planned_steps=warmup_steps + windows * window_steps,
-            batches=batches,
-            jit_compile=jit_compile,
-            distribution=distribution,
-            seed=seed,
+            spec, precision=policy, planned_steps=planned_steps, distribution=distribution, **build
         )
     else:
-        images = None
-        if batches is not None:
-            images = split_batch(next(iter(batches)))[0]
-        workload = cvbench_inference(
-            spec,
-            inference_model(spec, policy),
-            batch_size=batch_size,
-            images=images,
-            jit_compile=jit_compile,
-            seed=seed,
-        )
-        # Every rank runs the same passes: the rate counts all of them, as training's does.
-        workload.images_per_step *= get_distribution(distribution).size
+        workload = _inference_workload(spec, policy, distribution=distribution, **build)
     try:
-        on_window = None
-        if report is not None:
-
-            def on_window(name: str, index: int, rate: float) -> None:
-                report(f"{warmup_steps + (index + 1) * window_steps:6d} {rate:10.1f} img/s")
-
-        measured = measure_throughput(
-            {CVBENCH: workload},
-            warmup_steps=warmup_steps,
-            windows=windows,
-            window_steps=window_steps,
-            on_window=on_window,
-        )[CVBENCH]
+        measured = _measure(workload, warmup_steps, windows, window_steps, report)
     finally:
         workload.close()
     return ThroughputResult(
@@ -209,6 +180,57 @@ def benchmark_cvbench(
         image_size=spec.image_size,
         throughput=measured,
     )
+
+
+def _measure(
+    workload: Any,
+    warmup_steps: int,
+    windows: int,
+    window_steps: int,
+    report: Callable[[str], None] | None,
+) -> Any:
+    """`measure_throughput` of `workload`, `report`ing `step img/s` after each window."""
+    on_window = None
+    if report is not None:
+
+        def on_window(name: str, index: int, rate: float) -> None:
+            report(f"{warmup_steps + (index + 1) * window_steps:6d} {rate:10.1f} img/s")
+
+    return measure_throughput(
+        {CVBENCH: workload},
+        warmup_steps=warmup_steps,
+        windows=windows,
+        window_steps=window_steps,
+        on_window=on_window,
+    )[CVBENCH]
+
+
+def _inference_workload(
+    spec: CvbenchModel,
+    policy: str,
+    *,
+    batch_size: int,
+    batches: Iterable | None,
+    jit_compile: bool | str,
+    distribution: Any,
+    seed: int,
+) -> Forward:
+    """`cvbench_inference` of the model built under `policy`, on the first batch's images
+    (else a synthetic batch), its rate counting every rank."""
+    images = None
+    if batches is not None:
+        images = split_batch(next(iter(batches)))[0]
+    workload = cvbench_inference(
+        spec,
+        inference_model(spec, policy),
+        batch_size=batch_size,
+        images=images,
+        jit_compile=jit_compile,
+        seed=seed,
+    )
+    # Every rank runs the same passes: the rate counts all of them, as training's does.
+    workload.images_per_step *= get_distribution(distribution).size
+    return workload
 
 
 def benchmark_latency(
