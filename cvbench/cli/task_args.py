@@ -196,8 +196,7 @@ def data_backend_kwargs(args: argparse.Namespace, *, task: str | None) -> dict[s
     if args.data_backend in (None, "tf"):
         return {}
     name = args.data_backend
-    if task != "classification":
-        raise CLIError(f"--data-backend {name} is for classification models, not {args.model}")
+    _check_task_reads(name, task, model=args.model)
     if args.data_dir is None:
         raise CLIError(f"--data-backend {name} reads --data-dir records, not --synthetic data")
     if name == "grain":
@@ -224,6 +223,17 @@ def data_backend_kwargs(args: argparse.Namespace, *, task: str | None) -> dict[s
         for path in files:
             read_index(path)  # FileNotFoundError / ValueError: one line naming the file
     return {"data_backend": "dali", "dali_device": args.dali_device}
+
+
+def _check_task_reads(backend: str, task: str | None, *, model: str) -> None:
+    """Refuses a data backend that the task (its class in `cvbench.tasks.TASKS`) cannot read
+    its records with, naming the tasks that can."""
+    from cvbench.tasks import TASKS
+
+    if task is not None and backend in TASKS.get(task).data_backends:
+        return
+    readers = [kind for kind in TASKS.names() if backend in TASKS.get(kind).data_backends]
+    raise CLIError(f"--data-backend {backend} is for {' and '.join(readers)} models, not {model}")
 
 
 def print_results(trainer: Any, results: dict[str, float]) -> None:

@@ -11,6 +11,7 @@ The protocol (what a task class provides):
 
     class MyTask:
         name: str                                   # "classification", "detection"
+        data_backends: tuple[str, ...]              # what reads its records: "tf", "dali", ...
         image_size: int; num_classes: int
         class_names: tuple[str, ...] | None         # from the data's metadata, else None
 
@@ -240,6 +241,7 @@ class Task(Protocol):
     """See the module docstring."""
 
     name: str
+    data_backends: tuple[str, ...]
     image_size: int
     num_classes: int
     class_names: tuple[str, ...] | None

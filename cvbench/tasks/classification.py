@@ -87,6 +87,8 @@ class ClassificationTask(RecordTask):
     """
 
     name = CLASSIFICATION
+    #: What can read its records (`data_backend`).
+    data_backends = DATA_BACKENDS
 
     @classmethod
     def models(cls) -> list[str]:

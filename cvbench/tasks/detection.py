@@ -98,6 +98,8 @@ class DetectionTask(RecordTask):
     """
 
     name = DETECTION
+    #: What can read its records: tf.data only.
+    data_backends = ("tf",)
 
     @classmethod
     def models(cls) -> list[str]:

@@ -76,3 +76,24 @@ def test_latency_results_say_whether_the_calls_post_process(monkeypatch, model, 
     spec = cvbench_model(model, num_classes=3)
     result = run.measure_latencies(spec, None, batch_sizes=(1,), precision="fp32")
     assert result.postprocessing is post and result.skipped == {1: "out of memory"}
+
+
+def test_each_task_says_what_reads_its_records():
+    assert TASKS.get("classification").data_backends == ("tf", "dali", "grain")
+    assert TASKS.get("detection").data_backends == ("tf",)
+
+
+@pytest.mark.parametrize("backend", ["dali", "grain"])
+@pytest.mark.parametrize("task", ["detection", None])
+def test_a_backend_the_task_cannot_read_with_is_refused_naming_who_can(backend, task):
+    import argparse
+
+    from cvbench.cli.errors import CLIError
+    from cvbench.cli.task_args import data_backend_kwargs
+
+    args = argparse.Namespace(
+        data_backend=backend, dali_device="cpu", data_workers=0, data_dir="d", model="ssd320"
+    )
+    with pytest.raises(CLIError) as error:
+        data_backend_kwargs(args, task=task)
+    assert str(error.value) == f"--data-backend {backend} is for classification models, not ssd320"
