@@ -199,38 +199,16 @@ def inception_v3(
             weight file that does not fit.
     """
     shape = common.check_input_shape(input_shape, min_size=MIN_SIZE, model_name="inception_v3")
-    common.check_head_args(include_top=include_top, num_classes=num_classes, pooling=pooling)
-    common.check_batchnorm_args(momentum=bn_momentum, epsilon=bn_epsilon, scale=bn_scale)
-    common.initializer(conv_initializer)  # fail before building on a bad name
-    common.initializer(dense_initializer)
-    if last_block_pooling not in LAST_BLOCK_POOLINGS:
-        raise ValueError(
-            f"last_block_pooling must be one of {LAST_BLOCK_POOLINGS}; got {last_block_pooling!r}"
-        )
-    if weights == pretrained.IMAGENET:
-        pretrained.check_imagenet_args(
-            "inception_v3", include_top=include_top, num_classes=num_classes, bn_scale=bn_scale
-        )
+    _check_args(
+        head={"include_top": include_top, "num_classes": num_classes, "pooling": pooling},
+        bn={"momentum": bn_momentum, "epsilon": bn_epsilon, "scale": bn_scale},
+        initializers=(conv_initializer, dense_initializer),
+        last_block_pooling=last_block_pooling,
+        weights=weights,
+    )
     m = _Unit(bn_momentum, bn_epsilon, bn_scale, conv_initializer)
-
     inputs = keras.Input(shape=shape, name="input_layer")
-    x = _unit(inputs, 32, (3, 3), strides=2, padding="valid", name="conv1", u=m)
-    x = _unit(x, 32, (3, 3), padding="valid", name="conv2", u=m)
-    x = _unit(x, 64, (3, 3), name="conv3", u=m)
-    x = layers.MaxPooling2D(3, strides=2, name="pool1")(x)
-    x = _unit(x, 80, (1, 1), padding="valid", name="conv4", u=m)
-    x = _unit(x, 192, (3, 3), padding="valid", name="conv5", u=m)
-    x = layers.MaxPooling2D(3, strides=2, name="pool2")(x)
-
-    for i, pool_filters in enumerate((32, 64, 64)):
-        x = _block_a(x, pool_filters, f"mixed{i}", m)
-    x = _reduction_a(x, "mixed3", m)
-    for i, c7 in enumerate((128, 160, 160, 192), start=4):
-        x = _block_b(x, c7, f"mixed{i}", m)
-    x = _reduction_b(x, "mixed8", m)
-    x = _block_c(x, "mixed9", m)
-    x = _block_c(x, "mixed10", m, last_block_pooling)
-
+    x = _mixed_blocks(_stem(inputs, m), m, last_block_pooling=last_block_pooling)
     outputs = common.head(
         x,
         include_top=include_top,
@@ -247,3 +225,52 @@ def inception_v3(
     if weights is not None:
         weights_lib.load_weights(model, weights, match="order")
     return model
+
+
+def _check_args(
+    *,
+    head: dict,
+    bn: dict,
+    initializers: tuple[common.InitializerSpec, common.InitializerSpec],
+    last_block_pooling: str,
+    weights: str | os.PathLike | None,
+) -> None:
+    """Checks the builder's arguments before a layer is built (ValueError naming the value)."""
+    common.check_head_args(**head)
+    common.check_batchnorm_args(**bn)
+    for spec in initializers:
+        common.initializer(spec)  # fail before building on a bad name
+    if last_block_pooling not in LAST_BLOCK_POOLINGS:
+        raise ValueError(
+            f"last_block_pooling must be one of {LAST_BLOCK_POOLINGS}; got {last_block_pooling!r}"
+        )
+    if weights == pretrained.IMAGENET:
+        pretrained.check_imagenet_args(
+            "inception_v3",
+            include_top=head["include_top"],
+            num_classes=head["num_classes"],
+            bn_scale=bn["scale"],
+        )
+
+
+def _stem(inputs: keras.KerasTensor, m: _Unit) -> keras.KerasTensor:
+    """Units `conv1`..`conv5` and pools `pool1`, `pool2`: 299 -> 35x35x192."""
+    x = _unit(inputs, 32, (3, 3), strides=2, padding="valid", name="conv1", u=m)
+    x = _unit(x, 32, (3, 3), padding="valid", name="conv2", u=m)
+    x = _unit(x, 64, (3, 3), name="conv3", u=m)
+    x = layers.MaxPooling2D(3, strides=2, name="pool1")(x)
+    x = _unit(x, 80, (1, 1), padding="valid", name="conv4", u=m)
+    x = _unit(x, 192, (3, 3), padding="valid", name="conv5", u=m)
+    return layers.MaxPooling2D(3, strides=2, name="pool2")(x)
+
+
+def _mixed_blocks(x: keras.KerasTensor, m: _Unit, *, last_block_pooling: str) -> keras.KerasTensor:
+    """Blocks `mixed0`..`mixed10`, in keras.applications' order: 35x35 -> 8x8x2048."""
+    for i, pool_filters in enumerate((32, 64, 64)):
+        x = _block_a(x, pool_filters, f"mixed{i}", m)
+    x = _reduction_a(x, "mixed3", m)
+    for i, c7 in enumerate((128, 160, 160, 192), start=4):
+        x = _block_b(x, c7, f"mixed{i}", m)
+    x = _reduction_b(x, "mixed8", m)
+    x = _block_c(x, "mixed9", m)
+    return _block_c(x, "mixed10", m, last_block_pooling)

@@ -2,10 +2,10 @@
 gradients on TensorFlow without a GPU).
 
 On TensorFlow's CPU kernels, `Conv2DBackpropInput` (the gradient of a convolution with
-respect to its input) runs 1.2x-5x slower than a forward convolution doing the same
-arithmetic, worst on small feature maps (ResNet-50's last stage), and `Conv2DBackpropFilter`
-(the kernel gradient) is also slower than its arithmetic needs. For a stride-1 convolution
-with an odd kernel and "same" padding (or any 1x1 convolution):
+respect to its input) runs slower, up to several times, than a forward convolution doing
+the same arithmetic, worst on small feature maps (ResNet-50's last stage), and
+`Conv2DBackpropFilter` (the kernel gradient) is also slower than its arithmetic needs. For a
+stride-1 convolution with an odd kernel and "same" padding (or any 1x1 convolution):
 
 - the input gradient *is* a forward convolution: the output gradient convolved, with "same"
   padding, by the kernel flipped in space with its input and output channels swapped;

@@ -99,16 +99,57 @@ CAFFE = InputNormalization((123.68, 116.779, 103.939), (1.0, 1.0, 1.0), "caffe")
 INCEPTION = InputNormalization((127.5, 127.5, 127.5), (127.5, 127.5, 127.5), "inception")
 
 
+# Keras 3 weight files of keras.applications models, by their number of Conv2D layers:
+# ResNet-N has 1 + 3 x (blocks) + 4 shortcut convs; Inception V3 has 94.
+KERAS3_APPLICATIONS: dict[int, tuple[str, str]] = {
+    53: ("ResNet50", "name"),
+    104: ("ResNet101", "name"),
+    155: ("ResNet152", "name"),
+    94: ("InceptionV3", "order"),
+}
+
+
+def is_legacy_h5(path: str | os.PathLike) -> bool:
+    """Whether `path` is an HDF5 file in the legacy Keras weights layout (`layer_names`
+    attribute on the root or `model_weights` group; `cvbench.models.weights` reads it)."""
+    import h5py
+
+    path = os.fspath(path)
+    if not os.path.isfile(path) or not h5py.is_hdf5(path):
+        return False
+    with h5py.File(path, "r") as f:
+        group = f.get("model_weights", f)
+        return "layer_names" in group.attrs or "layer_names0" in group.attrs
+
+
+def _keras3_conv_count(path: str) -> int | None:
+    """Number of `conv2d*` layer groups of a Keras 3 weights file, None if not one."""
+    import h5py
+
+    if not os.path.isfile(path) or not h5py.is_hdf5(path):
+        return None
+    with h5py.File(path, "r") as f:
+        group = f.get("layers")
+        if not isinstance(group, h5py.Group):
+            return None
+        return sum(1 for k in group if k == "conv2d" or k.startswith("conv2d_"))
+
+
+def is_keras_applications_file(path: str | os.PathLike) -> bool:
+    """Whether `path` holds keras.applications weights: a legacy `.h5` file or a Keras 3
+    `.weights.h5` file of one of `KERAS3_APPLICATIONS` (BGR-trained ResNets, Inception V3)."""
+    path = os.fspath(path)
+    return is_legacy_h5(path) or _keras3_conv_count(path) in KERAS3_APPLICATIONS
+
+
 def is_keras_applications_weights(weights: str | os.PathLike | None) -> bool:
     """Whether `weights` are keras.applications': `"imagenet"`, or a file in one of their
-    formats (`weights.is_keras_applications_file`: a legacy `.h5`, or a Keras 3
+    formats (`is_keras_applications_file`: a legacy `.h5`, or a Keras 3
     `.weights.h5` of a keras.applications ResNet / InceptionV3)."""
     if weights is None:
         return False
     if isinstance(weights, str) and weights == IMAGENET:
         return True
-    from cvbench.models.weights import is_keras_applications_file
-
     return is_keras_applications_file(weights)
 
 

@@ -29,9 +29,12 @@ on both the main path and the shortcut.
 
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import keras
 from keras import layers
@@ -40,14 +43,31 @@ from cvbench.models import common, pretrained
 from cvbench.models import weights as weights_lib
 from cvbench.models.layers import FastConv2D
 
-# Blocks per stage (conv2..conv5) for each depth (He et al. 2016, table 1).
-STAGE_BLOCKS: dict[int, tuple[int, int, int, int]] = {
-    18: (2, 2, 2, 2),
-    34: (3, 4, 6, 3),
-    50: (3, 4, 6, 3),
-    101: (3, 4, 23, 3),
-    152: (3, 8, 36, 3),
+
+@dataclass(frozen=True)
+class Depth:
+    """One ResNet depth: blocks per stage (conv2..conv5), the block kind, and a note for its
+    builder's docstring."""
+
+    blocks: tuple[int, int, int, int]
+    bottleneck: bool
+    note: str = ""
+
+
+# The depths (He et al. 2016, table 1): each one is a public builder `resnet{depth}` below.
+DEPTHS: dict[int, Depth] = {
+    18: Depth((2, 2, 2, 2), bottleneck=False),
+    34: Depth((3, 4, 6, 3), bottleneck=False),
+    50: Depth(
+        (3, 4, 6, 3),
+        bottleneck=True,
+        note="25,557,032 trainable parameters at 1000 classes without conv bias (v1 and v1.5).",
+    ),
+    101: Depth((3, 4, 23, 3), bottleneck=True),
+    152: Depth((3, 8, 36, 3), bottleneck=True),
 }
+# Blocks per stage (conv2..conv5) for each depth.
+STAGE_BLOCKS: dict[int, tuple[int, int, int, int]] = {d: s.blocks for d, s in DEPTHS.items()}
 STAGE_FILTERS = (64, 128, 256, 512)
 VARIANTS = ("v1", "v1.5")
 BN_EPSILON = 1.001e-5
@@ -156,18 +176,15 @@ def _bottleneck_block(
     stride: int,
     *,
     project: bool,
-    variant: str,
     name: str,
-    use_bias: bool,
-    bn: dict,
-    init: common.InitializerSpec,
+    s: _BlockSettings,
 ) -> keras.KerasTensor:
     """Bottleneck block: (batch, h, w, c) -> (batch, ceil(h/stride), ceil(w/stride), 4*filters)."""
-    kw = {"use_bias": use_bias, "bn": bn, "init": init}
+    kw = {"use_bias": s.use_bias, "bn": s.bn, "init": s.init}
     shortcut = x
     if project:
         shortcut = _conv_bn(x, 4 * filters, 1, stride, name=f"{name}_0", relu=False, **kw)
-    stride_1x1, stride_3x3 = (stride, 1) if variant == "v1" else (1, stride)
+    stride_1x1, stride_3x3 = (stride, 1) if s.variant == "v1" else (1, stride)
     y = _conv_bn(x, filters, 1, stride_1x1, name=f"{name}_1", relu=True, **kw)
     y = _conv_bn(y, filters, 3, stride_3x3, name=f"{name}_2", relu=True, **kw)
     y = _conv_bn(y, 4 * filters, 1, 1, name=f"{name}_3", relu=False, **kw)
@@ -181,15 +198,13 @@ def _basic_block(
     stride: int,
     *,
     project: bool,
-    variant: str,
     name: str,
-    use_bias: bool,
-    bn: dict,
-    init: common.InitializerSpec,
+    s: _BlockSettings,
 ) -> keras.KerasTensor:
-    """Basic block: (batch, h, w, c) -> (batch, ceil(h/stride), ceil(w/stride), filters)."""
-    del variant  # one 3x3 carries the stride: v1 and v1.5 coincide
-    kw = {"use_bias": use_bias, "bn": bn, "init": init}
+    """Basic block: (batch, h, w, c) -> (batch, ceil(h/stride), ceil(w/stride), filters).
+
+    One 3x3 carries the stride: v1 and v1.5 coincide."""
+    kw = {"use_bias": s.use_bias, "bn": s.bn, "init": s.init}
     shortcut = x
     if project:
         shortcut = _conv_bn(x, filters, 1, stride, name=f"{name}_0", relu=False, **kw)
@@ -197,6 +212,17 @@ def _basic_block(
     y = _conv_bn(y, filters, 3, 1, name=f"{name}_2", relu=False, **kw)
     y = layers.Add(name=f"{name}_add")([shortcut, y])
     return layers.Activation("relu", name=f"{name}_out")(y)
+
+
+@dataclass(frozen=True)
+class _BlockSettings:
+    """What every residual block of one model shares: where the stride goes, conv bias,
+    batch-norm arguments and the convolution initializer."""
+
+    variant: str
+    use_bias: bool
+    bn: dict
+    init: common.InitializerSpec
 
 
 def build_resnet(
@@ -260,58 +286,29 @@ def build_resnet(
     """
     if depth not in STAGE_BLOCKS:
         raise ValueError(f"unknown ResNet depth {depth!r}; known: {sorted(STAGE_BLOCKS)}")
+    name = f"resnet{depth}"
     # keras.applications' (BGR, ResNet v1) weights: "imagenet" or a file of theirs, for the
     # depths they publish (50, 101, 152; a legacy .h5 of a ResNet-18 is not theirs).
-    bgr_weights = pretrained.weights_normalization(f"resnet{depth}", weights) is not None
+    bgr_weights = pretrained.weights_normalization(name, weights) is not None
     if variant is None:
         variant = "v1" if bgr_weights else "v1.5"
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}; got {variant!r}")
-    name = f"resnet{depth}"
-    shape = common.check_input_shape(input_shape, min_size=MIN_SIZE, model_name=name)
-    common.check_head_args(include_top=include_top, num_classes=num_classes, pooling=pooling)
-    common.check_batchnorm_args(momentum=bn_momentum, epsilon=bn_epsilon, scale=bn_scale)
-    common.initializer(conv_initializer)  # fail before building on a bad name
-    common.initializer(dense_initializer)
-    if weights == pretrained.IMAGENET:
-        pretrained.check_imagenet_args(
-            name,
-            include_top=include_top,
-            num_classes=num_classes,
-            bn_scale=bn_scale,
-            variant=variant,
-        )
-    bottleneck = depth >= 50
-    block_fn = _bottleneck_block if bottleneck else _basic_block
-    bn = {"momentum": bn_momentum, "epsilon": bn_epsilon, "scale": bn_scale}
-    kw = {"variant": variant, "use_bias": conv_bias, "bn": bn, "init": conv_initializer}
-
-    inputs = keras.Input(shape=shape, name="input_layer")
-    x = layers.ZeroPadding2D(padding=3, name="conv1_pad")(inputs)
-    x = FastConv2D(
-        64,
-        7,
-        strides=2,
+    shape = _check_args(
+        name,
+        variant=variant,
+        input_shape=input_shape,
+        head={"include_top": include_top, "num_classes": num_classes, "pooling": pooling},
+        bn={"momentum": bn_momentum, "epsilon": bn_epsilon, "scale": bn_scale},
+        initializers=(conv_initializer, dense_initializer),
+        weights=weights,
+    )
+    settings = _BlockSettings(
+        variant=variant,
         use_bias=conv_bias,
-        kernel_initializer=common.conv_initializer(conv_initializer),
-        name="conv1_conv",
-    )(x)
-    x = _bn(x, bn, "conv1")
-    x = layers.Activation("relu", name="conv1_relu")(x)
-    x = layers.ZeroPadding2D(padding=1, name="pool1_pad")(x)
-    x = layers.MaxPooling2D(3, strides=2, name="pool1_pool")(x)
-
-    channels = 64
-    for stage, (filters, blocks) in enumerate(
-        zip(STAGE_FILTERS, STAGE_BLOCKS[depth], strict=True), start=2
-    ):
-        out_channels = 4 * filters if bottleneck else filters
-        for i in range(1, blocks + 1):
-            stride = 2 if (i == 1 and stage > 2) else 1
-            project = stride != 1 or channels != out_channels
-            x = block_fn(x, filters, stride, project=project, name=f"conv{stage}_block{i}", **kw)
-            channels = out_channels
-
+        bn={"momentum": bn_momentum, "epsilon": bn_epsilon, "scale": bn_scale},
+        init=conv_initializer,
+    )
+    inputs = keras.Input(shape=shape, name="input_layer")
+    x = _stages(_stem(inputs, settings), depth, settings)
     outputs = common.head(
         x,
         include_top=include_top,
@@ -323,22 +320,92 @@ def build_resnet(
     model = keras.Model(inputs, outputs, name=name)
     if weights == pretrained.IMAGENET:
         weights = pretrained.imagenet_file(name, include_top=include_top, num_classes=num_classes)
-    elif (
-        weights is not None
-        and variant == "v1.5"
-        and bottleneck
+    if weights is not None:
+        _warn_v1_file_into_v15(weights, depth=depth, variant=variant)
+        weights_lib.load_weights(model, weights, match="name")
+    if bgr_weights:
+        rgb_stem(model)
+    return model
+
+
+def _check_args(
+    name: str,
+    *,
+    variant: str,
+    input_shape: Sequence[int | None],
+    head: dict,
+    bn: dict,
+    initializers: tuple[common.InitializerSpec, common.InitializerSpec],
+    weights: str | os.PathLike | None,
+) -> tuple[int | None, int | None, int]:
+    """Checks every builder argument before a layer is built; returns the input shape."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}; got {variant!r}")
+    shape = common.check_input_shape(input_shape, min_size=MIN_SIZE, model_name=name)
+    common.check_head_args(**head)
+    common.check_batchnorm_args(**bn)
+    for spec in initializers:
+        common.initializer(spec)  # fail before building on a bad name
+    if weights == pretrained.IMAGENET:
+        pretrained.check_imagenet_args(
+            name,
+            include_top=head["include_top"],
+            num_classes=head["num_classes"],
+            bn_scale=bn["scale"],
+            variant=variant,
+        )
+    return shape
+
+
+def _stem(inputs: keras.KerasTensor, settings: _BlockSettings) -> keras.KerasTensor:
+    """`conv1` 7x7/2 + batch norm + ReLU, then the 3x3/2 max pool: stride 4 in all."""
+    x = layers.ZeroPadding2D(padding=3, name="conv1_pad")(inputs)
+    x = FastConv2D(
+        64,
+        7,
+        strides=2,
+        use_bias=settings.use_bias,
+        kernel_initializer=common.conv_initializer(settings.init),
+        name="conv1_conv",
+    )(x)
+    x = _bn(x, settings.bn, "conv1")
+    x = layers.Activation("relu", name="conv1_relu")(x)
+    x = layers.ZeroPadding2D(padding=1, name="pool1_pad")(x)
+    return layers.MaxPooling2D(3, strides=2, name="pool1_pool")(x)
+
+
+def _stages(x: keras.KerasTensor, depth: int, settings: _BlockSettings) -> keras.KerasTensor:
+    """Stages conv2..conv5 of `depth`'s blocks; the first block of stages 3-5 has stride 2
+    and a projection shortcut wherever the stride or the width changes."""
+    block_fn = _bottleneck_block if DEPTHS[depth].bottleneck else _basic_block
+    expansion = 4 if DEPTHS[depth].bottleneck else 1
+    channels = 64
+    for stage, (filters, blocks) in enumerate(
+        zip(STAGE_FILTERS, STAGE_BLOCKS[depth], strict=True), start=2
+    ):
+        for i in range(1, blocks + 1):
+            stride = 2 if (i == 1 and stage > 2) else 1
+            project = stride != 1 or channels != expansion * filters
+            x = block_fn(
+                x, filters, stride, project=project, name=f"conv{stage}_block{i}", s=settings
+            )
+            channels = expansion * filters
+    return x
+
+
+def _warn_v1_file_into_v15(weights: str | os.PathLike, *, depth: int, variant: str) -> None:
+    """Warns when keras.applications' ResNet v1 weights load into a v1.5 bottleneck model:
+    the layers fit, but the stride sits in another convolution, so the function differs."""
+    if (
+        variant == "v1.5"
+        and DEPTHS[depth].bottleneck
         and weights_lib.is_keras_applications_file(weights)
     ):
         warnings.warn(
             f"loading {os.fspath(weights)!r} (a keras.applications-format file, i.e. "
             "ResNet v1 weights) into variant='v1.5'; use variant='v1' for the same function",
-            stacklevel=3,
+            stacklevel=4,
         )
-    if weights is not None:
-        weights_lib.load_weights(model, weights, match="name")
-    if bgr_weights:
-        rgb_stem(model)
-    return model
 
 
 def rgb_stem(model: keras.Model) -> None:
@@ -350,104 +417,36 @@ def rgb_stem(model: keras.Model) -> None:
     kernel.assign(keras.ops.flip(kernel, axis=2))
 
 
-def resnet18(
-    *,
-    variant: str | None = None,
-    conv_bias: bool = False,
-    num_classes: int = 1000,
-    input_shape: Sequence[int | None] = (224, 224, 3),
-    include_top: bool = True,
-    pooling: str | None = None,
-    weights: str | os.PathLike | None = None,
-    classifier_activation: str | None = "softmax",
-    bn_momentum: float = 0.9,
-    bn_epsilon: float = BN_EPSILON,
-    bn_scale: bool = True,
-    conv_initializer: common.InitializerSpec = "fan_out",
-    dense_initializer: common.InitializerSpec = "normal_0.01",
-) -> keras.Model:
-    """ResNet-18 (basic blocks, 2-2-2-2). Arguments and returns as `build_resnet`."""
-    return build_resnet(depth=18, **locals())
+def _depth_builder(depth: int) -> Callable[..., keras.Model]:
+    """The public builder `resnet{depth}`: `build_resnet(depth=depth, ...)` with the same
+    keyword-only arguments (less `depth`), signature and docstring for every depth in
+    `DEPTHS`, so the five depths are one table rather than five copies."""
+    spec = DEPTHS[depth]
+
+    def builder(*args: Any, **kwargs: Any) -> keras.Model:
+        _BUILDER_SIGNATURE.bind(*args, **kwargs)  # TypeError for what resnet50(...) refuses
+        return build_resnet(depth=depth, **kwargs)
+
+    name = f"resnet{depth}"
+    builder.__name__ = builder.__qualname__ = name
+    builder.__module__ = __name__
+    builder.__signature__ = _BUILDER_SIGNATURE  # type: ignore[attr-defined]
+    kind = "bottleneck" if spec.bottleneck else "basic"
+    blocks = "-".join(str(n) for n in spec.blocks)
+    builder.__doc__ = (
+        f"ResNet-{depth} ({kind} blocks, {blocks}). Arguments and returns as `build_resnet`."
+        + (f"\n\n    {spec.note}\n    " if spec.note else "")
+    )
+    return builder
 
 
-def resnet34(
-    *,
-    variant: str | None = None,
-    conv_bias: bool = False,
-    num_classes: int = 1000,
-    input_shape: Sequence[int | None] = (224, 224, 3),
-    include_top: bool = True,
-    pooling: str | None = None,
-    weights: str | os.PathLike | None = None,
-    classifier_activation: str | None = "softmax",
-    bn_momentum: float = 0.9,
-    bn_epsilon: float = BN_EPSILON,
-    bn_scale: bool = True,
-    conv_initializer: common.InitializerSpec = "fan_out",
-    dense_initializer: common.InitializerSpec = "normal_0.01",
-) -> keras.Model:
-    """ResNet-34 (basic blocks, 3-4-6-3). Arguments and returns as `build_resnet`."""
-    return build_resnet(depth=34, **locals())
+_BUILD_SIGNATURE = inspect.signature(build_resnet)
+_BUILDER_SIGNATURE = _BUILD_SIGNATURE.replace(
+    parameters=[p for p in _BUILD_SIGNATURE.parameters.values() if p.name != "depth"]
+)
 
-
-def resnet50(
-    *,
-    variant: str | None = None,
-    conv_bias: bool = False,
-    num_classes: int = 1000,
-    input_shape: Sequence[int | None] = (224, 224, 3),
-    include_top: bool = True,
-    pooling: str | None = None,
-    weights: str | os.PathLike | None = None,
-    classifier_activation: str | None = "softmax",
-    bn_momentum: float = 0.9,
-    bn_epsilon: float = BN_EPSILON,
-    bn_scale: bool = True,
-    conv_initializer: common.InitializerSpec = "fan_out",
-    dense_initializer: common.InitializerSpec = "normal_0.01",
-) -> keras.Model:
-    """ResNet-50 (bottleneck blocks, 3-4-6-3). Arguments and returns as `build_resnet`.
-
-    25,557,032 trainable parameters at 1000 classes without conv bias (v1 and v1.5).
-    """
-    return build_resnet(depth=50, **locals())
-
-
-def resnet101(
-    *,
-    variant: str | None = None,
-    conv_bias: bool = False,
-    num_classes: int = 1000,
-    input_shape: Sequence[int | None] = (224, 224, 3),
-    include_top: bool = True,
-    pooling: str | None = None,
-    weights: str | os.PathLike | None = None,
-    classifier_activation: str | None = "softmax",
-    bn_momentum: float = 0.9,
-    bn_epsilon: float = BN_EPSILON,
-    bn_scale: bool = True,
-    conv_initializer: common.InitializerSpec = "fan_out",
-    dense_initializer: common.InitializerSpec = "normal_0.01",
-) -> keras.Model:
-    """ResNet-101 (bottleneck blocks, 3-4-23-3). Arguments and returns as `build_resnet`."""
-    return build_resnet(depth=101, **locals())
-
-
-def resnet152(
-    *,
-    variant: str | None = None,
-    conv_bias: bool = False,
-    num_classes: int = 1000,
-    input_shape: Sequence[int | None] = (224, 224, 3),
-    include_top: bool = True,
-    pooling: str | None = None,
-    weights: str | os.PathLike | None = None,
-    classifier_activation: str | None = "softmax",
-    bn_momentum: float = 0.9,
-    bn_epsilon: float = BN_EPSILON,
-    bn_scale: bool = True,
-    conv_initializer: common.InitializerSpec = "fan_out",
-    dense_initializer: common.InitializerSpec = "normal_0.01",
-) -> keras.Model:
-    """ResNet-152 (bottleneck blocks, 3-8-36-3). Arguments and returns as `build_resnet`."""
-    return build_resnet(depth=152, **locals())
+resnet18 = _depth_builder(18)
+resnet34 = _depth_builder(34)
+resnet50 = _depth_builder(50)
+resnet101 = _depth_builder(101)
+resnet152 = _depth_builder(152)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -158,8 +158,23 @@ def load_torchvision_weights(
         ValueError: for an unknown key, a layer or weight missing on either side, or a shape
             that differs (naming the torchvision key and both shapes).
     """
-    import keras  # here: read_state_dict works without Keras (e.g. next to torch only)
+    _check_v15(model)
+    state = read_state_dict(weights) if isinstance(weights, (str, os.PathLike)) else weights
+    where = "the state dict" if isinstance(weights, Mapping) else f"{os.fspath(weights)!r}"
+    has_top = "predictions" in {layer.name for layer in model.layers}
+    values: dict[tuple[str, str], tuple[str, np.ndarray]] = {}
+    for key, value in state.items():
+        target = torchvision_to_cvbench_name(key)
+        if target is None or (target[0] == "predictions" and not has_top):
+            continue
+        values[target] = (key, np.asarray(value))
+    plan = _assignments(model, values, where=where)
+    for variable, value in plan:
+        variable.assign(value)
 
+
+def _check_v15(model: keras.Model) -> None:
+    """Refuses a bottleneck ResNet built with `variant="v1"` (the stride in the first 1x1)."""
     names = {layer.name for layer in model.layers}
     if "conv3_block1_3_conv" in names and model.get_layer("conv3_block1_1_conv").strides != (
         1,
@@ -169,14 +184,16 @@ def load_torchvision_weights(
             f"torchvision ResNets are v1.5 (stride in the 3x3 conv); {model.name!r} was built "
             "with variant='v1': build it with variant='v1.5'"
         )
-    state = read_state_dict(weights) if isinstance(weights, (str, os.PathLike)) else weights
-    where = "the state dict" if isinstance(weights, Mapping) else f"{os.fspath(weights)!r}"
-    values: dict[tuple[str, str], tuple[str, np.ndarray]] = {}
-    for key, value in state.items():
-        target = torchvision_to_cvbench_name(key)
-        if target is None or (target[0] == "predictions" and "predictions" not in names):
-            continue
-        values[target] = (key, np.asarray(value))
+
+
+def _assignments(
+    model: keras.Model, values: dict[tuple[str, str], tuple[str, np.ndarray]], *, where: str
+) -> list[tuple[Any, np.ndarray]]:
+    """`(variable, value)` for every variable of `model`, from `values` (keyed by layer and
+    variable name, consumed), in Keras' layout; raises before anything is assigned unless
+    every variable and every value has its counterpart (module rules)."""
+    import keras  # here: read_state_dict works without Keras (e.g. next to torch only)
+
     plan = []
     for layer in model.layers:
         for variable in layer.trainable_weights + layer.non_trainable_weights:
@@ -205,5 +222,4 @@ def load_torchvision_weights(
             f"{where} does not fit {model.name!r}: keys without a layer in the model: "
             f"{extra[:5]}{' ...' if len(extra) > 5 else ''}"
         )
-    for variable, value in plan:
-        variable.assign(value)
+    return plan

@@ -48,20 +48,20 @@ import keras
 import numpy as np
 
 from cvbench.models import pretrained
+from cvbench.models.pretrained import (
+    # Which files are keras.applications' is decided in `pretrained` (which `weights=`
+    # starting points are theirs); re-exported here, where the files are read.
+    KERAS3_APPLICATIONS,
+    _keras3_conv_count,
+    is_keras_applications_file,  # noqa: F401 (re-export)
+    is_legacy_h5,
+)
 from cvbench.utils.errors import BadFileError
 from cvbench.utils.files import check_regular
 from cvbench.utils.model_file import DEFLATE_MAX_RATIO, byte_count
 
 HEAD = "predictions"
 _SUFFIX_CONV, _SUFFIX_BN = "_conv", "_bn"
-# Keras 3 weight files of keras.applications models, by their number of Conv2D layers:
-# ResNet-N has 1 + 3 x (blocks) + 4 shortcut convs; Inception V3 has 94.
-KERAS3_APPLICATIONS: dict[int, tuple[str, str]] = {
-    53: ("ResNet50", "name"),
-    104: ("ResNet101", "name"),
-    155: ("ResNet152", "name"),
-    94: ("InceptionV3", "order"),
-}
 TORCHVISION_SUFFIXES = (".pth", ".pt", ".npz")
 # Layer names of the Keras 2.0-2.2 ResNet50 (another layout: BN epsilon 1e-3, 7x7 avg pool).
 _OLD_RESNET50_PREFIX = "res2a_branch"
@@ -74,38 +74,6 @@ class FileLayer:
     name: str
     weight_names: tuple[str, ...]
     values: tuple[np.ndarray, ...]
-
-
-def is_legacy_h5(path: str | os.PathLike) -> bool:
-    """Whether `path` is an HDF5 file in the legacy Keras weights layout (see module doc)."""
-    import h5py
-
-    path = os.fspath(path)
-    if not os.path.isfile(path) or not h5py.is_hdf5(path):
-        return False
-    with h5py.File(path, "r") as f:
-        group = f.get("model_weights", f)
-        return "layer_names" in group.attrs or "layer_names0" in group.attrs
-
-
-def _keras3_conv_count(path: str) -> int | None:
-    """Number of `conv2d*` layer groups of a Keras 3 weights file, None if not one."""
-    import h5py
-
-    if not os.path.isfile(path) or not h5py.is_hdf5(path):
-        return None
-    with h5py.File(path, "r") as f:
-        group = f.get("layers")
-        if not isinstance(group, h5py.Group):
-            return None
-        return sum(1 for k in group if k == "conv2d" or k.startswith("conv2d_"))
-
-
-def is_keras_applications_file(path: str | os.PathLike) -> bool:
-    """Whether `path` holds keras.applications weights: a legacy `.h5` file or a Keras 3
-    `.weights.h5` file of one of `KERAS3_APPLICATIONS` (BGR-trained ResNets, Inception V3)."""
-    path = os.fspath(path)
-    return is_legacy_h5(path) or _keras3_conv_count(path) in KERAS3_APPLICATIONS
 
 
 def read_keras3_applications(path: str | os.PathLike) -> tuple[list[FileLayer], str]:
