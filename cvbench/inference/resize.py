@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cvbench.utils.model_file import ModelInfo
+from cvbench.utils.model_file import InputSettings, ModelInfo
 
 
 @dataclass(frozen=True)
@@ -152,13 +152,14 @@ def resize_image(image: np.ndarray, info: ModelInfo) -> tuple[np.ndarray, Geomet
     image = np.asarray(image)
     if image.ndim != 3 or image.shape[-1] != 3 or min(image.shape[:2]) < 1:
         raise ValueError(f"an image must have shape (H, W, 3); got {image.shape}")
-    resized, geometry = _by_rule(np.ascontiguousarray(image, dtype=np.float32), info)
-    if info.quantize_uint8:  # the pipeline's float32 -> uint8 cast truncates
+    inputs = info.inputs
+    resized, geometry = _by_rule(np.ascontiguousarray(image, dtype=np.float32), inputs)
+    if inputs.quantize_uint8:  # the pipeline's float32 -> uint8 cast truncates
         resized = np.clip(resized, 0.0, 255.0).astype(np.uint8).astype(np.float32)
     return resized, geometry
 
 
-def _by_rule(image: np.ndarray, info: ModelInfo) -> tuple[np.ndarray, Geometry]:
+def _by_rule(image: np.ndarray, info: InputSettings) -> tuple[np.ndarray, Geometry]:
     height, width = image.shape[:2]
     out_h, out_w = info.image_size
     if info.resize == "stretch":
