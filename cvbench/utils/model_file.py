@@ -328,11 +328,6 @@ class DetectionSettings(Mapping):
             "postprocess": self.postprocess.to_dict(),
         }
 
-    def with_score_threshold(self, score_threshold: float) -> DetectionSettings:
-        """These settings keeping the boxes scoring above `score_threshold` instead."""
-        post = dataclasses.replace(self.postprocess, score_threshold=score_threshold)
-        return dataclasses.replace(self, postprocess=post)
-
     def class_count(self, outputs: Any, *, where: str) -> Any:
         """The class count of an SSD's outputs `{"boxes", "classes": (B, N, C)}` (None when
         not fixed), or `BadFileError` naming `where` for other outputs."""

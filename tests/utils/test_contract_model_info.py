@@ -20,6 +20,7 @@ from cvbench.utils.model_file import (
     EVAL_CROP_OF_RULE,
     RESIZE_RULES,
     DetectionSettings,
+    InputContract,
     InputSettings,
     ModelInfo,
     NmsSettings,
@@ -247,6 +248,7 @@ def test_the_hand_over_is_one_pair_of_functions():
         pass
 
     inputs = ClassifierInputs(8, ImagePreprocessing(), ("a", "b"))
+    assert isinstance(inputs, InputContract)  # what the Trainer reads of it
     data = Data()
     assert attach(data, inputs) is data and attached_inputs(data) is inputs
     assert attach_inputs(Data(), None) is not None and attached_inputs(Data()) is None
