@@ -211,9 +211,6 @@ def run_demo(
     Raises:
         ValueError: `output_dir` is a folder the demo did not write (`claim_output_dir`).
     """
-    from cvbench.demo.classify import train_classifier
-    from cvbench.demo.detect import sample_detections, top_n_threshold, train_detector
-    from cvbench.demo.plots import plot_curves, plot_detections
     from cvbench.training.distributed import get_distribution
 
     config = config or DemoConfig()
@@ -221,7 +218,62 @@ def run_demo(
     out = Path(output_dir)
     distribution = get_distribution("auto")
     chief = distribution.rank == 0
-    timings: dict[str, float] = {}
+    data = _claimed_data(out, config, distribution, prepare=prepare, progress=progress)
+    timings: dict[str, float] = {"data": time.perf_counter() - start}
+    precision = precision or demo_precision()
+
+    staging = out / STAGING
+    if chief:
+        shutil.rmtree(staging, ignore_errors=True)  # a killed run's leftovers
+        staging.mkdir(parents=True)
+    distribution.broadcast_object(None)
+    try:
+        cls, det = _train_models(data, config, staging / "logs", precision, distribution)
+        timings["classifier"] = cls.train_seconds + cls.eval_seconds
+        timings["ssd"], timings["coco_eval"] = det.train_seconds, det.eval_seconds
+        metrics = _demo_metrics(config, precision, distribution.size, cls, det)
+        if chief:
+            _write_outputs(out, config, data, cls, det, metrics, timings, start=start)
+            for line in _summary_lines(metrics):
+                print_fn(line)
+            print_fn(f"results in {out}/ (tensorboard --logdir {out / 'logs'})")
+    except BaseException:
+        if chief:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(staging)
+        raise
+    metrics["timings_s"] = timings
+    return metrics
+
+
+def _train_models(
+    data: DemoData, config: DemoConfig, logs: Path, precision: str, distribution: Any
+) -> tuple[Any, Any]:
+    """`(classifier, detector)` trained on `data`, their runs under `logs/classifier` and
+    `logs/ssd`; the detector starts from the classifier's backbone."""
+    from cvbench.demo.classify import train_classifier
+    from cvbench.demo.detect import train_detector
+
+    cls = train_classifier(
+        data, config, log_dir=logs / "classifier", precision=precision, distribution=distribution
+    )
+    det = train_detector(
+        data, config, log_dir=logs / "ssd", precision=precision, classifier=cls.model,
+        distribution=distribution,
+    )  # fmt: skip
+    return cls, det
+
+
+def _claimed_data(
+    out: Path, config: DemoConfig, distribution: Any, *, prepare: bool, progress: bool
+) -> DemoData:
+    """The demo's data under `out/data`, built by rank 0 (`prepare`) once it has claimed
+    `out`; every rank waits for it, and raises rank 0's refusal of `out`.
+
+    Raises:
+        ValueError: `out` is a folder the demo did not write (`claim_output_dir`).
+    """
+    chief = distribution.rank == 0
     refusal = None
     if chief:
         try:  # without `prepare`, the Horovod launcher has just built `data/` in it
@@ -235,83 +287,71 @@ def run_demo(
     refusal = distribution.broadcast_object(refusal)  # every rank waits for the data
     if refusal is not None:
         raise ValueError(refusal)
-    timings["data"] = time.perf_counter() - start
-    precision = precision or demo_precision()
+    return data
+
+
+def _demo_metrics(config: DemoConfig, precision: str, ranks: int, cls: Any, det: Any) -> dict:
+    """What `metrics.json` holds but the timings: the run's setting, the machine, and each
+    model's metrics, validation images, training throughput and epochs."""
+    return {
+        "precision": precision,
+        "ranks": ranks,
+        "cpu_count": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "platform": platform.platform(),
+        "config": dataclasses.asdict(config),
+        "classifier": {
+            **cls.metrics,
+            "val_images": config.cls_val_per_class * len(SHAPE_NAMES),
+            "train_images_per_second": cls.images_per_second,
+            "epochs": cls.epochs,
+        },
+        "detector": {
+            **det.metrics,
+            "val_images": config.det_num_val,
+            "train_images_per_second": det.images_per_second,
+            "epochs": det.epochs,
+        },
+    }
+
+
+def _write_outputs(
+    out: Path,
+    config: DemoConfig,
+    data: DemoData,
+    cls: Any,
+    det: Any,
+    metrics: dict,
+    timings: dict[str, float],
+    *,
+    start: float,
+) -> None:
+    """Rank 0's outputs, written in the staging folder then published into `out`: the
+    models (without the runs' checkpoints), the curves, sample detections and
+    `metrics.json` with the `timings` (`start`: the demo's start time)."""
+    from cvbench.demo.detect import sample_detections, top_n_threshold
+    from cvbench.demo.plots import plot_curves, plot_detections
 
     staging = out / STAGING
-    if chief:
-        shutil.rmtree(staging, ignore_errors=True)  # a killed run's leftovers
-        staging.mkdir(parents=True)
-    distribution.broadcast_object(None)
-    try:
-        logs = staging / "logs"
-        cls = train_classifier(
-            data,
-            config,
-            log_dir=logs / "classifier",
-            precision=precision,
-            distribution=distribution,
-        )
-        timings["classifier"] = cls.train_seconds + cls.eval_seconds
-        det = train_detector(
-            data,
-            config,
-            log_dir=logs / "ssd",
-            precision=precision,
-            classifier=cls.model,
-            distribution=distribution,
-        )
-        timings["ssd"] = det.train_seconds
-        timings["coco_eval"] = det.eval_seconds
-        metrics: dict[str, Any] = {
-            "precision": precision,
-            "ranks": distribution.size,
-            "cpu_count": len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else os.cpu_count(),
-            "platform": platform.platform(),
-            "config": dataclasses.asdict(config),
-            "classifier": {
-                **cls.metrics,
-                "val_images": config.cls_val_per_class * len(SHAPE_NAMES),
-                "train_images_per_second": cls.images_per_second,
-                "epochs": cls.epochs,
-            },
-            "detector": {
-                **det.metrics,
-                "val_images": config.det_num_val,
-                "train_images_per_second": det.images_per_second,
-                "epochs": det.epochs,
-            },
-        }
-        if chief:
-            t = time.perf_counter()
-            for tree in (logs / "classifier", logs / "ssd"):
-                shutil.rmtree(RunFolder(tree).checkpoints, ignore_errors=True)
-            _save_models(out, config, cls, det)
-            plot_curves(_curve_panels(logs), staging / "curves.png", xlabel="step")
-            images, dets, num_objects = sample_detections(staging / "ssd.keras", data)
-            plot_detections(
-                images,
-                dets,
-                SHAPE_NAMES,
-                staging / "detections.png",
-                score_threshold=top_n_threshold(dets, num_objects),
-                title=f"the {num_objects} best detections ({num_objects} objects in these images)",
-            )
-            timings["outputs"] = time.perf_counter() - t
-            timings["total"] = time.perf_counter() - start
-            metrics["timings_s"] = timings
-            write_json_atomic(staging / METRICS, metrics)
-            _publish(staging, out)
-            shutil.rmtree(staging, ignore_errors=True)
-            for line in _summary_lines(metrics):
-                print_fn(line)
-            print_fn(f"results in {out}/ (tensorboard --logdir {out / 'logs'})")
-    except BaseException:
-        if chief:
-            with contextlib.suppress(OSError):
-                shutil.rmtree(staging)
-        raise
+    logs = staging / "logs"
+    t = time.perf_counter()
+    for tree in (logs / "classifier", logs / "ssd"):
+        shutil.rmtree(RunFolder(tree).checkpoints, ignore_errors=True)
+    _save_models(out, config, cls, det)
+    plot_curves(_curve_panels(logs), staging / "curves.png", xlabel="step")
+    images, dets, num_objects = sample_detections(staging / "ssd.keras", data)
+    plot_detections(
+        images,
+        dets,
+        SHAPE_NAMES,
+        staging / "detections.png",
+        score_threshold=top_n_threshold(dets, num_objects),
+        title=f"the {num_objects} best detections ({num_objects} objects in these images)",
+    )
+    timings["outputs"] = time.perf_counter() - t
+    timings["total"] = time.perf_counter() - start
     metrics["timings_s"] = timings
-    return metrics
+    write_json_atomic(staging / METRICS, metrics)
+    _publish(staging, out)
+    shutil.rmtree(staging, ignore_errors=True)

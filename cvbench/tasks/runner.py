@@ -163,8 +163,7 @@ class TaskRun:
             epoch = trainer.state["epoch"]
             return self.evaluate(final=epoch == final_epoch) if epoch in chosen else {}
 
-        # The resolved recipe: the run log's first event, written once the checkpoints allow
-        # the run (a refused resume writes nothing).
+        # The run log's first event, written once the checkpoints allow the run (not on refusal).
         record = recipe_record(self.task.recipe, self.plan, notes=self.notes)
         self.trainer.run_events = [("recipe", record)]
         self.history = self.trainer.fit(

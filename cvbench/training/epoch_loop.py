@@ -31,12 +31,17 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cvbench.training.inputs import BatchSource, batch_length, make_source, peek_batch_size
 from cvbench.training.throughput import images_per_second
+
+if TYPE_CHECKING:
+    import keras
+
+    from cvbench.training.distributed import Distribution
 
 #: The key of `TrainingModel`'s step logs that is 1.0 for a skipped step.
 SKIPPED = "skipped"
@@ -123,8 +128,8 @@ class LoopState:
     """
 
     train: TrainState
-    model: Any
-    distribution: Any
+    model: keras.Model
+    distribution: Distribution
     global_batch: int
     log_every: int = 0
     learning_rate: Callable[[], float | None] = lambda: None
@@ -317,7 +322,7 @@ def any_rank_stopped(loop: LoopState) -> bool:
     return stopped
 
 
-def mean_over_ranks(distribution: Any, values: dict[str, float]) -> dict[str, float]:
+def mean_over_ranks(distribution: Distribution, values: dict[str, float]) -> dict[str, float]:
     """`values` averaged over the ranks of `distribution` (the same keys on every rank)."""
     if not values:
         return {}
@@ -328,7 +333,7 @@ def mean_over_ranks(distribution: Any, values: dict[str, float]) -> dict[str, fl
 
 def rank_source(
     state: TrainState,
-    distribution: Any,
+    distribution: Distribution,
     train_data: Any,
     *,
     seed: int | None,

@@ -264,6 +264,55 @@ def _run_steps(workload: Workload, steps: int, *, started: bool) -> None:
         workload.run(steps)
 
 
+def _warm_up(
+    workloads: Mapping[str, Workload], warmup_steps: int, clock: Callable[[], float]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """`(compile seconds, warm-up seconds)` by name: each workload's first step (its
+    compile) timed alone, then its other `warmup_steps - 1` steps; NaN and 0 without
+    warm-up steps."""
+    compile_s: dict[str, float] = dict.fromkeys(workloads, math.nan)
+    warmup_s: dict[str, float] = dict.fromkeys(workloads, 0.0)
+    for name in workloads if warmup_steps else ():
+        workload = workloads[name]
+        start = clock()
+        workload.first_step()
+        middle = clock()
+        if warmup_steps > 1:
+            workload.run(warmup_steps - 1)
+        compile_s[name], warmup_s[name] = middle - start, clock() - middle
+    return compile_s, warmup_s
+
+
+def _timed_windows(
+    workloads: Mapping[str, Workload],
+    windows: int,
+    window_steps: int,
+    *,
+    started: bool,
+    clock: Callable[[], float],
+    cpu_clock: Callable[[], float],
+    on_window: Callable[[str, int, float], None] | None,
+) -> tuple[dict[str, list[float]], dict[str, float], dict[str, int]]:
+    """`(window rates, CPU seconds, images)` by name: `windows` windows of `window_steps`
+    steps of every workload, the order rotating by one each window (`started`: the
+    workloads have run their first step)."""
+    names = list(workloads)
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, float] = dict.fromkeys(names, 0.0)
+    images: dict[str, int] = dict.fromkeys(names, 0)
+    for w in range(windows):
+        for name in names[w % len(names) :] + names[: w % len(names)]:
+            workload = workloads[name]
+            start, cpu_start = clock(), cpu_clock()
+            _run_steps(workload, window_steps, started=started or w > 0)
+            seconds, cpu[name] = clock() - start, cpu[name] + cpu_clock() - cpu_start
+            images[name] += window_steps * workload.images_per_step
+            rates[name].append(window_steps * workload.images_per_step / max(seconds, 1e-12))
+            if on_window is not None:
+                on_window(name, w, rates[name][-1])
+    return rates, cpu, images
+
+
 def measure_throughput(
     workloads: Mapping[str, Workload],
     *,
@@ -318,42 +367,43 @@ def measure_throughput(
     if not workloads:
         raise ValueError("no workloads to measure")
     names = list(workloads)
-    compile_s: dict[str, float] = dict.fromkeys(names, math.nan)
-    warmup_s: dict[str, float] = dict.fromkeys(names, 0.0)
-    for name in names if warmup_steps else ():
-        workload = workloads[name]
-        start = clock()
-        workload.first_step()
-        middle = clock()
-        if warmup_steps > 1:
-            workload.run(warmup_steps - 1)
-        compile_s[name], warmup_s[name] = middle - start, clock() - middle
-    rates: dict[str, list[float]] = {name: [] for name in names}
-    cpu: dict[str, float] = dict.fromkeys(names, 0.0)
-    images: dict[str, int] = dict.fromkeys(names, 0)
-    for w in range(windows):
-        for name in names[w % len(names) :] + names[: w % len(names)]:
-            workload = workloads[name]
-            start, cpu_start = clock(), cpu_clock()
-            _run_steps(workload, window_steps, started=warmup_steps > 0 or w > 0)
-            seconds, cpu[name] = clock() - start, cpu[name] + cpu_clock() - cpu_start
-            images[name] += window_steps * workload.images_per_step
-            rates[name].append(window_steps * workload.images_per_step / max(seconds, 1e-12))
-            if on_window is not None:
-                on_window(name, w, rates[name][-1])
-    results = {}
-    for name in names:
-        summary = summarize(rates[name], global_batch=workloads[name].images_per_step)
-        results[name] = Throughput(
-            images_per_sec=summary.mean,
-            stderr=summary.stderr,
-            jitter=summary.jitter,
-            window_rates=tuple(rates[name]),
-            window_steps=window_steps,
-            images_per_step=summary.global_batch,
-            compile_seconds=compile_s[name],
-            warmup_seconds=warmup_s[name],
-            warmup_steps=warmup_steps,
-            cpu_images_per_sec=images[name] / cpu[name] if cpu[name] > 0 else math.nan,
+    compile_s, warmup_s = _warm_up(workloads, warmup_steps, clock)
+    rates, cpu, images = _timed_windows(
+        workloads, windows, window_steps, started=warmup_steps > 0, clock=clock,
+        cpu_clock=cpu_clock, on_window=on_window,
+    )  # fmt: skip
+    return {
+        name: _throughput(
+            rates[name], workloads[name].images_per_step, window_steps=window_steps,
+            compile_seconds=compile_s[name], warmup_seconds=warmup_s[name],
+            warmup_steps=warmup_steps, images=images[name], cpu_seconds=cpu[name],
         )
-    return results
+        for name in names
+    }  # fmt: skip
+
+
+def _throughput(
+    rates: list[float],
+    images_per_step: int,
+    *,
+    window_steps: int,
+    compile_seconds: float,
+    warmup_seconds: float,
+    warmup_steps: int,
+    images: int,
+    cpu_seconds: float,
+) -> Throughput:
+    """One workload's `Throughput` from its window `rates` and timings."""
+    summary = summarize(rates, global_batch=images_per_step)
+    return Throughput(
+        images_per_sec=summary.mean,
+        stderr=summary.stderr,
+        jitter=summary.jitter,
+        window_rates=tuple(rates),
+        window_steps=window_steps,
+        images_per_step=summary.global_batch,
+        compile_seconds=compile_seconds,
+        warmup_seconds=warmup_seconds,
+        warmup_steps=warmup_steps,
+        cpu_images_per_sec=images / cpu_seconds if cpu_seconds > 0 else math.nan,
+    )

@@ -27,19 +27,17 @@ On TensorFlow the step is two graphs (`make_train_function`): one computes the l
 averaged gradients, their finite check and the metrics; the other applies the update, and is
 called only when the first says the gradients are finite. The choice is made in Python, not
 with `tf.cond`, because TensorFlow does not run an optimizer update under a conditional
-reproducibly: with the update inside `ops.cond(finite, apply, noop)` (this module until
-2026-12-02, and Keras' own `LossScaleOptimizer.apply`), two `--deterministic` runs of the same
-command ended 0.2 apart after 6 steps, and the same step repeated in one process from the same
-variables, with bit-identical gradients, gave different variables (the L2 weight-decay read of
-each weight is part of it: without weight decay, or without the conditional, every repeat was
-identical). `tests/reliability/test_deterministic_runs.py` keeps two runs bit-identical. On
-JAX the step is one stateless function, the update selected with `where`.
+reproducibly: with the update inside `ops.cond(finite, apply, noop)` (as in Keras' own
+`LossScaleOptimizer.apply`), two `--deterministic` runs of the same command drift apart within
+a few steps, and the same step repeated in one process from the same variables, with
+bit-identical gradients, gives different variables (the L2 weight-decay read of each weight is
+part of it: without weight decay, or without the conditional, every repeat is identical).
+`tests/reliability/test_deterministic_runs.py` keeps two runs bit-identical. On JAX the step is
+one stateless function, the update selected with `where`.
 
-Cost, measured with `KERAS_BACKEND=tensorflow python benchmarks/whole_step_overhead.py`
-(ResNet-18, 32 x 32 images, batch 8, float32, a 2-core CPU shared with a test run): Keras'
-step 87.6 ms, this one 94.7 ms (+7.1 ms, +8 %: the finite check, the second graph call and
-the host read of its result; with the update under `tf.cond` it was +3-6 %); JAX: 125.2 ->
-127.5 ms (+1.8 %).
+The cost is the finite check, the second graph call and the host read of its result: a fixed
+few milliseconds a step, not a cost per image (`benchmarks/whole_step_overhead.py` measures it
+against Keras' own step on either backend).
 
 The wrapper shares the user's variables; the user's model itself is never compiled or changed.
 Callbacks see the wrapper (so `model.optimizer` and `model.stop_training` work); its `save`,
