@@ -1,4 +1,9 @@
-"""The error a bad input file raises, and the one-line description of an `OSError`.
+"""cvbench's error base, the error a bad input file raises, and the one-line description of
+an `OSError`.
+
+`CvbenchError` is the base of every error cvbench raises on purpose; its class says the exit
+code the `cvbench` command maps it to (`exit_code`: `RUN_ERROR` 1 or `USAGE_ERROR` 2), so the
+command maps errors by type (`cvbench.cli.errors.known_error`), not by their message text.
 
 `BadFileError` is a `ValueError` (Python callers that catch `ValueError` keep working) whose
 message names the file and what is wrong with it, or the limit it exceeds and how to raise

@@ -147,3 +147,22 @@ def test_debug_keeps_the_traceback_of_a_cvbench_error(monkeypatch):
     monkeypatch.setenv("CVBENCH_DEBUG", "1")
     with pytest.raises(BadFileError, match="no config.json"):
         cli.main(["train", *TINY, "--synthetic"])
+
+
+def test_every_error_class_of_the_package_derives_from_the_base():
+    import ast
+    import importlib
+
+    package = Path(__file__).resolve().parents[2] / "cvbench"
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Error"):
+                module = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+                found[f"{module}.{node.name}"] = (module, node.name)
+    assert len(found) >= 12  # the kinds this test was written for, and any added since
+    for module, name in found.values():
+        kind = getattr(importlib.import_module(module.removesuffix(".__init__")), name)
+        assert issubclass(kind, CvbenchError), f"{module}.{name}"
+        assert kind.exit_code in (1, 2) or name == "TrainingInterruptedError", name
