@@ -319,6 +319,78 @@ def imagenet_grain_dataset(
     spec = read_spec(spec, split=split, **read).with_defaults(image_size=224)
     split_name = spec.require_split()
     p = supported_preprocessing(preprocessing)
+    _check_options(spec, num_workers=num_workers, read_threads=read_threads)
+    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
+    grain = import_grain()
+    if num_workers:
+        _absl_flags_ready()
+    source = _split_source(data_dir, split_name, file_pattern, index_dir)
+    lo, hi = rank_range(len(source), num_shards, shard_index)
+    if not isinstance(scaled_decode, bool):
+        raise ValueError(f"scaled_decode must be a bool, got {scaled_decode!r}")
+    transform = _Transform(
+        source, spec.image_size, p, spec.dtype, num_classes, spec.training, scaled_decode
+    )
+    plan = _train_plan if spec.training else _eval_plan
+    data, sampler, mapping, steps = plan(grain, source, spec, lo, hi, num_shards, shard_index)
+    operations = [mapping(transform), grain.Batch(spec.batch_size, drop_remainder=spec.training)]
+    loader = _loader(
+        grain, data, sampler, operations,
+        workers=(num_workers, worker_buffer_size), read_threads=read_threads,
+        batch_size=spec.batch_size,
+    )  # fmt: skip
+    batches = GrainBatches(
+        loader, steps=steps, num_records=hi - lo, preprocessing=p,
+        batch_size=spec.batch_size, num_workers=num_workers,
+    )  # fmt: skip
+    return attach(batches, ClassifierInputs(spec.image_size, p, class_names_of(data_dir)))
+
+
+def _split_source(
+    data_dir: str | os.PathLike,
+    split: str,
+    file_pattern: str | None,
+    index_dir: str | os.PathLike | None,
+) -> TFRecordSource:
+    """The split's records (`TFRecordSource`), refused when there are none."""
+    files = split_files(data_dir, split, file_pattern=file_pattern)
+    source = TFRecordSource(files, index_dir=index_dir)
+    if len(source) == 0:
+        raise ValueError(f"the {split} files in {data_dir} hold no records: {source!r}")
+    return source
+
+
+def _loader(
+    grain: Any,
+    data: _Window,
+    sampler: Any,
+    operations: list,
+    *,
+    workers: tuple[int, int],
+    read_threads: int,
+    batch_size: int,
+) -> Any:
+    """The grain `DataLoader` of `data` in `sampler`'s order through `operations`, with
+    `workers` = (worker processes, batches each prepares ahead).
+
+    Reading a record is one pread: by default (`read_threads` 0) it is done in the
+    transforming thread; grain's default, 16 threads polling a 500-record buffer, costs a
+    fifth of a core. With read threads, two batches of records are read ahead.
+    """
+    return grain.DataLoader(
+        data_source=data,
+        sampler=sampler,
+        operations=operations,
+        worker_count=workers[0],
+        worker_buffer_size=workers[1],
+        read_options=grain.ReadOptions(
+            num_threads=read_threads, prefetch_buffer_size=2 * batch_size if read_threads else 0
+        ),
+    )
+
+
+def _check_options(spec: ReadSpec, *, num_workers: Any, read_threads: Any) -> None:
+    """Refuses what the grain path does not do (a dtype, `skip_corrupt`) and bad counts."""
     if spec.dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES} for the grain path, got {spec.dtype!r}")
     if spec.skip_corrupt:
@@ -326,67 +398,59 @@ def imagenet_grain_dataset(
     for name, value in (("num_workers", num_workers), ("read_threads", read_threads)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
-    grain = import_grain()
-    if num_workers:
-        _absl_flags_ready()
-    source = TFRecordSource(
-        split_files(data_dir, split_name, file_pattern=file_pattern), index_dir=index_dir
-    )
-    if len(source) == 0:
-        raise ValueError(f"the {split_name} files in {data_dir} hold no records: {source!r}")
-    lo, hi = rank_range(len(source), num_shards, shard_index)
-    if not isinstance(scaled_decode, bool):
-        raise ValueError(f"scaled_decode must be a bool, got {scaled_decode!r}")
-    transform = _Transform(
-        source, spec.image_size, p, spec.dtype, num_classes, spec.training, scaled_decode
-    )
-    batch_size = spec.batch_size
-    if spec.training:
-        if hi - lo < batch_size:
-            raise ValueError(
-                f"rank {shard_index} of {num_shards} has {hi - lo} records of {source!r}, "
-                f"fewer than one batch of {batch_size}"
-            )
-        seed = spec.seed if spec.seed is not None else int(np.random.SeedSequence().entropy % 2**63)
-        data = _Window(source, lo, hi)
-        sampler = grain.IndexSampler(
-            num_records=len(data),
-            shard_options=grain.NoSharding(),
-            shuffle=True,
-            num_epochs=None if spec.repeat else 1,
-            seed=rank_seed(seed, shard_index) % 2**32,
+
+
+def _train_plan(
+    grain: Any,
+    source: TFRecordSource,
+    spec: ReadSpec,
+    lo: int,
+    hi: int,
+    num_shards: int,
+    shard_index: int,
+) -> tuple[_Window, Any, type, None]:
+    """Training: the rank's records `[lo, hi)` in an order shuffled each epoch from the
+    rank's seed (`ranks.rank_seed`; a random seed without `spec.seed`), endless with
+    `spec.repeat`; no step count.
+
+    Raises:
+        ValueError: the rank has fewer records than one batch.
+    """
+    if hi - lo < spec.batch_size:
+        raise ValueError(
+            f"rank {shard_index} of {num_shards} has {hi - lo} records of {source!r}, "
+            f"fewer than one batch of {spec.batch_size}"
         )
-        steps, drop, mapping = None, True, TrainMap
-    else:
-        steps = eval_steps_of(len(source), num_shards, batch_size)
-        data = _Window(source, lo, hi, pad=steps * batch_size - (hi - lo))
-        sampler = grain.IndexSampler(
-            num_records=len(data), shard_options=grain.NoSharding(), shuffle=False, num_epochs=1
-        )
-        drop, mapping = False, EvalMap
-    loader = grain.DataLoader(
-        data_source=data,
-        sampler=sampler,
-        operations=[mapping(transform), grain.Batch(batch_size, drop_remainder=drop)],
-        worker_count=num_workers,
-        worker_buffer_size=worker_buffer_size,
-        # Reading a record is one pread: by default done in the transforming thread (grain's
-        # default, 16 threads polling a 500-record buffer, cost a fifth of a core here)
-        read_options=grain.ReadOptions(
-            num_threads=read_threads, prefetch_buffer_size=2 * batch_size if read_threads else 0
-        ),
+    seed = spec.seed if spec.seed is not None else int(np.random.SeedSequence().entropy % 2**63)
+    data = _Window(source, lo, hi)
+    sampler = grain.IndexSampler(
+        num_records=len(data),
+        shard_options=grain.NoSharding(),
+        shuffle=True,
+        num_epochs=None if spec.repeat else 1,
+        seed=rank_seed(seed, shard_index) % 2**32,
     )
-    batches = GrainBatches(
-        loader,
-        steps=steps,
-        num_records=hi - lo,
-        preprocessing=p,
-        batch_size=batch_size,
-        num_workers=num_workers,
+    return data, sampler, TrainMap, None
+
+
+def _eval_plan(
+    grain: Any,
+    source: TFRecordSource,
+    spec: ReadSpec,
+    lo: int,
+    hi: int,
+    num_shards: int,
+    shard_index: int,
+) -> tuple[_Window, Any, type, int]:
+    """Evaluation: the rank's records `[lo, hi)` in order, then padding up to the steps of
+    the largest rank (`ranks.eval_steps_of`), the same on every rank."""
+    del shard_index
+    steps = eval_steps_of(len(source), num_shards, spec.batch_size)
+    data = _Window(source, lo, hi, pad=steps * spec.batch_size - (hi - lo))
+    sampler = grain.IndexSampler(
+        num_records=len(data), shard_options=grain.NoSharding(), shuffle=False, num_epochs=1
     )
-    inputs = ClassifierInputs(spec.image_size, p, class_names_of(data_dir))
-    return attach(batches, inputs)
+    return data, sampler, EvalMap, steps
 
 
 def count_records(
