@@ -334,8 +334,7 @@ def train_examples(
     counter: CorruptRecordCounter | None,
     shuffle_buffer: int | None = None,
 ) -> tf.data.Dataset:
-    """The training examples of one rank: its part of the records, parsed, in file order
-    (or shuffled, with `shuffle_buffer`).
+    """The training examples of one rank: its records, parsed, in file order (or shuffled).
 
     With at least as many files as ranks, rank `r` reads files `r, r + R, ...` in an order
     shuffled with `seed` (again each epoch); with fewer, every rank reads all files in a fixed
@@ -352,11 +351,7 @@ def train_examples(
         skip_corrupt: skip and count truncated files and corrupt records instead of raising.
         counter: counts them.
         shuffle_buffer: records in the shuffle buffer (seeded with `seed`, a new order each
-            pass); None or 1: not shuffled here. When the rank's records fit in it, each pass
-            is shuffled before the repeat, with a buffer of that pass: the buffer never reads
-            the same records again from hundreds of passes ahead (a buffer of 10 000 over 24
-            records filled 416 passes, seconds at the start of every epoch), and each pass
-            holds every record once. A larger set is shuffled after the repeat.
+            pass); None or 1: not shuffled here. See `_shuffle_and_repeat`.
 
     Returns:
         Example dicts: `parse_fn`'s keys plus `source` (string) and `index` (int64).
@@ -382,15 +377,32 @@ def train_examples(
     if not by_file:  # fewer files than ranks: split the records instead
         records = records.shard(num_shards, shard_index)
     mine_count = sum(counts) if by_file else -(-sum(counts) // num_shards)  # at most
-    buffer = shuffle_buffer or 1
-    if buffer > 1 and mine_count <= buffer:  # a pass fits: shuffle the pass itself
-        records = records.shuffle(mine_count, seed=seed, reshuffle_each_iteration=True)
-        buffer = 1
+    records = _shuffle_and_repeat(
+        records, mine_count, seed=seed, repeat=repeat, shuffle_buffer=shuffle_buffer or 1
+    )
+    return _parse(records, parse_fn)
+
+
+def _shuffle_and_repeat(
+    records: tf.data.Dataset, count: int, *, seed: int | None, repeat: bool, shuffle_buffer: int
+) -> tf.data.Dataset:
+    """`records` (at most `count` of them) shuffled with a buffer of `shuffle_buffer` (1: not
+    shuffled) with `seed` (a new order each pass) and repeated when `repeat`.
+
+    When a pass fits in the buffer, each pass is shuffled before the repeat, with a buffer of
+    that pass: the buffer never reads the same records again from many passes ahead (a
+    buffer of 10 000 over 24 records would hold 416 passes, read at the start of every
+    epoch), and each pass holds every record once. A larger set is shuffled after the
+    repeat.
+    """
+    if shuffle_buffer > 1 and count <= shuffle_buffer:  # a pass fits: shuffle the pass itself
+        records = records.shuffle(count, seed=seed, reshuffle_each_iteration=True)
+        shuffle_buffer = 1
     if repeat:
         records = records.repeat()
-    if buffer > 1:
-        records = records.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    return _parse(records, parse_fn)
+    if shuffle_buffer > 1:
+        records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    return records
 
 
 def eval_examples(
