@@ -18,13 +18,21 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from cvbench.inference.images import MAX_IMAGE_PIXELS, OnSkip, Source, iter_batches
+from cvbench.inference.images import (
+    MAX_IMAGE_PIXELS,
+    Batch,
+    OnSkip,
+    ReadOptions,
+    Source,
+    predict_batches,
+)
 from cvbench.inference.resolve import resolve_model
 from cvbench.utils.model_file import ModelInfo
 
@@ -131,32 +139,27 @@ def classify(
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be an int >= 1; got {top_k!r}")
     model, info = resolve_model(model, info=info, task="classification")
-    k = min(top_k, info.num_classes)
-    results = []
-    batches = iter_batches(
-        inputs,
-        info,
-        batch_size=batch_size,
-        skip_corrupt=skip_corrupt,
-        on_skip=on_skip,
-        max_image_pixels=max_image_pixels,
-    )
-    for batch in batches:
-        logits = np.asarray(model.predict_on_batch(batch.images))
-        if logits.shape != (len(batch.sources), info.num_classes):
-            raise ValueError(
-                f"the classifier must output (batch, {info.num_classes}) logits for "
-                f"{info.num_classes} class names; got {logits.shape}"
-            )
-        probabilities = softmax(logits)
-        for row, ids in enumerate(top_k_indices(probabilities, k)):
-            results.append(
-                Classification(
-                    source=batch.sources[row],
-                    class_ids=tuple(int(i) for i in ids),
-                    class_names=tuple(info.class_names[i] for i in ids),
-                    scores=tuple(float(probabilities[row, i]) for i in ids),
-                    image_size=batch.geometries[row].original_size,
-                )
-            )
-    return results
+    read = ReadOptions(batch_size, skip_corrupt, on_skip, max_image_pixels)
+    results_of = functools.partial(_classifications, info=info, k=min(top_k, info.num_classes))
+    return predict_batches(model, inputs, info, results_of, read=read)
+
+
+def _classifications(logits: Any, batch: Batch, *, info: ModelInfo, k: int) -> list[Classification]:
+    """The top-`k` `Classification` of each image of `batch` from the model's logits."""
+    logits = np.asarray(logits)
+    if logits.shape != (len(batch.sources), info.num_classes):
+        raise ValueError(
+            f"the classifier must output (batch, {info.num_classes}) logits for "
+            f"{info.num_classes} class names; got {logits.shape}"
+        )
+    probabilities = softmax(logits)
+    return [
+        Classification(
+            source=batch.sources[row],
+            class_ids=tuple(int(i) for i in ids),
+            class_names=tuple(info.class_names[i] for i in ids),
+            scores=tuple(float(probabilities[row, i]) for i in ids),
+            image_size=batch.geometries[row].original_size,
+        )
+        for row, ids in enumerate(top_k_indices(probabilities, k))
+    ]

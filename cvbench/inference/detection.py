@@ -17,6 +17,7 @@ Usage (with a model file written by `cvbench train`; tests/inference runs it on 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,14 @@ import numpy as np
 from cvbench.detection.predict import Decoder
 from cvbench.inference.box_formats import check_box_format, from_yxyx
 from cvbench.inference.classification import finite_or_none
-from cvbench.inference.images import MAX_IMAGE_PIXELS, OnSkip, Source, iter_batches
+from cvbench.inference.images import (
+    MAX_IMAGE_PIXELS,
+    Batch,
+    OnSkip,
+    ReadOptions,
+    Source,
+    predict_batches,
+)
 from cvbench.inference.resolve import resolve_model
 from cvbench.utils.model_file import DISPLAY_SCORE_THRESHOLD, ModelInfo
 
@@ -128,39 +136,50 @@ def detect(
     if isinstance(score_threshold, bool) or not 0.0 <= float(score_threshold) < 1.0:
         raise ValueError(f"score_threshold must be in [0, 1); got {score_threshold!r}")
     model, info = resolve_model(model, info=info, task="detection")
-    decoder = Decoder(info.detection, info.image_size)
+    read = ReadOptions(batch_size, skip_corrupt, on_skip, max_image_pixels)
+    results_of = functools.partial(
+        _detections,
+        info=info,
+        decoder=Decoder(info.detection, info.image_size),
+        score_threshold=score_threshold,
+        box_format=box_format,
+    )
+    return predict_batches(model, inputs, info, results_of, read=read)
+
+
+def _detections(
+    outputs: Any,
+    batch: Batch,
+    *,
+    info: ModelInfo,
+    decoder: Decoder,
+    score_threshold: float,
+    box_format: str,
+) -> list[Detection]:
+    """The `Detection` of each image of `batch` from the SSD's outputs: decoded, NMS-ed,
+    scoring above `score_threshold`, in `box_format` pixels of the original image."""
+    if np.shape(outputs["classes"])[-1] != info.num_classes:
+        raise ValueError(
+            f"the detector outputs {np.shape(outputs['classes'])[-1]} class logits per "
+            f"anchor for {info.num_classes} class names"
+        )
+    dets = decoder(outputs, score_threshold=score_threshold)
     height, width = info.image_size
     results = []
-    batches = iter_batches(
-        inputs,
-        info,
-        batch_size=batch_size,
-        skip_corrupt=skip_corrupt,
-        on_skip=on_skip,
-        max_image_pixels=max_image_pixels,
-    )
-    for batch in batches:
-        outputs = model.predict_on_batch(batch.images)
-        if np.shape(outputs["classes"])[-1] != info.num_classes:
-            raise ValueError(
-                f"the detector outputs {np.shape(outputs['classes'])[-1]} class logits per "
-                f"anchor for {info.num_classes} class names"
+    for row, geometry in enumerate(batch.geometries):
+        k = int(dets["num_detections"][row])
+        model_pixels = dets["boxes"][row, :k] * np.array([height, width, height, width])
+        boxes = from_yxyx(geometry.to_original(model_pixels), box_format)
+        class_ids = dets["classes"][row, :k].astype(np.int32)
+        results.append(
+            Detection(
+                source=batch.sources[row],
+                image_size=geometry.original_size,
+                boxes=boxes.astype(np.float32).reshape(-1, 4),
+                scores=dets["scores"][row, :k].astype(np.float32),
+                class_ids=class_ids,
+                class_names=tuple(info.class_names[c] for c in class_ids),
+                box_format=box_format,
             )
-        dets = decoder(outputs, score_threshold=score_threshold)
-        for row, geometry in enumerate(batch.geometries):
-            k = int(dets["num_detections"][row])
-            model_pixels = dets["boxes"][row, :k] * np.array([height, width, height, width])
-            boxes = from_yxyx(geometry.to_original(model_pixels), box_format)
-            class_ids = dets["classes"][row, :k].astype(np.int32)
-            results.append(
-                Detection(
-                    source=batch.sources[row],
-                    image_size=geometry.original_size,
-                    boxes=boxes.astype(np.float32).reshape(-1, 4),
-                    scores=dets["scores"][row, :k].astype(np.float32),
-                    class_ids=class_ids,
-                    class_names=tuple(info.class_names[c] for c in class_ids),
-                    box_format=box_format,
-                )
-            )
+        )
     return results

@@ -36,6 +36,8 @@ import dataclasses
 import errno
 import os
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -125,12 +127,41 @@ def export_for_serving(
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}; got {format!r}")
     label = os.fspath(out)
+    out = _checked_destination(label, overwrite=overwrite)
+    model, info = _model_and_info(model_or_path, info, max_input_side=max_input_side)
+    served = fold_batchnorm(_functional(_plain_or_same(model), info)) if fold else model
+    fn = serving_function(
+        served,
+        info,
+        top_k=top_k,
+        score_threshold=score_threshold,
+        probabilities=_ends_in_softmax(model),
+    )
+    served_info = _as_served(info, score_threshold)
+    with errors_naming(label):
+        _write_export(served, fn, out, format=format, info=served_info)
+    with errors_naming(os.fspath(info_file_path(label))):
+        write_info_file(served_info, out, contract="serving")
+    return Path(label)
+
+
+def _checked_destination(label: str, *, overwrite: bool) -> Path:
+    """The absolute export path of `label` (`..` and `.` resolved, links kept), once it and
+    its info file may be written: refused before any work otherwise."""
     if not label:
         raise ValueError("the export path is empty: name the folder or file to write")
-    out = Path(os.path.abspath(label))  # ".." and "." resolved, links kept
+    out = Path(os.path.abspath(label))
     check_replaceable(out, overwrite=overwrite, label=label)
     check_parent_path(out)
     check_output(info_file_path(out), overwrite=overwrite, is_ours=written_by_cvbench)
+    return out
+
+
+def _model_and_info(
+    model_or_path: Any, info: ModelInfo | None, *, max_input_side: int
+) -> tuple[Any, ModelInfo]:
+    """The model to export and its `ModelInfo` (`info`, else the model file's), whose
+    `image_size` must be the model's input size."""
     model = model_or_path
     if isinstance(model_or_path, (str, os.PathLike)):
         import cvbench.detection.ssd  # noqa: F401  (registers the layers a model file may hold)
@@ -151,29 +182,13 @@ def export_for_serving(
             f"the model's input size {size} differs from the ModelInfo's image_size "
             f"{tuple(info.image_size)}"
         )
-    served = fold_batchnorm(_functional(_plain_or_same(model), info)) if fold else model
-    fn = serving_function(
-        served,
-        info,
-        top_k=top_k,
-        score_threshold=score_threshold,
-        probabilities=_ends_in_softmax(model),
-    )
-    served_info = _as_served(info, score_threshold)
-    with errors_naming(label):
-        _write_export(served, fn, out, format=format, info=served_info)
-    with errors_naming(os.fspath(info_file_path(label))):
-        write_info_file(served_info, out, contract="serving")
-    return Path(label)
+    return model, info
 
 
 def _as_served(info: ModelInfo, score_threshold: float | None) -> ModelInfo:
-    """`info` with the score threshold the export applies (what the export carries)."""
-    if info.task != "detection" or score_threshold is None:
-        return info
-    detection = dict(info.detection)
-    detection["postprocess"] = {**detection["postprocess"], "score_threshold": score_threshold}
-    return dataclasses.replace(info, detection=detection)
+    """`info` with the score threshold the export applies (what the export carries): a
+    detector's (`info.detection` present) with `score_threshold` unless None."""
+    return _KINDS[info.head.task].served_info(info, score_threshold)
 
 
 def _write_export(served: Any, fn: Any, out: Path, *, format: str, info: ModelInfo) -> None:
@@ -243,6 +258,15 @@ def _swap_into_place(new: Path, out: Path, *, aside: Path) -> None:
         raise
 
 
+@dataclass(frozen=True)
+class _ServingOptions:
+    """The export's choices of what the signature returns (each kind reads its own)."""
+
+    top_k: int
+    score_threshold: float | None
+    probabilities: bool
+
+
 def serving_function(
     model: Any,
     info: ModelInfo,
@@ -252,7 +276,8 @@ def serving_function(
     probabilities: bool = False,
 ) -> Any:
     """The serving `tf.function` of `model`: uint8 `(B, H, W, 3)` images -> the outputs of
-    `cvbench.inference.serving` for `info.task`.
+    `cvbench.inference.serving` for the model's kind (`info.head.task`: a classifier's
+    top-k, a detector's boxes).
 
     Raises:
         ValueError: for `top_k` below 1 (above the class count gives every class) or a
@@ -261,21 +286,33 @@ def serving_function(
     import tensorflow as tf
 
     spec = tf.TensorSpec((None, None, None, 3), tf.uint8, name="images")
+    options = _ServingOptions(top_k, score_threshold, probabilities)
+    serve = _KINDS[info.head.task].serve(model, info, options)
+    return tf.function(serve, input_signature=[spec])
+
+
+def _serve_classifier(model: Any, info: ModelInfo, options: _ServingOptions) -> Callable:
+    """uint8 images -> probabilities (or logits' softmax), top-k indices, scores, names."""
+    top_k = options.top_k
+    if isinstance(top_k, bool) or not (isinstance(top_k, int) and top_k >= 1):
+        raise ValueError(f"top_k must be an int >= 1; got {top_k!r}")
+    k = min(top_k, info.num_classes)
+    to_input = serving.model_input_function(info)
     names = info.class_names
-    if info.task == "classification":
-        if isinstance(top_k, bool) or not (isinstance(top_k, int) and top_k >= 1):
-            raise ValueError(f"top_k must be an int >= 1; got {top_k!r}")
-        k = min(top_k, info.num_classes)
-        to_input = serving.model_input_function(info)
 
-        def classify(images):
-            logits = model(to_input(images), training=False)
-            outputs = serving.classifier_outputs(logits, top_k=k, probabilities=probabilities)
-            names_k = serving.class_name_tensor(outputs["top_k_indices"], names)
-            return {**outputs, "top_k_class_names": names_k}
+    def classify(images):
+        logits = model(to_input(images), training=False)
+        outputs = serving.classifier_outputs(logits, top_k=k, probabilities=options.probabilities)
+        names_k = serving.class_name_tensor(outputs["top_k_indices"], names)
+        return {**outputs, "top_k_class_names": names_k}
 
-        return tf.function(classify, input_signature=[spec])
+    return classify
+
+
+def _serve_detector(model: Any, info: ModelInfo, options: _ServingOptions) -> Callable:
+    """uint8 images -> decoded, NMS-ed boxes, scores, classes, counts and class names."""
     post = dict(info.detection["postprocess"])
+    score_threshold = options.score_threshold
     if score_threshold is not None:
         if not 0.0 <= float(score_threshold) < 1.0:
             raise ValueError(f"score_threshold must be in [0, 1); got {score_threshold!r}")
@@ -283,6 +320,7 @@ def serving_function(
     anchors = multiscale_anchors(info.image_size, **info.detection["anchors"])
     scales = tuple(info.detection["scales"])
     to_input = serving.model_input_function(info)
+    names = info.class_names
 
     def detect(images):
         outputs = model(to_input(images), training=False)
@@ -292,7 +330,30 @@ def serving_function(
         found_names = serving.class_name_tensor(found["detection_classes"], names)
         return {**found, "detection_class_names": found_names}
 
-    return tf.function(detect, input_signature=[spec])
+    return detect
+
+
+def _detector_served_info(info: ModelInfo, score_threshold: float | None) -> ModelInfo:
+    if score_threshold is None:
+        return info
+    detection = dict(info.detection)
+    detection["postprocess"] = {**detection["postprocess"], "score_threshold": score_threshold}
+    return dataclasses.replace(info, detection=detection)
+
+
+@dataclass(frozen=True)
+class _ServingKind:
+    """What the export does for one kind of model: its signature, and the info it carries."""
+
+    serve: Callable[[Any, ModelInfo, _ServingOptions], Callable]
+    served_info: Callable[[ModelInfo, float | None], ModelInfo]
+
+
+#: By `ModelInfo.head.task`: a model file with a detection part is a detector.
+_KINDS: dict[str, _ServingKind] = {
+    "classification": _ServingKind(_serve_classifier, lambda info, _threshold: info),
+    "detection": _ServingKind(_serve_detector, _detector_served_info),
+}
 
 
 def to_tflite(saved_model: str | os.PathLike) -> bytes:

@@ -62,7 +62,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from PIL import Image
@@ -102,6 +102,8 @@ _STRAY_BYTES = re.compile(
 _PILLOW_LIMIT_LOCK = threading.Lock()
 
 Source = str | int
+#: What `predict_batches` returns per image (a `Classification`, a `Detection`).
+Result = TypeVar("Result")
 #: Called with each image file `skip_corrupt=True` skips.
 OnSkip = Callable[["ImageFileError"], None]
 
@@ -484,3 +486,45 @@ def iter_batches(
             sources, images, geometries = [], [], []
     if images:
         yield Batch(tuple(sources), np.stack(images), tuple(geometries))
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How `predict_batches` reads and batches images (the arguments `classify` and `detect`
+    share): images per model call, and `skip_corrupt`, `on_skip`, `max_image_pixels` as
+    `iter_images`."""
+
+    batch_size: int
+    skip_corrupt: bool = False
+    on_skip: OnSkip | None = None
+    max_image_pixels: int = MAX_IMAGE_PIXELS
+
+
+def predict_batches(
+    model: Any,
+    inputs: Any,
+    info: ModelInfo,
+    results_of: Callable[[Any, Batch], Iterable[Result]],
+    *,
+    read: ReadOptions,
+) -> list[Result]:
+    """The one batch loop of inference: `inputs` in `iter_batches` of `info`, each batch
+    through `model.predict_on_batch`, and its outputs turned into one result per image by
+    `results_of(outputs, batch)`, in input order. `classify` and `detect` differ only in
+    `results_of`.
+
+    Raises:
+        as `iter_batches` and `results_of`.
+    """
+    results: list[Result] = []
+    batches = iter_batches(
+        inputs,
+        info,
+        batch_size=read.batch_size,
+        skip_corrupt=read.skip_corrupt,
+        on_skip=read.on_skip,
+        max_image_pixels=read.max_image_pixels,
+    )
+    for batch in batches:
+        results.extend(results_of(model.predict_on_batch(batch.images), batch))
+    return results

@@ -9,7 +9,8 @@ one gets the defaults of `default_info`.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,14 +57,25 @@ def default_info(model: Any, *, task: str, class_names: Sequence[str] | None = N
         class_names: the class names; default "0", "1", ...
 
     Raises:
-        ValueError: for a model whose input size is not fixed, a detector without dict
-            outputs, or class names that do not match the outputs.
+        ValueError: for an unknown task, a model whose input size is not fixed, a detector
+            without dict outputs, or class names that do not match the outputs.
     """
-    size = _input_size(model)
-    if task == "classification":
-        num_classes = int(model.output_shape[-1])
-        names = _names(class_names, num_classes)
-        return ModelInfo(task=task, class_names=names, image_size=size)
+    if task not in _KINDS:
+        raise ValueError(f"task must be one of {sorted(_KINDS)}; got {task!r}")
+    return _KINDS[task].default_info(model, _input_size(model), class_names)
+
+
+def _classifier_info(
+    model: Any, size: tuple[int, int], class_names: Sequence[str] | None
+) -> ModelInfo:
+    num_classes = int(model.output_shape[-1])
+    names = _names(class_names, num_classes)
+    return ModelInfo(task="classification", class_names=names, image_size=size)
+
+
+def _detector_info(
+    model: Any, size: tuple[int, int], class_names: Sequence[str] | None
+) -> ModelInfo:
     outputs = getattr(model, "output", None)
     if not isinstance(outputs, dict) or "classes" not in outputs:
         raise ValueError(
@@ -72,12 +84,28 @@ def default_info(model: Any, *, task: str, class_names: Sequence[str] | None = N
         )
     num_classes = int(outputs["classes"].shape[-1])
     return ModelInfo(
-        task=task,
+        task="detection",
         class_names=_names(class_names, num_classes),
         image_size=size,
         resize="stretch",
         detection=detection_settings(),
     )
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """One kind of model `classify` / `detect` runs: what it is called in messages, and the
+    `ModelInfo` a model object of that kind gets by default."""
+
+    noun: str
+    default_info: Callable[[Any, tuple[int, int], Sequence[str] | None], ModelInfo]
+
+
+#: By task, as `ModelInfo.task` (`ModelInfo.head.task`) names it.
+_KINDS = {
+    "classification": _Kind("classifier", _classifier_info),
+    "detection": _Kind("detector", _detector_info),
+}
 
 
 def resolve_model(model: Any, *, info: ModelInfo | None, task: str) -> tuple[Any, ModelInfo]:
@@ -121,7 +149,6 @@ def resolve_model(model: Any, *, info: ModelInfo | None, task: str) -> tuple[Any
         )
     if info.task != task:
         raise ValueError(
-            f"the model is a {info.task} model (its ModelInfo); {task} needs a "
-            f"{'classifier' if task == 'classification' else 'detector'}"
+            f"the model is a {info.task} model (its ModelInfo); {task} needs a {_KINDS[task].noun}"
         )
     return model, info
