@@ -339,13 +339,11 @@ def run_input_benchmark(
 ) -> InputBenchResult:
     """Measures tf.data and DALI CPU, training and evaluation, on the records of `split`.
 
-    The four pipelines alternate within each round; each is built afresh per round, warmed
-    up, then timed; the median round is reported. Both backends run the default recipe
+    The pipelines alternate within each round; each is built afresh per round, warmed up,
+    then timed; the median round is reported. All run the default recipe
     (`ImagePreprocessing()`) on the same files, with `threads` threads each: tf.data's
     private threadpool and DALI's `num_threads`. DALI's index files are written to a temporary
-    folder (`cvbench.data.dali_index`), so `data_dir` is only read. Evaluation streams repeat
-    the records (tf.data `.repeat()`, DALI's reader wraps around), so any `batches` can be
-    timed on a few records.
+    folder, so `data_dir` is only read; evaluation streams repeat the records (`_Pipelines`).
 
     Args:
         data_dir: ImageNet-format TFRecords.
@@ -367,13 +365,9 @@ def run_input_benchmark(
     """
     import tempfile
 
-    for name, value in (("batches", batches), ("rounds", rounds), ("batch_size", batch_size)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    cores = default_num_workers()
-    threads = cores if threads is None else threads
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
+    cores, threads = _checked(
+        batches=batches, rounds=rounds, batch_size=batch_size, threads=threads
+    )
     dali_missing = _dali_missing()
     timing = _Timing(warmup_batches, batches, batch_size)
     with tempfile.TemporaryDirectory(prefix="cvbench-bench-idx-") as index_dir:
@@ -389,6 +383,22 @@ def run_input_benchmark(
         cores,
         dali_missing,
     )
+
+
+def _checked(*, batches: int, rounds: int, batch_size: int, threads: int | None) -> tuple:
+    """`(cores, threads)`: the cores available and the threads per backend (None: the cores).
+
+    Raises:
+        ValueError: a count below 1 (named).
+    """
+    for name, value in (("batches", batches), ("rounds", rounds), ("batch_size", batch_size)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    cores = default_num_workers()
+    threads = cores if threads is None else threads
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    return cores, threads
 
 
 def _dali_missing() -> str | None:
