@@ -28,9 +28,11 @@ from cvbench.benchmark.run import (
     measure_latencies,
 )
 from cvbench.benchmark.workloads import CvbenchModel, cvbench_model, synthetic_batch
+from cvbench.inference.fold_batchnorm import fold_batchnorm
 from cvbench.models.layers import set_fast_gradients
 from cvbench.training.precision import resolve_precision
 from cvbench.training.throughput import measure_throughput
+from cvbench.utils.plain_keras import to_plain_keras
 
 from . import reference
 from .fused_batchnorm import with_fused_batchnorm
@@ -40,13 +42,17 @@ DEFAULT_MODELS = ("resnet50", "inception_v3", "ssd320")
 #: Variants of cvbench measured beside it, name -> function changing a built model, to show
 #: what one speed change gains in the same run: "plain_conv" turns off `FastConv2D`'s fast
 #: gradients (Keras' own convolution gradients), "fused_batchnorm" tries TensorFlow's fused
-#: batch norm (a prototype, `fused_batchnorm` beside this module).
+#: batch norm (a prototype, `fused_batchnorm` beside this module), "folded_bn" is the model
+#: as `cvbench export` serves it (built-in layers, batch norms folded into the convolutions).
 VARIANTS: dict[str, Callable[[keras.Model], keras.Model]] = {
     "plain_conv": lambda model: set_fast_gradients(model, False),
     "fused_batchnorm": with_fused_batchnorm,
+    "folded_bn": lambda model: fold_batchnorm(to_plain_keras(model)),
 }
 #: Variants that change only the gradients: measured in training, not in inference.
 TRAINING_ONLY_VARIANTS = ("plain_conv",)
+#: Variants of an inference model only (a folded batch norm cannot be trained).
+INFERENCE_ONLY_VARIANTS = ("folded_bn",)
 
 
 @dataclass(frozen=True)
@@ -197,7 +203,8 @@ def _cvbench_variants(
     """cvbench's model and each requested variant of it, by column label."""
     variants = {CVBENCH: model}
     for name in config.variants:
-        if training or name not in TRAINING_ONLY_VARIANTS:
+        wrong = TRAINING_ONLY_VARIANTS if not training else INFERENCE_ONLY_VARIANTS
+        if name not in wrong:
             variants[f"{CVBENCH}+{name}"] = _variant(model, name)
     return variants
 

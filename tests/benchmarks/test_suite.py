@@ -98,16 +98,18 @@ def test_variants_are_measured_beside_cvbench():
         window_steps=1,
         keras_reference=False,
         latency_batch_sizes=(),
-        variants=("plain_conv", "fused_batchnorm"),
+        variants=("plain_conv", "fused_batchnorm", "folded_bn"),
     )
     results = run_suite(config, report=lambda line: None)
     rows = [(r.mode, r.implementation) for r in results.throughput]
-    # plain_conv changes only gradients: measured in training, not in inference.
+    # plain_conv changes only gradients: measured in training, not in inference; folded_bn
+    # (the served model) cannot train: measured in inference only.
     assert rows == [
         ("train", "cvbench"),
         ("train", "cvbench+plain_conv"),
         ("train", "cvbench+fused_batchnorm"),
         ("inference", "cvbench"),
         ("inference", "cvbench+fused_batchnorm"),
+        ("inference", "cvbench+folded_bn"),
     ]
     assert all(r.throughput.images_per_sec > 0 for r in results.throughput)
