@@ -50,6 +50,7 @@ counted.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -333,26 +334,29 @@ def coco_dataset(
         cycle_length,
         shuffles=False,  # the batches are shuffled (after the repeat), with spec.shuffle_buffer
     )
+    settings = {"image_size": image_size, "dtype": tf_dtype, "subtract_mean": subtract_mean}
     if not spec.training:
-        transform = _eval_batch_transform(image_size, tf_dtype, subtract_mean)
-    else:
-        class_table = tf.constant((label_map or CocoLabelMap.ssd320()).index_table())
-        transform = BatchTransform(
-            lambda e: _train_transform(
-                e,
-                image_size=image_size,
-                class_table=class_table,
-                drop_crowd=drop_crowd,
-                dtype=tf_dtype,
-                subtract_mean=subtract_mean,
-                augmentation=augmentation or DetectionAugmentation(),
-            ),
-            _encoded_targets(target_encoder),
-        )
+        return read_batches(examples, spec, _eval_batch_transform(**settings))
+    augment = {"drop_crowd": drop_crowd, "augmentation": augmentation or DetectionAugmentation()}
+    transform = _train_batch_transform({**settings, **augment}, label_map, target_encoder)
     return read_batches(examples, spec, transform)
 
 
-def _eval_batch_transform(image_size: int, dtype: tf.DType, subtract_mean: bool) -> BatchTransform:
+def _train_batch_transform(
+    settings: dict, label_map: CocoLabelMap | None, target_encoder: Callable | None
+) -> BatchTransform:
+    """Training: `_train_transform` with the reader's `settings` and the label map's class
+    table (default SSD320's 90 classes); `(image, targets)` elements."""
+    class_table = tf.constant((label_map or CocoLabelMap.ssd320()).index_table())
+    return BatchTransform(
+        functools.partial(_train_transform, class_table=class_table, **settings),
+        _encoded_targets(target_encoder),
+    )
+
+
+def _eval_batch_transform(
+    *, image_size: int, dtype: tf.DType, subtract_mean: bool
+) -> BatchTransform:
     """Evaluation: decode and resize each record; `(image, meta)` elements, padded with a zero
     image and `valid` False, `image_id` -1."""
     pad = {

@@ -39,10 +39,8 @@ from cvbench.data.read.model_inputs import ClassifierInputs, attach, class_names
 from cvbench.data.read.pipeline import (
     EvalPreprocess,
     TrainPreprocess,
-    check_args,
     check_labels,
-    check_preprocessing,
-    classification_transform,
+    classification_recipe,
     read_batches,
 )
 from cvbench.data.read.reader import RecordExamples, list_split_files, scan_files
@@ -118,20 +116,15 @@ def imagenet_dataset(
             record (when `skip_corrupt` is False), a label outside `num_classes`.
     """
     spec = read_spec(spec, split=split, **read).with_defaults(image_size=224, shuffle_buffer=10_000)
-    split = spec.require_split()
-    tf_dtype = check_args(spec.dtype, num_classes=num_classes)
-    own = train_preprocess if spec.training else eval_preprocess
-    check_preprocessing(preprocessing, own, f"{'train' if spec.training else 'eval'}_preprocess")
-    transform = classification_transform(
-        training=spec.training,
-        image_size=spec.image_size,
-        dtype=tf_dtype,
-        preprocess=own,
+    transform, own = classification_recipe(
+        spec,
+        train_preprocess=train_preprocess,
+        eval_preprocess=eval_preprocess,
         preprocessing=preprocessing,
+        num_classes=num_classes,
     )
-    examples = RecordExamples(
-        list_split_files(data_dir, split, file_pattern), parse_imagenet_example, cycle_length
-    )
+    files = list_split_files(data_dir, spec.require_split(), file_pattern)
+    examples = RecordExamples(files, parse_imagenet_example, cycle_length)
     check = None if num_classes is None else lambda ds: check_labels(ds, num_classes)
     dataset = read_batches(examples, spec, transform, check=check)
     return _with_inputs(dataset, data_dir, spec.image_size, preprocessing, own=own)

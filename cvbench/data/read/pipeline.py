@@ -457,6 +457,35 @@ def classification_transform(
     )
 
 
+def classification_recipe(
+    spec: ReadSpec,
+    *,
+    train_preprocess: TrainPreprocess | None,
+    eval_preprocess: EvalPreprocess | None,
+    preprocessing: ImagePreprocessing | None,
+    num_classes: int | None = None,
+) -> tuple[BatchTransform, Any]:
+    """The classification readers' (ImageNet records, TFDS) checked recipe for `spec`'s
+    mode: `(classification_transform, the caller's preprocess function of that mode or
+    None)`.
+
+    Raises:
+        ValueError: a dtype that is not floating, a bad `num_classes`, `preprocessing` given
+            with the mode's preprocess function (naming it).
+    """
+    dtype = check_args(spec.dtype, num_classes=num_classes)
+    own = train_preprocess if spec.training else eval_preprocess
+    check_preprocessing(preprocessing, own, f"{'train' if spec.training else 'eval'}_preprocess")
+    transform = classification_transform(
+        training=spec.training,
+        image_size=spec.image_size,
+        dtype=dtype,
+        preprocess=own,
+        preprocessing=preprocessing,
+    )
+    return transform, own
+
+
 def train_pipeline(
     examples: tf.data.Dataset,
     *,

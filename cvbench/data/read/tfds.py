@@ -29,9 +29,7 @@ from cvbench.data.read.pipeline import (
     EvalPreprocess,
     RankRead,
     TrainPreprocess,
-    check_args,
-    check_preprocessing,
-    classification_transform,
+    classification_recipe,
     read_batches,
 )
 from cvbench.data.read.ranks import eval_steps
@@ -125,21 +123,17 @@ def tfds_dataset(
     """
     spec = read_spec(spec, split=split, **read)
     spec = spec.with_defaults(split="train", image_size=224, shuffle_buffer=10_000)
-    tf_dtype = check_args(spec.dtype)
-    own = train_preprocess if spec.training else eval_preprocess
-    check_preprocessing(preprocessing, own, f"{'train' if spec.training else 'eval'}_preprocess")
+    transform, own = classification_recipe(
+        spec,
+        train_preprocess=train_preprocess,
+        eval_preprocess=eval_preprocess,
+        preprocessing=preprocessing,
+    )
     tfds = _import_tfds()
     data_dir = os.fspath(data_dir) if data_dir is not None else None
     inputs = None if own is not None else ClassifierInputs(
         spec.image_size, preprocessing or ImagePreprocessing(), _class_names(tfds, name, data_dir)
     )  # fmt: skip
-    transform = classification_transform(
-        training=spec.training,
-        image_size=spec.image_size,
-        dtype=tf_dtype,
-        preprocess=own,
-        preprocessing=preprocessing,
-    )
     examples = TfdsExamples(tfds, name, spec.split, data_dir=data_dir, download=download)
     return attach(read_batches(examples, spec, transform), inputs)
 
