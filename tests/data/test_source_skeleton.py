@@ -179,3 +179,23 @@ def test_record_examples_train_is_seeded_and_deterministic(tmp_path):
 
     first = epoch()
     assert sorted(first) == [2.0 * v for v in range(12)] and first == epoch()
+
+
+def test_the_batchers_take_a_batch_transform_as_its_parts():
+    from cvbench.data.read.pipeline import eval_batches, train_batches
+
+    common = {"skip_corrupt": False, "counter": None, "batch_size": 2}
+    whole = eval_batches(_examples([1.0, 2.0, 3.0]), EVAL, steps=2, **common)
+    parts = eval_batches(
+        _examples([1.0, 2.0, 3.0]),
+        EVAL.transform,
+        to_element=EVAL.to_element,
+        pad=EVAL.pad,
+        output_spec=EVAL.output_spec,
+        steps=2,
+        **common,
+    )
+    # 3 values doubled, then one padding row: [2, 4], [6, 0]; weights 1, 1, 1, 0.
+    assert _rows(whole) == _rows(parts) == [(2.0, 1.0), (4.0, 1.0), (6.0, 1.0), (0.0, 0.0)]
+    train = train_batches(_examples([1.0, 2.0, 3.0]), TRAIN, seed=0, shuffle_buffer=1, **common)
+    assert [b.tolist() for b in train.as_numpy_iterator()] == [[2.0, 4.0]]  # remainder dropped

@@ -331,8 +331,7 @@ def imagenet_grain_dataset(
     transform = _Transform(
         source, spec.image_size, p, spec.dtype, num_classes, spec.training, scaled_decode
     )
-    plan = _train_plan if spec.training else _eval_plan
-    data, sampler, mapping, steps = plan(grain, source, spec, lo, hi, num_shards, shard_index)
+    data, sampler, mapping, steps = _plan(grain, source, spec, lo, hi, num_shards, shard_index)
     operations = [mapping(transform), grain.Batch(spec.batch_size, drop_remainder=spec.training)]
     loader = _loader(
         grain, data, sampler, operations,
@@ -400,7 +399,7 @@ def _check_options(spec: ReadSpec, *, num_workers: Any, read_threads: Any) -> No
             raise ValueError(f"{name} must be an int >= 0, got {value!r}")
 
 
-def _train_plan(
+def _plan(
     grain: Any,
     source: TFRecordSource,
     spec: ReadSpec,
@@ -408,14 +407,24 @@ def _train_plan(
     hi: int,
     num_shards: int,
     shard_index: int,
-) -> tuple[_Window, Any, type, None]:
-    """Training: the rank's records `[lo, hi)` in an order shuffled each epoch from the
-    rank's seed (`ranks.rank_seed`; a random seed without `spec.seed`), endless with
-    `spec.repeat`; no step count.
+) -> tuple[_Window, Any, type, int | None]:
+    """`(records, sampler, map, steps)` of the rank's records `[lo, hi)`.
+
+    Training: in an order shuffled each epoch from the rank's seed (`ranks.rank_seed`; a
+    random seed without `spec.seed`), endless with `spec.repeat`; no step count.
+    Evaluation: in order, then padding up to the steps of the largest rank
+    (`ranks.eval_steps_of`), the same on every rank.
 
     Raises:
-        ValueError: the rank has fewer records than one batch.
+        ValueError: a training rank has fewer records than one batch.
     """
+    if not spec.training:
+        steps = eval_steps_of(len(source), num_shards, spec.batch_size)
+        data = _Window(source, lo, hi, pad=steps * spec.batch_size - (hi - lo))
+        sampler = grain.IndexSampler(
+            num_records=len(data), shard_options=grain.NoSharding(), shuffle=False, num_epochs=1
+        )
+        return data, sampler, EvalMap, steps
     if hi - lo < spec.batch_size:
         raise ValueError(
             f"rank {shard_index} of {num_shards} has {hi - lo} records of {source!r}, "
@@ -431,26 +440,6 @@ def _train_plan(
         seed=rank_seed(seed, shard_index) % 2**32,
     )
     return data, sampler, TrainMap, None
-
-
-def _eval_plan(
-    grain: Any,
-    source: TFRecordSource,
-    spec: ReadSpec,
-    lo: int,
-    hi: int,
-    num_shards: int,
-    shard_index: int,
-) -> tuple[_Window, Any, type, int]:
-    """Evaluation: the rank's records `[lo, hi)` in order, then padding up to the steps of
-    the largest rank (`ranks.eval_steps_of`), the same on every rank."""
-    del shard_index
-    steps = eval_steps_of(len(source), num_shards, spec.batch_size)
-    data = _Window(source, lo, hi, pad=steps * spec.batch_size - (hi - lo))
-    sampler = grain.IndexSampler(
-        num_records=len(data), shard_options=grain.NoSharding(), shuffle=False, num_epochs=1
-    )
-    return data, sampler, EvalMap, steps
 
 
 def count_records(

@@ -194,11 +194,18 @@ def _options(deterministic: bool) -> tf.data.Options:
     return options
 
 
+def _parts(transform: Any, to_element: Any, output_spec: Any, pad: Any) -> tuple:
+    """`(transform, to_element, output_spec, pad)`: a `BatchTransform`'s, or the arguments."""
+    if isinstance(transform, BatchTransform):
+        return transform.transform, transform.to_element, transform.output_spec, transform.pad
+    return transform, to_element, output_spec, pad
+
+
 def train_batches(
     examples: tf.data.Dataset,
-    transform: Transform,
+    transform: Transform | BatchTransform,
     *,
-    to_element: ToElement,
+    to_element: ToElement | None = None,
     batch_size: int,
     seed: int | None,
     shuffle_buffer: int,
@@ -211,7 +218,8 @@ def train_batches(
     Args:
         examples: example dicts (repeat them before calling for an endless stream).
         transform: example (with `seed`, int64 [2], a stateless random seed) -> a nest of
-            tensors of static shape; an error at run time marks the example corrupt.
+            tensors of static shape; an error at run time marks the example corrupt. Or a
+            `BatchTransform`, which brings `to_element` and `output_spec`.
         to_element: `(transform output, example) -> element`, the batch element (unguarded,
             converted by AutoGraph unless wrapped in `no_autograph`: e.g. pick the label, or
             run a target encoder).
@@ -226,6 +234,7 @@ def train_batches(
     Returns:
         Batches of `to_element`'s structure, each with a leading batch dimension.
     """
+    transform, to_element, output_spec, _ = _parts(transform, to_element, output_spec, None)
     if shuffle_buffer > 1:
         examples = examples.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     seeds = tf.data.Dataset.random(seed=seed).batch(2)
@@ -245,10 +254,10 @@ def train_batches(
 
 def eval_batches(
     examples: tf.data.Dataset,
-    transform: Transform,
+    transform: Transform | BatchTransform,
     *,
-    to_element: ToElement,
-    pad: Any,
+    to_element: ToElement | None = None,
+    pad: Any = None,
     batch_size: int,
     steps: int,
     skip_corrupt: bool,
@@ -262,7 +271,8 @@ def eval_batches(
 
     Args:
         examples: example dicts, one pass, at most `steps * batch_size` of them.
-        transform: example -> a nest of tensors of static shape.
+        transform: example -> a nest of tensors of static shape; or a `BatchTransform`,
+            which brings `to_element`, `output_spec` and `pad`.
         to_element: `(transform output, example) -> element`.
         pad: the padding element, of `to_element`'s structure (e.g. a zero image, weight 0).
         batch_size: elements per batch.
@@ -274,6 +284,7 @@ def eval_batches(
     Returns:
         Exactly `steps` batches (the dataset's cardinality) of `to_element`'s structure.
     """
+    transform, to_element, output_spec, pad = _parts(transform, to_element, output_spec, pad)
     ds = _guarded(
         examples,
         transform,
@@ -388,9 +399,7 @@ def read_batches(
         ds = examples.train(rank)
         return train_batches(
             check(ds) if check else ds,
-            transform.transform,
-            to_element=transform.to_element,
-            output_spec=transform.output_spec,
+            transform,
             batch_size=spec.batch_size,
             seed=rank.seed,
             shuffle_buffer=1 if examples.shuffles else spec.shuffle_buffer or 1,
@@ -398,14 +407,7 @@ def read_batches(
         )
     ds, steps = examples.eval(rank)
     return eval_batches(
-        check(ds) if check else ds,
-        transform.transform,
-        to_element=transform.to_element,
-        output_spec=transform.output_spec,
-        pad=transform.pad,
-        batch_size=spec.batch_size,
-        steps=steps,
-        **batching,
+        check(ds) if check else ds, transform, batch_size=spec.batch_size, steps=steps, **batching
     )
 
 
@@ -509,18 +511,10 @@ def train_pipeline(
         ValueError: `preprocessing` is not an `ImagePreprocessing`, or is given with
             `preprocess`.
     """
-    t = classification_transform(
-        training=True,
-        image_size=image_size,
-        dtype=dtype,
-        preprocess=preprocess,
-        preprocessing=preprocessing,
-    )
+    recipe = {"image_size": image_size, "dtype": dtype, "preprocessing": preprocessing}
     return train_batches(
         examples,
-        t.transform,
-        to_element=t.to_element,
-        output_spec=t.output_spec,
+        classification_transform(training=True, preprocess=preprocess, **recipe),
         batch_size=batch_size,
         seed=seed,
         shuffle_buffer=shuffle_buffer,
@@ -558,19 +552,10 @@ def eval_pipeline(
         ValueError: `preprocessing` is not an `ImagePreprocessing`, or is given with
             `preprocess`.
     """
-    t = classification_transform(
-        training=False,
-        image_size=image_size,
-        dtype=dtype,
-        preprocess=preprocess,
-        preprocessing=preprocessing,
-    )
+    recipe = {"image_size": image_size, "dtype": dtype, "preprocessing": preprocessing}
     return eval_batches(
         examples,
-        t.transform,
-        to_element=t.to_element,
-        output_spec=t.output_spec,
-        pad=t.pad,
+        classification_transform(training=False, preprocess=preprocess, **recipe),
         batch_size=batch_size,
         steps=steps,
         skip_corrupt=skip_corrupt,
