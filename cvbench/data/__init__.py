@@ -37,10 +37,13 @@ Where each concept lives, by flow stage (one room each; the top holds what sever
                         `write_sharded`, `SplitSpec`, `Skip`, `WriteSummary`; `manifest.py`
                         its manifest).
     read/               TFRecords -> batches: `spec.py` (`ReadSpec`, the reading arguments
-                        every reader takes), `reader.py` (the record-reading skeleton: list
-                        files, scan, rank split, read, lost-record markers, parse;
-                        `rank_seed`), `pipeline.py` (examples -> batches: the decode guard,
-                        shuffle, padding, tf.data options), `corrupt.py` (raise or
+                        every reader takes), `pipeline.py` (the reader skeleton
+                        `read_batches(examples, spec, transform)`: an `ExampleSource` and a
+                        `BatchTransform` -> batches, with the decode guard, shuffle, padding,
+                        tf.data options), `reader.py` (`RecordExamples`: TFRecord files and a
+                        parse function: list files, scan, rank split, read, lost-record
+                        markers, parse), `ranks.py` (the rank rules, no TensorFlow:
+                        `rank_seed`, `rank_range`, `eval_steps`), `corrupt.py` (raise or
                         skip-and-count corrupt input), `imagenet.py`, `tfds.py`, `coco.py` (one
                         reader each), `synthetic.py` (random batches), `preprocessing.py` (the
                         ImageNet augmentation; `image_preprocessing.py` its knobs),
