@@ -27,11 +27,8 @@ Other resize methods (bicubic, area, ...) raise ValueError here: this path has b
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import io
 import math
-import threading
 
 import numpy as np
 
@@ -57,61 +54,6 @@ def supported_preprocessing(preprocessing: ImagePreprocessing | None) -> ImagePr
     return p
 
 
-# glibc's mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-KEEP_FREED = {"mmap_threshold": 32 << 20, "trim_threshold": 256 << 20}
-_tuned = threading.Event()
-
-
-def keep_freed_memory(libc: object | None = None) -> bool:
-    """Makes glibc's malloc keep freed blocks below 32 MiB for reuse (process-wide).
-
-    Every image of this path makes arrays of about half a megabyte (the decoded image, the
-    resize's rows, the output), above malloc's default mmap threshold (128 KiB): each would
-    be mapped fresh from the kernel and unmapped when freed, and every page of it faulted in
-    again for the next image, a cost comparable with the resize arithmetic itself. With
-    `M_MMAP_THRESHOLD` at 32 MiB (glibc's ceiling: a whole batch is still mapped) and
-    `M_TRIM_THRESHOLD` at 256 MiB the freed blocks are reused instead; the memory the
-    process holds grows by at most the trim threshold. The pixels are unchanged.
-
-    `decode_image` calls it once per process (grain's worker processes, or the process that
-    decodes itself).
-
-    Args:
-        libc: the C library (tests pass a stand-in); None: the C library found by name.
-
-    Returns:
-        Whether both settings were taken (False without glibc's `mallopt`).
-
-    Example:
-        >>> class FakeLibc:
-        ...     calls = []
-        ...     def mallopt(self, param, value):
-        ...         self.calls.append((param, value))
-        ...         return 1
-        >>> fake = FakeLibc()
-        >>> keep_freed_memory(fake), fake.calls  # M_MMAP_THRESHOLD -3, M_TRIM_THRESHOLD -1
-        (True, [(-3, 33554432), (-1, 268435456)])
-    """
-    if libc is None:
-        name = ctypes.util.find_library("c")
-        try:
-            libc = ctypes.CDLL(name) if name else None
-        except OSError:
-            libc = None
-    mallopt = getattr(libc, "mallopt", None)
-    if mallopt is None:
-        return False
-    ok = mallopt(_M_MMAP_THRESHOLD, KEEP_FREED["mmap_threshold"]) == 1
-    return mallopt(_M_TRIM_THRESHOLD, KEEP_FREED["trim_threshold"]) == 1 and ok
-
-
-def _keep_freed_memory_once() -> None:
-    if not _tuned.is_set():
-        _tuned.set()
-        keep_freed_memory()
-
-
 def is_jpeg(data: bytes) -> bool:
     """`tf.io.is_jpeg`'s test: the first three bytes are a JPEG SOI and marker."""
     return data[:3] == b"\xff\xd8\xff"
@@ -132,7 +74,6 @@ def decode_image(data: bytes, *, preprocessing: ImagePreprocessing | None = None
         ((3, 5, 3), 'uint8', [10, 200, 30])
     """
     p = ImagePreprocessing() if preprocessing is None else preprocessing
-    _keep_freed_memory_once()
     if is_jpeg(data):
         import simplejpeg
 
