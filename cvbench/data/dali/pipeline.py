@@ -40,9 +40,9 @@ element structure and sharding of `imagenet_dataset`.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.ranks import rank_seed
 from cvbench.data.read.reader import list_split_files, rank_segments
 from cvbench.data.read.spec import ReadSpec, read_spec
+from cvbench.utils.launch import current_launch
 
 DEVICES = ("cpu", "mixed")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -155,12 +156,11 @@ def rank_records(
     return RankRecords([p for p, _ in picked], index_paths, sum(len(kept) for _, kept in picked))
 
 
-def _local_rank() -> int:
-    hvd = sys.modules.get("horovod.tensorflow")
-    try:
-        return int(hvd.local_rank()) if hvd is not None and hvd.is_initialized() else 0
-    except (AttributeError, ValueError):
-        return 0
+def _local_rank(environ: Mapping[str, str] | None = None) -> int:
+    """This process's GPU on its host: the launcher's local rank (`current_launch`, which a
+    started Horovod refines), so a pipeline built before the Trainer starts Horovod under
+    horovodrun or mpirun already reads onto its own GPU, not every rank onto GPU 0."""
+    return current_launch(environ).local_rank
 
 
 def dali_spec(spec: ReadSpec | None, *, split: str | None, **read: Any) -> ReadSpec:
