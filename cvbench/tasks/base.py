@@ -369,7 +369,7 @@ class RecordTask(abc.ABC):
             num_shards=distribution.size,
             shard_index=distribution.rank,
             skip_corrupt=self.options.skip_corrupt,
-            corrupt_counter=self._counter() if source.counts_corrupt else None,
+            corrupt_counter=self._counter(source) if source.counts_corrupt else None,
             **fields,
         )
         return source.read(self.options.data_dir, spec=spec, **self.dataset_options(), **options)
@@ -403,8 +403,8 @@ class RecordTask(abc.ABC):
         preprocessing, not DALI's.
 
         Raises:
-            ValueError: grain for another task, with DALI, with tf.data-only options
-                (preprocess functions, mixup), or with `skip_corrupt` (not yet).
+            ValueError: grain for another task, with DALI, or with tf.data-only options
+                (preprocess functions, mixup).
         """
         chosen = self.data_source()
         if chosen is not None and chosen.name == "grain":
@@ -419,7 +419,6 @@ class RecordTask(abc.ABC):
             "the DALI data backend": chosen is not None and chosen.name == "dali",
             "train_preprocess / eval_preprocess (tf.data functions)": bool(self.callers_own()),
             "mixup (a tf.data transformation)": bool(getattr(self, "mixup_alpha", lambda: 0)()),
-            "skip_corrupt (yet)": self.options.skip_corrupt,
         }
         for what, present in unsupported.items():
             if present:
@@ -433,13 +432,15 @@ class RecordTask(abc.ABC):
             self.options.data_dir, split, skip_corrupt=self.options.skip_corrupt
         )
 
-    def _counter(self) -> Any:
-        """The `CorruptRecordCounter` of this task's pipelines (made on the first read with
-        `skip_corrupt`), or None."""
+    def _counter(self, source: Any) -> Any:
+        """The counter of this task's skipped corrupt records, of `source`'s kind
+        (`corrupt_counter()`: tf.data's `CorruptRecordCounter`, grain's `SkippedRecords`;
+        made on the first read with `skip_corrupt`), or None."""
         if self.options.skip_corrupt and self._corrupt_counter is None:
-            from cvbench.data import CorruptRecordCounter
+            from cvbench.tasks.sources import tf_corrupt_counter
 
-            self._corrupt_counter = CorruptRecordCounter()
+            make = getattr(source, "corrupt_counter", tf_corrupt_counter)
+            self._corrupt_counter = make()
         return self._corrupt_counter
 
     def corrupt_records(self) -> int:

@@ -37,8 +37,8 @@ class DataSource(Protocol):
 
     #: How messages and the run's banner name it: "tf", "dali", "grain".
     name: str
-    #: Whether its pipelines count skipped corrupt records in the spec's
-    #: `CorruptRecordCounter` (tf.data's); else the spec gets none.
+    #: Whether its pipelines count skipped corrupt records in the spec's `corrupt_counter`
+    #: (made by `corrupt_counter()`); else the spec gets none.
     counts_corrupt: bool
 
     def read(self, data_dir: str, *, spec: Any, **options: Any) -> Any:
@@ -47,6 +47,14 @@ class DataSource(Protocol):
 
     def count(self, data_dir: str, split: str, *, skip_corrupt: bool) -> int:
         """The records of `split` in `data_dir`."""
+
+
+def tf_corrupt_counter() -> Any:
+    """tf.data's counter of skipped corrupt records (`cvbench.data.CorruptRecordCounter`);
+    what a source without its own `corrupt_counter` method counts in."""
+    from cvbench.data import CorruptRecordCounter
+
+    return CorruptRecordCounter()
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,10 @@ class RecordSource:
 
     def count(self, data_dir: str, split: str, *, skip_corrupt: bool) -> int:
         return self.count_fn(data_dir, split, skip_corrupt=skip_corrupt)
+
+    def corrupt_counter(self) -> Any:
+        """A `CorruptRecordCounter` (tf.data's)."""
+        return tf_corrupt_counter()
 
 
 @dataclass(frozen=True)
@@ -124,7 +136,7 @@ class GrainSource:
 
     workers: int = 0
     name: ClassVar[str] = "grain"
-    counts_corrupt: ClassVar[bool] = False
+    counts_corrupt: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         w = self.workers
@@ -140,4 +152,11 @@ class GrainSource:
         """The records of `split` without TensorFlow (`grain.dataset.count_records`)."""
         from cvbench.data.grain.dataset import count_records
 
-        return count_records(data_dir, split)
+        return count_records(data_dir, split, skip_corrupt=skip_corrupt)
+
+    def corrupt_counter(self) -> Any:
+        """A `cvbench.data.grain.records.SkippedRecords`: counts across grain's worker
+        processes, without TensorFlow."""
+        from cvbench.data.grain.records import SkippedRecords
+
+        return SkippedRecords()

@@ -103,10 +103,9 @@ def test_detection_reads_coco_records_through_tf_data(tmp_path):
     [
         ({"data_dir": None}, {}, "the grain reader does not support synthetic data"),
         ({"reader": "tf"}, {}, "data_backend='grain' and reader='tf' disagree"),
-        ({"skip_corrupt": True}, {}, "the grain reader does not support skip_corrupt"),
         ({}, {"eval_preprocess": lambda b: b}, "does not support train_preprocess"),
     ],
-    ids=["synthetic", "reader_tf", "skip_corrupt", "preprocess"],
+    ids=["synthetic", "reader_tf", "preprocess"],
 )
 def test_data_backend_grain_refuses_what_grain_does_not_do_at_construction(
     tmp_path, options, kwargs, message

@@ -22,9 +22,22 @@ The batches carry the pipeline's `ClassifierInputs` (`cvbench_inputs`: evaluatio
 normalization, the class names of `dataset_info.json`), as `imagenet_dataset`'s do: a
 `Trainer` fitted on them writes model files with the same inputs and names.
 
-Corrupt input: a truncated file is refused when the dataset is made, and an undecodable
-image, an unparseable record or a label outside `num_classes` raises `BadFileError` naming
-the file and the record when it is read (no skip-and-count policy on this path yet).
+Corrupt input (`records.CorruptPolicy`): a truncated file, an unparseable record or an
+undecodable image raises `BadFileError` naming the file and the record, or, with
+`skip_corrupt=True`, is printed and counted once (in `spec.corrupt_counter`, a
+`records.SkippedRecords`, across worker processes) and:
+
+* evaluation: becomes a padding row (weight 0), so every rank still yields `steps` batches
+  and every good record is weighed exactly once;
+* training: is replaced by a record drawn from the rank's records with the damaged record's
+  own generator (`TrainMap`), tried again until one is good. The batch stays full and the
+  epoch keeps its steps (the images/s and the epoch length the step count promises), and the
+  replacement depends only on the sampler position and the data, so `state_at` stays exact
+  and a resumed run makes the same replacements. (tf.data drops the record and the next one
+  in its stream fills the batch: the same batch size, one record fewer per epoch; a weight-0
+  row instead would cost a decode slot and change the training batch's structure.)
+
+A label outside `num_classes` is an error whatever the policy (as on tf.data).
 """
 
 from __future__ import annotations
@@ -46,7 +59,14 @@ from cvbench.data.grain.augment import (
     supported_preprocessing,
     train_image,
 )
-from cvbench.data.grain.records import TFRecordSource, parse_example, split_files
+from cvbench.data.grain.records import (
+    CorruptPolicy,
+    SkippedRecords,
+    TFRecordSource,
+    complete_records,
+    parse_example,
+    split_files,
+)
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.model_inputs import ClassifierInputs, attach, class_names_of
 from cvbench.data.read.ranks import eval_steps_of, rank_range, rank_seed
@@ -62,6 +82,9 @@ except ImportError:  # pragma: no cover - exercised only without grain
     _Map = _RandomMap = object
 
 DTYPES = ("float32", "bfloat16", "float16")
+#: Training: records drawn in a row to replace a damaged one before giving up (a rank whose
+#: records are mostly damaged is an error, not an endless search).
+REPLACEMENT_TRIES = 64
 
 
 def import_grain() -> Any:
@@ -102,6 +125,26 @@ class _Window:
         return f"_Window({self.source!r}, records {self.lo}..{self.hi}, {self.pad} padding)"
 
 
+class _BatchWindow:
+    """A `_Window` dealt in whole batches: item `i` is its rows `[i * size, (i + 1) * size)`.
+    grain's workers take items in turn and batch their own, so evaluation reads whole batches
+    as items: the loader then yields exactly `len(self)` batches in order, whatever
+    `num_workers` (rows dealt to W workers one by one would leave each a partial batch)."""
+
+    def __init__(self, window: _Window, size: int) -> None:
+        self.window, self.size = window, size
+
+    def __len__(self) -> int:
+        return len(self.window) // self.size
+
+    def __getitem__(self, index: int) -> list[tuple[int, bytes] | None]:
+        first = int(index) * self.size
+        return [self.window[j] for j in range(first, first + self.size)]
+
+    def __repr__(self) -> str:
+        return f"_BatchWindow({self.window!r}, batches of {self.size})"
+
+
 @dataclasses.dataclass(frozen=True)
 class _Transform:
     """Serialized record -> one example: parse (the decoder), then the recipe (the parser)."""
@@ -113,15 +156,20 @@ class _Transform:
     num_classes: int | None
     training: bool
     scaled_decode: bool = False
+    #: What a damaged record does: raise (the default), or skip and count.
+    policy: CorruptPolicy = CorruptPolicy()
+    #: The rank's records `(lo, hi)` a damaged training record is replaced from; None: all.
+    records: tuple[int, int] | None = None
 
-    def parse(self, item: tuple[int, bytes]) -> tuple[dict, str]:
+    def parse(self, item: tuple[int, bytes]) -> tuple[dict, str] | None:
+        """`(example, where)` of a record; None for a damaged record the policy skips."""
         index, record = item
         path, position = self.source.locate(index)
         where = f"{path} record {position}"
         try:
             example = parse_example(record)
         except ValueError as e:
-            raise BadFileError(f"{where}: not an ImageNet tf.train.Example: {e}") from None
+            return self.policy.corrupt(f"{where}: not an ImageNet tf.train.Example: {e}", key=where)
         label = example["label"]
         if self.num_classes is not None and not 0 <= label < self.num_classes:
             raise BadFileError(
@@ -130,11 +178,19 @@ class _Transform:
             )
         return example, where
 
-    def decode(self, example: dict, where: str) -> np.ndarray:
+    def decode(self, example: dict, where: str) -> np.ndarray | None:
+        """The decoded image; None for an undecodable one the policy skips."""
         try:
             return decode_image(example["encoded"], preprocessing=self.preprocessing)
         except ValueError as e:
-            raise BadFileError(f"{where} ({example['filename']}): {e}") from None
+            return self.policy.corrupt(f"{where} ({example['filename']}): {e}", key=where)
+
+    def replacement(self, rng: np.random.Generator) -> tuple[int, bytes]:
+        """A record of the rank's range drawn with `rng` (training's stand-in for a damaged
+        record)."""
+        lo, hi = self.records if self.records is not None else (0, len(self.source))
+        index = lo + int(rng.integers(hi - lo))
+        return index, self.source[index]
 
     def finish(self, image: np.ndarray) -> np.ndarray:
         return scale_input(
@@ -148,14 +204,31 @@ class _Transform:
 
 
 class TrainMap(_RandomMap):
-    """Training: parse, decode, random crop and flip from the record's generator, scale."""
+    """Training: parse, decode, random crop and flip from the record's generator, scale. A
+    damaged record the policy skips is replaced by records drawn with the same generator
+    until one is good (module docstring)."""
 
     def __init__(self, transform: _Transform) -> None:
         self.transform = transform
 
     def random_map(self, item: tuple[int, bytes], rng: np.random.Generator) -> tuple:
+        for _ in range(REPLACEMENT_TRIES):
+            out = self._augment(item, rng)
+            if out is not None:
+                return out
+            item = self.transform.replacement(rng)
+        raise BadFileError(
+            f"{REPLACEMENT_TRIES} damaged records in a row among {self.transform.source!r}'s "
+            "records of this rank: the split is mostly damaged; check or rebuild it"
+        )
+
+    def _augment(self, item: tuple[int, bytes], rng: np.random.Generator) -> tuple | None:
+        """The training example of one record; None when it is damaged and skipped."""
         t = self.transform
-        example, where = t.parse(item)
+        parsed = t.parse(item)
+        if parsed is None:
+            return None
+        example, where = parsed
         try:
             image, window = decode_and_random_crop(
                 example["encoded"],
@@ -166,7 +239,7 @@ class TrainMap(_RandomMap):
                 scaled=t.scaled_decode,
             )
         except ValueError as e:
-            raise BadFileError(f"{where} ({example['filename']}): {e}") from None
+            return t.policy.corrupt(f"{where} ({example['filename']}): {e}", key=where)
         flip = bool(rng.random() < 0.5)
         view = train_image(
             image, image_size=t.image_size, window=window, flip=flip, preprocessing=t.preprocessing
@@ -175,17 +248,26 @@ class TrainMap(_RandomMap):
 
 
 class EvalMap(_Map):
-    """Evaluation: parse, decode, the evaluation view, scale; padding rows weigh 0."""
+    """Evaluation: parse, decode, the evaluation view, scale; padding rows, and damaged
+    records the policy skips, weigh 0."""
 
     def __init__(self, transform: _Transform) -> None:
         self.transform = transform
 
-    def map(self, item: tuple[int, bytes] | None) -> tuple:
+    def map(self, items: list[tuple[int, bytes] | None]) -> tuple:
+        """A batch `(images, labels, weights)` of the rows `items` (`_BatchWindow`'s)."""
+        rows = [self.row(item) for item in items]
+        return tuple(np.stack(part) for part in zip(*rows, strict=True))
+
+    def row(self, item: tuple[int, bytes] | None) -> tuple:
+        """`(image, label, weight)` of one record, or the padding row for None or a damaged
+        record the policy skips."""
         t = self.transform
-        if item is None:
+        parsed = None if item is None else t.parse(item)
+        image = None if parsed is None else t.decode(*parsed)
+        if image is None:
             return t.padding()
-        example, where = t.parse(item)
-        image = t.decode(example, where)
+        example = parsed[0]
         view = eval_image(image, image_size=t.image_size, preprocessing=t.preprocessing)
         return t.finish(view), np.int32(example["label"]), np.float32(1.0)
 
@@ -285,9 +367,11 @@ def imagenet_grain_dataset(
         split: 'train', 'validation', ...; None: `spec.split`.
         spec: the reading arguments (`ReadSpec`: batch size, image size (default 224),
             training, shards (default Horovod's, else 1 and 0), dtype ('float32',
-            'bfloat16', 'float16'), seed (None: a random one), repeat). `skip_corrupt`,
-            `corrupt_counter` and `shuffle_buffer` are tf.data's (refused / unused here:
-            grain shuffles the whole rank's records).
+            'bfloat16', 'float16'), seed (None: a random one), repeat, skip_corrupt: skip
+            damaged records and undecodable images as the module docstring says, counting
+            them once each in `corrupt_counter`, a `records.SkippedRecords` (None: a private
+            one)). `shuffle_buffer` is tf.data's (unused: grain shuffles the whole rank's
+            records).
         **read: `ReadSpec` fields replacing the spec's (or making it, without `spec`).
         preprocessing: the recipe (`ImagePreprocessing`; bilinear resizing only); None: the
             defaults (NVIDIA's ResNet-50 v1.5 pipeline).
@@ -310,10 +394,10 @@ def imagenet_grain_dataset(
 
     Raises:
         FileNotFoundError: no `data_dir`, or no files of the split.
-        BadFileError: a truncated file (named).
-        ValueError: bad arguments (a dtype, a resize method this path lacks,
-            `skip_corrupt=True`, workers < 0); a split without records; a training rank
-            with fewer records than a batch.
+        BadFileError: a truncated file (named), unless `skip_corrupt`.
+        ValueError: bad arguments (a dtype, a resize method this path lacks, a
+            `corrupt_counter` that is not a `SkippedRecords`, workers < 0); a split without
+            records; a training rank with fewer records than a batch.
         ImportError: grain is not installed (says how to install it).
     """
     spec = read_spec(spec, split=split, **read).with_defaults(image_size=224)
@@ -324,19 +408,23 @@ def imagenet_grain_dataset(
     grain = import_grain()
     if num_workers:
         _absl_flags_ready()
-    source = _split_source(data_dir, split_name, file_pattern, index_dir)
+    policy = CorruptPolicy(skip=spec.skip_corrupt, skipped=spec.corrupt_counter)
+    source = _split_source(data_dir, split_name, file_pattern, index_dir, policy)
     lo, hi = rank_range(len(source), num_shards, shard_index)
     if not isinstance(scaled_decode, bool):
         raise ValueError(f"scaled_decode must be a bool, got {scaled_decode!r}")
     transform = _Transform(
-        source, spec.image_size, p, spec.dtype, num_classes, spec.training, scaled_decode
-    )
+        source, spec.image_size, p, spec.dtype, num_classes, spec.training, scaled_decode,
+        policy=policy, records=(lo, hi),
+    )  # fmt: skip
     data, sampler, mapping, steps = _plan(grain, source, spec, lo, hi, num_shards, shard_index)
-    operations = [mapping(transform), grain.Batch(spec.batch_size, drop_remainder=spec.training)]
+    operations = [mapping(transform)]  # evaluation: the map makes whole batches
+    if spec.training:
+        operations.append(grain.Batch(spec.batch_size, drop_remainder=True))
     loader = _loader(
         grain, data, sampler, operations,
         workers=(num_workers, worker_buffer_size), read_threads=read_threads,
-        batch_size=spec.batch_size,
+        items_per_batch=spec.batch_size if spec.training else 1,
     )  # fmt: skip
     batches = GrainBatches(
         loader, steps=steps, num_records=hi - lo, preprocessing=p,
@@ -350,10 +438,12 @@ def _split_source(
     split: str,
     file_pattern: str | None,
     index_dir: str | os.PathLike | None,
+    policy: CorruptPolicy,
 ) -> TFRecordSource:
-    """The split's records (`TFRecordSource`), refused when there are none."""
+    """The split's records (`TFRecordSource`: a truncated file's tail as `policy` says),
+    refused when there are none."""
     files = split_files(data_dir, split, file_pattern=file_pattern)
-    source = TFRecordSource(files, index_dir=index_dir)
+    source = TFRecordSource(files, index_dir=index_dir, policy=policy)
     if len(source) == 0:
         raise ValueError(f"the {split} files in {data_dir} hold no records: {source!r}")
     return source
@@ -361,20 +451,21 @@ def _split_source(
 
 def _loader(
     grain: Any,
-    data: _Window,
+    data: _Window | _BatchWindow,
     sampler: Any,
     operations: list,
     *,
     workers: tuple[int, int],
     read_threads: int,
-    batch_size: int,
+    items_per_batch: int,
 ) -> Any:
     """The grain `DataLoader` of `data` in `sampler`'s order through `operations`, with
     `workers` = (worker processes, batches each prepares ahead).
 
     Reading a record is one pread: by default (`read_threads` 0) it is done in the
     transforming thread; grain's default, 16 threads polling a 500-record buffer, costs a
-    fifth of a core. With read threads, two batches of records are read ahead.
+    fifth of a core. With read threads, two batches of records are read ahead
+    (`items_per_batch`: 1 for evaluation, whose items are whole batches).
     """
     return grain.DataLoader(
         data_source=data,
@@ -383,17 +474,23 @@ def _loader(
         worker_count=workers[0],
         worker_buffer_size=workers[1],
         read_options=grain.ReadOptions(
-            num_threads=read_threads, prefetch_buffer_size=2 * batch_size if read_threads else 0
+            num_threads=read_threads,
+            prefetch_buffer_size=2 * items_per_batch if read_threads else 0,
         ),
     )
 
 
 def _check_options(spec: ReadSpec, *, num_workers: Any, read_threads: Any) -> None:
-    """Refuses what the grain path does not do (a dtype, `skip_corrupt`) and bad counts."""
+    """Refuses what the grain path does not do (a dtype, tf.data's corrupt-record counter)
+    and bad counts."""
     if spec.dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES} for the grain path, got {spec.dtype!r}")
-    if spec.skip_corrupt:
-        raise ValueError("skip_corrupt=True is not supported by the grain input path yet")
+    counter = spec.corrupt_counter
+    if counter is not None and not isinstance(counter, SkippedRecords):
+        raise ValueError(
+            "corrupt_counter must be a cvbench.data.grain.records.SkippedRecords on the grain "
+            f"path, got {counter!r}"
+        )
     for name, value in (("num_workers", num_workers), ("read_threads", read_threads)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be an int >= 0, got {value!r}")
@@ -407,20 +504,21 @@ def _plan(
     hi: int,
     num_shards: int,
     shard_index: int,
-) -> tuple[_Window, Any, type, int | None]:
+) -> tuple[_Window | _BatchWindow, Any, type, int | None]:
     """`(records, sampler, map, steps)` of the rank's records `[lo, hi)`.
 
     Training: in an order shuffled each epoch from the rank's seed (`ranks.rank_seed`; a
     random seed without `spec.seed`), endless with `spec.repeat`; no step count.
     Evaluation: in order, then padding up to the steps of the largest rank
-    (`ranks.eval_steps_of`), the same on every rank.
+    (`ranks.eval_steps_of`), the same on every rank, in whole batches (`_BatchWindow`).
 
     Raises:
         ValueError: a training rank has fewer records than one batch.
     """
     if not spec.training:
         steps = eval_steps_of(len(source), num_shards, spec.batch_size)
-        data = _Window(source, lo, hi, pad=steps * spec.batch_size - (hi - lo))
+        rows = _Window(source, lo, hi, pad=steps * spec.batch_size - (hi - lo))
+        data = _BatchWindow(rows, spec.batch_size)
         sampler = grain.IndexSampler(
             num_records=len(data), shard_options=grain.NoSharding(), shuffle=False, num_epochs=1
         )
@@ -448,13 +546,17 @@ def count_records(
     *,
     file_pattern: str | None = None,
     index_dir: str | os.PathLike | None = None,
+    skip_corrupt: bool = False,
 ) -> int:
     """The records of `split` in `data_dir` (`num_examples` without TensorFlow: the DALI
-    index files, else one header scan of each file).
+    index files, else one header scan of each file); with `skip_corrupt` a truncated
+    file's complete records (its tail is reported when the records are read).
 
     Raises:
         FileNotFoundError: no `data_dir`, or no files of the split.
-        BadFileError: a truncated file (named).
+        BadFileError: a truncated file (named), unless `skip_corrupt`.
     """
     files = split_files(data_dir, split, file_pattern=file_pattern)
+    if skip_corrupt:
+        return sum(len(complete_records(p, index_dir=index_dir)[0]) for p in files)
     return len(TFRecordSource(files, index_dir=index_dir))

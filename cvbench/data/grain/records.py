@@ -121,15 +121,27 @@ def record_offsets(
     With a skipping `policy` a truncated file gives its complete records, and its cut-off
     tail is reported (and counted as one record) once; otherwise it raises `BadFileError`.
     """
-    try:
-        return np.asarray(read_index(path, index_dir), np.int64).reshape(-1, 2)
-    except (FileNotFoundError, ValueError):
-        if policy is None or not policy.skip:
-            return scan_offsets(path)
-    table, truncated = _scan(path)
+    if policy is None or not policy.skip:
+        table, truncated = complete_records(path, index_dir=index_dir)
+        if truncated:
+            raise BadFileError(f"{truncated}; copy or build it again")
+        return table
+    table, truncated = complete_records(path, index_dir=index_dir)
     if truncated:
         policy.corrupt(truncated)
     return table
+
+
+def complete_records(
+    path: str | os.PathLike, *, index_dir: str | os.PathLike | None = None
+) -> tuple[np.ndarray, str | None]:
+    """`(table, truncated)`: the complete records' `(offset, size)` (from the DALI index when
+    it is fresh, else a scan) and, for a truncated file, what is cut off, else None; nothing
+    is reported (`record_offsets` applies the policy)."""
+    try:
+        return np.asarray(read_index(path, index_dir), np.int64).reshape(-1, 2), None
+    except (FileNotFoundError, ValueError):
+        return _scan(path)
 
 
 class TFRecordSource(_Base):
@@ -217,7 +229,9 @@ class SkippedRecords:
 
     The tf.data path's `CorruptRecordCounter` keeps its count in a TensorFlow variable of one
     process; grain transforms records in worker processes. Here each damaged record, told by
-    its message (which names the file and record), is a marker file created with
+    its key (the file and record; by default the whole message, which names them: a key
+    keeps a decoder's varying words, such as an object's address, from counting a record
+    twice), is a marker file created with
     `O_CREAT | O_EXCL` in a private temporary folder: the process that creates it prints the
     message and the record counts, every later meeting (another epoch, another worker) finds
     the file there. `count` is the number of markers. The object pickles into grain's worker
@@ -239,10 +253,12 @@ class SkippedRecords:
     def __getstate__(self) -> dict:
         return {"folder": self.folder}  # a copy in another process does not remove the folder
 
-    def report(self, message: str) -> bool:
-        """Prints `message` (with `SKIPPED` before it) to stderr and counts its record, the
-        first time any process reports it; returns whether this was the first time."""
-        marker = os.path.join(self.folder, hashlib.sha256(message.encode("utf-8")).hexdigest())
+    def report(self, message: str, *, key: str | None = None) -> bool:
+        """Prints `message` (with `SKIPPED` before it) to stderr and counts its record, told
+        by `key` (None: `message`), the first time any process reports it; returns whether
+        this was the first time."""
+        name = hashlib.sha256((message if key is None else key).encode("utf-8")).hexdigest()
+        marker = os.path.join(self.folder, name)
         try:
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         except FileExistsError:
@@ -294,13 +310,14 @@ class CorruptPolicy:
         if self.skip and self.skipped is None:
             object.__setattr__(self, "skipped", SkippedRecords())
 
-    def corrupt(self, message: str) -> None:
+    def corrupt(self, message: str, *, key: str | None = None) -> None:
         """A damaged record or image that `message` describes (naming its file and record):
-        raises `BadFileError(message + SKIP_HINT)`, or, skipping, reports it once and
-        returns None (the caller drops the record)."""
+        raises `BadFileError(message + SKIP_HINT)`, or, skipping, reports it once (told by
+        `key`, the file and record; None: the message) and returns None (the caller drops
+        the record)."""
         if not self.skip:
             raise BadFileError(message + SKIP_HINT)
-        self.skipped.report(message)
+        self.skipped.report(message, key=key)
 
 
 # ---- tf.train.Example, protobuf wire format -------------------------------------------------

@@ -164,7 +164,7 @@ def _append_record(path: Path, record: bytes) -> None:
     ("kwargs", "message"),
     [
         ({"dtype": "int8"}, "dtype must be one of"),
-        ({"skip_corrupt": True}, "skip_corrupt=True is not supported by the grain input path"),
+        ({"skip_corrupt": True, "corrupt_counter": object()}, "must be a .*SkippedRecords"),
         ({"num_workers": -1}, "num_workers must be an int >= 0, got -1"),
         ({"read_threads": 1.5}, "read_threads must be an int >= 0, got 1.5"),
         ({"preprocessing": ImagePreprocessing(resize_method="area")}, "bilinear or bilinear_tf1"),

@@ -126,12 +126,11 @@ def test_training_through_the_task_counts_records_without_tensorflow_and_reads_e
 @pytest.mark.parametrize(
     "options, kwargs, message",
     [
-        ({"skip_corrupt": True}, {}, "skip_corrupt"),
         ({"recipe": "resnet50_v1.5_250e"}, {}, "mixup"),
         ({}, {"data_backend": "dali"}, "the DALI data backend"),
         ({}, {"eval_preprocess": lambda image: image}, "train_preprocess / eval_preprocess"),
     ],
-    ids=["skip_corrupt", "mixup", "dali", "preprocess"],
+    ids=["mixup", "dali", "preprocess"],
 )
 def test_what_the_grain_reader_does_not_support_is_refused_naming_it(
     records, options, kwargs, message
