@@ -10,7 +10,7 @@ model (`tf.image.resize` bilinear, or TF1's bilinear for "bilinear_tf1"):
   (for a square input: the shorter side to `round(size / crop_fraction)`, the longer side in
   proportion, rounded to the nearest pixel), then crop the center `image_size` (offsets
   rounded down), as `cvbench.data.read.preprocessing.preprocess_for_eval` does
-  (`ImagePreprocessing.eval_crop="resize_then_crop"`);
+  (`ImagePreprocessing.eval_crop="center_crop"`: one vocabulary);
 * "crop_then_resize": keep the central `crop_fraction` of each side (the window of
   `tf.image.central_crop`: `start = int((side - side * crop_fraction) / 2)`, `size = side -
   2 * start`), then resize it to `image_size` (`eval_crop="crop_then_resize"`, nvcnn's

@@ -46,6 +46,7 @@ import numpy as np
 
 from cvbench.training import checkpoint as ckpt
 from cvbench.utils.errors import BadFileError
+from cvbench.utils.model_file import current_setting
 
 #: The settings (`Trainer.run_settings`) that say what the labels mean and where the
 #: randomness starts, compared with messages of their own (`_class_name_differences`,
@@ -283,7 +284,9 @@ def _setting_differences(stored: dict, now: dict) -> list[str]:
     for group in ("optimizer", "schedule", "settings"):
         if group not in stored or group not in now:
             continue  # an older checkpoint: not recorded
-        old, new = _flat(stored[group], group), _flat(now[group], group)
+        # a setting written before in a former spelling reads as today's (`current_setting`)
+        old = {k: current_setting(k, v) for k, v in _flat(stored[group], group).items()}
+        new = _flat(now[group], group)
         for key in sorted(set(old) | set(new)):
             if old.get(key) != new.get(key):
                 before = json.dumps(old[key]) if key in old else "unset"

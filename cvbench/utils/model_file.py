@@ -83,10 +83,17 @@ MAX_INPUT_SIDE = 8192
 _JSON_LIMITS = {INFO_ENTRY: MAX_JSON_BYTES, "metadata.json": MAX_JSON_BYTES}
 
 
-#: The training pipeline's name (`ImagePreprocessing.eval_crop`) of each resize rule that is
-#: an evaluation crop: the one place where the two spellings of a rule meet (model files say
-#: "center_crop", recipes and pipelines "resize_then_crop"; both are public and stay).
-EVAL_CROP_OF_RULE = {"center_crop": "resize_then_crop", "crop_then_resize": "crop_then_resize"}
+#: The resize rules that are evaluation crops (the values of `ImagePreprocessing.eval_crop`,
+#: the same names as `ModelInfo.resize`: one vocabulary for pipelines, recipes and model files).
+EVAL_CROP_RULES = ("center_crop", "crop_then_resize")
+#: Former spellings of a resize rule, accepted only where settings come in from outside
+#: (`ImagePreprocessing(eval_crop=...)`, recipe overrides, the run settings of checkpoints
+#: and run logs written before) and read as the rule they name: "resize_then_crop" was the
+#: training pipeline's name of "center_crop". Deprecated: write the rule's own name.
+DEPRECATED_RESIZE_SPELLINGS = {"resize_then_crop": "center_crop"}
+#: Each evaluation-crop rule by itself (kept for code that imported it when the pipeline
+#: spelled "center_crop" "resize_then_crop"; the names are one vocabulary now).
+EVAL_CROP_OF_RULE = {rule: rule for rule in EVAL_CROP_RULES}
 #: Scores a detector keeps for COCO evaluation: everything above 1e-8 (SSD320 v1.2's
 #: post-processing; low-scored boxes still add to the average precision).
 COCO_SCORE_THRESHOLD = 1e-8
@@ -135,23 +142,53 @@ def _rgb(name: str, value: Any, *, positive: bool) -> tuple[float, float, float]
     return tuple(float(v) for v in value)
 
 
-def resize_rule_of_eval_crop(eval_crop: str) -> str:
-    """The `ModelInfo.resize` rule of a pipeline's `ImagePreprocessing.eval_crop`.
+def resize_rule(value: Any, *, name: str = "resize", rules: Sequence[str] = RESIZE_RULES) -> str:
+    """`value` as a rule of `rules`: a deprecated spelling (`DEPRECATED_RESIZE_SPELLINGS`)
+    read as the rule it names, so that settings written before keep their meaning.
 
     Raises:
-        ValueError: for an evaluation crop no rule matches, naming the known ones.
+        ValueError: for any other value, naming `name`, the value and the known rules.
+
+    Example:
+        >>> resize_rule("resize_then_crop"), resize_rule("stretch")
+        ('center_crop', 'stretch')
+    """
+    rule = DEPRECATED_RESIZE_SPELLINGS.get(value, value) if isinstance(value, str) else value
+    if rule not in rules:
+        raise ValueError(f"{name} must be one of {tuple(rules)}; got {value!r}")
+    return rule
+
+
+def resize_rule_of_eval_crop(eval_crop: str) -> str:
+    """The `ModelInfo.resize` rule of a pipeline's `ImagePreprocessing.eval_crop`: the same
+    name (`resize_rule` with the evaluation crops; a deprecated spelling mapped).
+
+    Raises:
+        ValueError: for a value that is no evaluation crop, naming the known ones.
 
     Example:
         >>> resize_rule_of_eval_crop("resize_then_crop")
         'center_crop'
     """
-    for rule, crop in EVAL_CROP_OF_RULE.items():
-        if crop == eval_crop:
-            return rule
-    raise ValueError(
-        f"eval_crop={eval_crop!r} has no inference resize rule (known: "
-        f"{sorted(EVAL_CROP_OF_RULE.values())}): pass Trainer(model_info=...) stating one"
-    )
+    return resize_rule(eval_crop, name="eval_crop", rules=EVAL_CROP_RULES)
+
+
+def current_setting(key: str, value: Any) -> Any:
+    """A stored setting (`key` as dotted names, e.g. `settings.knobs.preprocessing.eval_crop`
+    of a checkpoint's plan) in today's vocabulary: a resize rule's deprecated spelling read as
+    the rule (fields named `eval_crop` or `resize`); anything else as it is. What a resume or
+    evaluation compares a run written before with, so that it still agrees.
+
+    Example:
+        >>> current_setting("knobs.preprocessing.eval_crop", "resize_then_crop")
+        'center_crop'
+        >>> current_setting("model", "resize_then_crop")
+        'resize_then_crop'
+    """
+    field = key.rsplit(".", 1)[-1]
+    if field in ("eval_crop", "resize") and isinstance(value, str):
+        return DEPRECATED_RESIZE_SPELLINGS.get(value, value)
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,16 +230,16 @@ class InputSettings:
 
     @property
     def eval_crop(self) -> str:
-        """The pipeline's name of this rule (`ImagePreprocessing.eval_crop`).
+        """This rule as an `ImagePreprocessing.eval_crop` (the same name).
 
         Raises:
             ValueError: for "stretch", which is no evaluation crop.
         """
-        if self.resize not in EVAL_CROP_OF_RULE:
+        if self.resize not in EVAL_CROP_RULES:
             raise ValueError(
-                f"resize {self.resize!r} is no evaluation crop (known: {sorted(EVAL_CROP_OF_RULE)})"
+                f"resize {self.resize!r} is no evaluation crop (known: {EVAL_CROP_RULES})"
             )
-        return EVAL_CROP_OF_RULE[self.resize]
+        return self.resize
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON values (lists for tuples)."""

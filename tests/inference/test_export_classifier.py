@@ -81,8 +81,7 @@ def _pipeline_views(raw: np.ndarray, rule: str) -> np.ndarray:
     from cvbench.data import ImagePreprocessing
     from cvbench.data.read.preprocessing import preprocess_for_eval
 
-    crop = {"center_crop": "resize_then_crop", "crop_then_resize": "crop_then_resize"}[rule]
-    p = ImagePreprocessing(eval_crop=crop, crop_fraction=0.875, mean=(0.0,) * 3, std=(1.0,) * 3)
+    p = ImagePreprocessing(eval_crop=rule, crop_fraction=0.875, mean=(0.0,) * 3, std=(1.0,) * 3)
     return np.stack([
         preprocess_for_eval(tf.io.encode_png(image), image_size=32, preprocessing=p).numpy()
         for image in raw

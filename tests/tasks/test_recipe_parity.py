@@ -73,7 +73,7 @@ def _resnet_rows(script: str) -> list[tuple]:
         ("preprocessing.area_range", (0.05, 1.0), DLE_IMAGES, 58),
         ("preprocessing.min_object_covered", 0.1, DLE_IMAGES, 56),
         ("preprocessing.max_attempts", 100, DLE_IMAGES, 59),
-        ("preprocessing.eval_crop", "resize_then_crop", DLE_IMAGES, 150),
+        ("preprocessing.eval_crop", "center_crop", DLE_IMAGES, 150),
         ("preprocessing.crop_fraction", 0.875, DLE_IMAGES, 22),  # 224 / _RESIZE_MIN 256
         ("preprocessing.input_scaling", "mean_std", DLE_DATA, 151),
         ("preprocessing.mean", (123.68, 116.28, 103.53), DLE_DATA, 28),

@@ -16,8 +16,10 @@ from cvbench.utils.errors import BadFileError
 from cvbench.utils.model_file import (
     COCO_SCORE_THRESHOLD,
     DATASET_ATTRIBUTE,
+    DEPRECATED_RESIZE_SPELLINGS,
     DISPLAY_SCORE_THRESHOLD,
     EVAL_CROP_OF_RULE,
+    EVAL_CROP_RULES,
     RESIZE_RULES,
     DetectionSettings,
     InputContract,
@@ -83,19 +85,25 @@ def test_the_input_part_checks_each_field_for_both_spellings(field, value, messa
 
 
 # ----------------------------------------------------------------- the resize vocabulary
-def test_one_table_holds_the_two_spellings_of_each_rule_both_ways():
+def test_the_pipeline_and_the_model_file_speak_one_resize_vocabulary():
+    # Changed on purpose (#38): the pipeline's crops are the model file's rule names (the
+    # table of two spellings is gone); the old names stay importable as identity/aliases.
     from cvbench.data.read.image_preprocessing import EVAL_CROPS
     from cvbench.data.read.model_inputs import RESIZE_OF_EVAL_CROP
 
-    # every pipeline crop has a rule, every rule but "stretch" a crop, and they round-trip
-    assert sorted(EVAL_CROP_OF_RULE.values()) == sorted(EVAL_CROPS)
-    assert set(EVAL_CROP_OF_RULE) == set(RESIZE_RULES) - {"stretch"}
+    # every rule but "stretch" is an evaluation crop, by the same name
+    assert EVAL_CROPS == EVAL_CROP_RULES == ("center_crop", "crop_then_resize")
+    assert set(EVAL_CROPS) == set(RESIZE_RULES) - {"stretch"}
+    assert {rule: rule for rule in EVAL_CROPS} == EVAL_CROP_OF_RULE
     for crop in EVAL_CROPS:
-        rule = resize_rule_of_eval_crop(crop)
-        assert InputSettings(image_size=(8, 8), resize=rule).eval_crop == crop
-        assert RESIZE_OF_EVAL_CROP[crop] == rule  # the older name, derived from the table
+        assert resize_rule_of_eval_crop(crop) == crop
+        assert InputSettings(image_size=(8, 8), resize=crop).eval_crop == crop
+        assert RESIZE_OF_EVAL_CROP[crop] == crop
+    # the deprecated spelling is read as the rule it names, wherever it is accepted
+    assert DEPRECATED_RESIZE_SPELLINGS == {"resize_then_crop": "center_crop"}
     assert resize_rule_of_eval_crop("resize_then_crop") == "center_crop"
-    with pytest.raises(ValueError, match=r"eval_crop='central' has no inference resize rule"):
+    assert RESIZE_OF_EVAL_CROP["resize_then_crop"] == "center_crop"
+    with pytest.raises(ValueError, match=r"eval_crop must be one of .*center_crop.*'central'"):
         resize_rule_of_eval_crop("central")
     with pytest.raises(ValueError, match="'stretch' is no evaluation crop"):
         InputSettings(image_size=(8, 8), resize="stretch").eval_crop  # noqa: B018

@@ -84,7 +84,7 @@ def check_dali_preprocessing(preprocessing: ImagePreprocessing | None) -> ImageP
         raise ValueError(f"preprocessing must be an ImagePreprocessing or None, got {p!r}")
     unsupported = {
         "resize_method": (p.resize_method, "bilinear"),
-        "eval_crop": (p.eval_crop, "resize_then_crop"),
+        "eval_crop": (p.eval_crop, "center_crop"),
         "quantize_uint8": (p.quantize_uint8, False),
         "fancy_upscaling": (p.fancy_upscaling, True),
     }

@@ -184,7 +184,7 @@ def eval_image(
     """The evaluation view of a decoded image, `preprocessing.eval_view`'s: float32
     [image_size, image_size, 3] in [0, 255], not yet scaled.
 
-    "resize_then_crop": the shorter side to `round(image_size / crop_fraction)` (the longer
+    "center_crop": the shorter side to `round(image_size / crop_fraction)` (the longer
     one `round(side * scale)` in float32, ties to even as `tf.round`), the central crop
     (offsets rounded down); "crop_then_resize": `tf.image.central_crop`'s window
     (`int((side - side * fraction) / 2)` in float32), resized to a square.

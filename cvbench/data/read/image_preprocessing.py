@@ -17,9 +17,11 @@ import math
 from dataclasses import dataclass
 
 from cvbench.data.read.channel_means import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
-from cvbench.utils.model_file import DCT_METHODS
+from cvbench.utils.model_file import DCT_METHODS, EVAL_CROP_RULES, resize_rule
 
-EVAL_CROPS = ("resize_then_crop", "crop_then_resize")
+#: The evaluation crops: `ModelInfo.resize`'s rules of the same names (one vocabulary; the
+#: deprecated spelling "resize_then_crop" is read as "center_crop").
+EVAL_CROPS = EVAL_CROP_RULES
 INPUT_SCALINGS = ("mean_std", "inception")
 # `tf.image.ResizeMethod`'s names (tests/data/read/test_preprocessing_knobs.py checks the list),
 # plus "bilinear_tf1": TF1's `tf.image.resize_images(..., BILINEAR, align_corners=False)`,
@@ -74,7 +76,7 @@ class ImagePreprocessing:
     fused with the JPEG decode; a random left-right flip (`flip`); resized to the output size
     with `resize_method`. Evaluation: `eval_crop`, one of
 
-    * "resize_then_crop": shorter side to `round(size / crop_fraction)` keeping the aspect
+    * "center_crop": shorter side to `round(size / crop_fraction)` keeping the aspect
       ratio, then the central `size` x `size` crop (DLE's ResNet-50; 224 -> 256 -> 224);
     * "crop_then_resize": `tf.image.central_crop(image, crop_fraction)` (each side keeps its
       central `crop_fraction`, so the aspect ratio is the image's), then resized to
@@ -92,7 +94,9 @@ class ImagePreprocessing:
         area_range: (low, high) crop area as a fraction of the image, 0 < low <= high <= 1.
         min_object_covered: the fraction of a bounding box the crop must cover, in [0, 1].
         max_attempts: crop windows tried before falling back to the whole image (>= 1).
-        eval_crop: "resize_then_crop" or "crop_then_resize" (above).
+        eval_crop: "center_crop" or "crop_then_resize" (above): the names of the model
+            file's `ModelInfo.resize`. "resize_then_crop", the former name of "center_crop",
+            is deprecated and read as "center_crop".
         crop_fraction: the evaluation crop's fraction, in (0, 1] (0.875: 224 of 256).
         input_scaling: "mean_std" or "inception" (above).
         mean: per-channel RGB means for "mean_std".
@@ -125,7 +129,7 @@ class ImagePreprocessing:
     area_range: tuple[float, float] = (0.05, 1.0)
     min_object_covered: float = 0.1
     max_attempts: int = 100
-    eval_crop: str = "resize_then_crop"
+    eval_crop: str = "center_crop"
     crop_fraction: float = 0.875
     input_scaling: str = "mean_std"
     mean: tuple[float, float, float] = IMAGENET_MEAN_RGB
@@ -147,7 +151,7 @@ class ImagePreprocessing:
         a = self.max_attempts
         if isinstance(a, bool) or not isinstance(a, int) or a < 1:
             raise ValueError(f"max_attempts must be a positive int, got {a!r}")
-        _choice("eval_crop", self.eval_crop, EVAL_CROPS)
+        set_(self, "eval_crop", resize_rule(self.eval_crop, name="eval_crop", rules=EVAL_CROPS))
         f = self.crop_fraction
         if isinstance(f, bool) or not isinstance(f, int | float) or not 0.0 < f <= 1.0:
             raise ValueError(f"crop_fraction must be a number in (0, 1], got {f!r}")
@@ -165,7 +169,7 @@ class ImagePreprocessing:
             raise ValueError(f"quantize_uint8 must be a bool, got {self.quantize_uint8!r}")
 
     def eval_resize_size(self, image_size: int) -> int:
-        """ "resize_then_crop"'s shorter side: `round(image_size / crop_fraction)`."""
+        """ "center_crop"'s shorter side: `round(image_size / crop_fraction)`."""
         return round(image_size / self.crop_fraction)
 
     @property

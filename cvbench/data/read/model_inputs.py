@@ -13,8 +13,8 @@ files agree by construction. A dataset made with a caller's own `train_preproces
 `Trainer(model_info=..., export_transform=...)`); nor does a dataset derived from it (`.map`,
 `.take`, ...).
 
-The resize rule's two spellings (the pipeline's `ImagePreprocessing.eval_crop`, the model
-file's `ModelInfo.resize`) meet in one table, `cvbench.utils.model_file.EVAL_CROP_OF_RULE`.
+The pipeline's `ImagePreprocessing.eval_crop` and the model file's `ModelInfo.resize` speak one
+vocabulary (`cvbench.utils.model_file.RESIZE_RULES`): the crop is the rule, by the same name.
 """
 
 from __future__ import annotations
@@ -25,21 +25,21 @@ from typing import Any
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.utils.model_file import (
     DATASET_ATTRIBUTE,
-    EVAL_CROP_OF_RULE,
+    DEPRECATED_RESIZE_SPELLINGS,
+    EVAL_CROP_RULES,
     INTERPOLATIONS,
     InputSettings,
     ModelInfo,
     attach_inputs,
-    resize_rule_of_eval_crop,
 )
 
 #: The attribute of a `tf.data.Dataset` holding its `ClassifierInputs` (spelled in
 #: `cvbench.utils.model_file`; use `attach` / `attached_inputs`).
 ATTRIBUTE = DATASET_ATTRIBUTE
 
-#: `ImagePreprocessing.eval_crop` -> `ModelInfo.resize`, derived from the one table
-#: `EVAL_CROP_OF_RULE` (`resize_rule_of_eval_crop` reads it with a message for the others).
-RESIZE_OF_EVAL_CROP = {crop: rule for rule, crop in EVAL_CROP_OF_RULE.items()}
+#: `ImagePreprocessing.eval_crop` -> `ModelInfo.resize`: each rule by itself, and the
+#: deprecated spelling "resize_then_crop" (kept for code that imported it).
+RESIZE_OF_EVAL_CROP = {**{rule: rule for rule in EVAL_CROP_RULES}, **DEPRECATED_RESIZE_SPELLINGS}
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class ClassifierInputs:
                 (`ModelInfo`'s `RESIZE_RULES` and `INTERPOLATIONS`).
         """
         p = self.preprocessing
-        resize = self.resize or resize_rule_of_eval_crop(p.eval_crop)
+        resize = self.resize or p.eval_crop  # the same vocabulary: the crop is the rule
         if p.resize_method not in INTERPOLATIONS:
             raise ValueError(
                 f"resize_method={p.resize_method!r} has no inference rule (known: "

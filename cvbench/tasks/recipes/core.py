@@ -324,28 +324,33 @@ class Recipe:
         """A copy with knobs set (`{"run.batch_per_gpu": 128}`); each one that then differs
         from the reference is recorded as a `Deviation` with `reason` (e.g. "--batch-size"),
         and one set back to the reference loses its deviation. Each part is validated again
-        by its own class (`OptimizerConfig`, `ScheduleConfig`, ...).
+        by its own class (`OptimizerConfig`, `ScheduleConfig`, ...), and a value is compared
+        with the reference as its part reads it (a deprecated spelling, such as
+        `preprocessing.eval_crop="resize_then_crop"`, is the reference's "center_crop").
 
         Raises:
             ValueError: naming an unknown knob, a knob of a part this recipe lacks, or a
                 value its part refuses.
         """
         parts: dict[str, dict[str, Any]] = {}
-        deviations = {d.knob: d for d in self.deviations}
         for knob, value in changes.items():
             self.value(knob)  # raises for an unknown knob
             part_name, _, field_name = knob.partition(".")
             parts.setdefault(part_name, {})[field_name] = value
-            reference = self.reference_value(knob)
-            deviations.pop(knob, None)
-            if value != reference:
-                deviations[knob] = Deviation(knob, reference, reason)
         replaced = {
             ("model_knobs" if name == "model" else name): dataclasses.replace(
                 self.part(name), **fields
             )
             for name, fields in parts.items()
         }
+        deviations = {d.knob: d for d in self.deviations}
+        for knob in changes:
+            part_name, _, field_name = knob.partition(".")
+            part = replaced["model_knobs" if part_name == "model" else part_name]
+            reference = self.reference_value(knob)
+            deviations.pop(knob, None)
+            if getattr(part, field_name) != reference:  # the value as its part reads it
+                deviations[knob] = Deviation(knob, reference, reason)
         return dataclasses.replace(self, **replaced, deviations=tuple(deviations.values()))
 
     def for_model(

@@ -166,7 +166,7 @@ def _recipe(name: str, *, epochs: int, mixup: float, script: str, summary: str) 
             area_range=(0.05, 1.0),
             min_object_covered=0.1,
             max_attempts=100,
-            eval_crop="resize_then_crop",
+            eval_crop="center_crop",
             crop_fraction=0.875,
             input_scaling="mean_std",
             mean=(123.68, 116.28, 103.53),

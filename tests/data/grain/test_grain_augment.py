@@ -57,7 +57,7 @@ def test_a_window_a_flip_and_an_output_window_are_index_arithmetic(tf, pp):
 @pytest.mark.parametrize(
     "preprocessing",
     [ImagePreprocessing(), ImagePreprocessing.nvcnn_inception_v3()],
-    ids=["resize_then_crop", "crop_then_resize"],
+    ids=["center_crop", "crop_then_resize"],
 )
 @pytest.mark.parametrize("shape", [(40, 56), (375, 500), (500, 375), (257, 256), (301, 299)])
 def test_eval_image_and_scaling_are_the_tf_data_paths_bit_for_bit(tf, pp, shape, preprocessing):

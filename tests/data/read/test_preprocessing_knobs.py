@@ -34,7 +34,7 @@ def test_defaults_are_the_nvidia_resnet50_pipeline(pp):
     p = ImagePreprocessing()
     assert p.aspect_ratio_range == (0.75, 1.33) and p.area_range == (0.05, 1.0)
     assert p.min_object_covered == 0.1 and p.max_attempts == 100
-    assert p.eval_crop == "resize_then_crop" and p.crop_fraction == 0.875
+    assert p.eval_crop == "center_crop" and p.crop_fraction == 0.875
     assert p.input_scaling == "mean_std" and p.resize_method == "bilinear" and p.flip
     assert p.mean == (123.68, 116.28, 103.53) and p.std == (58.395, 57.12, 57.385)
     assert p.dct_method == "" and p.fancy_upscaling is True and p.quantize_uint8 is False
@@ -318,7 +318,7 @@ def test_bilinear_tf1_samples_without_half_pixel_centres(tf, pp):
     array = smooth_image(13, 6, 6)
     want = pp.resize(tf.constant(array, tf.float32), [9, 9], "bilinear_tf1").numpy()
     assert not np.array_equal(want, pp.resize(tf.constant(array), [9, 9]).numpy())
-    for crop in ("resize_then_crop", "crop_then_resize"):
+    for crop in ("center_crop", "crop_then_resize"):
         p = ImagePreprocessing(
             **RAW, eval_crop=crop, crop_fraction=1.0, resize_method="bilinear_tf1"
         )
@@ -414,10 +414,10 @@ def test_crop_then_resize_geometry_on_a_10x6_image(tf, pp):
     cols = 20 * (1 + np.arange(12) // 3)
     np.testing.assert_array_equal(out[..., 0], np.broadcast_to(rows[:, None], (12, 12)))
     np.testing.assert_array_equal(out[..., 1], np.broadcast_to(cols[None, :], (12, 12)))
-    # resize_then_crop with the same fraction resizes the shorter side to 12 / 0.5 = 24
+    # center_crop with the same fraction resizes the shorter side to 12 / 0.5 = 24
     # (10 x 6 -> 40 x 24) and takes the central 12 x 12: another region.
     other = pp.preprocess_for_eval(
-        image, image_size=12, preprocessing=dataclasses.replace(p, eval_crop="resize_then_crop")
+        image, image_size=12, preprocessing=dataclasses.replace(p, eval_crop="center_crop")
     ).numpy()
     assert not np.array_equal(other, out)
 
@@ -433,7 +433,7 @@ def test_crop_then_resize_with_nvcnns_fraction(tf, pp):
     np.testing.assert_array_equal(out[..., 1], np.tile(10 * (np.arange(36) // 3), (36, 1)))
 
 
-def test_crop_fraction_sets_the_resize_then_crop_size(tf, pp):
+def test_crop_fraction_sets_the_center_crop_size(tf, pp):
     # crop_fraction 1: shorter side to round(32 / 1) = 32 = the central crop, so the output
     # is the whole 40 x 40 image resized to 32 x 32. The default 0.875 resizes to 37 first.
     array = smooth_image(5, 40, 40)
@@ -474,7 +474,7 @@ def test_decoder_options_reach_training_and_evaluation(tf, pp, noisy_jpeg, optio
         got = fn(image, NO_BOXES, _seed(tf, 0), image_size=16, preprocessing=p)
         np.testing.assert_array_equal(got.numpy(), want)
     # Evaluation, both crops with fraction 1 (no crop, same-size resize).
-    for crop in ("resize_then_crop", "crop_then_resize"):
+    for crop in ("center_crop", "crop_then_resize"):
         ev = ImagePreprocessing(**RAW, eval_crop=crop, crop_fraction=1.0, **options)
         np.testing.assert_array_equal(
             pp.preprocess_for_eval(image, image_size=16, preprocessing=ev).numpy(), want

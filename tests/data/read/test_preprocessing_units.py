@@ -77,12 +77,12 @@ def test_resize_shorter_side_is_the_size_exactly_for_every_side(tf, pp):
                 assert tuple(out.shape[:2]) == want, (shape, size)
 
 
-@pytest.mark.parametrize("eval_crop", ["resize_then_crop", "crop_then_resize"])
+@pytest.mark.parametrize("eval_crop", ["center_crop", "crop_then_resize"])
 @pytest.mark.parametrize("method", ["bilinear", "bilinear_tf1"])
 def test_eval_view_of_a_batch_is_each_images_view(tf, pp, eval_crop, method):
     # A serving export runs `eval_view` on a batch (one size): each image's view must equal
     # what the pipeline computes for that image alone, bit for bit. 45 x 37 at 16 px:
-    # resize_then_crop resizes to shorter side round(16 / 0.875) = 18 -> 22 x 18, crops 16;
+    # center_crop resizes to shorter side round(16 / 0.875) = 18 -> 22 x 18, crops 16;
     # crop_then_resize takes 0.875 of each side (offsets int(5.625 / 2) = 2, int(4.625 / 2) =
     # 2: 41 x 33), resizes to 16 x 16.
     p = pp.ImagePreprocessing(eval_crop=eval_crop, resize_method=method)
