@@ -279,6 +279,74 @@ def _graph(
     return images, labels, fn.external_source(source=weights, batch=True, batch_info=True)
 
 
+def _records_of_rank(
+    data_dir: str | os.PathLike,
+    spec: ReadSpec,
+    file_pattern: str | None,
+    index_dir: str | os.PathLike | None,
+) -> tuple[RankRecords, tempfile.TemporaryDirectory, int | None]:
+    """This rank's records of `spec.split`, the scratch folder of their per-rank index files
+    (to live as long as the pipeline) and the rank's seed (`rank_seed`).
+
+    Raises:
+        ValueError: a rank without records.
+    """
+    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
+    files = list_split_files(data_dir, spec.split, file_pattern)
+    scratch = tempfile.TemporaryDirectory(prefix="cvbench-dali-")
+    records = rank_records(
+        files,
+        training=spec.training,
+        num_shards=num_shards,
+        shard_index=shard_index,
+        index_dir=index_dir,
+        scratch=Path(scratch.name),
+    )
+    if records.num_records == 0:
+        scratch.cleanup()
+        raise ValueError(
+            f"rank {shard_index} of {num_shards} has no records of {spec.split!r} in {data_dir}"
+        )
+    return records, scratch, rank_seed(spec.seed, shard_index)
+
+
+def _built_pipeline(
+    dali: Any,
+    records: RankRecords,
+    spec: ReadSpec,
+    p: ImagePreprocessing,
+    num_threads: int,
+    device: str,
+    device_id: int | None,
+    seed: int | None,
+) -> Any:
+    """`_graph` as a built `dali.Pipeline`; for "mixed" on `device_id`, by default this
+    process's GPU (`_local_rank`)."""
+    gpu = None if device != "mixed" else _local_rank() if device_id is None else device_id
+    pipe = dali.Pipeline(
+        batch_size=spec.batch_size,
+        num_threads=num_threads,
+        device_id=gpu,
+        seed=None if seed is None else seed % (2**31),
+    )
+    with pipe:
+        pipe.set_outputs(
+            *_graph(
+                dali,
+                records,
+                training=spec.training,
+                batch_size=spec.batch_size,
+                image_size=spec.image_size,
+                device=device,
+                p=p,
+                dtype=spec.dtype,
+                shuffle_buffer=spec.shuffle_buffer,
+            )
+        )
+    pipe.build()
+    return pipe
+
+
 def imagenet_dali_pipeline(
     data_dir: str | os.PathLike,
     split: str | None = None,
@@ -310,8 +378,8 @@ def imagenet_dali_pipeline(
         device: "cpu" (libjpeg-turbo) or "mixed" (nvJPEG on the GPU).
         preprocessing: the recipe's knobs; None: `ImagePreprocessing()` (NVIDIA's ResNet-50).
         index_dir: the folder of the shards' index files; default `data_dir/idx`.
-        shuffle_buffer: training: the reader's shuffle buffer in records; 1: file order.
-        device_id: the GPU for "mixed"; default the Horovod local rank (0 without Horovod).
+        device_id: the GPU for "mixed"; default this process's local rank on its host
+            (`cvbench.utils.launch.current_launch`: horovodrun's or MPI's, 0 for one process).
         file_pattern: a glob (relative to `data_dir`) instead of the split's names.
         **read: `ReadSpec` fields replacing the spec's (or making it, without `spec`).
 
@@ -329,51 +397,11 @@ def imagenet_dali_pipeline(
             batches instead).
     """
     spec = dali_spec(spec, split=split, **read)
-    split, training, batch_size = spec.split, spec.training, spec.batch_size
-    image_size, dtype = spec.image_size, spec.dtype
-    _check_args(num_threads, device, dtype)
+    _check_args(num_threads, device, spec.dtype)
     p = check_dali_preprocessing(preprocessing)
     dali = import_dali()
-    num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
-    files = list_split_files(data_dir, split, file_pattern)
-    scratch = tempfile.TemporaryDirectory(prefix="cvbench-dali-")
-    records = rank_records(
-        files,
-        training=training,
-        num_shards=num_shards,
-        shard_index=shard_index,
-        index_dir=index_dir,
-        scratch=Path(scratch.name),
-    )
-    if records.num_records == 0:
-        scratch.cleanup()
-        raise ValueError(
-            f"rank {shard_index} of {num_shards} has no records of {split!r} in {data_dir}"
-        )
-    seed_r = rank_seed(spec.seed, shard_index)
-    pipe = dali.Pipeline(
-        batch_size=batch_size,
-        num_threads=num_threads,
-        device_id=(device_id if device_id is not None else _local_rank())
-        if device == "mixed"
-        else None,
-        seed=None if seed_r is None else seed_r % (2**31),
-    )
-    with pipe:
-        pipe.set_outputs(
-            *_graph(
-                dali,
-                records,
-                training=training,
-                batch_size=batch_size,
-                image_size=image_size,
-                device=device,
-                p=p,
-                dtype=dtype,
-                shuffle_buffer=spec.shuffle_buffer,
-            )
-        )
-    pipe.build()
+    records, scratch, seed = _records_of_rank(data_dir, spec, file_pattern, index_dir)
+    pipe = _built_pipeline(dali, records, spec, p, num_threads, device, device_id, seed)
     pipe.cvbench_num_records = records.num_records
     weakref.finalize(pipe, scratch.cleanup)  # the per-rank index files live as long as it
     return pipe

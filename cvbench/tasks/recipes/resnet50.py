@@ -114,6 +114,33 @@ _CLASSES_DEVIATION = Deviation(
 )
 
 
+#: DLE's ResNet-50 v1.5 model (the sources: `_sources`).
+_MODEL = ModelKnobs(
+    image_size=224,
+    num_classes=1000,
+    bn_momentum=0.9,
+    bn_epsilon=1e-5,
+    bn_scale=True,
+    conv_initializer="fan_in_truncated",
+    dense_initializer="fan_in_truncated",
+)
+#: DLE's ResNet-50 v1.5 input pipeline (the sources: `_sources`).
+_PREPROCESSING = ImagePreprocessing(
+    aspect_ratio_range=(0.75, 1.33),
+    area_range=(0.05, 1.0),
+    min_object_covered=0.1,
+    max_attempts=100,
+    eval_crop="center_crop",
+    crop_fraction=0.875,
+    input_scaling="mean_std",
+    mean=(123.68, 116.28, 103.53),
+    std=(58.395, 57.12, 57.385),
+    resize_method="bilinear",
+    dct_method="INTEGER_FAST",
+    fancy_upscaling=False,
+)
+
+
 def _recipe(name: str, *, epochs: int, mixup: float, script: str, summary: str) -> Recipe:
     sources = _sources(script)
     sources["loss.mixup_alpha"] = (
@@ -152,29 +179,8 @@ def _recipe(name: str, *, epochs: int, mixup: float, script: str, summary: str) 
             smoothing_classes=1001,
             mixup_alpha=mixup,
         ),
-        model_knobs=ModelKnobs(
-            image_size=224,
-            num_classes=1000,
-            bn_momentum=0.9,
-            bn_epsilon=1e-5,
-            bn_scale=True,
-            conv_initializer="fan_in_truncated",
-            dense_initializer="fan_in_truncated",
-        ),
-        preprocessing=ImagePreprocessing(
-            aspect_ratio_range=(0.75, 1.33),
-            area_range=(0.05, 1.0),
-            min_object_covered=0.1,
-            max_attempts=100,
-            eval_crop="center_crop",
-            crop_fraction=0.875,
-            input_scaling="mean_std",
-            mean=(123.68, 116.28, 103.53),
-            std=(58.395, 57.12, 57.385),
-            resize_method="bilinear",
-            dct_method="INTEGER_FAST",
-            fancy_upscaling=False,
-        ),
+        model_knobs=_MODEL,
+        preprocessing=_PREPROCESSING,
         eval=EvalKnobs(images=50000, drop_remainder=False, batch_size=256),
         sources=sources,
         deviations=(_CLASSES_DEVIATION, _EVAL_DEVIATION),
