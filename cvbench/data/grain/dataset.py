@@ -11,8 +11,11 @@ The batches have the element structure of `cvbench.data.read.imagenet.imagenet_d
   for padding (zero image, label 0); exactly `steps = ceil(ceil(N / R) / batch_size)`
   batches on every rank, as tf.data's, so the weights summed over ranks count the records.
 
-Order and augmentation depend only on the seed (grain's `IndexSampler` and the per-record
-generator of a `RandomMapTransform`), not on `num_workers`. `iter(dataset)` is a grain
+The record order and each record's augmentation depend only on the seed (grain's
+`IndexSampler` and the per-record generator of a `RandomMapTransform`), not on
+`num_workers`; which training records share a batch does (grain deals records to its workers
+in turn and each batches its own), while evaluation's batches are the same with any
+`num_workers` (its items are whole batches). `iter(dataset)` is a grain
 `DataLoader` iterator: `get_state()` (bytes, small) saved at a step and `set_state(...)` on a
 fresh iterator continue with exactly the batches that followed; `iterate_from(start)` makes
 that state from a batch count alone (the position a Trainer checkpoint records), so a
