@@ -24,7 +24,8 @@ pytestmark = pytest.mark.backend_agnostic
 HOLD_CLI = Path(__file__).resolve().parents[2] / "reliability" / "hold_cli.py"
 # 24 training records (6 classes x 4), batch 4: 6 steps an epoch, every record read each
 # epoch, so both damaged records fall inside every epoch. Shard 0 position 1 is no
-# tf.train.Example; shard 0 position 3 an Example whose image is not a JPEG.
+# tf.train.Example; shard 0 position 3 an Example whose image is not a JPEG. Validation
+# record 2 (of 6) is no tf.train.Example either.
 COMMON = [
     "--model", "resnet18", "--image-size", "32", "--batch-size", "4", "--seed", "1",
     "--precision", "fp32", "--eval", "none", "--no-export", "--no-progress",
@@ -58,7 +59,13 @@ def damaged(tmp_path_factory) -> Path:
     with tf.io.TFRecordWriter(str(shard)) as writer:
         for record in records:
             writer.write(record)
-    for index in (out / "idx").glob("train-00000-*"):  # stale now: the records are scanned
+    validation = out / "validation-00000-of-00001"
+    records = list(tf.data.TFRecordDataset(str(validation)).as_numpy_iterator())
+    records[2] = b"\x07\x07\x07"  # of the 6 validation records, 5 remain
+    with tf.io.TFRecordWriter(str(validation)) as writer:
+        for record in records:
+            writer.write(record)
+    for index in (out / "idx").glob("*"):  # stale now: the records are scanned
         index.unlink()
     return out
 
@@ -74,7 +81,7 @@ def test_without_the_flag_training_stops_with_one_line_naming_the_record(damaged
 
 
 @pytest.mark.slow
-def test_with_the_flag_training_completes_and_reports_both_records(damaged, tmp_path, capfd):
+def test_with_the_flag_train_and_eval_complete_and_report_the_records(damaged, tmp_path, capfd):
     argv = ["train", *COMMON, "--data-dir", str(damaged), "--epochs", "1", "--skip-corrupt"]
     assert main([*argv, "--log-dir", str(tmp_path / "run")]) == 0
     out, err = capfd.readouterr()
@@ -83,6 +90,14 @@ def test_with_the_flag_training_completes_and_reports_both_records(damaged, tmp_
     assert len(skipped) == 2
     assert "record 1: not an ImageNet tf.train.Example" in skipped[0]
     assert "record 3 (bad.JPEG): undecodable image" in skipped[1]
+    evaluate = ["eval", *COMMON[:10], "--data-backend", "grain", "--data-dir", str(damaged)]
+    evaluate += ["--checkpoint", str(tmp_path / "run")]
+    assert main(evaluate) == 1
+    assert "validation-00000-of-00001 record 2" in capfd.readouterr().err
+    assert main([*evaluate, "--skip-corrupt"]) == 0
+    out, err = capfd.readouterr()
+    assert "cvbench: skipped 1 corrupt record (--skip-corrupt)" in out
+    assert "validation-00000-of-00001 record 2: not an ImageNet" in err
 
 
 # ---- heavy: kill -9 mid-epoch and resume, with TensorFlow blocked -----------------------
