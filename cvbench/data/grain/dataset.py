@@ -406,7 +406,9 @@ def imagenet_grain_dataset(
     spec = read_spec(spec, split=split, **read).with_defaults(image_size=224)
     split_name = spec.require_split()
     p = supported_preprocessing(preprocessing)
-    _check_options(spec, num_workers=num_workers, read_threads=read_threads)
+    _check_options(
+        spec, num_workers=num_workers, read_threads=read_threads, scaled_decode=scaled_decode
+    )
     num_shards, shard_index = resolve_shards(spec.num_shards, spec.shard_index)
     grain = import_grain()
     if num_workers:
@@ -414,20 +416,14 @@ def imagenet_grain_dataset(
     policy = CorruptPolicy(skip=spec.skip_corrupt, skipped=spec.corrupt_counter)
     source = _split_source(data_dir, split_name, file_pattern, index_dir, policy)
     lo, hi = rank_range(len(source), num_shards, shard_index)
-    if not isinstance(scaled_decode, bool):
-        raise ValueError(f"scaled_decode must be a bool, got {scaled_decode!r}")
     transform = _Transform(
         source, spec.image_size, p, spec.dtype, num_classes, spec.training, scaled_decode,
         policy=policy, records=(lo, hi),
     )  # fmt: skip
     data, sampler, mapping, steps = _plan(grain, source, spec, lo, hi, num_shards, shard_index)
-    operations = [mapping(transform)]  # evaluation: the map makes whole batches
-    if spec.training:
-        operations.append(grain.Batch(spec.batch_size, drop_remainder=True))
     loader = _loader(
-        grain, data, sampler, operations,
+        grain, data, sampler, mapping(transform), spec=spec,
         workers=(num_workers, worker_buffer_size), read_threads=read_threads,
-        items_per_batch=spec.batch_size if spec.training else 1,
     )  # fmt: skip
     batches = GrainBatches(
         loader, steps=steps, num_records=hi - lo, preprocessing=p,
@@ -456,20 +452,25 @@ def _loader(
     grain: Any,
     data: _Window | _BatchWindow,
     sampler: Any,
-    operations: list,
+    mapping: Any,
     *,
+    spec: ReadSpec,
     workers: tuple[int, int],
     read_threads: int,
-    items_per_batch: int,
 ) -> Any:
-    """The grain `DataLoader` of `data` in `sampler`'s order through `operations`, with
-    `workers` = (worker processes, batches each prepares ahead).
+    """The grain `DataLoader` of `data` in `sampler`'s order through `mapping`, then, for
+    training, batching (evaluation's `mapping` makes whole batches), with `workers` =
+    (worker processes, batches each prepares ahead).
 
     Reading a record is one pread: by default (`read_threads` 0) it is done in the
     transforming thread; grain's default, 16 threads polling a 500-record buffer, costs a
     fifth of a core. With read threads, two batches of records are read ahead
-    (`items_per_batch`: 1 for evaluation, whose items are whole batches).
+    (evaluation: two items, each a whole batch).
     """
+    operations = [mapping]
+    if spec.training:
+        operations.append(grain.Batch(spec.batch_size, drop_remainder=True))
+    items_per_batch = spec.batch_size if spec.training else 1
     return grain.DataLoader(
         data_source=data,
         sampler=sampler,
@@ -483,9 +484,13 @@ def _loader(
     )
 
 
-def _check_options(spec: ReadSpec, *, num_workers: Any, read_threads: Any) -> None:
-    """Refuses what the grain path does not do (a dtype, tf.data's corrupt-record counter)
-    and bad counts."""
+def _check_options(
+    spec: ReadSpec, *, num_workers: Any, read_threads: Any, scaled_decode: Any
+) -> None:
+    """Refuses what the grain path does not do (a dtype, tf.data's corrupt-record counter),
+    bad counts and a `scaled_decode` that is not a bool."""
+    if not isinstance(scaled_decode, bool):
+        raise ValueError(f"scaled_decode must be a bool, got {scaled_decode!r}")
     if spec.dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES} for the grain path, got {spec.dtype!r}")
     counter = spec.corrupt_counter

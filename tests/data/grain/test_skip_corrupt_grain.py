@@ -259,3 +259,13 @@ def test_skipping_on_grain_runs_where_tensorflow_cannot_be_imported(damaged, tmp
     # training: the 8 good labels; validation: 8 weighed; 4 damaged records (2 per split)
     assert run.stdout.splitlines()[-1] == f"{GOOD} 8.0 4"
     assert len(_skipped_lines(run.stderr)) == 4
+
+
+def test_evaluation_read_ahead_by_threads_gives_the_same_batches(damaged):
+    # read threads prefetch evaluation's items, which are whole batches: same rows, same steps
+    plain = list(_eval(damaged, skip_corrupt=True))
+    ahead = list(_eval(damaged, skip_corrupt=True, read_threads=2))
+    assert len(plain) == len(ahead) == 3
+    for got, want in zip(ahead, plain, strict=True):
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
