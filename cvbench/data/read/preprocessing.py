@@ -25,9 +25,9 @@ Non-JPEG bytes (PNG, GIF, BMP) are decoded whole and cropped; only JPEG takes th
 
 Every knob of this recipe is a field of `ImagePreprocessing`
 (`cvbench.data.read.image_preprocessing`, re-exported here), whose defaults are the values
-above: the crop ranges, the evaluation crop
-("center_crop" above, or nvcnn's "crop_then_resize": the model file's resize rules), the input scaling ("mean_std" above,
-or "inception": `x / 127.5 - 1`), the resize method, the flip, the JPEG decoder options and
+above: the crop ranges, the evaluation crop ("center_crop" above, or nvcnn's
+"crop_then_resize": the model file's resize rules), the input scaling ("mean_std" above, or
+"inception": `x / 127.5 - 1`), the resize method, the flip, the JPEG decoder options and
 nvcnn's uint8 rounding.
 `preprocess_for_train` / `preprocess_for_eval` take one as `preprocessing=`.
 """
