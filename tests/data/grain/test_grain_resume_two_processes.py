@@ -8,18 +8,20 @@ state (`GrainBatches.iterate_from`), as the 1-process test
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
+from grain_runs import (
+    assert_same_run,
+    final_state,
+    finish,
+    kill_at_hold,
+    start_train,
+    tensorflow_blocker,
+)
 from ports import free_port
 
-HOLD_CLI = Path(__file__).parents[2] / "reliability" / "hold_cli.py"
 # 24 records, 2 processes x batch 4 (global batch 8): 3 steps an epoch, 6 in 2 epochs;
 # checkpoints every 2 steps (2, 4, 6) and at the epoch ends (3, 6): a kill after step 5
 # resumes at step 4, batch 1 of epoch 2 (mid-epoch).
@@ -50,55 +52,34 @@ def records(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def no_tensorflow(tmp_path_factory) -> Path:
-    """A folder whose `tensorflow` package fails to import (put first on PYTHONPATH)."""
-    root = tmp_path_factory.mktemp("no_tf_2p")
-    (root / "tensorflow").mkdir()
-    (root / "tensorflow" / "__init__.py").write_text("raise ImportError('no TensorFlow')\n")
-    return root
+    return tensorflow_blocker(tmp_path_factory.mktemp("no_tf_2p"))
 
 
 def _train(records, log_dir, blocker, *extra, hold=None) -> list[subprocess.Popen]:
     """Starts the 2 processes of one run (rank 0 checkpoints and logs into `log_dir`)."""
-    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONUNBUFFERED="1", PYTHONPATH=str(blocker),
-               TF_CPP_MIN_LOG_LEVEL="3", JAX_NUM_CPU_DEVICES="2",
+    env = dict(TF_CPP_MIN_LOG_LEVEL="3", JAX_NUM_CPU_DEVICES="2",
                KERAS_DISTRIBUTION_NUM_PROCESSES="2",
                KERAS_DISTRIBUTION_JOB_ADDRESSES=f"localhost:{free_port()}")  # fmt: skip
-    if hold:
-        env["CVBENCH_TEST_HOLD"] = hold
-    argv = [sys.executable, str(HOLD_CLI), *FLAGS, "--data-dir", str(records)]
+    argv = [*FLAGS, "--data-dir", str(records)]
     return [
-        subprocess.Popen(
-            [*argv, "--log-dir", str(log_dir), *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+        start_train(
+            argv,
+            log_dir,
+            blocker,
+            *extra,
+            hold=hold,
             env=dict(env, KERAS_DISTRIBUTION_PROCESS_ID=str(rank)),
-            text=True,
-        )
+        )  # fmt: skip
         for rank in range(2)
     ]
 
 
 def _finish(processes: list[subprocess.Popen]) -> list[str]:
-    outputs = []
     try:
-        outputs = [p.communicate(timeout=900)[0] for p in processes]
+        return [finish(p) for p in processes]
     finally:
         for p in processes:
             p.kill()
-    for p, out in zip(processes, outputs, strict=True):
-        assert p.returncode == 0, out[-3000:]
-    return outputs
-
-
-def _final_state(log_dir: Path):
-    with np.load(log_dir / "checkpoints" / f"ckpt-{STEPS:010d}.npz") as data:
-        arrays = [data[k] for k in sorted(data.files) if k != "meta"]
-    losses = {}
-    for line in (log_dir / "train_log.jsonl").read_text().splitlines():
-        entry = json.loads(line)
-        if entry.get("event") == "step":
-            losses[entry["step"]] = entry["loss"]  # a replayed step: its resumed value
-    return arrays, losses
 
 
 @pytest.mark.slow
@@ -107,26 +88,11 @@ def test_sigkill_of_both_processes_mid_epoch_then_resume_on_grain_is_bit_identic
 ):
     outputs = _finish(_train(records, tmp_path / "reference", no_tensorflow))
     assert "global batch 8 = 2 x 4" in outputs[0], outputs[0][-2000:]
-    ref_arrays, ref_losses = _final_state(tmp_path / "reference")
+    reference = final_state(tmp_path / "reference", STEPS)
 
     killed = _train(records, tmp_path / "run", no_tensorflow, hold=f"after_step:{KILL_AFTER}")
-    lines = []
-    try:
-        for line in killed[0].stdout:  # rank 0 logs the steps (and holds after KILL_AFTER)
-            lines.append(line)
-            if line.startswith(f"HOLD after_step {KILL_AFTER}"):
-                break
-    finally:
-        for p in killed:  # rank 1 waits in the next step's collective for rank 0
-            p.send_signal(signal.SIGKILL)
-    for p in killed:
-        p.wait(60)
-        assert p.returncode == -signal.SIGKILL, "".join(lines[-30:])
+    kill_at_hold(killed, KILL_AFTER)  # rank 1 waits in the next step's collective for rank 0
 
     outputs = _finish(_train(records, tmp_path / "run", no_tensorflow, "--resume"))
     assert f"(step {RESUMED_AT})" in outputs[0], outputs[0][-2000:]
-    arrays, losses = _final_state(tmp_path / "run")
-    assert sorted(losses) == list(range(1, STEPS + 1)) and losses == ref_losses  # exact floats
-    assert len(arrays) == len(ref_arrays)
-    for got, want in zip(arrays, ref_arrays, strict=True):
-        np.testing.assert_array_equal(got, want)
+    assert_same_run(final_state(tmp_path / "run", STEPS), reference, STEPS)

@@ -7,21 +7,22 @@ same records in both."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
+from grain_runs import (
+    assert_same_run,
+    final_state,
+    finish,
+    kill_at_hold,
+    start_train,
+    tensorflow_blocker,
+)
 
 from cvbench.cli import main
 
 pytestmark = pytest.mark.backend_agnostic
 
-HOLD_CLI = Path(__file__).resolve().parents[2] / "reliability" / "hold_cli.py"
 # 24 training records (6 classes x 4), batch 4: 6 steps an epoch, every record read each
 # epoch, so both damaged records fall inside every epoch. Shard 0 position 1 is no
 # tf.train.Example; shard 0 position 3 an Example whose image is not a JPEG. Validation
@@ -111,59 +112,19 @@ RESUME = [
 
 
 def _train(records, log_dir, blocker, *extra, hold=None):
-    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONUNBUFFERED="1", PYTHONPATH=str(blocker))
-    if hold:
-        env["CVBENCH_TEST_HOLD"] = hold
-    argv = [sys.executable, str(HOLD_CLI), "train", *COMMON, *RESUME]
-    return subprocess.Popen(
-        [*argv, "--data-dir", str(records), "--log-dir", str(log_dir), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-        text=True,
-    )
-
-
-def _finish(process) -> str:
-    out, _ = process.communicate(timeout=900)
-    assert process.returncode == 0, out[-3000:]
-    return out
-
-
-def _final_state(log_dir: Path):
-    with np.load(log_dir / "checkpoints" / "ckpt-0000000012.npz") as data:
-        arrays = [data[k] for k in sorted(data.files) if k != "meta"]
-    losses = {}
-    for line in (log_dir / "train_log.jsonl").read_text().splitlines():
-        entry = json.loads(line)
-        if entry.get("event") == "step":
-            losses[entry["step"]] = entry["loss"]  # a replayed step: its resumed value
-    return arrays, losses
+    argv = ["train", *COMMON, *RESUME, "--data-dir", str(records)]
+    return start_train(argv, log_dir, blocker, *extra, hold=hold)
 
 
 @pytest.mark.slow
 @pytest.mark.heavy
 def test_sigkill_mid_epoch_then_resume_past_skipped_records_is_bit_identical(damaged, tmp_path):
-    blocker = tmp_path / "no_tf"
-    (blocker / "tensorflow").mkdir(parents=True)
-    (blocker / "tensorflow" / "__init__.py").write_text("raise ImportError('no TensorFlow')\n")
-    reference = _finish(_train(damaged, tmp_path / "reference", blocker))
+    blocker = tensorflow_blocker(tmp_path / "no_tf")
+    reference = finish(_train(damaged, tmp_path / "reference", blocker))
     assert "cvbench: skipped 2 corrupt records (--skip-corrupt)" in reference
-    killed = _train(damaged, tmp_path / "run", blocker, hold="after_step:5")
-    lines = []
-    for line in killed.stdout:
-        lines.append(line)
-        if line.startswith("HOLD after_step 5"):
-            killed.send_signal(signal.SIGKILL)
-            break
-    killed.wait(60)
-    assert killed.returncode == -signal.SIGKILL, "".join(lines[-30:])
-    out = _finish(_train(damaged, tmp_path / "run", blocker, "--resume"))
+    kill_at_hold([_train(damaged, tmp_path / "run", blocker, hold="after_step:5")], 5)
+    out = finish(_train(damaged, tmp_path / "run", blocker, "--resume"))
     assert "(step 4)" in out, out[-2000:]
     assert "cvbench: skipped 2 corrupt records (--skip-corrupt)" in out  # epoch 2 meets both
-    arrays, losses = _final_state(tmp_path / "run")
-    ref_arrays, ref_losses = _final_state(tmp_path / "reference")
-    assert sorted(losses) == list(range(1, 13)) and losses == ref_losses  # exact floats
-    assert len(arrays) == len(ref_arrays)
-    for got, want in zip(arrays, ref_arrays, strict=True):
-        np.testing.assert_array_equal(got, want)
+    want = final_state(tmp_path / "reference", 12)
+    assert_same_run(final_state(tmp_path / "run", 12), want, 12)
