@@ -67,6 +67,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "tests/data/read/test_preprocessing_units.py",
     ),
     "data.read.reader": ("tests/data/read/test_reader.py", "tests/data/read/test_reader_units.py"),
+    "data.read.ranks": ("tests/data/test_source_ranks.py", "tests/data/read/test_reader.py"),
 }
 EQUIVALENT_DIR = ROOT / "scripts" / "mutation_equivalent"
 PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=")
