@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import keras
 import numpy as np
 import pytest
 from inference_models import (
@@ -68,7 +67,8 @@ def test_served_info_carries_the_threshold_of_detectors_only():
     assert served.detection.anchors == detector.detection.anchors
 
 
-@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="export needs TensorFlow")
+# Not backend_agnostic: the serving export needs TensorFlow (these run in the TensorFlow
+# part of `make test` only).
 def test_each_kind_checks_its_own_options():
     # A classifier ignores the detector's threshold, a detector the classifier's top_k.
     export.serving_function(channel_classifier(), classifier_info(), score_threshold=2.0)
@@ -79,7 +79,6 @@ def test_each_kind_checks_its_own_options():
         export.serving_function(constant_detector(), detector_info(), score_threshold=1.0)
 
 
-@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="export needs TensorFlow")
 def test_serving_outputs_of_each_kind():
     images = np.zeros((1, 8, 8, 3), np.uint8)
     fn = export.serving_function(channel_classifier(), classifier_info(), top_k=2)
