@@ -87,6 +87,11 @@ class Sizes:
     #: seconds one case may take (import, compile and steps)
     case_limit: float = 120.0
 
+    @property
+    def main_model(self) -> str:
+        """The model the flags are swept on: ResNet-50, or its tiny stand-in."""
+        return self.models.get("resnet50", "resnet50")
+
     def batch_size(self, model: str) -> int | None:
         return self.batches.get(model)
 
@@ -105,7 +110,7 @@ class Sizes:
 
 def plan(sizes: Sizes) -> list[Case]:
     """The cases before the winners are known, in the order they run."""
-    main = sizes.models.get("resnet50", "resnet50")
+    main = sizes.main_model
     cases = [Case("baseline", model=main)]
     cases += [Case(name, model=main, xla_flags=flags) for name, flags in XLA_CASES.items()]
     cases.append(Case("sync_every_step", model=main, log_every=1))
@@ -137,7 +142,7 @@ def winners(results: Sequence[dict]) -> str:
 
 def after_winners(sizes: Sizes, flags: str) -> list[Case]:
     """The other models and inference, with the default flags and with `flags` if any."""
-    main = sizes.models.get("resnet50", "resnet50")
+    main = sizes.main_model
     cases = []
     for model, mode in (("inception_v3", "train"), ("ssd320", "train"), (main, "inference")):
         cases.append(Case(f"{model}_{mode}", model=model, mode=mode))
@@ -333,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = sweep(python=args.python, sizes=sizes, out=out, budget=args.budget * 0.75, only=only)
     print(table(rows))
     if not args.no_profile:
-        for model in (sizes.models.get("resnet50", "resnet50"), "inception_v3"):
+        for model in (sizes.main_model, "inception_v3"):
             batch = sizes.batch_size(model) or (2 if args.tiny else 128)
             print(f"== profile {model} (batch {batch})", flush=True)
             subprocess.run(
