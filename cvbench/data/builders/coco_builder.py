@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from cvbench.data.builders.coco_annotations import AnnotationReport, load_coco_annotations
-from cvbench.data.builders.manifest import check_data_set_file, folder_splits
+from cvbench.data.builders.manifest import check_data_set_file, drop_replaced_info, kept_info
 from cvbench.data.builders.sharded_writer import (
     DiskFullError,
     Skip,
@@ -54,7 +54,6 @@ from cvbench.data.dataset_info import (
     DatasetInfo,
     class_difference,
     dataset_info_path,
-    read_dataset_info,
     write_dataset_info,
 )
 from cvbench.data.image_io import (
@@ -67,7 +66,6 @@ from cvbench.data.image_io import (
     to_rgb_jpeg,
 )
 from cvbench.data.safe_paths import is_inside
-from cvbench.utils.errors import BadFileError
 from cvbench.utils.files import check_output, open_input, record_output, written_by_cvbench
 from cvbench.utils.io import atomic_path
 
@@ -244,10 +242,9 @@ def build_coco_splits(
         specs.append(SplitSpec(split, items, count, SHARD_PATTERN))
     # One build at a time in a folder: from reading what it keeps to the last file.
     with build_lock(output_dir):
-        kept = _kept_info(output_dir, set(sources))
+        kept = kept_info(output_dir, set(sources), "coco")
         categories = _agreed_categories(output_dir, sources, reports, kept)
-        if overwrite and kept is None:  # never leave another data set's classes beside a
-            dataset_info_path(output_dir).unlink(missing_ok=True)  # half-written one
+        drop_replaced_info(output_dir, kept, overwrite)
         summary = write_sharded(
             output_dir,
             specs,
@@ -310,23 +307,6 @@ def _annotation_copies(
         check_output(target, overwrite=True, is_ours=written_by_cvbench)
         copies.append((annotations_file, target))
     return copies
-
-
-def _kept_info(
-    output_dir: str | os.PathLike, named: set[str]
-) -> tuple[DatasetInfo, list[str]] | None:
-    """The `dataset_info.json` of `output_dir` and the splits this build does not name, when
-    the folder holds such splits (they are kept: `cvbench.data.builders.manifest.
-    prepare_out_dir`), else None. A missing or unreadable file gives None: the splits it
-    would describe cannot be checked and the new file describes the named ones."""
-    kept = sorted(set(folder_splits(output_dir)) - named)
-    if not kept:
-        return None
-    try:
-        info = read_dataset_info(output_dir)
-    except BadFileError:
-        return None
-    return (info, kept) if info is not None and info.kind == "coco" else None
 
 
 def _categories_info(categories: Mapping[int, str]) -> DatasetInfo:

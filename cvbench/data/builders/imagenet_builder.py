@@ -30,11 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cvbench.data.builders import imagenet_layout as layout
-from cvbench.data.builders.manifest import check_data_set_file
+from cvbench.data.builders.manifest import check_data_set_file, drop_replaced_info, kept_info
 from cvbench.data.builders.sharded_writer import (
     Skip,
     SplitSpec,
     WriteSummary,
+    build_lock,
     disk_full_as_error,
     printable,
     write_sharded,
@@ -43,6 +44,7 @@ from cvbench.data.dali_index import IndexSummary, index_path, write_indexes
 from cvbench.data.dataset_info import (
     ClassInfo,
     DatasetInfo,
+    class_difference,
     dataset_info_path,
     write_dataset_info,
 )
@@ -203,9 +205,10 @@ def _items(
 
 
 def _dataset_info(
-    found: layout.RawImages, texts: dict[str, str], options: dict, summary: WriteSummary
+    found: layout.RawImages, texts: dict[str, str], options: dict, summary: WriteSummary | None
 ) -> DatasetInfo:
-    """The `dataset_info.json` of a build: classes in label order (label = index + 1)."""
+    """The `dataset_info.json` of a build: classes in label order (label = index + 1); its
+    classes only (no split records) when `summary` is None, before writing."""
     counts = {TRAIN_SPLIT: found.train_counts()}
     if found.validation:
         counts[VALIDATION_SPLIT] = found.validation_counts()
@@ -222,8 +225,29 @@ def _dataset_info(
         classes=classes,
         label_offset=1,
         image_policy=options,
-        splits={name: r.num_records for name, r in summary.splits.items()},
+        splits={} if summary is None else {n: r.num_records for n, r in summary.splits.items()},
     )
+
+
+def _check_kept_classes(kept: tuple[DatasetInfo, list[str]] | None, new: DatasetInfo) -> None:
+    """Refuses, before any shard is written, a build whose classes differ from those of the
+    splits the folder keeps (`kept_info`): their records carry labels of their class list,
+    and one folder holds one (label = index + 1), with or without `overwrite`.
+
+    Raises:
+        ValueError: naming the kept splits and the first difference (exit 2 in the command).
+    """
+    if kept is None:
+        return
+    info, names = kept
+    difference = class_difference(info, new, old_name=f"in split {', '.join(names)}")
+    if difference is not None:
+        raise ValueError(
+            f"the classes of this build differ from those of split {', '.join(names)} kept in "
+            f"the output folder: {difference}; every split of a folder needs the same classes "
+            "(their records carry the labels): build every split again from one raw folder, "
+            "or build into another output folder"
+        )
 
 
 def build_imagenet(
@@ -359,30 +383,33 @@ def build_imagenet(
         "empty_classes": [Path(d).name for d in found.empty_class_dirs],
         "warnings": warnings,
     }
-    if overwrite:  # never leave another data set's classes beside a half-written one
-        dataset_info_path(out_dir).unlink(missing_ok=True)
-    summary = write_sharded(
-        out_dir,
-        splits,
-        functools.partial(
-            encode_image_item,
-            resize=resize,
-            quality=quality,
-            max_pixels=max_pixels,
-            max_image_bytes=max_image_bytes,
-        ),
-        dataset="imagenet",
-        options=options,
-        metadata=metadata,
-        item_key=ImageItem.key,
-        describe=lambda item: item.relpath,
-        num_workers=num_workers,
-        overwrite=overwrite,
-        progress=progress,
-        unit="img",
-    )
-    with disk_full_as_error(dataset_info_path(out_dir), summary):
-        write_dataset_info(out_dir, _dataset_info(found, texts, options, summary))
+    # One build at a time in a folder: from reading what it keeps to the last file.
+    with build_lock(out_dir):
+        kept = kept_info(out_dir, {s.name for s in splits}, "imagenet")
+        _check_kept_classes(kept, _dataset_info(found, texts, options, None))
+        drop_replaced_info(out_dir, kept, overwrite)
+        summary = write_sharded(
+            out_dir,
+            splits,
+            functools.partial(
+                encode_image_item,
+                resize=resize,
+                quality=quality,
+                max_pixels=max_pixels,
+                max_image_bytes=max_image_bytes,
+            ),
+            dataset="imagenet",
+            options=options,
+            metadata=metadata,
+            item_key=ImageItem.key,
+            describe=lambda item: item.relpath,
+            num_workers=num_workers,
+            overwrite=overwrite,
+            progress=progress,
+            unit="img",
+        )
+        with disk_full_as_error(dataset_info_path(out_dir), summary):
+            write_dataset_info(out_dir, _dataset_info(found, texts, options, summary))
     shards = [Path(out_dir) / s.shard_name(i) for s in splits for i in range(s.num_shards)]
     with disk_full_as_error(index_path(shards[0]).parent, summary):
         index = write_indexes(shards, overwrite=overwrite)

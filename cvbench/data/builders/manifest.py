@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cvbench.data.dataset_info import dataset_info_path, read_dataset_info
 from cvbench.utils.errors import BadFileError
 from cvbench.utils.files import check_output, match_files, read_json, written_by_cvbench
 
@@ -262,3 +263,32 @@ def whole_shards(out_dir: Path, manifest: Mapping[str, Any]) -> int:
         for name, entry in manifest["shards"].items()
         if (out_dir / name).is_file() and (out_dir / name).stat().st_size == entry["bytes"]
     )
+
+
+def kept_info(out_dir: str | os.PathLike, named: set[str], kind: str):
+    """The `dataset_info.json` of `out_dir` and the splits a build naming `named` keeps
+    there (`prepare_out_dir` never touches them), when the folder holds such splits and a
+    readable file of this `kind` describes them; else None (nothing to keep: a missing or
+    unreadable file cannot vouch for them and the new file describes the named splits).
+
+    Returns:
+        (DatasetInfo, sorted kept split names) or None.
+    """
+    kept = sorted(set(folder_splits(out_dir)) - set(named))
+    if not kept:
+        return None
+    try:
+        info = read_dataset_info(out_dir)
+    except BadFileError:
+        return None
+    return (info, kept) if info is not None and info.kind == kind else None
+
+
+def drop_replaced_info(out_dir: str | os.PathLike, kept, overwrite: bool) -> None:
+    """Before an `overwrite` build writes its first shard: removes `out_dir`'s
+    `dataset_info.json` unless it describes splits the folder keeps (`kept_info`), so that
+    another data set's classes never stay beside a half-written one, and a kept split's
+    entry is never lost (the builder writes the file again at the end and
+    `write_dataset_info` adds the kept splits back)."""
+    if overwrite and kept is None:
+        dataset_info_path(out_dir).unlink(missing_ok=True)
