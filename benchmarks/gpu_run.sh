@@ -14,21 +14,39 @@
 #                framing), then `cvbench train` ResNet-50 fp16 batch 256 from them through
 #                grain (--data-backend grain, a worker process per core) and on the synthetic
 #                batch, the same flags in the same run: grain.json (images/s of both, ratio)
+#   sweep        benchmarks/gpu_sweep.py (XLA flags, host syncs, bf16, batches, Inception V3,
+#                SSD320, inference, profiles) in the time left: sweep/sweep.json, sweep.md
+#                (not in the default CASES: alone it needs ~8 minutes)
 #   suite        benchmarks/train_throughput.py, cvbench beside keras.applications and
 #                (where PyTorch is) torchvision, in the time left: suite.json, suite.md
 #
 #   OUT=results BUDGET=560 benchmarks/gpu_run.sh          # a GPU machine
+#   OUT=results BUDGET=560 CASES=grain,sweep benchmarks/gpu_run.sh  # what is still open
 #   OUT=/tmp/g TINY=1 BUDGET=900 benchmarks/gpu_run.sh    # tiny sizes, any CPU (its test)
 #
 # Variables: OUT (results folder, default gpu_results), BUDGET (seconds for the whole run,
-# default 560), TINY=1 (tiny models and sizes), PYTHON (default python3), WHEELS (a folder
-# of wheels to install first with pip --target, for a machine without network or Keras).
+# default 560), CASES (comma-separated, in the order above whatever the order given; default
+# determinism,bench,grain,suite), SWEEP_CASES (gpu_sweep.py --cases, default all), TINY=1
+# (tiny models and sizes), PYTHON (default python3), WHEELS (a folder of wheels to install
+# first with pip --target, for a machine without network or Keras).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-gpu_results}
 BUDGET=${BUDGET:-560}
 PY=${PYTHON:-python3}
+CASES=${CASES:-determinism,bench,grain,suite}
+for case in ${CASES//,/ }; do
+    case $case in
+    determinism | bench | grain | sweep | suite) ;;
+    *)
+        echo "gpu_run: unknown case '$case' in CASES (determinism, bench, grain, sweep, suite)"
+        exit 2
+        ;;
+    esac
+done
+# want CASE: whether CASES names it.
+want() { [[ ",$CASES," == *",$1,"* ]]; }
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
@@ -108,23 +126,24 @@ train() {  # train LIMIT LOG_DIR [FLAGS...]
         --no-progress --log-dir "$dir" "$@" > "$dir.log" 2>&1
     echo "$(basename "$dir"): exit $?"
 }
-limit=$(case_limit 240)
-echo "== determinism (at most $limit s; $(left) s left)"
-runs=$(mktemp -d)
-pids=()
-for run in det_a det_b seed_a seed_b; do
-    flags=()
-    [ "${run%_*}" = det ] && flags=(--deterministic)
-    train "$limit" "$runs/$run" "${flags[@]}" &
-    pids+=($!)
-done
-wait "${pids[@]}"  # (a bare wait would also wait for the tee of the log)
-grep -h -m1 "precision" "$runs/det_a.log"
-tail -n 4 "$runs/det_a.log"
-for pair in det seed; do
-    "$PY" scripts/compare_runs.py "$runs/${pair}_a" "$runs/${pair}_b" --json "$runs/$pair.json"
-done
-"$PY" - "$runs" "$OUT/determinism.json" <<'PYTHON'
+determinism_case() {
+    limit=$(case_limit 240)
+    echo "== determinism (at most $limit s; $(left) s left)"
+    runs=$(mktemp -d)
+    pids=()
+    for run in det_a det_b seed_a seed_b; do
+        flags=()
+        [ "${run%_*}" = det ] && flags=(--deterministic)
+        train "$limit" "$runs/$run" "${flags[@]}" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"  # (a bare wait would also wait for the tee of the log)
+    grep -h -m1 "precision" "$runs/det_a.log"
+    tail -n 4 "$runs/det_a.log"
+    for pair in det seed; do
+        "$PY" scripts/compare_runs.py "$runs/${pair}_a" "$runs/${pair}_b" --json "$runs/$pair.json"
+    done
+    "$PY" - "$runs" "$OUT/determinism.json" <<'PYTHON'
 import json, sys
 from pathlib import Path
 runs = Path(sys.argv[1])
@@ -134,12 +153,14 @@ for name, flags in (("det", "--deterministic --seed 1"), ("seed", "--seed 1")):
     out[flags] = json.loads(path.read_text()) if path.is_file() else "no result"
 Path(sys.argv[2]).write_text(json.dumps(out, indent=1) + "\n")
 PYTHON
-echo "== determinism: done after ${SECONDS} s"
+    echo "== determinism: done after ${SECONDS} s"
+}
+want determinism && determinism_case
 
 # bench: cvbench benchmark on every local device (the Trainer's keras.distribution path).
 # fp16_distribution: --devices 1, the keras.distribution path on one device (auto takes it
 # only for several devices), to show what the path costs.
-for case in fp16 fp16_distribution bf16 fp16_deterministic; do
+want bench && for case in fp16 fp16_distribution bf16 fp16_deterministic; do
     vars=() flags=()
     [ "$case" = fp16_deterministic ] && vars=(XLA_FLAGS=--xla_gpu_deterministic_ops=true)
     [ "$case" = fp16_distribution ] && flags=(--devices 1)
@@ -208,7 +229,9 @@ out.write_text(json.dumps(result, indent=1) + "\n")
 PYTHON
 }
 limit=$(case_limit 300)
-if [ "$limit" -lt 30 ]; then
+if ! want grain; then
+    :
+elif [ "$limit" -lt 30 ]; then
     echo "== grain: skipped, $(left) s of the budget left"
 else
     echo "== grain (at most $limit s; $(left) s left)"
@@ -219,10 +242,19 @@ else
     echo "== grain: exit $? after ${SECONDS} s"
 fi
 
+# sweep: benchmarks/gpu_sweep.py in the time left (before the suite, which takes what is left).
+if want sweep; then
+    sweep_flags=(--out "$OUT/sweep" --python "$PY")
+    [ "${TINY:-0}" = 1 ] && sweep_flags+=(--tiny)
+    [ -n "${SWEEP_CASES:-}" ] && sweep_flags+=(--cases "$SWEEP_CASES")
+    run_case sweep 900 "$PY" benchmarks/gpu_sweep.py "${sweep_flags[@]}" \
+        --budget $(($(left) - 40))
+fi
+
 # suite: in the time left, with torchvision where PyTorch is.
 torch_flag=()
 "$PY" -c "import torch, torchvision" 2> /dev/null && torch_flag=(--torch-reference)
-run_case suite 900 "$PY" benchmarks/train_throughput.py "${SUITE[@]}" --precisions fp16 \
+want suite && run_case suite 900 "$PY" benchmarks/train_throughput.py "${SUITE[@]}" --precisions fp16 \
     "${torch_flag[@]}" --time-budget $(($(left) - 90)) --json "$OUT/suite.json" \
     --markdown "$OUT/suite.md"
 
@@ -244,6 +276,9 @@ if grain.is_file():
     if r.get("ratio") is not None:
         print(f"grain records vs synthetic: {r['grain']['mean']:.1f} vs "
               f"{r['synthetic']['mean']:.1f} img/s, ratio {r['ratio']:.2f}")
+sweep = out / "sweep" / "sweep.md"
+if sweep.is_file():
+    print(sweep.read_text().rstrip())
 det = out / "determinism.json"
 if det.is_file():
     for flags, r in json.loads(det.read_text()).items():

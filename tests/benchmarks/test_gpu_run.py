@@ -65,3 +65,43 @@ def test_the_gpu_run_runs_every_case_without_tensorflow(tmp_path):
     assert {r["model"] for r in suite["throughput"]} == {"resnet50", "ssd320"}
     assert "| fp16_distribution |" in run.stdout
     assert "determinism, --deterministic --seed 1: identical=True" in run.stdout
+
+
+def _run(tmp_path, **variables) -> subprocess.CompletedProcess:
+    blocker = tmp_path / "no_tf" / "tensorflow"
+    blocker.mkdir(parents=True, exist_ok=True)
+    (blocker / "__init__.py").write_text("raise ImportError('no TensorFlow on the GPU machine')\n")
+    env = dict(os.environ, TINY="1", PYTHON=sys.executable, PYTHONPATH=str(blocker.parent))
+    env.update(variables)
+    env.pop("KERAS_BACKEND", None)
+    return subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_run.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+
+
+def test_an_unknown_case_is_refused_before_anything_runs(tmp_path):
+    out = tmp_path / "out"
+    run = _run(tmp_path, OUT=str(out), CASES="grain,sweeep")
+    assert run.returncode == 2
+    assert "unknown case 'sweeep' in CASES" in run.stdout
+    assert not out.exists()  # refused before the results folder (and its log) is made
+
+
+def test_cases_selects_what_runs_and_the_sweep_runs_inside_the_budget(tmp_path):
+    """`CASES=sweep` runs only the sweep (with `SWEEP_CASES`), under OUT/sweep, and none of
+    the default cases: what the next GPU lease runs beside grain (the two open GPU items)."""
+    out = tmp_path / "out"
+    run = _run(tmp_path, OUT=str(out), BUDGET="800", CASES="sweep", SWEEP_CASES="baseline")
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["log.txt", "sweep"]
+    sweep = json.loads((out / "sweep" / "sweep.json").read_text())
+    rows = sweep["results"] if isinstance(sweep, dict) else sweep
+    assert [r["case"] for r in rows] == ["baseline"]
+    assert rows[0]["images_per_sec"] > 0
+    for skipped in ("== determinism", "== bench_", "== grain", "== suite"):
+        assert skipped not in run.stdout
+    assert "| baseline |" in run.stdout  # the summary prints the sweep's table
