@@ -42,6 +42,7 @@ from typing import IO, Any
 import numpy as np
 
 from cvbench.utils.errors import BadFileError
+from cvbench.utils.io import process_running
 
 #: The deepest JSON nesting any cvbench reader accepts (COCO annotations need 4, model
 #: configurations a few dozen; Python's own parser fails near 1000).
@@ -480,17 +481,6 @@ def staging_folder(folder: str | os.PathLike, prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=folder))
 
 
-def _running(pid: int) -> bool:
-    """Whether a process `pid` runs on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # another user's process
-    return True
-
-
 def remove_dead_staging(folder: str | os.PathLike, prefix: str) -> list[Path]:
     """Removes the staging folders `<folder>/<prefix><pid>-...` (`staging_folder`) of
     processes no longer running; returns them. A running process's folder, a link and a
@@ -517,7 +507,8 @@ def remove_dead_staging(folder: str | os.PathLike, prefix: str) -> list[Path]:
             continue
         pid = name[len(prefix) :].split("-", 1)[0]
         path = folder / name
-        if pid.isdigit() and not _running(int(pid)) and path.is_dir() and not path.is_symlink():
+        dead = pid.isdigit() and not process_running(int(pid))
+        if dead and path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed

@@ -8,6 +8,11 @@ the process's umask: `0o666 & ~umask` for a file, `0o777 & ~umask` for a directo
 temporary from `tempfile.mkstemp` is private, 0o600, until it is complete). Replacing an
 existing file of the same kind keeps that file's mode (a file the user made 0o600 stays
 0o600), as rewriting it in place with `open(path, "w")` would.
+
+A temporary is named `.<final name>.cvbench-<pid>-<random>.tmp<final suffix>`, so that one
+left by a writer killed outright (a SIGKILL runs no `finally`) is recognized: each
+`atomic_path` first removes, in its destination's directory, the temporaries of that naming
+whose process no longer runs (`remove_dead_temporaries`), and never any other file.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -25,6 +31,61 @@ from typing import IO, Any
 
 _PROC_STATUS = "/proc/self/status"
 _UMASK_LOCK = threading.Lock()
+#: The name of an `atomic_path` temporary: `.<final name>.cvbench-<pid>-<mkstemp's 8
+#: characters>.tmp<the final name's suffix>`.
+_TEMPORARY = re.compile(
+    r"\.(?P<name>.+)\.cvbench-(?P<pid>[1-9][0-9]{0,9})-[a-z0-9_]{8}\.tmp(?P<suffix>(\.[^.]*)?)"
+)
+
+
+def process_running(pid: int) -> bool:
+    """Whether a process `pid` runs on this machine (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process, or a pid out of range of this system
+    return True
+
+
+def remove_dead_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Removes the `atomic_path` temporaries in `folder` whose writing process no longer
+    runs (killed outright mid-write); returns them. Only names of that exact form (with the
+    suffix of the final name they carry) are touched, a link never; a running process's
+    temporary, and every other file, is left alone.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> (d / ".out.json.cvbench-999999999-abcd1234.tmp.json").write_text("{")  # dead
+        1
+        >>> (d / ".out.json.999999999-abcd1234.tmp.json").write_text("{")  # not cvbench's
+        1
+        >>> [p.name for p in remove_dead_temporaries(d)]
+        ['.out.json.cvbench-999999999-abcd1234.tmp.json']
+        >>> sorted(p.name for p in d.iterdir())
+        ['.out.json.999999999-abcd1234.tmp.json']
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = entry.name.startswith(".") and _TEMPORARY.fullmatch(entry.name)
+        if not match or Path(match["name"]).suffix != match["suffix"]:
+            continue
+        if entry.is_symlink() or process_running(int(match["pid"])):
+            continue
+        path = Path(entry.path)
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        removed.append(path)
+    return removed
 
 
 def current_umask() -> int:
@@ -75,6 +136,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     (`0o666 & ~umask`) or directory (`0o777 & ~umask`); missing parent directories are
     created with `0o777 & ~umask`.
 
+    Temporaries of this naming left in that directory by killed writers are removed first
+    (`remove_dead_temporaries`).
+
     Args:
         path: the final destination.
 
@@ -83,8 +147,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_dead_temporaries(path.parent)
     fd, tmp = tempfile.mkstemp(
-        prefix=f".{path.name}.", suffix=f".tmp{path.suffix}", dir=path.parent
+        prefix=f".{path.name}.cvbench-{os.getpid()}-", suffix=f".tmp{path.suffix}", dir=path.parent
     )
     os.close(fd)
     tmp_path = Path(tmp)

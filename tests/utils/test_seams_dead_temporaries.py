@@ -1,0 +1,86 @@
+"""A temporary of `atomic_path` left by a writer killed outright (SIGKILL: no `finally`
+runs) is removed at the next atomic write into its folder; nothing else is.
+
+Before: the temporary (`.<name>.<random>.tmp<suffix>`) stayed forever beside `eval --json`
+reports, `predict --draw` drawings and results files.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from cvbench.utils.io import atomic_path, remove_dead_temporaries, write_json_atomic
+
+# The child writes half a file through atomic_open, says where, and waits to be killed.
+_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from cvbench.utils.io import atomic_open
+    with atomic_open(sys.argv[1], "w") as f:
+        f.write('{"half": ')
+        f.flush()
+        print(f.name, flush=True)
+        time.sleep(600)
+    """
+)
+
+
+def _killed_writer(target):
+    """The temporary a writer of `target` leaves when SIGKILLed mid-write."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(target)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        tmp = child.stdout.readline().strip()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    return tmp
+
+
+@pytest.mark.parametrize("name", ["report.json", "cat_boxes.png", "train-00000-of-00002"])
+def test_a_sigkilled_writers_temporary_is_removed_at_the_next_write(tmp_path, name):
+    tmp = _killed_writer(tmp_path / name)
+    assert os.path.dirname(tmp) == str(tmp_path) and os.path.exists(tmp)
+    assert not (tmp_path / name).exists()  # nothing presented as complete
+    # Files that are not a dead cvbench temporary: a user's look-alikes, a live writer's.
+    kept = {
+        f".{name}.12345678-abcdefgh.tmp": "no cvbench- marker",
+        f".{name}.cvbench-999999999-abcd1234.tmp.other": "another suffix than the name's",
+        f".{name}.cvbench-{os.getpid()}-abcd1234.tmp{os.path.splitext(name)[1]}": "alive",
+        "notes.txt": "a user's file",
+    }
+    for file, text in kept.items():
+        (tmp_path / file).write_text(text)
+    write_json_atomic(tmp_path / "other.json", {"a": 1})  # the next write into the folder
+    assert not os.path.exists(tmp)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, "other.json"])
+    for file, text in kept.items():
+        assert (tmp_path / file).read_text() == text
+
+
+def test_a_link_of_that_naming_is_never_followed_nor_removed(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    link = tmp_path / ".out.json.cvbench-999999999-abcd1234.tmp.json"
+    link.symlink_to(victim)
+    assert remove_dead_temporaries(tmp_path) == []
+    assert link.is_symlink() and (victim / "keep").read_text() == "x"
+
+
+def test_a_dead_writers_temporary_folder_is_removed(tmp_path):
+    # A writer may replace its temporary by a folder (model.save of a SavedModel).
+    dead = tmp_path / ".model.cvbench-999999999-abcd1234.tmp"
+    (dead / "variables").mkdir(parents=True)
+    with atomic_path(tmp_path / "model") as tmp:
+        tmp.write_text("m")
+        assert not dead.exists()
+    assert (tmp_path / "model").read_text() == "m"
