@@ -107,7 +107,6 @@ def _register_extract_imagenet(subparsers: argparse._SubParsersAction) -> None:
 def download_coco_command(args: argparse.Namespace) -> int:
     """Handler of `cvbench download-coco`."""
     from cvbench.data.acquire.coco_download import download_coco
-    from cvbench.data.acquire.download import DownloadError
 
     if args.retries < 1:
         raise CLIError(f"--retries must be >= 1, got {args.retries}")
@@ -117,18 +116,17 @@ def download_coco_command(args: argparse.Namespace) -> int:
         "annotations" not in args.parts or not {"train", "val"} & set(args.parts)
     ):
         raise CLIError("--build-tfrecords needs 'annotations' and 'train' or 'val' in --parts")
-    try:
-        layout = download_coco(
-            args.dir,
-            parts=args.parts,
-            base_url=args.base_url,
-            keep_archives=not args.delete_archives,
-            max_attempts=args.retries,
-            timeout=args.timeout,
-            progress=not args.no_progress,
-        )
-    except DownloadError as e:
-        raise CLIError(str(e)) from e
+    # A download that still fails after its retries is a DownloadError (a run-time failure:
+    # exit 1, its line naming the URL), never a usage error.
+    layout = download_coco(
+        args.dir,
+        parts=args.parts,
+        base_url=args.base_url,
+        keep_archives=not args.delete_archives,
+        max_attempts=args.retries,
+        timeout=args.timeout,
+        progress=not args.no_progress,
+    )
     print(f"COCO 2017 ready in {layout.root}")
     if args.build_tfrecords is not None:
         _build_coco_tfrecords(layout, args, not args.no_progress)

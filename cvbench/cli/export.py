@@ -73,6 +73,19 @@ def _kept_on_stop(args: argparse.Namespace) -> str:
     return "nothing was written"
 
 
+def _check_backend() -> None:
+    """Refuses (exit 2) an export under another Keras backend than TensorFlow: a choice of
+    the user's (`--backend`, `KERAS_BACKEND`), told before any work; a `RuntimeError` of the
+    export itself is not a usage error."""
+    import keras
+
+    if keras.config.backend() != "tensorflow":
+        raise CLIError(
+            f"export needs the TensorFlow backend (KERAS_BACKEND={keras.config.backend()}); "
+            "the .keras file loads on TensorFlow: export it there"
+        )
+
+
 def handler(args: argparse.Namespace) -> int:
     from cvbench.inference import read_model_info
     from cvbench.inference.outputs import check_parent_path, check_replaceable, check_writable
@@ -97,6 +110,7 @@ def handler(args: argparse.Namespace) -> int:
         check_parent_path(args.output)
         check_writable(args.output)
         read_model_info(model, max_input_side=side)
+        _check_backend()
         from cvbench.inference import export_for_serving
         from cvbench.inference.detection import SCORE_THRESHOLD
 
@@ -114,7 +128,5 @@ def handler(args: argparse.Namespace) -> int:
         )
     except (FileExistsError, ValueError) as e:
         raise with_flag_hints(e) from None
-    except RuntimeError as e:  # another Keras backend
-        raise CLIError(str(e)) from None
     print(f"wrote {written} and its info file {info_file}")
     return 0

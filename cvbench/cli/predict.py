@@ -31,7 +31,7 @@ from typing import Any
 
 from cvbench.cli.args import add_max_input_side, positive_int
 from cvbench.cli.errors import CLIError, for_command_line
-from cvbench.utils.errors import BadFileError
+from cvbench.utils.errors import BadFileError, CvbenchError
 
 _BOX_FORMATS = ("xyxy", "xywh", "yxyx")
 #: Hints of the Python API's messages and the flags that say the same to `predict` / `export`.
@@ -43,17 +43,24 @@ _FLAG_HINTS = (
 
 
 def with_flag_hints(error: ValueError) -> Exception:
-    """The error to raise for a `ValueError` of the Python API, its hints naming flags: a
-    `BadFileError` stays one (exit 1), anything else becomes a `CLIError` (exit 2).
+    """The error to raise for a `ValueError` of the Python API, its hints naming flags:
+    cvbench's own errors keep their class and so their exit code (a `BadFileError` stays
+    exit 1), anything else becomes a `CLIError` (exit 2).
 
     Example:
         >>> str(with_flag_hints(ValueError("out exists; pass overwrite=True to replace it")))
         'out exists; pass --overwrite to replace it'
+        >>> error = with_flag_hints(BadFileError("m.keras: pass overwrite=True"))
+        >>> type(error).__name__, error.exit_code, str(error)
+        ('BadFileError', 1, 'm.keras: pass --overwrite')
     """
     message = str(error)
     for api, flag in _FLAG_HINTS:
         message = message.replace(api, flag)
-    return BadFileError(message) if isinstance(error, BadFileError) else CLIError(message)
+    if isinstance(error, CvbenchError):
+        error.args = (message,)
+        return error
+    return CLIError(message)
 
 
 def _score_threshold(text: str) -> float:

@@ -145,7 +145,7 @@ def download_coco(
                 discard(archive)  # corrupt although it passed the size/MD5 checks we had
                 if round_ == 1:
                     raise DownloadError(
-                        f"{remote.name}: corrupt archive after re-fetch: {e}"
+                        f"{base}/{remote.path}: corrupt archive after re-fetch: {e}"
                     ) from e
         if not keep_archives:
             discard(archive)

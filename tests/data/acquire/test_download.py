@@ -439,7 +439,10 @@ def test_cli_download_coco_errors_are_one_line(fake_coco, tmp_path, monkeypatch)
     base, files, table = fake_coco
     # The real table's MD5s do not match the fake archives: refused, never unpacked.
     argv = ["download-coco", str(tmp_path), "--base-url", base, "--no-progress"]
-    with pytest.raises(CLIError, match="annotations_trainval2017.zip: failed after 2 attempts"):
+    # A run-time failure (exit 1 in the command), not a usage error.
+    with pytest.raises(
+        DownloadError, match="annotations_trainval2017.zip: failed after 2 attempts"
+    ):
         _cli(argv + ["--parts", "annotations", "--retries", "2"])
     assert not (tmp_path / "annotations").exists()
     with pytest.raises(CLIError, match="--retries must be >= 1, got 0"):
@@ -448,7 +451,7 @@ def test_cli_download_coco_errors_are_one_line(fake_coco, tmp_path, monkeypatch)
         _cli(argv + ["--parts", "val", "--build-tfrecords", str(tmp_path / "out")])
 
 
-def test_main_reports_download_errors_with_exit_code_2(fake_coco, tmp_path, monkeypatch, capsys):
+def test_main_reports_download_errors_with_exit_code_1(fake_coco, tmp_path, monkeypatch, capsys):
     import cvbench.cli
 
     base, files, table = fake_coco
@@ -458,9 +461,13 @@ def test_main_reports_download_errors_with_exit_code_2(fake_coco, tmp_path, monk
     code = cvbench.cli.main(
         ["download-coco", str(tmp_path), "--base-url", f"{base}/nothing-here", "--no-progress"]
     )
-    assert code == 2
+    # Exit 2 is for usage errors; a download that fails is a run-time failure: exit 1, one
+    # line naming the URL.
+    assert code == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("cvbench: error: ") and "HTTP 404" in err and "\n" not in err
+    url = f"{base}/nothing-here/{table['annotations'].path}"
+    assert err.startswith(f"cvbench download-coco: error: {url}: HTTP 404"), err
+    assert "\n" not in err
 
 
 def test_zip_members_cannot_escape_the_destination(tmp_path):
