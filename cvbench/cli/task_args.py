@@ -12,6 +12,16 @@ from cvbench.cli.args import positive_int
 from cvbench.cli.errors import CLIError
 
 _PRECISIONS = ("auto", "fp16", "bf16", "fp32")
+#: Each data flag of `add_data_backend` and the readers (--data-backend values) it applies
+#: to: given with another reader, or with --synthetic data (no reader), it would have no
+#: effect, so it is refused (exit 2) naming the flag and these readers. The reader is the
+#: one the run uses: --data-backend, or by default tf (grain on JAX without TensorFlow).
+DATA_FLAGS = {
+    "--data-workers": ("grain",),  # grain's worker processes (tf.data and DALI: threads)
+    "--dali-device": ("dali",),  # where DALI decodes
+}
+#: What each reader is called in a refusal.
+_READER_NAMES = {"tf": "tf.data", "grain": "grain", "dali": "DALI", None: "--synthetic data"}
 
 
 def add_model_and_data(p: argparse.ArgumentParser, *, synthetic_help: str) -> None:
@@ -107,12 +117,34 @@ def task_from_args(args: argparse.Namespace, *, synthetic_steps: int = 100):
         settings=settings,
         reasons=reasons,
         reader=record_reader_of(args),
-        data_workers=getattr(args, "data_workers", 0),
+        data_workers=getattr(args, "data_workers", None) or 0,
     )
     task_kwargs = {}
     if hasattr(args, "data_backend"):
         task_kwargs = data_backend_kwargs(args, task=options.recipe.task)
-    return make_task(options, **task_kwargs)
+    task = make_task(options, **task_kwargs)
+    if hasattr(args, "data_backend") and args.data_backend is None:
+        # The default reader is known once the task is: tf, or grain on JAX without TF.
+        check_data_flags(args, task.reader() if args.data_dir is not None else None)
+    return task
+
+
+def check_data_flags(args: argparse.Namespace, reader: str | None) -> None:
+    """Refuses a data flag (`DATA_FLAGS`) given where it has no effect: with a `reader`
+    ("tf", "grain", "dali"; None for --synthetic data) it does not apply to.
+
+    Raises:
+        CLIError: naming the flag and the readers it applies to (exit 2).
+    """
+    for flag, readers in DATA_FLAGS.items():
+        if getattr(args, flag[2:].replace("-", "_"), None) is None or reader in readers:
+            continue
+        used = _READER_NAMES[reader]
+        if reader is not None and args.data_backend is None:
+            used += " (the default reader)"
+        raise CLIError(
+            f"{flag} needs --data-backend {' or '.join(readers)}: it has no effect with {used}"
+        )
 
 
 def report_corrupt(
@@ -162,16 +194,17 @@ def add_data_backend(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data-workers",
         type=int,
-        default=0,
-        help="grain: worker processes per rank that decode and augment (default 0: in the "
-        "training process; the batches are the same for any number)",
+        default=None,
+        help="with --data-backend grain: worker processes per rank that decode and augment "
+        "(default 0: in the training process; the batches are the same for any number); "
+        "refused with another reader, where it would have no effect",
     )
     p.add_argument(
         "--dali-device",
         choices=("cpu", "mixed"),
-        default="cpu",
+        default=None,
         help="with --data-backend dali: decode JPEGs on the CPU (cpu, default) or with nvJPEG "
-        "on each rank's GPU (mixed)",
+        "on each rank's GPU (mixed); refused with another reader",
     )
 
 
@@ -189,10 +222,10 @@ def data_backend_kwargs(args: argparse.Namespace, *, task: str | None) -> dict[s
     checked: DALI and grain read classification records (`task`: the recipe's or model's
     task) from --data-dir; DALI needs its extra and the index files of the splits the
     command reads, grain needs grain."""
-    if args.data_backend != "dali" and args.dali_device != "cpu":
-        raise CLIError("--dali-device needs --data-backend dali")
-    if args.data_workers < 0:
+    if args.data_workers is not None and args.data_workers < 0:
         raise CLIError(f"--data-workers must be >= 0, got {args.data_workers}")
+    if args.data_backend is not None:
+        check_data_flags(args, args.data_backend)
     if args.data_backend in (None, "tf"):
         return {}
     name = args.data_backend
@@ -222,7 +255,7 @@ def data_backend_kwargs(args: argparse.Namespace, *, task: str | None) -> dict[s
             continue  # the command's reader names a missing split
         for path in files:
             read_index(path)  # FileNotFoundError / ValueError: one line naming the file
-    return {"data_backend": "dali", "dali_device": args.dali_device}
+    return {"data_backend": "dali", "dali_device": args.dali_device or "cpu"}
 
 
 def _check_task_reads(backend: str, task: str | None, *, model: str) -> None:
