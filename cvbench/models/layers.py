@@ -16,7 +16,9 @@ A strided 1x1 convolution is a stride-1 one on the subsampled input `x[:, ::s, :
 `FastConv2D` computes those gradients that way (`tf.custom_gradient`): the same values up to
 float rounding. Everywhere else it is `keras.layers.Conv2D` unchanged: strided, dilated,
 grouped, even-sized or "valid" k x k convolutions, other backends (XLA on JAX has no such
-slow kernels) and TensorFlow with a GPU (cuDNN's kernels). Its variables, config (plus
+slow kernels), TensorFlow with a GPU (cuDNN's kernels), and any call that no gradient tape
+records (`gradients_recorded`: inference runs Conv2D's own operation, which TensorFlow's
+graph optimizer fuses with what follows). Its variables, config (plus
 `fast_gradients`), outputs and weight files are Conv2D's; this module imports TensorFlow only
 inside the TensorFlow path.
 
@@ -43,6 +45,30 @@ def tensorflow_on_cpu_only() -> bool:
     import tensorflow as tf
 
     return not tf.config.list_logical_devices("GPU")
+
+
+def gradients_recorded() -> bool:
+    """Whether a TensorFlow gradient tape records what runs now (eagerly or in a function
+    being traced).
+
+    The fast gradients matter only to a call that is differentiated: a call no tape records
+    (inference, `predict`, `evaluate`, an exported forward pass) runs Conv2D's own operation,
+    without the custom-gradient wrapper, whose identity operations keep TensorFlow's graph
+    optimizer from fusing the convolution with what follows it, and without a strided 1x1
+    convolution's subsampling copy. Keras' and cvbench's train steps trace the forward pass
+    under a tape, so they keep the fast gradients. Imports TensorFlow: call it only on the
+    TensorFlow backend.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> with tf.GradientTape():
+        ...     recorded = gradients_recorded()
+        >>> recorded, gradients_recorded()
+        (True, False)
+    """
+    from tensorflow.python.eager import record  # TensorFlow has no public spelling
+
+    return record.could_possibly_record()
 
 
 def _filter_gradient(x: Any, g: Any, kh: int, kw: int) -> Any:
@@ -155,7 +181,7 @@ class FastConv2D(keras.layers.Conv2D):
         )
 
     def convolution_op(self, inputs: Any, kernel: Any) -> Any:
-        if not self.uses_fast_gradients(len(inputs.shape)):
+        if not (self.uses_fast_gradients(len(inputs.shape)) and gradients_recorded()):
             return super().convolution_op(inputs, kernel)
         sh, sw = self.strides
         if (sh, sw) != (1, 1):  # 1x1: the stride-1 convolution of the subsampled input
