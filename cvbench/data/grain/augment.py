@@ -27,8 +27,10 @@ Other resize methods (bicubic, area, ...) raise ValueError here: this path has b
 
 from __future__ import annotations
 
+import functools
 import io
 import math
+import threading
 
 import numpy as np
 
@@ -98,12 +100,42 @@ def decode_image(data: bytes, *, preprocessing: ImagePreprocessing | None = None
 # ---- bilinear resizing, TensorFlow's arithmetic --------------------------------------------
 
 
+class _Scratch(threading.local):
+    """This thread's reused work arrays, by name. A NumPy temporary of a few hundred KiB is
+    a fresh allocation each time, which glibc often maps and unmaps (its dynamic mmap and
+    trim thresholds), paying a page fault for every 4 KiB touched: for the resize's
+    temporaries that cost more than the arithmetic. Reusing one buffer per name per thread
+    does not (arrays over `LIMIT` bytes are not kept)."""
+
+    LIMIT = 32 << 20
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, np.ndarray] = {}
+
+    def array(self, name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+        """An uninitialised C-contiguous `shape` array of `dtype`; valid until the next
+        `array(name, ...)` of this thread."""
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes > self.LIMIT:
+            return np.empty(shape, dtype)
+        buffer = self.buffers.get(name)
+        if buffer is None or buffer.nbytes < nbytes:
+            buffer = self.buffers[name] = np.empty(max(nbytes, 1), np.uint8)
+        return buffer[:nbytes].view(dtype).reshape(shape)
+
+
+_SCRATCH = _Scratch()
+
+
+@functools.lru_cache(maxsize=4096)
 def _weights(
     out_size: int, in_size: int, *, half_pixel: bool, start: int = 0, count: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`(lower, upper, lerp)` for output positions `start .. start + count` of a resize from
     `in_size` to `out_size`: `resize_bilinear_op.cc`'s `compute_interpolation_weights`, in
-    float32 (`scale = in / out`; `in = (x + 0.5) * scale - 0.5` or `x * scale`)."""
+    float32 (`scale = in / out`; `in = (x + 0.5) * scale - 0.5` or `x * scale`). Cached (a
+    training crop's sizes recur), so the arrays are read-only."""
     count = out_size - start if count is None else count
     scale = np.float32(in_size) / np.float32(out_size)
     x = np.arange(start, start + count, dtype=np.float32)
@@ -111,7 +143,10 @@ def _weights(
     floor = np.floor(pos)
     lower = np.maximum(floor, 0).astype(np.intp)
     upper = np.minimum(np.ceil(pos), in_size - 1).astype(np.intp)
-    return lower, upper, (pos - floor).astype(np.float32)
+    out = lower, upper, (pos - floor).astype(np.float32)
+    for array in out:
+        array.flags.writeable = False
+    return out
 
 
 def resize_bilinear(
@@ -122,6 +157,7 @@ def resize_bilinear(
     window: tuple[int, int, int, int] | None = None,
     out_window: tuple[int, int, int, int] | None = None,
     flip: bool = False,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """`tf.image.resize(image[window], size, method)` as float32, computed only at the output
     rows and columns of `out_window`.
@@ -134,9 +170,11 @@ def resize_bilinear(
         out_window: `(top, left, height, width)` of the resized image to return (a central
             crop); None: all of it.
         flip: resize the window mirrored left-right (as flipping it first would).
+        out: a C-contiguous float32 array of the result's shape to write it into (a slot of
+            a batch); None: a new array.
 
     Returns:
-        float32 [out_window height, out_window width, channels].
+        float32 [out_window height, out_window width, channels] (`out` when given).
 
     Example:
         >>> row = np.array([[[0.0], [10.0]]], np.float32)  # 1 x 2, one channel
@@ -147,32 +185,71 @@ def resize_bilinear(
         raise ValueError(f"method must be one of {RESIZE_METHODS}, got {method!r}")
     top, left, height, width = window or (0, 0, image.shape[0], image.shape[1])
     otop, oleft, oh, ow = out_window or (0, 0, size[0], size[1])
+    channels = image.shape[2]
+    if out is None:
+        out = np.empty((oh, ow, channels), np.float32)
+    elif out.shape != (oh, ow, channels) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float32 {(oh, ow, channels)}, got {out.shape}")
     half = method == "bilinear"
     ylo, yhi, ylerp = _weights(size[0], height, half_pixel=half, start=otop, count=oh)
     xlo, xhi, xlerp = _weights(size[1], width, half_pixel=half, start=oleft, count=ow)
     if flip:  # column j of the mirrored window is column width - 1 - j of the window
         xlo, xhi = width - 1 - xlo, width - 1 - xhi
-    # Interpolate each source row needed along x once (the rows shared by output rows, as
-    # when enlarging, are not redone; the values are the same either way), then along y.
-    # Rows are flattened to [width * channels] so that NumPy's inner loops run along rows;
-    # the in-place steps compute `a + (b - a) * lerp` with TensorFlow's roundings.
+    along_x, upper_rows, lower_rows = _along_x(image, top, left, ylo, yhi, xlo, xhi, xlerp)
+    # ... then along y: `upper + (lower - upper) * lerp` per output row, in place in `out`.
+    result = out.reshape(oh, ow * channels)
+    upper = along_x[upper_rows]  # a fancy row gather is a copy per row: faster than take
+    np.subtract(along_x[lower_rows], upper, out=result)
+    result *= ylerp[:, None]
+    result += upper
+    return out
+
+
+def _along_x(
+    image: np.ndarray,
+    top: int,
+    left: int,
+    ylo: np.ndarray,
+    yhi: np.ndarray,
+    xlo: np.ndarray,
+    xhi: np.ndarray,
+    xlerp: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(along_x, upper_rows, lower_rows)`: each source row an output row needs (`ylo`,
+    `yhi` of the window at `top`) interpolated along x once, as float32 [rows, out width *
+    channels] in this thread's scratch, and the rows of it that `ylo` and `yhi` are.
+
+    `left + (right - left) * lerp` with TensorFlow's roundings, each step one pass over
+    same-typed float32 arrays (a pass mixing uint8 or int16 with float32 is buffered and
+    several times slower). Rows are flattened to [width * channels] so NumPy's inner loops
+    run along rows."""
     channels = image.shape[2]
-    rows, where = np.unique(np.concatenate([ylo, yhi]), return_inverse=True)
-    band = image[rows + top].reshape(len(rows), -1)
+    first, last = int(min(ylo[0], yhi[0])), int(max(ylo[-1], yhi[-1]))
+    if last - first + 1 <= len(ylo) + len(yhi):  # nearly every row: a view, no gather
+        band = image[top + first : top + last + 1]
+        upper_rows, lower_rows = ylo - first, yhi - first
+    else:  # a large reduction: only the rows used
+        rows, where = np.unique(np.concatenate([ylo, yhi]), return_inverse=True)
+        band = image[rows + top]
+        upper_rows, lower_rows = where[: len(ylo)], where[len(ylo) :]
+    band = band.reshape(len(band), -1)
     per_channel = np.arange(channels)
     cols_lo = ((xlo + left)[:, None] * channels + per_channel).ravel()
     cols_hi = ((xhi + left)[:, None] * channels + per_channel).ravel()
-    f32 = np.float32
-    along_x = band[:, cols_lo].astype(f32)
-    step = band[:, cols_hi].astype(f32)
+    shape = (len(band), len(cols_lo))
+    along_x = _SCRATCH.array("along_x", shape, np.float32)
+    step = _SCRATCH.array("step", shape, np.float32)
+    if band.dtype == np.float32:
+        np.take(band, cols_lo, axis=1, out=along_x)
+        np.take(band, cols_hi, axis=1, out=step)
+    else:
+        gathered = _SCRATCH.array("gathered", shape, band.dtype)
+        np.copyto(along_x, np.take(band, cols_lo, axis=1, out=gathered), casting="unsafe")
+        np.copyto(step, np.take(band, cols_hi, axis=1, out=gathered), casting="unsafe")
     step -= along_x
-    step *= np.repeat(xlerp, channels)[None, :]
+    step *= np.repeat(xlerp, channels)
     along_x += step
-    upper, lower = along_x[where[: len(ylo)]], along_x[where[len(ylo) :]]
-    lower -= upper
-    lower *= ylerp[:, None]
-    lower += upper
-    return lower.reshape(oh, ow, channels)
+    return along_x, upper_rows, lower_rows
 
 
 # ---- evaluation ---------------------------------------------------------------------------
