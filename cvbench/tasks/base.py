@@ -319,6 +319,15 @@ class RecordTask(abc.ABC):
     options: TaskOptions
     image_size: int
     _corrupt_counter: Any = None
+    #: True when a checkpoint restores every weight of the model `build_model` builds
+    #: (`restore_from_checkpoint`): it is built without its starting weights, whose file
+    #: may have moved since the run began (or a download would be needed).
+    restoring: bool = False
+
+    def restore_from_checkpoint(self) -> None:
+        """States that the models this task builds from now on get every weight from a
+        checkpoint (`cvbench eval`, a resume): `build_model` reads no starting weights."""
+        self.restoring = True
 
     @abc.abstractmethod
     def dataset_fn(self) -> Callable[..., Any]:

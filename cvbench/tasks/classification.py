@@ -157,7 +157,7 @@ class ClassificationTask(RecordTask):
     def build_model(self) -> keras.Model:
         return get_model(
             self.options.model,
-            **builder_arguments(self.recipe),
+            **builder_arguments(self.recipe, starting_weights=not self.restoring),
             input_shape=(self.image_size, self.image_size, 3),
             classifier_activation=None,
         )
@@ -355,7 +355,7 @@ def pretrained_start(recipe: Any) -> Any:
     )
     if norm.source == "caffe":
         recipe = recipe.with_overrides(
-            {"model.weights": weights},
+            {"model.weights": weights, "model.variant": "v1"},
             reason=f"{flag}: keras.applications' ResNet v1 weights: the model is built as "
             "ResNet v1 (stride in the first 1x1 conv; the recipe's is v1.5) and its stem "
             "permuted to take RGB",

@@ -41,6 +41,8 @@ def checkpoint_trainer(
         model = evaluation_model(path, task)
         check_classes(output_classes(model), task, path)
         precision = _policy_of(model)
+    if model is None and hasattr(task, "restore_from_checkpoint"):
+        task.restore_from_checkpoint()  # every weight comes from the checkpoint below
     trainer = build_trainer(task, precision=precision, config=config, model=model)
     if model is None:
         load_checkpoint_weights(trainer, find_checkpoint(path), task)

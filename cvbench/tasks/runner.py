@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -409,6 +410,8 @@ def prepare_run(
     if callable(optimizer) and not isinstance(optimizer, keras.optimizers.Optimizer):
         optimizer = optimizer(train.steps_per_epoch, batch_size * dist.size)
     config = dataclasses.replace(config or TrainConfig(), **loss_scaling(recipe))
+    if _resumes_a_checkpoint(config) and hasattr(task, "restore_from_checkpoint"):
+        task.restore_from_checkpoint()  # the starting weights' file may have moved since
     settings = run_settings(task)
     notes = run_notes(task, dist, batch_size, precision=precision, own_optimizer=own_optimizer)
     if dist.is_chief:
@@ -422,6 +425,19 @@ def prepare_run(
         task=task, trainer=trainer, train=train, batch_size=batch_size, plan=run_plan,
         notes=notes,
     )  # fmt: skip
+
+
+def _resumes_a_checkpoint(config: TrainConfig) -> bool:
+    """Whether a run with `config` resumes from a checkpoint of its folder: `resume` and a
+    checkpoint there that loads completely (the one the Trainer restores, every weight of
+    the model; `CheckpointManager.latest`, whose warnings the Trainer gives)."""
+    if not config.resume or config.log_dir is None:
+        return False
+    from cvbench.training.checkpoint import CheckpointManager
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return CheckpointManager(RunFolder(config.log_dir).checkpoints).latest() is not None
 
 
 def _data_and_plan(

@@ -92,7 +92,7 @@ def test_a_backend_the_task_cannot_read_with_is_refused_naming_who_can(backend, 
     from cvbench.cli.task_args import data_backend_kwargs
 
     args = argparse.Namespace(
-        data_backend=backend, dali_device="cpu", data_workers=0, data_dir="d", model="ssd320"
+        data_backend=backend, dali_device=None, data_workers=None, data_dir="d", model="ssd320"
     )
     with pytest.raises(CLIError) as error:
         data_backend_kwargs(args, task=task)

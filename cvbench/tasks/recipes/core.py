@@ -132,6 +132,10 @@ class ModelKnobs:
     dense_initializer: str
     last_block_pooling: str | None = None
     weights: str | None = None
+    # The ResNet variant ("v1", "v1.5"); None: the builder's choice. Set where the starting
+    # weights fix it (keras.applications' are v1), so that a model restored from a
+    # checkpoint is built the same without reading those weights again.
+    variant: str | None = None
 
 
 @dataclass(frozen=True)

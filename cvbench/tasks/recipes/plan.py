@@ -211,9 +211,16 @@ def planned_schedule(recipe: Recipe, run: RecipePlan) -> ScheduleConfig:
     return recipe.schedule.replace(warmup_steps=run.warmup_steps)
 
 
-def builder_arguments(recipe: Recipe) -> dict[str, Any]:
+def builder_arguments(recipe: Recipe, *, starting_weights: bool = True) -> dict[str, Any]:
     """Keyword arguments of the model builder: `get_model(recipe.model, **...)` (the input
-    shape apart: `(image_size, image_size, 3)` for classifiers)."""
+    shape apart: `(image_size, image_size, 3)` for classifiers).
+
+    Args:
+        recipe: the recipe.
+        starting_weights: False for a model whose every weight a checkpoint then restores
+            (evaluation, a resume): it is built without its starting weights (no file read,
+            nothing downloaded), its architecture fixed by the knobs (`model.variant`).
+    """
     if recipe.task == CLASSIFICATION:
         m = recipe.model_knobs
         kwargs = {
@@ -223,10 +230,12 @@ def builder_arguments(recipe: Recipe) -> dict[str, Any]:
             "bn_scale": m.bn_scale,
             "conv_initializer": m.conv_initializer,
             "dense_initializer": m.dense_initializer,
-            "weights": m.weights,
+            "weights": m.weights if starting_weights else None,
         }
         if m.last_block_pooling is not None:
             kwargs["last_block_pooling"] = m.last_block_pooling
+        if m.variant is not None:
+            kwargs["variant"] = m.variant
         return kwargs
     d = recipe.detection
     return {
