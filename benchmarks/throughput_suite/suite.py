@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import itertools
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -37,6 +38,7 @@ from cvbench.utils.plain_keras import to_plain_keras
 from . import reference
 from .fused_batchnorm import with_fused_batchnorm
 from .reference import KERAS, TORCH, TORCH_COMPILE, FitReference, PredictReference
+from .workload_process import ProcessWorkload
 
 DEFAULT_MODELS = ("resnet50", "inception_v3", "ssd320")
 #: Variants of cvbench measured beside it, name -> function changing a built model, to show
@@ -83,9 +85,9 @@ class SuiteConfig:
             listed as skipped); None: no limit.
         variants: variants of cvbench to measure beside it as "cvbench+<name>" (names of
             `VARIANTS`): the same model with one change.
-        slowdown: cvbench's steps made this fraction slower on purpose (each window sleeps
-            `slowdown` x its own time after it ran: `Slowed`), the regression check's proof
-            that it catches a slower step; 0: none.
+        slowdown: cvbench's steps made this fraction slower on purpose (after each window
+            its thread spins `slowdown` x the window's CPU and wall time: `Slowed`), the
+            regression check's proof that it catches a slower step; 0: none.
     """
 
     models: tuple[str, ...] = DEFAULT_MODELS
@@ -265,18 +267,22 @@ def _torch(
 
 
 class Slowed:
-    """A workload made slower on purpose: after each `run`, a sleep of `fraction` x the time
-    the run took, so its rate drops to `1 / (1 + fraction)` of the workload's own.
+    """A workload made slower on purpose: after each `run`, this thread spins until the
+    process has spent `fraction` x the run's CPU time more and `fraction` x its wall time
+    has passed, so that both its wall rate and its rate per CPU-second drop to at most
+    `1 / (1 + fraction)` of the workload's own (a sleep would leave the CPU rate as it was).
 
     Example:
-        >>> class Fast:
+        >>> class Busy:  # 10 ms of CPU per step
         ...     images_per_step = 4
         ...     def first_step(self): pass
-        ...     def run(self, steps): time.sleep(0.01 * steps)
+        ...     def run(self, steps):
+        ...         end = time.process_time() + 0.01 * steps
+        ...         while time.process_time() < end: pass
         ...     def close(self): return "closed"
-        >>> slowed = Slowed(Fast(), 0.5)
-        >>> start = time.perf_counter(); slowed.run(2); elapsed = time.perf_counter() - start
-        >>> elapsed >= 0.03  # 0.02 s of steps, then 0.5 x that asleep
+        >>> slowed = Slowed(Busy(), 0.5)
+        >>> cpu = time.process_time(); slowed.run(2); spent = time.process_time() - cpu
+        >>> spent >= 0.03  # 0.02 s of steps, then 0.5 x that spun
         True
         >>> slowed.images_per_step, slowed.close()
         (4, 'closed')
@@ -291,12 +297,54 @@ class Slowed:
         self.workload.first_step()
 
     def run(self, steps: int) -> None:
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         self.workload.run(steps)
-        time.sleep((time.perf_counter() - start) * self.fraction)
+        wall_until = time.perf_counter() + (time.perf_counter() - wall) * self.fraction
+        cpu_until = time.process_time() + (time.process_time() - cpu) * self.fraction
+        while time.process_time() < cpu_until or time.perf_counter() < wall_until:
+            pass
 
     def close(self) -> Any:
         return self.workload.close()
+
+
+class WindowCpu:
+    """The CPU seconds of each timed window of `measure_throughput`, by workload name.
+
+    Pass `clock` as its `cpu_clock` and `on_window` as its `on_window`: the measurement
+    reads the CPU clock at the start and at the end of each window, then reports the window,
+    so the last two readings are that window's.
+
+    Example:
+        >>> ticks = iter([0.0, 0.5, 0.5, 2.0])
+        >>> cpu = WindowCpu(clock=lambda: next(ticks))
+        >>> cpu.clock(); cpu.clock(); cpu.on_window("a", 0, 10.0)
+        0.0
+        0.5
+        >>> cpu.clock(); cpu.clock(); cpu.on_window("b", 0, 10.0)
+        0.5
+        2.0
+        >>> cpu.seconds
+        {'a': [0.5], 'b': [1.5]}
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.process_time) -> None:
+        self._clock = clock
+        self._readings: list[float] = []
+        self.seconds: dict[str, list[float]] = {}
+
+    def clock(self) -> float:
+        self._readings.append(self._clock())
+        return self._readings[-1]
+
+    def on_window(self, name: str, window: int, rate: float) -> None:
+        start, end = self._readings[-2:]
+        self.seconds.setdefault(name, []).append(end - start)
+
+    def rates(self, name: str, images: int) -> tuple[float, ...]:
+        """Images per CPU-second of each window of `name` (`images` a window; inf for a
+        window that took no measurable CPU time)."""
+        return tuple(images / s if s > 0 else math.inf for s in self.seconds.get(name, ()))
 
 
 def _measure(
@@ -304,12 +352,15 @@ def _measure(
 ) -> list[ThroughputResult]:
     if config.slowdown:
         workloads = {**workloads, CVBENCH: Slowed(workloads[CVBENCH], config.slowdown)}
+    cpu = WindowCpu()
     try:
         measured = measure_throughput(
             workloads,
             warmup_steps=config.warmup_steps,
             windows=config.windows,
             window_steps=config.window_steps,
+            cpu_clock=cpu.clock,
+            on_window=cpu.on_window,
         )
     finally:
         for workload in workloads.values():
@@ -323,9 +374,18 @@ def _measure(
             batch_size=_batch_size(config, model),
             image_size=model.image_size,
             throughput=throughput,
+            window_cpu_rates=_cpu_rates(cpu, name, workloads[name], config.window_steps),
         )
         for name, throughput in measured.items()
     ]
+
+
+def _cpu_rates(cpu: WindowCpu, name: str, workload: Any, window_steps: int) -> tuple:
+    """The per-window CPU rates of a workload that runs in this process; none for one in a
+    process of its own (`ProcessWorkload`: its CPU time is not this process')."""
+    if isinstance(workload, ProcessWorkload):
+        return ()
+    return cpu.rates(name, window_steps * workload.images_per_step)
 
 
 def _release() -> None:

@@ -81,11 +81,40 @@ def paired_ratio(top: Throughput, bottom: Throughput) -> PairedRatio:
     tops, bottoms = top.window_rates, bottom.window_rates
     if len(tops) != len(bottoms) or not tops:
         tops, bottoms = (top.images_per_sec,), (bottom.images_per_sec,)
+    return _paired(tops, bottoms)
+
+
+def _paired(tops: Sequence[float], bottoms: Sequence[float]) -> PairedRatio:
     ratios = [ratio(a, b) for a, b in zip(tops, bottoms, strict=True)]
-    if any(math.isnan(r) for r in ratios):
+    if not ratios or any(math.isnan(r) or math.isinf(r) for r in ratios):
         nan = float("nan")
         return PairedRatio(nan, nan, nan, len(ratios))
     return PairedRatio(statistics.median(ratios), min(ratios), max(ratios), len(ratios))
+
+
+def paired_cpu_ratio(top: ThroughputResult, bottom: ThroughputResult) -> PairedRatio:
+    """The median and range of `top`'s images per CPU-second over `bottom`'s, window by
+    window (`ThroughputResult.window_cpu_rates`); NaN when either has none or their window
+    counts differ.
+
+    Unlike the wall-clock ratio, it does not move when one side's window keeps fewer cores
+    busy (a thread pool that runs its threads one at a time, another process taking a
+    core): it compares the work done per image. It cannot see a slowdown that only waits.
+
+    Example:
+        >>> from cvbench.training.throughput import Throughput
+        >>> t = Throughput(1.0, 0.0, 0.0, (1.0, 1.0), 1, 1, 0, 0, 1, 0)
+        >>> def result(*cpu_rates):
+        ...     return ThroughputResult("resnet50", "train", "x", "float32", 1, 1, t, cpu_rates)
+        >>> paired_cpu_ratio(result(9.0, 12.0, 10.0), result(10.0, 10.0, 10.0))
+        PairedRatio(median=1.0, low=0.9, high=1.2, pairs=3)
+        >>> paired_cpu_ratio(result(9.0), result()).pairs
+        0
+    """
+    tops, bottoms = top.window_cpu_rates, bottom.window_cpu_rates
+    if len(tops) != len(bottoms):
+        tops, bottoms = (), ()
+    return _paired(tops, bottoms)
 
 
 def _rate(result: ThroughputResult | None) -> str:

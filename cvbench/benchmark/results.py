@@ -27,6 +27,11 @@ class ThroughputResult:
         batch_size: images per step and rank.
         image_size: input height and width.
         throughput: the measurement (images/s over all ranks).
+        window_cpu_rates: images per CPU-second (this process' CPU time, all its threads) of
+            each timed window, where the measurement recorded them (the benchmark suite
+            does); empty otherwise. A window's wall rate over its CPU rate is the cores it
+            kept busy, so a window that lost its parallelism shows, and a ratio of CPU rates
+            compares the work two implementations do per image whatever their parallelism.
     """
 
     model: str
@@ -36,6 +41,7 @@ class ThroughputResult:
     batch_size: int
     image_size: int
     throughput: Throughput
+    window_cpu_rates: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields, the measurement flattened into them."""
@@ -48,6 +54,8 @@ class ThroughputResult:
             "image_size": self.image_size,
         }
         out.update(self.throughput.to_dict())
+        if self.window_cpu_rates:
+            out["window_cpu_rates"] = list(self.window_cpu_rates)
         return out
 
 
