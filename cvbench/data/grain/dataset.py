@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -146,6 +147,53 @@ class _BatchWindow:
 
     def __repr__(self) -> str:
         return f"_BatchWindow({self.window!r}, batches of {self.size})"
+
+
+class EpochShuffleSampler:
+    """A grain sampler: the records in an order shuffled each epoch, `RecordMetadata(index,
+    record_key, rng)` for the global position `index` as grain's `IndexSampler` gives it.
+
+    Epoch `e` reads the records in the order `np.random.default_rng([seed, e]).permutation(n)`,
+    made once per epoch and process (one vectorised shuffle; `IndexSampler` runs a Feistel
+    network through several Python layers for every record). Each record's generator is
+    `IndexSampler`'s (Philox keyed `seed + index`), so a position's augmentation is the same
+    as with it; only the order differs. Position `index` is a pure function of the seed, so
+    `GrainBatches.state_at` and a restored iterator continue exactly.
+
+    Example:
+        >>> sampler = EpochShuffleSampler(num_records=5, seed=3, num_epochs=2)
+        >>> len(sampler), sorted(sampler[i].record_key for i in range(5))
+        (10, [0, 1, 2, 3, 4])
+    """
+
+    def __init__(self, *, num_records: int, seed: int, num_epochs: int | None) -> None:
+        if num_records <= 0:
+            raise ValueError(f"num_records must be > 0, got {num_records}")
+        self.num_records, self.seed, self.num_epochs = num_records, seed, num_epochs
+        self._epoch, self._order = -1, np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return sys.maxsize if self.num_epochs is None else self.num_epochs * self.num_records
+
+    def __getitem__(self, index: int) -> Any:
+        if index < 0 or index >= len(self):
+            raise IndexError(f"position {index} is outside the sampler's {len(self)}")
+        epoch, position = divmod(index, self.num_records)
+        if epoch != self._epoch:
+            rng = np.random.default_rng([self.seed, epoch])
+            self._epoch, self._order = epoch, rng.permutation(self.num_records)
+        rng = np.random.Generator(np.random.Philox(key=self.seed + index))
+        key = int(self._order[position])
+        return _grain.RecordMetadata(index=index, record_key=key, rng=rng)
+
+    def __getstate__(self) -> dict:  # workers make their epoch's order themselves
+        return {**self.__dict__, "_epoch": -1, "_order": np.zeros(0, np.int64)}
+
+    def __repr__(self) -> str:  # grain compares it with a saved state's
+        return (
+            f"EpochShuffleSampler(num_records={self.num_records}, seed={self.seed}, "
+            f"num_epochs={self.num_epochs})"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -474,6 +522,7 @@ def _loader(
     return grain.DataLoader(
         data_source=data,
         sampler=sampler,
+        shard_options=grain.NoSharding(),  # ranks are `rank_range`'s windows, not grain's
         operations=operations,
         worker_count=workers[0],
         worker_buffer_size=workers[1],
@@ -538,10 +587,8 @@ def _plan(
         )
     seed = spec.seed if spec.seed is not None else int(np.random.SeedSequence().entropy % 2**63)
     data = _Window(source, lo, hi)
-    sampler = grain.IndexSampler(
+    sampler = EpochShuffleSampler(
         num_records=len(data),
-        shard_options=grain.NoSharding(),
-        shuffle=True,
         num_epochs=None if spec.repeat else 1,
         seed=rank_seed(seed, shard_index) % 2**32,
     )
