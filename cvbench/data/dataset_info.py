@@ -43,8 +43,9 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -266,6 +267,27 @@ def merge_splits(kept: DatasetInfo, new: DatasetInfo) -> DatasetInfo:
         label_offset=new.label_offset,
         image_policy=dict(new.image_policy),
         splits=dict(sorted(splits.items())),
+    )
+
+
+def only_splits(info: DatasetInfo, names: Iterable[str]) -> DatasetInfo:
+    """`info` describing only the splits `names` (their records and images per class).
+
+    Example:
+        >>> both = DatasetInfo(kind="coco", classes=(ClassInfo(1, "cat", {"train": 5, "val": 2}),),
+        ...                    splits={"train": 5, "val": 2})
+        >>> val = only_splits(both, ["val"])
+        >>> dict(val.splits), dict(val.classes[0].images)
+        ({'val': 2}, {'val': 2})
+    """
+    keep = set(names)
+    return dataclasses.replace(
+        info,
+        classes=tuple(
+            dataclasses.replace(c, images={s: n for s, n in c.images.items() if s in keep})
+            for c in info.classes
+        ),
+        splits={s: n for s, n in info.splits.items() if s in keep},
     )
 
 

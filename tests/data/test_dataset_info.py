@@ -38,8 +38,8 @@ IMAGENET_INFO = DatasetInfo(
 
 @pytest.mark.backend_agnostic
 def test_docstring_example_runs():
-    # 3 in the module docstring, 4 in class_difference, 4 in merge_splits.
-    assert doctest.testmod(module, raise_on_error=True).attempted == 11
+    # 3 in the module docstring, 4 in class_difference, 4 in merge_splits, 3 in only_splits.
+    assert doctest.testmod(module, raise_on_error=True).attempted == 14
 
 
 @pytest.mark.backend_agnostic

@@ -32,9 +32,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cvbench.data.dataset_info import dataset_info_path, read_dataset_info
+from cvbench.data.dataset_info import dataset_info_path, only_splits, read_dataset_info
 from cvbench.utils.errors import BadFileError
 from cvbench.utils.files import check_output, match_files, read_json, written_by_cvbench
+from cvbench.utils.io import write_json_atomic
 
 MANIFEST_NAME = "cvbench_manifest.json"
 _MANIFEST_FORMAT = 1
@@ -285,10 +286,17 @@ def kept_info(out_dir: str | os.PathLike, named: set[str], kind: str):
 
 
 def drop_replaced_info(out_dir: str | os.PathLike, kept, overwrite: bool) -> None:
-    """Before an `overwrite` build writes its first shard: removes `out_dir`'s
-    `dataset_info.json` unless it describes splits the folder keeps (`kept_info`), so that
-    another data set's classes never stay beside a half-written one, and a kept split's
-    entry is never lost (the builder writes the file again at the end and
+    """Before an `overwrite` build writes its first shard: `out_dir`'s `dataset_info.json`
+    describes only the splits the folder keeps (`kept_info`), or is removed when it keeps
+    none. So another data set's classes never stay beside a half-written one, the entry of a
+    split being rewritten never describes shards a stopped build left unfinished, and a
+    kept split's entry is never lost (the builder writes the file again at the end and
     `write_dataset_info` adds the kept splits back)."""
-    if overwrite and kept is None:
+    if not overwrite:
+        return
+    if kept is None:
         dataset_info_path(out_dir).unlink(missing_ok=True)
+        return
+    info, names = kept
+    if set(info.splits) - set(names):
+        write_json_atomic(dataset_info_path(out_dir), only_splits(info, names).to_json())
