@@ -196,10 +196,12 @@ def resize_bilinear(
     if flip:  # column j of the mirrored window is column width - 1 - j of the window
         xlo, xhi = width - 1 - xlo, width - 1 - xhi
     along_x, upper_rows, lower_rows = _along_x(image, top, left, ylo, yhi, xlo, xhi, xlerp)
+    f32 = np.float32
     # ... then along y: `upper + (lower - upper) * lerp` per output row, in place in `out`.
     result = out.reshape(oh, ow * channels)
-    upper = along_x[upper_rows]  # a fancy row gather is a copy per row: faster than take
-    np.subtract(along_x[lower_rows], upper, out=result)
+    upper = np.take(along_x, upper_rows, axis=0, out=_SCRATCH.array("upper", result.shape, f32))
+    np.take(along_x, lower_rows, axis=0, out=result)
+    result -= upper
     result *= ylerp[:, None]
     result += upper
     return out
@@ -390,9 +392,11 @@ def train_image(
     window: tuple[int, int, int, int],
     flip: bool,
     preprocessing: ImagePreprocessing | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """The crop `window` of a decoded image, mirrored when `flip` (and the recipe flips),
-    resized to `image_size` square: float32 [image_size, image_size, 3] in [0, 255].
+    resized to `image_size` square: float32 [image_size, image_size, 3] in [0, 255], written
+    into `out` when given (C-contiguous float32 of that shape).
 
     Flipping before a half-pixel-centred resize is the same as mirroring the resize's
     column indices, which is what this does (no copy); for "bilinear_tf1" (not symmetric)
@@ -402,9 +406,14 @@ def train_image(
     flip = flip and p.flip
     size = (image_size, image_size)
     if p.resize_method == "bilinear":
-        return resize_bilinear(image, size, method="bilinear", window=window, flip=flip)
-    out = resize_bilinear(image, size, method=p.resize_method, window=window)
-    return out[:, ::-1] if flip else out
+        return resize_bilinear(image, size, method="bilinear", window=window, flip=flip, out=out)
+    if not flip:
+        return resize_bilinear(image, size, method=p.resize_method, window=window, out=out)
+    resized = resize_bilinear(image, size, method=p.resize_method, window=window)
+    if out is None:
+        return resized[:, ::-1]
+    np.copyto(out, resized[:, ::-1])
+    return out
 
 
 def decode_and_random_crop(
@@ -494,8 +503,10 @@ def scale_input(
     if p.quantize_uint8:
         image = np.clip(image.astype(f32), 0.0, 255.0).astype(np.uint8)
     image = image.astype(f32, copy=False)
+    in_place = overwrite and image.dtype == f32 and image.flags.c_contiguous
     if p.input_scaling == "inception":
-        out = image * f32(1.0 / 127.5) - f32(1.0)
+        out = np.multiply(image, f32(1.0 / 127.5), out=image if in_place else None)
+        out -= f32(1.0)
     else:
         scale = f32(1.0) / np.asarray(p.std, f32)
         offset = -np.asarray(p.mean, f32) * scale
@@ -503,7 +514,6 @@ def scale_input(
         # a whole row, not over 3 channels (the same products and sums)
         flat = image.reshape(-1, image.shape[-2] * 3) if image.ndim >= 2 else image
         reps = flat.shape[-1] // 3
-        in_place = overwrite and image.dtype == f32 and image.flags.c_contiguous
         out = np.multiply(flat, np.tile(scale, reps), out=flat if in_place else None)
         out += np.tile(offset, reps)
         out = out.reshape(image.shape)

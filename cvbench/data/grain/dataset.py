@@ -254,13 +254,50 @@ class _Transform:
         return zeros, np.int32(0), np.float32(0.0)
 
 
+class _Slots:
+    """Reused arrays for training examples: an example lives from its map until grain
+    stacks its batch, and a fresh 224 x 224 x 3 float32 array each time is, with glibc's
+    dynamic mmap and trim thresholds, often new pages (a page fault per 4 KiB, costing
+    about as much as scaling the image). An array is handed out again only when nothing
+    but this pool refers to it (every NumPy view of it, however derived, holds its owner
+    as `base`), so reuse is never visible; at most `limit` arrays are kept, more are plain
+    new arrays."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, limit: int) -> None:
+        self.shape, self.dtype, self.limit = shape, dtype, limit
+        self.buffers: list[np.ndarray] = []
+        self.next = 0
+
+    def take(self) -> np.ndarray:
+        """An uninitialised array of `shape` and `dtype` that nobody else holds."""
+        count = len(self.buffers)
+        for k in range(count):
+            i = (self.next + k) % count
+            # the list's reference and getrefcount's argument: nobody else's
+            if sys.getrefcount(self.buffers[i]) <= 2:
+                self.next = i + 1
+                return self.buffers[i][...]
+        fresh = np.empty(self.shape, self.dtype)
+        if count >= self.limit:
+            return fresh
+        self.buffers.append(fresh)
+        self.next = count + 1
+        return fresh[...]
+
+
 class TrainMap(_RandomMap):
     """Training: parse, decode, random crop and flip from the record's generator, scale. A
     damaged record the policy skips is replaced by records drawn with the same generator
-    until one is good (module docstring)."""
+    until one is good (module docstring). The examples are written into reused arrays
+    (`_Slots`, up to `slots` of them; 0: a new array each)."""
 
-    def __init__(self, transform: _Transform) -> None:
+    def __init__(self, transform: _Transform, slots: int = 0) -> None:
         self.transform = transform
+        self.slots = slots
+        self._outputs: _Slots | None = None
+
+    def __getstate__(self) -> dict:  # a worker process makes its own arrays
+        return {**self.__dict__, "_outputs": None}
 
     def random_map(self, item: tuple[int, bytes], rng: np.random.Generator) -> tuple:
         for _ in range(REPLACEMENT_TRIES):
@@ -272,6 +309,16 @@ class TrainMap(_RandomMap):
             f"{REPLACEMENT_TRIES} damaged records in a row among {self.transform.source!r}'s "
             "records of this rank: the split is mostly damaged; check or rebuild it"
         )
+
+    def _output(self) -> np.ndarray | None:
+        """Where the next float32 example is resized and scaled in place (a `_Slots`
+        array), or None for a new array (no slots, or another dtype: converted anyway)."""
+        t = self.transform
+        if not self.slots or t.dtype != "float32":
+            return None
+        if self._outputs is None:
+            self._outputs = _Slots((t.image_size, t.image_size, 3), np.float32, self.slots)
+        return self._outputs.take()
 
     def _augment(self, item: tuple[int, bytes], rng: np.random.Generator) -> tuple | None:
         """The training example of one record; None when it is damaged and skipped."""
@@ -293,8 +340,9 @@ class TrainMap(_RandomMap):
             return t.policy.corrupt(f"{where} ({example['filename']}): {e}", key=where)
         flip = bool(rng.random() < 0.5)
         view = train_image(
-            image, image_size=t.image_size, window=window, flip=flip, preprocessing=t.preprocessing
-        )
+            image, image_size=t.image_size, window=window, flip=flip,
+            preprocessing=t.preprocessing, out=self._output(),
+        )  # fmt: skip
         return t.finish(view), np.int32(example["label"])
 
 
@@ -469,8 +517,10 @@ def imagenet_grain_dataset(
         policy=policy, records=(lo, hi),
     )  # fmt: skip
     data, sampler, mapping, steps = _plan(grain, source, spec, lo, hi, num_shards, shard_index)
+    # training examples in reused arrays: up to 4 batches in flight (iterators at once)
+    operation = TrainMap(transform, slots=4 * spec.batch_size) if spec.training else None
     loader = _loader(
-        grain, data, sampler, mapping(transform), spec=spec,
+        grain, data, sampler, operation or mapping(transform), spec=spec,
         workers=(num_workers, worker_buffer_size), read_threads=read_threads,
     )  # fmt: skip
     batches = GrainBatches(

@@ -1,0 +1,76 @@
+"""Training examples written into reused arrays (`dataset._Slots`): an array is lent again
+only once nobody holds the last view of it, and the batches are those of new arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from grain_records import SIZES, write_split
+
+from cvbench.data.grain import dataset as grain_dataset
+from cvbench.data.grain.dataset import TrainMap, _Slots, imagenet_grain_dataset
+
+# The grain path is the JAX backend's input: every test here runs under KERAS_BACKEND=jax too.
+pytestmark = pytest.mark.backend_agnostic
+
+
+def test_an_array_is_lent_again_only_when_its_view_is_gone():
+    slots = _Slots((2, 3), np.float32, limit=2)
+    a = slots.take()
+    b = slots.take()  # a is held: another array
+    assert not np.shares_memory(a, b) and len(slots.buffers) == 2
+    c = slots.take()  # both held, the limit reached: a plain new array, not kept
+    assert not any(np.shares_memory(c, buf) for buf in slots.buffers)
+    assert len(slots.buffers) == 2
+    del a
+    d = slots.take()  # a's array is free again
+    assert np.shares_memory(d, slots.buffers[0]) and not np.shares_memory(d, b)
+    assert d.shape == (2, 3) and d.dtype == np.float32
+    del b
+    derived = slots.take().reshape(-1)[1:]  # the view lent is gone, one derived from it not
+    assert np.shares_memory(derived, slots.buffers[1])
+    assert not np.shares_memory(slots.take(), slots.buffers[1])  # still held: not lent
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("slots")
+    write_split(root, "train", SIZES, num_shards=2)
+    return root
+
+
+def _batches(data_dir, count, **kwargs):
+    ds = imagenet_grain_dataset(
+        data_dir, "train", training=True, batch_size=3, image_size=24, seed=2,
+        num_shards=1, shard_index=0, repeat=True, **kwargs,
+    )  # fmt: skip
+    iterator = iter(ds)
+    return ds, [next(iterator) for _ in range(count)]
+
+
+def test_batches_equal_those_of_new_arrays_and_stay_intact(data_dir, monkeypatch):
+    ds, batches = _batches(data_dir, 6)
+    kept = [images.copy() for images, _ in batches]
+    (operation,) = [op for op in ds.loader._operations if isinstance(op, TrainMap)]
+    assert operation.slots == 12 and 1 <= len(operation._outputs.buffers) <= 12
+    monkeypatch.setattr(grain_dataset, "TrainMap", lambda t, slots: TrainMap(t, slots=0))
+    _, fresh = _batches(data_dir, 6)
+    for (images, labels), copy, (images0, labels0) in zip(batches, kept, fresh, strict=True):
+        assert np.array_equal(images, copy)  # not overwritten by the batches read after it
+        assert np.array_equal(images, images0) and np.array_equal(labels, labels0)
+
+
+def test_an_example_is_scaled_in_its_slot(data_dir):
+    ds, _ = _batches(data_dir, 1)
+    (operation,) = [op for op in ds.loader._operations if isinstance(op, TrainMap)]
+    source = ds.loader._data_source
+    example, _ = operation.random_map(source[0], np.random.default_rng(0))
+    assert any(np.shares_memory(example, buf) for buf in operation._outputs.buffers)
+    assert example.dtype == np.float32 and example.shape == (24, 24, 3)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_other_dtypes_make_new_arrays(data_dir, dtype):
+    ds, batches = _batches(data_dir, 2, dtype=dtype)
+    (operation,) = [op for op in ds.loader._operations if isinstance(op, TrainMap)]
+    assert operation._outputs is None and batches[0][0].dtype.name == dtype
