@@ -81,6 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The arguments of each command that name an output; a link given there is resolved once
+#: (`cvbench.utils.files.user_output`), so the command writes to, checks and prints its
+#: target; links inside an output are never followed.
+OUTPUT_ARGS = {
+    "train": ("log_dir",),
+    "eval": ("json", "log_dir"),
+    "predict": ("coco_json", "draw"),
+    "export": ("output",),
+    "benchmark": ("json",),
+    "build-imagenet": ("output_dir",),
+    "build-coco": ("out",),
+    "dali-index": ("index_dir",),
+    "download-coco": ("dir", "build_tfrecords"),
+    "extract-imagenet": ("out",),
+    "demo": ("output_dir",),
+}
 #: The signals that stop a command, and their names in its line.
 _STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
 #: What a command stopped by a signal keeps, unless it says (`kept_on_stop` in its defaults).
@@ -154,8 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the `cvbench` command; returns its exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    links: list[tuple[str, str]] = []
     try:
         with stop_on_signals():
+            links = resolve_outputs(args)
             return int(args.func(args) or 0)
     except StopSignalReceived as e:
         print(f"cvbench {args.command}: {e}: stopped; {_kept(args)}", file=sys.stderr)
@@ -169,10 +187,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         if known is None or (_debug(args) and known[1] <= SIGNAL_EXIT):
             raise
         line, code = known
+        for given, resolved in links:  # the line names the target: say whose it is
+            if resolved in line:
+                line += f" ({given} is a link to {resolved})"
         from cvbench.data.builders.sharded_writer import printable
 
         print(printable(line), file=sys.stderr)  # one line: a file name's newline escaped
         return code
+
+
+def resolve_outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """Resolves, once, each output argument of the command (`OUTPUT_ARGS`) that is a
+    symbolic link (`cvbench.utils.files.user_output`); returns `(given, target)` of each."""
+    from cvbench.utils.files import user_output
+
+    links = []
+    for dest in OUTPUT_ARGS.get(getattr(args, "command", None), ()):
+        given = getattr(args, dest, None)
+        resolved = user_output(given)
+        if resolved is not given:
+            setattr(args, dest, resolved)
+            links.append((os.fspath(given), os.fspath(resolved)))
+    return links
 
 
 def _kept(args: argparse.Namespace) -> str:

@@ -280,6 +280,37 @@ def owned_folder(root: str | os.PathLike, *parts: str, create: bool = True) -> P
     return path
 
 
+def user_output(path: Any) -> Any:
+    """The output path a user named (a command's `--log-dir`, `--json`, `--output`, ...),
+    resolved once when it is itself a symbolic link to something that exists; any other
+    path as it is, of the same type. The one rule for links and outputs: the path the user
+    names may be a link (the user chose it) and the command then writes to, checks, and
+    prints its target; a link found inside an output (a planted `run/checkpoints -> ...`)
+    is never followed nor written through (`owned_folder`, `open_output`, `check_output`).
+    A dangling link is left as it is: the command refuses it, naming it.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> (d / "real").mkdir()
+        >>> (d / "out").symlink_to("real")
+        >>> user_output(str(d / "out")) == str((d / "real").resolve())
+        True
+        >>> user_output(d / "plain") == d / "plain"
+        True
+    """
+    if path is None or isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        return path
+    try:
+        is_link = stat.S_ISLNK(os.lstat(path).st_mode)
+    except (OSError, ValueError):
+        return path
+    if not is_link or not os.path.exists(path):
+        return path
+    resolved = os.path.realpath(path)
+    return resolved if isinstance(path, str) else Path(resolved)
+
+
 def refuse_link(path: str | os.PathLike) -> None:
     """Raises `BadFileError` when `path` is a symbolic link (cvbench writes no file through
     one); nothing when it is anything else or missing."""

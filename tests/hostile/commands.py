@@ -114,9 +114,12 @@ REFUSED = Expect(2)  # a refused output or plan: one line naming it, exit 2
 LISTED = Expect(0, listed=True)  # a builder's bad image: skipped, named in the summary
 ACCEPTED = Expect(0, named=None)  # a legitimate input: the command does its work
 NO_SHARDS = Expect(2, named="data")  # a data folder without records: named, exit 2
-#: An output path that is a link: refused before any work, naming it. docs/reliability.md
-#: says a dangling link is exit 1 (with the OS errors) and `check_output` refuses a link
-#: with exit 2 (a refused plan): either, but one line naming it.
+#: An output path that is a link: the one rule (`cvbench.utils.files.user_output`, applied
+#: by `cvbench.cli.main` to every output argument) resolves a link the user names once, so
+#: the command checks its target: a user's file there (victim.txt) is refused as any user's
+#: file is (exit 2; a file where a folder is expected: exit 1), the line naming the link and
+#: its target; a dangling link is refused naming it (exit 1 with the OS errors, 2 from
+#: `check_output`). Never written through: the target byte-identical.
 LINKED_OUTPUT = Expect((1, 2))
 
 
@@ -607,8 +610,8 @@ TABLE: tuple[Row, ...] = (
         raw_images,
         "out",
         OUTPUT_FOLDER,
-        # A link the user gives as the output folder: `owned_folder` follows it (the user
-        # chose it), `check_output` refuses it; either, but the user's files there are kept.
+        # A link the user gives as the output folder is resolved once (the user chose it):
+        # the build writes into mine/ beside the user's files, which are kept.
         {"*": LINKED_OUTPUT, "link-to-user-folder": Expect((0, 1, 2))},
         outputs=("out", "mine"),
         protect=("mine/a.png", "mine/notes.txt"),
@@ -620,8 +623,8 @@ TABLE: tuple[Row, ...] = (
         coco_set,
         "out",
         OUTPUT_FOLDER,
-        # A link the user gives as the output folder: `owned_folder` follows it (the user
-        # chose it), `check_output` refuses it; either, but the user's files there are kept.
+        # A link the user gives as the output folder is resolved once (the user chose it):
+        # the build writes into mine/ beside the user's files, which are kept.
         {"*": LINKED_OUTPUT, "link-to-user-folder": Expect((0, 1, 2))},
         outputs=("out", "mine"),
         protect=("mine/a.png", "mine/notes.txt"),
