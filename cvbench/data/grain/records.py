@@ -383,7 +383,7 @@ def _feature_values(feature: bytes) -> tuple[int, list]:
             if field != 1:
                 continue
             if kind == 1:
-                values.append(value)
+                values.append(bytes(value))
             elif kind == 2:
                 # packed (wire type 2) or one fixed32 (wire type 5): little-endian floats
                 values.extend(struct.unpack(f"<{len(value) // 4}f", value))
@@ -406,7 +406,9 @@ def parse_features(serialized: bytes) -> dict[str, list]:
         ValueError: not a well-formed Example (the reason).
     """
     out: dict[str, list] = {}
-    for field, wire, features in _fields(serialized):
+    # a memoryview: the nested messages are sliced without copies (the image's bytes are
+    # copied once, into its value, not once per level)
+    for field, wire, features in _fields(memoryview(serialized)):
         if field != 1 or wire != 2:
             continue
         for entry_field, entry_wire, entry in _fields(features):
@@ -418,6 +420,7 @@ def parse_features(serialized: bytes) -> dict[str, list]:
                     key = v
                 elif f == 2 and w == 2:
                     value = v
+            key = bytes(key)
             if key in _WANTED:
                 out[key.decode("utf-8")] = _feature_values(value)[1]
     return out
