@@ -9,19 +9,23 @@ temporary from `tempfile.mkstemp` is private, 0o600, until it is complete). Repl
 existing file of the same kind keeps that file's mode (a file the user made 0o600 stays
 0o600), as rewriting it in place with `open(path, "w")` would.
 
-A temporary is named `.<final name>.cvbench-<pid>-<random>.tmp<final suffix>`, so that one
-left by a writer killed outright (a SIGKILL runs no `finally`) is recognized: each
-`atomic_path` first removes, in its destination's directory, the temporaries of that naming
-whose process no longer runs (`remove_dead_temporaries`), and never any other file.
+A temporary is named `.<final name>.cvbench-<host>-<pid>-<random>.tmp<final suffix>`
+(`<host>`: 8 hex digits of this machine's name), so that one left by a writer killed
+outright (a SIGKILL runs no `finally`) is recognized: each `atomic_path` first removes, in
+its destination's directory, the temporaries of that naming written on this machine whose
+process no longer runs (`remove_dead_temporaries`), and never any other file (another
+machine's, or container's, on a shared file system, is left to it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import stat
 import tempfile
 import threading
@@ -31,11 +35,14 @@ from typing import IO, Any
 
 _PROC_STATUS = "/proc/self/status"
 _UMASK_LOCK = threading.Lock()
-#: The name of an `atomic_path` temporary: `.<final name>.cvbench-<pid>-<mkstemp's 8
-#: characters>.tmp<the final name's suffix>`.
+#: The name of an `atomic_path` temporary: `.<final name>.cvbench-<host>-<pid>-<mkstemp's
+#: 8 characters>.tmp<the final name's suffix>`.
 _TEMPORARY = re.compile(
-    r"\.(?P<name>.+)\.cvbench-(?P<pid>[1-9][0-9]{0,9})-[a-z0-9_]{8}\.tmp(?P<suffix>(\.[^.]*)?)"
+    r"\.(?P<name>.+)\.cvbench-(?P<host>[0-9a-f]{8})-(?P<pid>[1-9][0-9]{0,9})-[a-z0-9_]{8}"
+    r"\.tmp(?P<suffix>(\.[^.]*)?)"
 )
+#: This machine in the temporaries' names (a pid means something only where it ran).
+HOST_TAG = hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
 
 
 def process_running(pid: int) -> bool:
@@ -58,12 +65,13 @@ def remove_dead_temporaries(folder: str | os.PathLike) -> list[Path]:
     Example:
         >>> import tempfile
         >>> d = Path(tempfile.mkdtemp())
-        >>> (d / ".out.json.cvbench-999999999-abcd1234.tmp.json").write_text("{")  # dead
+        >>> dead = f".out.json.cvbench-{HOST_TAG}-999999999-abcd1234.tmp.json"
+        >>> (d / dead).write_text("{")  # a writer on this machine that no longer runs
         1
         >>> (d / ".out.json.999999999-abcd1234.tmp.json").write_text("{")  # not cvbench's
         1
-        >>> [p.name for p in remove_dead_temporaries(d)]
-        ['.out.json.cvbench-999999999-abcd1234.tmp.json']
+        >>> [p.name for p in remove_dead_temporaries(d)] == [dead]
+        True
         >>> sorted(p.name for p in d.iterdir())
         ['.out.json.999999999-abcd1234.tmp.json']
     """
@@ -76,6 +84,8 @@ def remove_dead_temporaries(folder: str | os.PathLike) -> list[Path]:
         match = entry.name.startswith(".") and _TEMPORARY.fullmatch(entry.name)
         if not match or Path(match["name"]).suffix != match["suffix"]:
             continue
+        if match["host"] != HOST_TAG:
+            continue  # another machine's writer: its pid says nothing here
         if entry.is_symlink() or process_running(int(match["pid"])):
             continue
         path = Path(entry.path)
@@ -149,7 +159,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_dead_temporaries(path.parent)
     fd, tmp = tempfile.mkstemp(
-        prefix=f".{path.name}.cvbench-{os.getpid()}-", suffix=f".tmp{path.suffix}", dir=path.parent
+        prefix=f".{path.name}.cvbench-{HOST_TAG}-{os.getpid()}-",
+        suffix=f".tmp{path.suffix}",
+        dir=path.parent,
     )
     os.close(fd)
     tmp_path = Path(tmp)

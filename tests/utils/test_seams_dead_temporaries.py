@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from cvbench.utils.io import atomic_path, remove_dead_temporaries, write_json_atomic
+from cvbench.utils.io import HOST_TAG, atomic_path, remove_dead_temporaries, write_json_atomic
 
 # The child writes half a file through atomic_open, says where, and waits to be killed.
 _WRITER = textwrap.dedent(
@@ -50,11 +50,15 @@ def test_a_sigkilled_writers_temporary_is_removed_at_the_next_write(tmp_path, na
     tmp = _killed_writer(tmp_path / name)
     assert os.path.dirname(tmp) == str(tmp_path) and os.path.exists(tmp)
     assert not (tmp_path / name).exists()  # nothing presented as complete
+    suffix = os.path.splitext(name)[1]
+    other_host = "0" * 8 if HOST_TAG != "0" * 8 else "1" * 8
     # Files that are not a dead cvbench temporary: a user's look-alikes, a live writer's.
     kept = {
         f".{name}.12345678-abcdefgh.tmp": "no cvbench- marker",
-        f".{name}.cvbench-999999999-abcd1234.tmp.other": "another suffix than the name's",
-        f".{name}.cvbench-{os.getpid()}-abcd1234.tmp{os.path.splitext(name)[1]}": "alive",
+        f".{name}.cvbench-{HOST_TAG}-999999999-abcd1234.tmp.other": "another suffix",
+        f".{name}.cvbench-{HOST_TAG}-{os.getpid()}-abcd1234.tmp{suffix}": "alive",
+        # another machine's writer (a shared file system): its pid means nothing here
+        f".{name}.cvbench-{other_host}-999999999-abcd1234.tmp{suffix}": "another host",
         "notes.txt": "a user's file",
     }
     for file, text in kept.items():
@@ -70,7 +74,7 @@ def test_a_link_of_that_naming_is_never_followed_nor_removed(tmp_path):
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "keep").write_text("x")
-    link = tmp_path / ".out.json.cvbench-999999999-abcd1234.tmp.json"
+    link = tmp_path / f".out.json.cvbench-{HOST_TAG}-999999999-abcd1234.tmp.json"
     link.symlink_to(victim)
     assert remove_dead_temporaries(tmp_path) == []
     assert link.is_symlink() and (victim / "keep").read_text() == "x"
@@ -78,7 +82,7 @@ def test_a_link_of_that_naming_is_never_followed_nor_removed(tmp_path):
 
 def test_a_dead_writers_temporary_folder_is_removed(tmp_path):
     # A writer may replace its temporary by a folder (model.save of a SavedModel).
-    dead = tmp_path / ".model.cvbench-999999999-abcd1234.tmp"
+    dead = tmp_path / f".model.cvbench-{HOST_TAG}-999999999-abcd1234.tmp"
     (dead / "variables").mkdir(parents=True)
     with atomic_path(tmp_path / "model") as tmp:
         tmp.write_text("m")
