@@ -155,6 +155,22 @@ class ClassificationTask(RecordTask):
                 )
 
     def build_model(self) -> keras.Model:
+        """The model of the recipe; without its starting weights when a checkpoint restores
+        every weight (`restoring`).
+
+        Raises:
+            ValueError: restoring a run whose checkpoint does not record the ResNet variant
+                its starting weights decide (a checkpoint of an older cvbench), when that
+                file is no longer there to tell.
+        """
+        m = self.recipe.model_knobs
+        unknown = m.weights is not None and m.variant is None and self.restoring
+        if unknown and self.options.model in VARIANT_BY_WEIGHTS:
+            raise ValueError(
+                f"{self.options.model}: the checkpoint does not record the ResNet variant its "
+                f"starting weights {m.weights} decide, and that file is not there to tell: "
+                "put it back at that path"
+            )
         return get_model(
             self.options.model,
             **builder_arguments(self.recipe, starting_weights=not self.restoring),
@@ -306,6 +322,11 @@ class ClassificationTask(RecordTask):
         )
 
 
+#: The models whose architecture the starting weights decide (keras.applications' files of
+#: these ResNets are v1, `cvbench.models.resnet`): `model.variant` records it.
+VARIANT_BY_WEIGHTS = ("resnet50", "resnet101", "resnet152")
+
+
 def pretrained_start(recipe: Any) -> Any:
     """`recipe` feeding its model the input its starting weights were trained on.
 
@@ -329,10 +350,19 @@ def pretrained_start(recipe: Any) -> Any:
     """
     weights = recipe.model_knobs.weights
     norm = weights_normalization(recipe.model, weights)
-    if norm is None:
-        return recipe
     given = recipe.deviation("model.weights")
     flag = given.reason if given is not None else "weights"
+    if norm is None:
+        if weights is None or recipe.model not in VARIANT_BY_WEIGHTS:
+            return recipe
+        if recipe.model_knobs.variant is not None or not os.path.exists(weights):
+            return recipe  # recorded by the run (its checkpoint's knobs), or unknown here
+        # Recorded, so that a model restored from a checkpoint is built the same without
+        # reading the file again (`ClassificationTask.build_model`).
+        return recipe.with_overrides(
+            {"model.variant": "v1.5"},
+            reason=f"{flag}: not keras.applications' weights: the recipe's ResNet v1.5",
+        )
     if norm.source == "inception":
         changes: dict[str, Any] = {"preprocessing.input_scaling": "inception"}
     else:

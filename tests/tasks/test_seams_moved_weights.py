@@ -95,3 +95,39 @@ def test_imagenet_run_restored_with_an_empty_keras_cache_downloads_nothing(
     assert model.get_layer("conv3_block1_1_conv").strides == (2, 2)
     assert model.get_layer("conv3_block1_2_conv").strides == (1, 1)
     assert list(tmp_path.joinpath("keras_home").iterdir()) == []
+
+
+def _resnet50_weights_file(tmp_path):
+    """A cvbench ResNet-50 weight file (not keras.applications': the recipe's v1.5)."""
+    model = get_model("resnet50", num_classes=3, input_shape=(32, 32, 3))
+    path = tmp_path / "own.weights.h5"
+    model.save_weights(path)
+    return path
+
+
+def test_own_resnet50_weights_record_variant_v1_5_and_restore_without_the_file(tmp_path):
+    path = _resnet50_weights_file(tmp_path)
+    settings = {"weights": str(path), "image_size": 32, "num_classes": 3}
+    task = ClassificationTask(
+        TaskOptions(model="resnet50", recipe=resolve_recipe("resnet50", settings=settings))
+    )
+    assert task.recipe.model_knobs.variant == "v1.5"
+    path.unlink()  # moved away: the recipe (the checkpoint's knobs) still says v1.5
+    task.restore_from_checkpoint()
+    model = task.build_model()
+    assert model.get_layer("conv3_block1_1_conv").strides == (1, 1)
+    assert model.get_layer("conv3_block1_2_conv").strides == (2, 2)
+
+
+def test_an_older_checkpoint_without_the_variant_and_without_the_file_is_refused(tmp_path):
+    # A checkpoint of an older cvbench records no model.variant; keras.applications' file
+    # would make the model v1, another file v1.5: without the file that cannot be told, so
+    # it is refused rather than built as a guess.
+    settings = {"weights": str(tmp_path / "gone.h5"), "image_size": 32, "num_classes": 3}
+    task = ClassificationTask(
+        TaskOptions(model="resnet50", recipe=resolve_recipe("resnet50", settings=settings))
+    )
+    assert task.recipe.model_knobs.variant is None
+    task.restore_from_checkpoint()
+    with pytest.raises(ValueError, match="does not record the ResNet variant"):
+        task.build_model()
