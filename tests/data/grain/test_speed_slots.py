@@ -74,3 +74,32 @@ def test_other_dtypes_make_new_arrays(data_dir, dtype):
     ds, batches = _batches(data_dir, 2, dtype=dtype)
     (operation,) = [op for op in ds.loader._operations if isinstance(op, TrainMap)]
     assert operation._outputs is None and batches[0][0].dtype.name == dtype
+
+
+def test_batches_are_stacked_into_reused_arrays_only_when_dropped(data_dir):
+    """In this process (no workers) a training batch's images array is lent again once
+    nothing refers to it: a kept batch stays as it was, a dropped one's array is reused."""
+    ds, _ = _batches(data_dir, 0)
+    (batch,) = [op for op in ds.loader._operations if not isinstance(op, TrainMap)]
+    stack = batch.batch_fn
+    assert isinstance(stack, grain_dataset._BatchArrays)
+    iterator = iter(ds)
+    kept = [next(iterator)[0] for _ in range(3)]  # all held: 2 kept arrays, then a new one
+    copies = [k.copy() for k in kept]
+    assert len(stack._slots.buffers) == 2 and not np.shares_memory(kept[0], kept[1])
+    assert not any(np.shares_memory(kept[2], b) for b in stack._slots.buffers)
+    address = kept[0].__array_interface__["data"][0]
+    del kept[0]
+    reused = next(iterator)[0]
+    assert reused.__array_interface__["data"][0] == address  # the dropped batch's array
+    assert all(np.array_equal(k, c) for k, c in zip(kept, copies[1:], strict=True))
+    assert reused.shape == (3, 24, 24, 3) and reused.dtype == np.float32
+
+
+def test_worker_processes_batch_with_grains_own_function(data_dir):
+    ds = imagenet_grain_dataset(
+        data_dir, "train", training=True, batch_size=3, image_size=24, seed=2,
+        num_shards=1, shard_index=0, num_workers=1,
+    )  # fmt: skip
+    (batch,) = [op for op in ds.loader._operations if not isinstance(op, TrainMap)]
+    assert batch.batch_fn is None  # grain's, into shared memory
