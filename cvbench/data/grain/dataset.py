@@ -11,8 +11,8 @@ The batches have the element structure of `cvbench.data.read.imagenet.imagenet_d
   for padding (zero image, label 0); exactly `steps = ceil(ceil(N / R) / batch_size)`
   batches on every rank, as tf.data's, so the weights summed over ranks count the records.
 
-The record order and each record's augmentation depend only on the seed (grain's
-`IndexSampler` and the per-record generator of a `RandomMapTransform`), not on
+The record order and each record's augmentation depend only on the seed
+(`EpochShuffleSampler` and the per-record generator of a `RandomMapTransform`), not on
 `num_workers`; which training records share a batch does (grain deals records to its workers
 in turn and each batches its own), while evaluation's batches are the same with any
 `num_workers` (its items are whole batches). `iter(dataset)` is a grain
