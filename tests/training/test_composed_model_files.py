@@ -75,7 +75,13 @@ def test_composed_run_writes_a_file_plain_keras_predicts_like_evaluate(tmp_path,
     raw = _own_folder(tmp_path / "raw", {"train": 16, "validation": 4})
     records = tmp_path / "records"
     build_imagenet(raw, records, train_shards=1, val_shards=1, num_workers=1, progress=False)
-    train_ds = imagenet_dataset(records, "train", batch_size=8, image_size=SIZE, training=True)
+    # Seeded and deterministic, at a learning rate of 0.003: `top1 > 0.5` below is then a fixed
+    # outcome with a margin (val top1 1.0 from epoch 2 on, fp32 and bf16), not a draw. Unseeded
+    # at 0.01 an fp32 run sometimes ended at val top1 0.33 (seeded: always, at 0.01, also on
+    # the tree before #42's conv change: the validation batch norms lagged the fast fit).
+    train_ds = imagenet_dataset(
+        records, "train", batch_size=8, image_size=SIZE, training=True, seed=0
+    )
     val_ds = imagenet_dataset(records, "validation", batch_size=4, image_size=SIZE, training=False)
     inputs = getattr(val_ds, ATTRIBUTE)
     assert isinstance(inputs, ClassifierInputs) and ATTRIBUTE == INPUTS_ATTRIBUTE
@@ -87,7 +93,7 @@ def test_composed_run_writes_a_file_plain_keras_predicts_like_evaluate(tmp_path,
         ),  # fmt: skip
         SparseCrossEntropy(),
         OptimizerConfig(name="sgd", momentum=0.9),
-        schedule=0.01,
+        schedule=0.003,
         precision=precision,
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="top1")],
         config=TrainConfig(
@@ -95,6 +101,7 @@ def test_composed_run_writes_a_file_plain_keras_predicts_like_evaluate(tmp_path,
             log_every=0,
             progress_bar=False,
             seed=0,
+            deterministic=True,
             checkpoint_every=0,
         ),  # fmt: skip
     )
