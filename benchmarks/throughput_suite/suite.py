@@ -31,6 +31,7 @@ from cvbench.benchmark.run import (
 from cvbench.benchmark.workloads import CvbenchModel, cvbench_model, synthetic_batch
 from cvbench.inference.fold_batchnorm import fold_batchnorm
 from cvbench.models.layers import set_fast_gradients
+from cvbench.models.resnet import DEPTHS, build_resnet
 from cvbench.training.precision import resolve_precision
 from cvbench.training.throughput import measure_throughput
 from cvbench.utils.plain_keras import to_plain_keras
@@ -45,16 +46,21 @@ DEFAULT_MODELS = ("resnet50", "inception_v3", "ssd320")
 #: what one speed change gains in the same run: "plain_conv" turns off `FastConv2D`'s fast
 #: gradients (Keras' own convolution gradients), "fused_batchnorm" tries TensorFlow's fused
 #: batch norm (a prototype, `fused_batchnorm` beside this module), "folded_bn" is the model
-#: as `cvbench export` serves it (built-in layers, batch norms folded into the convolutions).
+#: as `cvbench export` serves it (built-in layers, batch norms folded into the convolutions),
+#: "resnet_v1" is the same ResNet built as v1 (the stride in the first 1x1 convolution, as
+#: keras.applications has it): what the recipe's v1.5 arithmetic costs against the reference.
 VARIANTS: dict[str, Callable[[keras.Model], keras.Model]] = {
     "plain_conv": lambda model: set_fast_gradients(model, False),
     "fused_batchnorm": with_fused_batchnorm,
     "folded_bn": lambda model: fold_batchnorm(to_plain_keras(model)),
+    "resnet_v1": lambda model: as_resnet_v1(model),
 }
 #: Variants that change only the gradients: measured in training, not in inference.
 TRAINING_ONLY_VARIANTS = ("plain_conv",)
 #: Variants of an inference model only (a folded batch norm cannot be trained).
 INFERENCE_ONLY_VARIANTS = ("folded_bn",)
+#: Variants of the ResNets only (other models are measured without them).
+RESNET_ONLY_VARIANTS = ("resnet_v1",)
 
 
 @dataclass(frozen=True)
@@ -194,6 +200,22 @@ def _training_workloads(config: SuiteConfig, model: CvbenchModel, policy: str) -
     return workloads
 
 
+def as_resnet_v1(model: keras.Model) -> keras.Model:
+    """A new cvbench ResNet of `model`'s depth, input and classes built as v1 (its weights
+    are new: a speed variant); `ValueError` naming the model when it is no ResNet."""
+    depth = next((d for d in DEPTHS if model.name == f"resnet{d}"), None)
+    if depth is None:
+        raise ValueError(f"the resnet_v1 variant needs a ResNet, got the model {model.name!r}")
+    activation = model.layers[-1].get_config().get("activation")
+    return build_resnet(
+        depth=depth,
+        variant="v1",
+        num_classes=model.output_shape[-1],
+        input_shape=model.input_shape[1:],
+        classifier_activation=None if activation == "linear" else activation,
+    )
+
+
 def _variant(model: CvbenchModel, name: str) -> CvbenchModel:
     change = VARIANTS[name]
     return dataclasses.replace(model, build=lambda: change(model.build()))
@@ -206,6 +228,8 @@ def _cvbench_variants(
     variants = {CVBENCH: model}
     for name in config.variants:
         wrong = TRAINING_ONLY_VARIANTS if not training else INFERENCE_ONLY_VARIANTS
+        if name in RESNET_ONLY_VARIANTS and not model.name.startswith("resnet"):
+            continue
         if name not in wrong:
             variants[f"{CVBENCH}+{name}"] = _variant(model, name)
     return variants

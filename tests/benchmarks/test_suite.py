@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keras
 import pytest
 
 from throughput_suite import suite
@@ -113,3 +114,45 @@ def test_variants_are_measured_beside_cvbench():
         ("inference", "cvbench+folded_bn"),
     ]
     assert all(r.throughput.images_per_sec > 0 for r in results.throughput)
+
+
+@pytest.mark.parametrize("depth", [18, 50])
+def test_the_resnet_v1_variant_is_the_same_resnet_with_the_stride_in_the_first_1x1(depth):
+    from cvbench.models.resnet import build_resnet
+    from throughput_suite.suite import as_resnet_v1
+
+    v15 = build_resnet(
+        depth=depth, num_classes=5, input_shape=(32, 32, 3), classifier_activation=None
+    )
+    v1 = as_resnet_v1(v15)
+    assert v1.name == v15.name
+    assert (v1.input_shape, v1.output_shape) == (v15.input_shape, v15.output_shape)
+    assert v1.count_params() == v15.count_params()  # the same layers, only strides moved
+    assert v1.layers[-1].get_config()["activation"] == "linear"
+
+    def strides(model):
+        return [c.strides for c in model.layers if isinstance(c, keras.layers.Conv2D)]
+
+    # v1.5 strides a stage's first 3x3; v1 its first 1x1 instead (depth 18 has no bottleneck
+    # 1x1s, so its basic blocks are the same either way)
+    assert (strides(v1) != strides(v15)) == (depth == 50)
+
+
+def test_the_resnet_v1_variant_names_a_model_that_is_no_resnet():
+    from throughput_suite.suite import as_resnet_v1
+
+    net = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten()], name="tiny")
+    with pytest.raises(ValueError, match="needs a ResNet, got the model 'tiny'"):
+        as_resnet_v1(net)
+
+
+def test_the_resnet_v1_variant_is_measured_for_resnets_only():
+    from cvbench.benchmark.workloads import cvbench_model
+
+    config = SuiteConfig(variants=("resnet_v1", "plain_conv"))
+    for name, expected in (
+        ("resnet50", ["cvbench", "cvbench+resnet_v1", "cvbench+plain_conv"]),
+        ("inception_v3", ["cvbench", "cvbench+plain_conv"]),
+    ):
+        model = cvbench_model(name, image_size=75)
+        assert list(suite._cvbench_variants(config, model, training=True)) == expected, name
