@@ -310,14 +310,16 @@ def test_draw_never_overwrites_an_input_image(models, work):
             "cvbench: error: the drawing images/a.png would overwrite the input image "
             "images/a.png; write it elsewhere",
         )
-    # Through a link to the folder, too.
+    # Through a link to the folder, too: the link is resolved once (files.user_output), and the
+    # refusal names the target's drawing, then the link and its target.
     (work / "link").symlink_to("images")
     run = cvbench("predict", models / "cls.keras", "images/b.png", "--draw", "link", cwd=work)
+    target = (work / "images").resolve()
     fails_with(
         run,
         2,
-        "cvbench: error: the drawing link/b.png would overwrite the input image images/b.png; "
-        "write it elsewhere",
+        f"cvbench: error: the drawing {target}/b.png would overwrite the input image "
+        f"images/b.png; write it elsewhere (link is a link to {target})",
     )
     run = cvbench(
         "predict", models / "det.keras", "images", "--coco-json", "images/a.png", cwd=work
