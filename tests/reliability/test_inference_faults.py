@@ -392,9 +392,10 @@ def test_draw_replaces_existing_files_only_with_overwrite(models, work):
             "images/a.png",
             "cvbench: error: the file images/a.png is not a cvbench export; nothing was deleted",
         ),
-        (
+        (  # a link is resolved once (files.user_output): its target is refused, and named
             "link",
-            "cvbench: error: the symbolic link link is not a cvbench export; nothing was deleted",
+            "cvbench: error: the folder WORK/images is not a cvbench export; nothing was deleted "
+            "(link is a link to WORK/images)",
         ),
         ("", "cvbench: error: --output is empty: name the folder or file to write"),
     ],
@@ -409,7 +410,8 @@ def test_export_overwrite_replaces_only_a_previous_export(models, work, output, 
     run = cvbench(
         "export", models / "det.keras", "--output", output, "--overwrite", cwd=work, env=env
     )
-    fails_with(run, 2, line.replace("error: HOME", "error: home"))
+    line = line.replace("error: HOME", "error: home").replace("WORK", str(work.resolve()))
+    fails_with(run, 2, line)
     assert tree(work) == before
 
 
