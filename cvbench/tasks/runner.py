@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -429,15 +428,15 @@ def prepare_run(
 
 def _resumes_a_checkpoint(config: TrainConfig) -> bool:
     """Whether a run with `config` resumes from a checkpoint of its folder: `resume` and a
-    checkpoint there that loads completely (the one the Trainer restores, every weight of
-    the model; `CheckpointManager.latest`, whose warnings the Trainer gives)."""
+    checkpoint file there. The Trainer then restores the newest valid one (every weight of
+    the model) or, when none is valid, refuses the run (`resume.check_resumed`): either way
+    the starting weights are not needed. Only the names are listed: the Trainer reads the
+    checkpoint itself, once."""
     if not config.resume or config.log_dir is None:
         return False
     from cvbench.training.checkpoint import CheckpointManager
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return CheckpointManager(RunFolder(config.log_dir).checkpoints).latest() is not None
+    return bool(CheckpointManager(RunFolder(config.log_dir).checkpoints).checkpoints())
 
 
 def _data_and_plan(
