@@ -46,6 +46,7 @@ A label outside `num_classes` is an error whatever the policy (as on tf.data).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -542,10 +543,8 @@ def imagenet_grain_dataset(
         policy=policy, records=(lo, hi),
     )  # fmt: skip
     data, sampler, mapping, steps = _plan(grain, source, spec, lo, hi, num_shards, shard_index)
-    # training examples in reused arrays: up to 4 batches in flight (iterators at once)
-    operation = TrainMap(transform, slots=4 * spec.batch_size) if spec.training else None
     loader = _loader(
-        grain, data, sampler, operation or mapping(transform), spec=spec,
+        grain, data, sampler, mapping(transform), spec=spec,
         workers=(num_workers, worker_buffer_size), read_threads=read_threads,
     )  # fmt: skip
     batches = GrainBatches(
@@ -637,11 +636,14 @@ def _plan(
     hi: int,
     num_shards: int,
     shard_index: int,
-) -> tuple[_Window | _BatchWindow, Any, type, int | None]:
-    """`(records, sampler, map, steps)` of the rank's records `[lo, hi)`.
+) -> tuple[_Window | _BatchWindow, Any, Any, int | None]:
+    """`(records, sampler, map, steps)` of the rank's records `[lo, hi)`, `map(transform)`
+    the map operation.
 
     Training: in an order shuffled each epoch from the rank's seed (`ranks.rank_seed`; a
-    random seed without `spec.seed`), endless with `spec.repeat`; no step count.
+    random seed without `spec.seed`), endless with `spec.repeat`; no step count; the
+    examples in reused arrays (`TrainMap`'s slots: up to 4 batches in flight, as iterators
+    at once).
     Evaluation: in order, then padding up to the steps of the largest rank
     (`ranks.eval_steps_of`), the same on every rank, in whole batches (`_BatchWindow`).
 
@@ -668,7 +670,7 @@ def _plan(
         num_epochs=None if spec.repeat else 1,
         seed=rank_seed(seed, shard_index) % 2**32,
     )
-    return data, sampler, TrainMap, None
+    return data, sampler, functools.partial(TrainMap, slots=4 * spec.batch_size), None
 
 
 def count_records(
