@@ -171,7 +171,7 @@ class EpochShuffleSampler:
         if num_records <= 0:
             raise ValueError(f"num_records must be > 0, got {num_records}")
         self.num_records, self.seed, self.num_epochs = num_records, seed, num_epochs
-        self._epoch, self._order = -1, np.zeros(0, np.int64)
+        self._orders: tuple[int, np.ndarray] = (-1, np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return sys.maxsize if self.num_epochs is None else self.num_epochs * self.num_records
@@ -180,15 +180,18 @@ class EpochShuffleSampler:
         if index < 0 or index >= len(self):
             raise IndexError(f"position {index} is outside the sampler's {len(self)}")
         epoch, position = divmod(index, self.num_records)
-        if epoch != self._epoch:
-            rng = np.random.default_rng([self.seed, epoch])
-            self._epoch, self._order = epoch, rng.permutation(self.num_records)
+        # grain's read threads ask for positions at once, on both sides of an epoch's end:
+        # the cached (epoch, order) is read once and replaced whole, never half of it
+        cached_epoch, order = self._orders
+        if epoch != cached_epoch:
+            order = np.random.default_rng([self.seed, epoch]).permutation(self.num_records)
+            self._orders = (epoch, order)
         rng = np.random.Generator(np.random.Philox(key=self.seed + index))
-        key = int(self._order[position])
+        key = int(order[position])
         return _grain.RecordMetadata(index=index, record_key=key, rng=rng)
 
     def __getstate__(self) -> dict:  # workers make their epoch's order themselves
-        return {**self.__dict__, "_epoch": -1, "_order": np.zeros(0, np.int64)}
+        return {**self.__dict__, "_orders": (-1, np.zeros(0, np.int64))}
 
     def __repr__(self) -> str:  # grain compares it with a saved state's
         return (
