@@ -167,8 +167,10 @@ class DetectionTask(RecordTask):
 
     def model_kwargs(self) -> dict[str, Any]:
         """The builder's arguments: the recipe's backbone, its weights, batch-norm freezing
-        and L2 weight, and the task's classes and size (`builder_arguments`)."""
-        return builder_arguments(self.recipe)
+        and L2 weight, and the task's classes and size (`builder_arguments`). Without the
+        backbone's weights when a checkpoint restores every weight (`restoring`): their
+        file may have moved since the run began."""
+        return builder_arguments(self.recipe, starting_weights=not self.restoring)
 
     def check_trainable(self) -> None:
         """Refuses to train an SSD whose every batch norm is frozen on a random backbone.
@@ -179,7 +181,7 @@ class DetectionTask(RecordTask):
         """
         if self._build is not None:
             return  # a builder of its own (the demo's small SSD) chooses for itself
-        kwargs = self.model_kwargs()
+        kwargs = builder_arguments(self.recipe)  # the run's start, restored or not
         if kwargs.get("freeze_batchnorm", True) and kwargs.get("backbone_weights") is None:
             raise ValueError(frozen_backbone_message(self.options.model))
 

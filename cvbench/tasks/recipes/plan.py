@@ -219,7 +219,8 @@ def builder_arguments(recipe: Recipe, *, starting_weights: bool = True) -> dict[
         recipe: the recipe.
         starting_weights: False for a model whose every weight a checkpoint then restores
             (evaluation, a resume): it is built without its starting weights (no file read,
-            nothing downloaded), its architecture fixed by the knobs (`model.variant`).
+            nothing downloaded), its architecture fixed by the knobs (`model.variant`); an
+            SSD without its backbone's weights.
     """
     if recipe.task == CLASSIFICATION:
         m = recipe.model_knobs
@@ -243,7 +244,7 @@ def builder_arguments(recipe: Recipe, *, starting_weights: bool = True) -> dict[
         "backbone": d.backbone,
         "image_size": d.image_size,
         "freeze_batchnorm": d.freeze_batchnorm,
-        "backbone_weights": d.backbone_weights,
+        "backbone_weights": d.backbone_weights if starting_weights else None,
         "weight_decay": d.l2_weight,
     }
 

@@ -1,0 +1,80 @@
+"""A run whose starting weights' file moved away after it began is still evaluated, resumed,
+predicted with and exported from: its checkpoint (or model file) holds every weight, and
+what the file decided about the model is recorded in the run's knobs at the start.
+
+- SSD320 `--backbone-weights FILE`: `DetectionTask` is a `RecordTask` like the classifiers,
+  and a model restored from a checkpoint (`restore_from_checkpoint`) is built without its
+  backbone weights (`builder_arguments(..., starting_weights=False)`). Before:
+  `cvbench eval --checkpoint RUN` and `cvbench train --resume` exited 2 with
+  `cvbench: error: weights file not found: '.../notop.h5'`.
+- keras.applications' weights (`--weights FILE`): the normalization and architecture they
+  bring are recorded as knobs, and `pretrained_start` no longer reads the file when the
+  knobs already say so. Before: `--resume` exited 2, `cannot resume from ...: this run
+  differs from the checkpointed one (preprocessing.mean ... )`.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import keras
+import pytest
+
+from cvbench import cli
+
+
+@pytest.fixture(scope="module")
+def notop_h5(tmp_path_factory, legacy_h5):
+    """keras.applications' ResNet-50 `_notop` file (random weights, legacy HDF5)."""
+    model = keras.applications.ResNet50(weights=None, include_top=False)
+    return legacy_h5(model, tmp_path_factory.mktemp("weights") / "notop.h5", 3)
+
+
+def _ssd_train(weights, run) -> list[str]:
+    return ["train", "--model", "ssd320", "--synthetic", "--backbone-weights", str(weights),
+            "--image-size", "64", "--batch-size", "2", "--num-classes", "3", "--epochs", "1",
+            "--steps-per-epoch", "1", "--precision", "fp32", "--eval", "none", "--no-progress",
+            "--log-every", "0", "--seed", "1", "--log-dir", str(run)]  # fmt: skip
+
+
+@pytest.mark.heavy
+def test_ssd_run_is_evaluated_resumed_predicted_and_exported_after_its_backbone_file_moved(
+    tmp_path, notop_h5, capsys
+):
+    weights = tmp_path / "notop.h5"
+    shutil.copy(notop_h5, weights)
+    run = tmp_path / "run"
+    assert cli.main(_ssd_train(weights, run)) == 0
+    evaluate = ["eval", "--checkpoint", str(run), "--synthetic", "--batch-size", "2"]
+    capsys.readouterr()
+    assert cli.main(evaluate) == 0
+    before = capsys.readouterr().out  # on synthetic data: detections_per_image only
+    weights.rename(tmp_path / "moved.h5")  # the file moved away
+    assert cli.main(evaluate) == 0
+    assert capsys.readouterr().out == before
+    assert cli.main([*_ssd_train(weights, run), "--resume"]) == 0
+    assert "weights file not found" not in capsys.readouterr().err
+    image = tmp_path / "a.png"
+    keras.utils.save_img(image, keras.ops.convert_to_numpy(keras.random.uniform((40, 50, 3))))
+    model = run / "export" / "model.keras"
+    assert cli.main(["predict", str(model), str(image), "--json"]) == 0
+    out = tmp_path / "served"
+    assert cli.main(["export", str(model), "--output", str(out)]) == 0
+    assert (out / "saved_model.pb").is_file()
+
+
+def test_a_restored_ssd_is_built_without_its_backbone_file(tmp_path, notop_h5):
+    from cvbench.tasks.base import TaskOptions
+    from cvbench.tasks.detection import DetectionTask
+    from cvbench.tasks.recipes.resolve import resolve_recipe
+
+    gone = tmp_path / "gone.h5"
+    recipe = resolve_recipe("ssd320", settings={"image_size": 64})
+    options = TaskOptions(model="ssd320", recipe=recipe, num_classes=3)
+    task = DetectionTask(options, backbone_weights=str(gone))
+    with pytest.raises((ValueError, OSError), match="weights file not found"):
+        task.build_model()  # a fresh run reads its backbone file
+    task.restore_from_checkpoint()
+    task.check_trainable()  # the recipe's weights still count: frozen batch norms are fine
+    model = task.build_model()
+    assert model.output["classes"].shape[-1] == 3
