@@ -324,9 +324,12 @@ class RecordTask(abc.ABC):
     #: may have moved since the run began (or a download would be needed).
     restoring: bool = False
 
-    def restore_from_checkpoint(self) -> None:
+    def restore_from_checkpoint(self, recorded: Callable[[], dict[str, Any]] | None = None) -> None:
         """States that the models this task builds from now on get every weight from a
-        checkpoint (`cvbench eval`, a resume): `build_model` reads no starting weights."""
+        checkpoint (`cvbench eval`, a resume): `build_model` reads no starting weights.
+        `recorded` returns that checkpoint's knobs (a resume's: a task whose starting
+        weights decided some of its knobs takes them from there when the file is gone)."""
+        del recorded  # what a task of its own may need
         self.restoring = True
 
     @abc.abstractmethod

@@ -15,6 +15,12 @@ from typing import Any
 import keras
 
 from cvbench.data.read.model_inputs import ClassifierInputs
+from cvbench.models.pretrained import (
+    ARCHITECTURE,
+    IMAGENET,
+    NORMALIZATIONS,
+    InputNormalization,
+)
 from cvbench.tasks.base import (
     DATA_CLASSES_REASON,
     SYNTHETIC_EVAL_BATCHES,
@@ -29,13 +35,7 @@ from cvbench.tasks.recipes.plan import builder_arguments
 from cvbench.tasks.sources import DALI_DEVICES, DaliSource, DataSource, GrainSource
 from cvbench.training.losses import SparseCrossEntropy
 from cvbench.utils.model_file import ModelInfo
-from cvbench.zoo import (
-    CLASSIFICATION,
-    get_model,
-    list_models,
-    weights_architecture,
-    weights_normalization,
-)
+from cvbench.zoo import CLASSIFICATION, get_model, list_models, weights_normalization
 
 #: The `data_backend` names: tf.data, DALI, grain (`cvbench.tasks.sources`).
 DATA_BACKENDS = ("tf", "dali", "grain")
@@ -153,6 +153,35 @@ class ClassificationTask(RecordTask):
                 raise ValueError(
                     f"the DALI data backend does not support {what}; use data_backend='tf'"
                 )
+
+    def restore_from_checkpoint(self, recorded: Callable[[], dict[str, Any]] | None = None) -> None:
+        """`RecordTask.restore_from_checkpoint`; with the checkpoint's knobs (`recorded`,
+        read only when needed) the input normalization a starting weights file decided is
+        taken from them when that file is gone (`model.weights_normalization`).
+
+        Raises:
+            ValueError: the file gone and a checkpoint of an older cvbench that does not
+                record the normalization, while its preprocessing differs from the recipe's.
+        """
+        super().restore_from_checkpoint(recorded)
+        m = self.recipe.model_knobs
+        if recorded is None or m.weights is None or m.weights_normalization is not None:
+            return
+        if m.weights == IMAGENET or os.path.exists(m.weights):
+            return  # told by the weights themselves (`pretrained_start`)
+        knobs = recorded()
+        if knobs.get("model.weights") != m.weights:
+            return  # another start: the resume's own check names the difference
+        if "model.weights_normalization" not in knobs:
+            _check_unrecorded_normalization(self.recipe, knobs)
+            return
+        source = knobs["model.weights_normalization"]
+        if source is not None:
+            self.recipe = pretrained_start(
+                self.recipe.with_overrides(
+                    {"model.weights_normalization": source}, reason=f"the run of {m.weights}"
+                )
+            )
 
     def build_model(self) -> keras.Model:
         """The model of the recipe; without its starting weights when a checkpoint restores
@@ -338,7 +367,9 @@ def pretrained_start(recipe: Any) -> Any:
     normalization, `user_model`) apply it; the model knobs keras.applications' layers fix
     (batch-norm epsilon, Inception V3's last pooling: `zoo.weights_architecture`)
     are set to theirs. A ResNet is then built as v1 (the builder's
-    `variant=None`), which the `model.weights` deviation states. Other weights: `recipe`.
+    `variant=None`), which the `model.weights` deviation states. The normalization is
+    recorded (`model.weights_normalization`), and a recipe that records it (a checkpoint's)
+    is not told it by reading the weights again. Other weights: `recipe`.
 
     Example:
         >>> from cvbench.tasks.recipes import default_recipe
@@ -348,21 +379,42 @@ def pretrained_start(recipe: Any) -> Any:
         >>> p.mean, p.std, p.input_scaling
         ((123.68, 116.779, 103.939), (1.0, 1.0, 1.0), 'mean_std')
     """
-    weights = recipe.model_knobs.weights
-    norm = weights_normalization(recipe.model, weights)
     given = recipe.deviation("model.weights")
     flag = given.reason if given is not None else "weights"
+    norm = _starting_normalization(recipe)
     if norm is None:
-        if weights is None or recipe.model not in VARIANT_BY_WEIGHTS:
-            return recipe
-        if recipe.model_knobs.variant is not None or not os.path.exists(weights):
-            return recipe  # recorded by the run (its checkpoint's knobs), or unknown here
-        # Recorded, so that a model restored from a checkpoint is built the same without
-        # reading the file again (`ClassificationTask.build_model`).
-        return recipe.with_overrides(
-            {"model.variant": "v1.5"},
-            reason=f"{flag}: not keras.applications' weights: the recipe's ResNet v1.5",
-        )
+        return _own_weights_variant(recipe, flag)
+    return _with_weights_normalization(recipe, norm, flag)
+
+
+def _starting_normalization(recipe: Any) -> InputNormalization | None:
+    """The normalization the recipe's starting weights were trained on: the one it records
+    (`model.weights_normalization`), else told by the weights (`weights_normalization`:
+    None for a file no longer there)."""
+    recorded = recipe.model_knobs.weights_normalization
+    if recorded is not None:
+        return NORMALIZATIONS[recorded]
+    return weights_normalization(recipe.model, recipe.model_knobs.weights)
+
+
+def _own_weights_variant(recipe: Any, flag: str) -> Any:
+    """`recipe` recording `model.variant` v1.5 when it starts a bottleneck ResNet from a
+    weight file that is not keras.applications' (so that a model restored from a checkpoint
+    is built the same without reading the file: `ClassificationTask.build_model`)."""
+    m = recipe.model_knobs
+    if m.weights is None or recipe.model not in VARIANT_BY_WEIGHTS:
+        return recipe
+    if m.variant is not None or not os.path.exists(m.weights):
+        return recipe  # recorded by the run (its checkpoint's knobs), or unknown here
+    return recipe.with_overrides(
+        {"model.variant": "v1.5"},
+        reason=f"{flag}: not keras.applications' weights: the recipe's ResNet v1.5",
+    )
+
+
+def _with_weights_normalization(recipe: Any, norm: InputNormalization, flag: str) -> Any:
+    """`recipe` with keras.applications' input normalization `norm` and the architecture
+    their model has (`pretrained_start`), recording `norm` as `model.weights_normalization`."""
     if norm.source == "inception":
         changes: dict[str, Any] = {"preprocessing.input_scaling": "inception"}
     else:
@@ -371,26 +423,46 @@ def pretrained_start(recipe: Any) -> Any:
             "preprocessing.mean": norm.mean,
             "preprocessing.std": norm.std,
         }
+    changes["model.weights_normalization"] = norm.source
     recipe = recipe.with_overrides(
         changes,
         reason=f"{flag}: keras.applications' weights were trained on {norm.source} input "
         f"normalization (RGB mean {norm.mean}, std {norm.std})",
     )
     architecture = {
-        f"model.{knob}": value
-        for knob, value in weights_architecture(recipe.model, weights).items()
+        f"model.{knob}": value for knob, value in ARCHITECTURE.get(recipe.model, {}).items()
     }
     recipe = recipe.with_overrides(
         architecture, reason=f"{flag}: keras.applications' {recipe.model} has this layout"
     )
-    if norm.source == "caffe":
-        recipe = recipe.with_overrides(
-            {"model.weights": weights, "model.variant": "v1"},
-            reason=f"{flag}: keras.applications' ResNet v1 weights: the model is built as "
-            "ResNet v1 (stride in the first 1x1 conv; the recipe's is v1.5) and its stem "
-            "permuted to take RGB",
+    if norm.source != "caffe":
+        return recipe
+    return recipe.with_overrides(
+        {"model.weights": recipe.model_knobs.weights, "model.variant": "v1"},
+        reason=f"{flag}: keras.applications' ResNet v1 weights: the model is built as "
+        "ResNet v1 (stride in the first 1x1 conv; the recipe's is v1.5) and its stem "
+        "permuted to take RGB",
+    )
+
+
+def _check_unrecorded_normalization(recipe: Any, knobs: dict[str, Any]) -> None:
+    """Refuses a checkpoint (`knobs`) of an older cvbench, recording no
+    `model.weights_normalization`, whose preprocessing differs from `recipe`'s: its starting
+    weights decided it, and their file is not there to tell."""
+    current = dict(recipe.knobs())
+    differ = sorted(
+        knob
+        for knob, value in knobs.items()
+        if knob.startswith("preprocessing.")
+        and knob in current
+        and (tuple(value) if isinstance(value, list) else value) != current[knob]
+    )
+    if differ:
+        raise ValueError(
+            f"{recipe.model}: the checkpoint does not record the input normalization its "
+            f"starting weights {recipe.model_knobs.weights} decide ({', '.join(differ)} "
+            "differ), and that file is not there to tell: put it back at that path"
         )
-    return recipe
 
 
 def _hard_labels(y_true: Any, y_pred: Any) -> Any:

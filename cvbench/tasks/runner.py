@@ -410,7 +410,8 @@ def prepare_run(
         optimizer = optimizer(train.steps_per_epoch, batch_size * dist.size)
     config = dataclasses.replace(config or TrainConfig(), **loss_scaling(recipe))
     if _resumes_a_checkpoint(config) and hasattr(task, "restore_from_checkpoint"):
-        task.restore_from_checkpoint()  # the starting weights' file may have moved since
+        # the starting weights' file may have moved since: what it decided is recorded
+        task.restore_from_checkpoint(recorded=lambda: _recorded_knobs(config))
     settings = run_settings(task)
     notes = run_notes(task, dist, batch_size, precision=precision, own_optimizer=own_optimizer)
     if dist.is_chief:
@@ -424,6 +425,19 @@ def prepare_run(
         task=task, trainer=trainer, train=train, batch_size=batch_size, plan=run_plan,
         notes=notes,
     )  # fmt: skip
+
+
+def _recorded_knobs(config: TrainConfig) -> dict[str, Any]:
+    """The recipe knobs the newest valid checkpoint of the run in `config.log_dir` records
+    (`{}`: none valid, or none recorded; the Trainer then refuses or compares as always)."""
+    from cvbench.training.checkpoint import find_checkpoint, read_checkpoint_meta
+
+    try:
+        meta = read_checkpoint_meta(find_checkpoint(config.log_dir))
+    except (OSError, ValueError):  # none valid: the Trainer's own check says so
+        return {}
+    settings = meta.get("state", {}).get("settings") or {}
+    return settings.get("knobs") or {}
 
 
 def _resumes_a_checkpoint(config: TrainConfig) -> bool:

@@ -78,3 +78,78 @@ def test_a_restored_ssd_is_built_without_its_backbone_file(tmp_path, notop_h5):
     task.check_trainable()  # the recipe's weights still count: frozen batch norms are fine
     model = task.build_model()
     assert model.output["classes"].shape[-1] == 3
+
+
+def _classifier_train(weights, run) -> list[str]:
+    return ["train", "--model", "resnet50", "--synthetic", "--weights", str(weights),
+            "--image-size", "32", "--batch-size", "2", "--num-classes", "3", "--epochs", "2",
+            "--steps-per-epoch", "1", "--precision", "fp32", "--eval", "none", "--no-progress",
+            "--log-every", "0", "--seed", "1", "--no-export", "--log-dir", str(run)]  # fmt: skip
+
+
+@pytest.mark.heavy
+def test_a_keras_applications_run_resumes_and_evaluates_after_its_file_moved(
+    tmp_path, notop_h5, capsys
+):
+    weights = tmp_path / "notop.h5"
+    shutil.copy(notop_h5, weights)
+    run = tmp_path / "run"
+    train = _classifier_train(weights, run)
+    assert cli.main(train) == 0
+    weights.rename(tmp_path / "moved.h5")
+    capsys.readouterr()
+    assert cli.main([*train, "--resume"]) == 0, capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "resumed from" in captured.out + captured.err
+    assert cli.main(["eval", "--checkpoint", str(run), "--synthetic", "--batch-size", "2"]) == 0
+
+
+def _task(weights, tmp_path):
+    from cvbench.tasks.base import TaskOptions
+    from cvbench.tasks.classification import ClassificationTask
+    from cvbench.tasks.recipes.resolve import resolve_recipe
+
+    settings = {"weights": str(weights), "image_size": 32, "num_classes": 3}
+    recipe = resolve_recipe("resnet50", settings=settings)
+    return ClassificationTask(TaskOptions(model="resnet50", recipe=recipe))
+
+
+@pytest.mark.parametrize("name", ["resnet50", "inception_v3"])
+def test_keras_applications_weights_record_their_normalization(tmp_path, notop_h5, name):
+    from cvbench.tasks.base import TaskOptions
+    from cvbench.tasks.classification import ClassificationTask
+    from cvbench.tasks.recipes.resolve import resolve_recipe
+
+    settings = {"weights": "imagenet", "image_size": 75, "num_classes": 3}
+    recipe = resolve_recipe(name, settings=settings)
+    task = ClassificationTask(TaskOptions(model=name, recipe=recipe))
+    expected = {"resnet50": "caffe", "inception_v3": "inception"}[name]
+    assert task.recipe.model_knobs.weights_normalization == expected
+
+
+def test_the_recorded_normalization_is_taken_from_the_checkpoint_when_the_file_is_gone(
+    tmp_path, notop_h5
+):
+    weights = tmp_path / "notop.h5"
+    shutil.copy(notop_h5, weights)
+    start = _task(weights, tmp_path).recipe  # what the run recorded at its start
+    # caffe: RGB minus (123.68, 116.779, 103.939), unscaled; ResNet v1; keras' epsilon.
+    assert start.preprocessing.mean == (123.68, 116.779, 103.939)
+    assert start.model_knobs.weights_normalization == "caffe"
+    weights.unlink()
+    resumed = _task(weights, tmp_path)
+    assert resumed.recipe.preprocessing.mean != start.preprocessing.mean  # cannot tell alone
+    resumed.restore_from_checkpoint(recorded=lambda: dict(start.knobs()))
+    assert dict(resumed.recipe.knobs()) == dict(start.knobs())
+
+
+def test_an_older_checkpoint_without_the_normalization_is_refused_in_one_line(tmp_path, notop_h5):
+    weights = tmp_path / "notop.h5"
+    shutil.copy(notop_h5, weights)
+    knobs = dict(_task(weights, tmp_path).recipe.knobs())
+    del knobs["model.weights_normalization"]  # an older cvbench's checkpoint
+    weights.unlink()
+    resumed = _task(weights, tmp_path)
+    with pytest.raises(ValueError, match="does not record the input normalization") as error:
+        resumed.restore_from_checkpoint(recorded=lambda: knobs)
+    assert "\n" not in str(error.value) and str(weights) in str(error.value)

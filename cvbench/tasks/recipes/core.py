@@ -136,6 +136,11 @@ class ModelKnobs:
     # weights fix it (keras.applications' are v1), so that a model restored from a
     # checkpoint is built the same without reading those weights again.
     variant: str | None = None
+    # The input normalization keras.applications' starting weights were trained on
+    # ("caffe", "inception"; `cvbench.models.pretrained`); None: not theirs (the recipe's
+    # applies). Recorded at the start, so that a resume or an evaluation never needs
+    # those weights again to tell it.
+    weights_normalization: str | None = None
 
 
 @dataclass(frozen=True)
