@@ -49,6 +49,7 @@ import dataclasses
 import functools
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -265,28 +266,32 @@ class _Slots:
     about as much as scaling the image). An array is handed out again only when nothing
     but this pool refers to it (every NumPy view of it, however derived, holds its owner
     as `base`), so reuse is never visible; at most `limit` arrays are kept, more are plain
-    new arrays."""
+    new arrays. Threads may take at once (two iterators of one dataset share their map's
+    slots; free-threaded Python's `mp_prefetch` maps on threads): finding a free array and
+    lending it is one step under a lock, so no array is lent twice."""
 
     def __init__(self, shape: tuple[int, ...], dtype: Any, limit: int) -> None:
         self.shape, self.dtype, self.limit = shape, dtype, limit
         self.buffers: list[np.ndarray] = []
         self.next = 0
+        self._lock = threading.Lock()
 
     def take(self) -> np.ndarray:
         """An uninitialised array of `shape` and `dtype` that nobody else holds."""
-        count = len(self.buffers)
-        for k in range(count):
-            i = (self.next + k) % count
-            # the list's reference and getrefcount's argument: nobody else's
-            if sys.getrefcount(self.buffers[i]) <= 2:
-                self.next = i + 1
-                return self.buffers[i][...]
-        fresh = np.empty(self.shape, self.dtype)
-        if count >= self.limit:
-            return fresh
-        self.buffers.append(fresh)
-        self.next = count + 1
-        return fresh[...]
+        with self._lock:
+            count = len(self.buffers)
+            for k in range(count):
+                i = (self.next + k) % count
+                # the list's reference and getrefcount's argument: nobody else's
+                if sys.getrefcount(self.buffers[i]) <= 2:
+                    self.next = i + 1
+                    return self.buffers[i][...]
+            fresh = np.empty(self.shape, self.dtype)
+            if count >= self.limit:
+                return fresh
+            self.buffers.append(fresh)
+            self.next = count + 1
+            return fresh[...]
 
 
 class TrainMap(_RandomMap):
@@ -320,9 +325,11 @@ class TrainMap(_RandomMap):
         t = self.transform
         if not self.slots or t.dtype != "float32":
             return None
-        if self._outputs is None:
-            self._outputs = _Slots((t.image_size, t.image_size, 3), np.float32, self.slots)
-        return self._outputs.take()
+        outputs = self._outputs  # read once: a thread making the pool meanwhile is harmless
+        if outputs is None:
+            shape = (t.image_size, t.image_size, 3)
+            outputs = self._outputs = _Slots(shape, np.float32, self.slots)
+        return outputs.take()
 
     def _augment(self, item: tuple[int, bytes], rng: np.random.Generator) -> tuple | None:
         """The training example of one record; None when it is damaged and skipped."""

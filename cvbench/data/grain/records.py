@@ -189,15 +189,24 @@ class TFRecordSource(_Base):
         k = self._file_of(index)
         path = self.files[k]
         offset, size = (int(v) for v in self._table[index])
-        fd = self._fds.get(k)
-        if fd is None:
-            f = open_input(path, what="TFRecord file")
-            fd = self._fds[k] = os.dup(f.fileno())
-            f.close()
-        data = os.pread(fd, size - 16, offset + 12)
+        data = os.pread(self._descriptor(k), size - 16, offset + 12)
         if len(data) != size - 16:
             raise BadFileError(f"TFRecord file {path} ended inside record at byte {offset}")
         return data
+
+    def _descriptor(self, k: int) -> int:
+        """This process's descriptor of file `k`, opened on its first read. grain's read
+        threads may open one at once: the first stored is kept and the others closed
+        (`dict.setdefault` stores or returns in one step), so no descriptor is dropped
+        open."""
+        fd = self._fds.get(k)
+        if fd is None:
+            with open_input(self.files[k], what="TFRecord file") as f:
+                opened = os.dup(f.fileno())
+            fd = self._fds.setdefault(k, opened)
+            if fd != opened:  # another thread stored its own first
+                os.close(opened)
+        return fd
 
     def _file_of(self, index: int) -> int:
         return bisect.bisect_right(self._starts, index) - 1
