@@ -248,6 +248,47 @@ def match_files(folder: str | os.PathLike, pattern: str) -> list[Path]:
     return sorted(found)
 
 
+#: A shard of a set: `<prefix>-NNNNN-of-NNNNN` (`build-imagenet`, `build-coco`, TFDS).
+SHARD_NAME = re.compile(r"^(?P<prefix>.*)-(?P<index>\d{5})-of-(?P<total>\d{5})$")
+
+
+def check_shard_set(files: Iterable[str | os.PathLike], *, split: str, folder: Any) -> None:
+    """Refuses an incomplete set of shards: each `<prefix>-NNNNN-of-TTTTT` set among `files`
+    must hold every index below `TTTTT` (a missing shard would silently train or evaluate
+    on less). Files not named so are not checked. Every reader lists its files so
+    (`cvbench.data.read.reader.list_split_files`, grain's `split_files`).
+
+    Raises:
+        BadFileError: naming the split, the folder and the first missing shards.
+
+    Example:
+        >>> check_shard_set(["d/train-00000-of-00002", "d/train-00001-of-00002"],
+        ...                 split="train", folder="d")
+        >>> check_shard_set(["d/train-00001-of-00003"], split="train", folder="d")
+        Traceback (most recent call last):
+        ...
+        cvbench.utils.errors.BadFileError: the train split in d is incomplete: 2 of its 3 \
+shards are missing (train-00000-of-00003, train-00002-of-00003); copy them back or build \
+the records again
+    """
+    sets: dict[tuple[str, int], set[int]] = {}
+    for path in files:
+        found = SHARD_NAME.match(os.path.basename(os.fspath(path)))
+        if found is not None:
+            key = (found["prefix"], int(found["total"]))
+            sets.setdefault(key, set()).add(int(found["index"]))
+    for (prefix, total), indexes in sorted(sets.items()):
+        missing = [i for i in range(total) if i not in indexes]
+        if missing:
+            names = [f"{prefix}-{i:05d}-of-{total:05d}" for i in missing[:3]]
+            more = ", ..." if len(missing) > 3 else ""
+            raise BadFileError(
+                f"the {split} split in {folder} is incomplete: {len(missing)} of its {total} "
+                f"shards are missing ({', '.join(names)}{more}); copy them back or build the "
+                "records again"
+            )
+
+
 def owned_folder(root: str | os.PathLike, *parts: str, create: bool = True) -> Path:
     """`root / parts...`, a folder cvbench owns and writes into, made where missing.
 

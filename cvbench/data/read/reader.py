@@ -50,7 +50,7 @@ from cvbench.data.read.ranks import rank_seed as rank_seed
 from cvbench.data.read.raw_data import raw_data_message
 from cvbench.data.tfrecord import scan_tfrecord
 from cvbench.utils.errors import BadFileError
-from cvbench.utils.files import match_files
+from cvbench.utils.files import check_shard_set, match_files
 
 ParseFn = Callable[[tf.Tensor], dict]
 
@@ -73,6 +73,7 @@ def list_split_files(
             (`train/*.tfrecord`), which are literal, as `data_dir` itself is.
 
     Raises:
+        BadFileError: an incomplete set of `-NNNNN-of-NNNNN` shards (`check_shard_set`).
         FileNotFoundError: `data_dir` does not exist or nothing matches; the message says
             what was looked for, where, and which shard-like files are there; for a folder
             of raw images (class folders, COCO JSON), the builder command that makes its
@@ -90,6 +91,7 @@ def list_split_files(
         present = sorted({n.split("-")[0] for n in os.listdir(root) if "-of-" in n})
         hint = f"; shard files present for: {', '.join(present)}" if present else ""
         raise FileNotFoundError(f"no TFRecord files matching {pattern!r} in {root}{hint}")
+    check_shard_set(files, split=split, folder=root)
     return files
 
 
