@@ -345,18 +345,12 @@ def _max_input_side(args: argparse.Namespace) -> int:
 
 def _model_info(args: argparse.Namespace) -> Any:
     """The `ModelInfo` of the model file, read without Keras; one without is refused."""
-    from cvbench.inference import read_model_info
+    from cvbench.utils.model_file import require_model_info
 
     model_path = Path(args.model)
     if not model_path.exists():  # a FIFO or folder is refused by read_model_info: exit 1
         raise CLIError(f"no model file {model_path}")
-    info = read_model_info(model_path, max_input_side=_max_input_side(args))
-    if info is None:
-        raise CLIError(
-            f"{model_path} carries no ModelInfo (no cvbench.json entry); write it with "
-            "cvbench.inference.save_model(model, path, info)"
-        )
-    return info
+    return require_model_info(model_path, max_input_side=_max_input_side(args))
 
 
 def _warn_skipped(error: BadFileError, skipped: list[BadFileError]) -> None:

@@ -65,6 +65,7 @@ from cvbench.utils.model_file import (
     ModelInfo,
     info_file_path,
     load_model,
+    require_model_info,
     write_info_file,
 )
 
@@ -167,13 +168,10 @@ def _model_and_info(
         import cvbench.detection.ssd  # noqa: F401  (registers the layers a model file may hold)
         import cvbench.models  # noqa: F401
 
+        if info is None:  # before loading: a file without one is refused fast
+            require_model_info(model_or_path, max_input_side=max_input_side)
         model, stored = load_model(model_or_path, max_input_side=max_input_side)
         info = info or stored
-        if info is None:
-            raise ValueError(
-                f"{model_or_path} holds no ModelInfo (no cvbench.json entry): save it with "
-                "cvbench.inference.save_model(model, path, info)"
-            )
     if info is None:
         raise ValueError("export needs the model's ModelInfo: pass info= (or a model file)")
     size = tuple(getattr(model, "input_shape", (None, None, None))[1:3])

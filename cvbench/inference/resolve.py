@@ -20,6 +20,7 @@ from cvbench.utils.model_file import (
     class_names_or_default,
     load_model,
     read_model_info,
+    require_model_info,
 )
 
 
@@ -124,19 +125,15 @@ def resolve_model(model: Any, *, info: ModelInfo | None, task: str) -> tuple[Any
         FileNotFoundError: for a missing model file.
         BadFileError: (a `ValueError`) for a model file that is not a regular file or is
             malformed (`cvbench.utils.model_file.load_model`).
-        ValueError: for a file without `ModelInfo` (and no `info`), a model object without
-            `info`, or an info of another task.
+        BadFileError: a file without `ModelInfo` (and no `info`: `require_model_info`).
+        ValueError: a model object without `info`, or an info of another task.
     """
     if isinstance(model, str | os.PathLike):
         path = Path(model)
         if not path.exists():
             raise FileNotFoundError(f"no model file {path}")
-        stored = read_model_info(path)  # before loading: a file without info is refused fast
-        if info is None and stored is None:
-            raise ValueError(
-                f"{path} carries no ModelInfo (no cvbench.json entry): write it with "
-                "cvbench.inference.save_model(model, path, info), or pass info=ModelInfo(...)"
-            )
+        # before loading: a file without info (and no `info`) is refused fast
+        stored = read_model_info(path) if info is not None else require_model_info(path)
         model, _ = load_model(path)
         info = info or stored
     elif info is None:

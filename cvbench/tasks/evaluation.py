@@ -141,7 +141,11 @@ def _policy_of(model: Any) -> str:
 def output_classes(model: Any) -> int | None:
     """The classes a classifier (logits `(B, C)`) or an SSD (`{"classes": (B, N, C)}`)
     predicts, or None for another kind of output."""
-    output = model.output
+    try:
+        output = model.output
+    except AttributeError:  # a Sequential loaded from a file has `outputs`, not `output`
+        outputs = getattr(model, "outputs", None) or []
+        output = outputs[0] if len(outputs) == 1 else None
     if isinstance(output, dict):
         output = output.get("classes")
     shape = getattr(output, "shape", None)

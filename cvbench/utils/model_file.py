@@ -789,6 +789,28 @@ def read_model_info(
     return info_from_json(data, path=path, max_input_side=max_input_side)
 
 
+def require_model_info(
+    path: str | os.PathLike, *, max_input_side: int = MAX_INPUT_SIDE
+) -> ModelInfo:
+    """The `ModelInfo` of the model file `path` (`read_model_info`), for the commands that
+    cannot run a model without it (`predict`, `export`): a file without one is a bad input
+    file, not a bad argument.
+
+    Raises:
+        FileNotFoundError: for a missing file.
+        BadFileError: as `read_model_info`, and for a `.keras` file without `cvbench.json`,
+            naming the file and what is missing.
+    """
+    info = read_model_info(path, max_input_side=max_input_side)
+    if info is None:
+        raise BadFileError(
+            f"{path} holds no ModelInfo (no {INFO_ENTRY} entry: its class names, input size "
+            "and resize rule); cvbench writes one into every model file it saves: write it "
+            "with cvbench.inference.save_model(model, path, info)"
+        )
+    return info
+
+
 def load_model(
     path: str | os.PathLike, *, compile: bool = False, max_input_side: int = MAX_INPUT_SIDE
 ) -> tuple[Any, ModelInfo | None]:

@@ -103,7 +103,6 @@ def test_errors_are_one_line(tmp_path, images, capsys):
     bad.write_text("not an image")
     cases = {
         ("predict", str(tmp_path / "none.keras"), str(images)): "no model file",
-        ("predict", str(plain), str(images)): "plain.keras carries no ModelInfo",
         ("predict", str(cls), str(tmp_path / "gone.png")): "no image file or folder",
         ("predict", str(det), str(images), "--top-k", "3"): "is a detector: --top-k",
         ("predict", str(cls), str(images), "--coco-json", "x.json"): "is a classifier: --coco",
@@ -113,7 +112,12 @@ def test_errors_are_one_line(tmp_path, images, capsys):
         assert code == 2 and out == "", argv
         assert len(err.splitlines()) == 1 and err.startswith("cvbench: error: "), err
         assert message in err, err
-    # A bad input file (not a bad argument): exit 1, like a corrupt record in train / eval.
+    # A bad input file (not a bad argument): exit 1, like a corrupt record in train / eval;
+    # a model file without ModelInfo too (it was exit 2).
+    code, out, err = _main(["predict", str(plain), str(images)], capsys)
+    assert (code, out) == (1, "")
+    assert err.startswith(f"cvbench predict: error: {plain} holds no ModelInfo (no cvbench.json")
+    assert len(err.splitlines()) == 1
     code, out, err = _main(["predict", str(cls), str(bad)], capsys)
     assert (code, out) == (1, "")
     assert err == (

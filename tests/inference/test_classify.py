@@ -18,6 +18,7 @@ from cvbench.inference import save_model
 from cvbench.inference.classification import classify, softmax
 from cvbench.inference.detection import detect
 from cvbench.inference.resolve import default_info
+from cvbench.utils.errors import BadFileError
 
 pytestmark = pytest.mark.backend_agnostic
 
@@ -118,7 +119,7 @@ def test_errors(tmp_path):
         classify(model, _image(), info=detector_info())
     no_info = tmp_path / "plain.keras"
     model.save(no_info)
-    with pytest.raises(ValueError, match=r"plain\.keras carries no ModelInfo"):
+    with pytest.raises(BadFileError, match=r"plain\.keras holds no ModelInfo"):
         classify(no_info, _image())
     with pytest.raises(FileNotFoundError, match=r"missing\.keras"):
         classify(tmp_path / "missing.keras", _image())

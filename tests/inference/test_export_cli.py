@@ -60,10 +60,12 @@ def test_errors_are_one_line(model_file, tmp_path, capsys):
 def test_a_file_without_model_info_is_an_error(tmp_path, capsys):
     bare = resnet18(input_shape=(32, 32, 3), num_classes=4)
     path = save_model(bare, tmp_path / "bare.keras")  # no cvbench.json
-    assert cli.main(["export", str(path), "--output", str(tmp_path / "o")]) == 2
+    # A bad input file (exit 1, `require_model_info`), refused before Keras loads it.
+    assert cli.main(["export", str(path), "--output", str(tmp_path / "o")]) == 1
     assert capsys.readouterr().err.strip() == (
-        f"cvbench: error: {path} holds no ModelInfo (no cvbench.json entry): save it with "
-        "cvbench.inference.save_model(model, path, info)"
+        f"cvbench export: error: {path} holds no ModelInfo (no cvbench.json entry: its class "
+        "names, input size and resize rule); cvbench writes one into every model file it "
+        "saves: write it with cvbench.inference.save_model(model, path, info)"
     )
 
 
