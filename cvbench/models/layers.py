@@ -14,7 +14,12 @@ stride-1 convolution with an odd kernel and "same" padding (or any 1x1 convoluti
 
 A strided 1x1 convolution is a stride-1 one on the subsampled input `x[:, ::s, ::s]`.
 `FastConv2D` computes those gradients that way (`tf.custom_gradient`): the same values up to
-float rounding. Everywhere else it is `keras.layers.Conv2D` unchanged: strided, dilated,
+float rounding. Which convolutions take that path depends on the CPU
+(`fast_gradient_kinds`): on a CPU with AVX-512, whose oneDNN backward kernels are not the slow
+ones, only stride-1 1x1 convolutions (a kernel gradient that is one matrix product); there
+the k x k and strided 1x1 rewritings cost more than they save (the tap slices' copies, the
+subsampling's gradient scatter), in float32 and bfloat16 alike. On other CPUs (AVX2) all of
+the above. Everywhere else it is `keras.layers.Conv2D` unchanged: strided, dilated,
 grouped, even-sized or "valid" k x k convolutions, other backends (XLA on JAX has no such
 slow kernels), TensorFlow with a GPU (cuDNN's kernels), and any call that no gradient tape
 records (`gradients_recorded`: inference runs Conv2D's own operation, which TensorFlow's
@@ -29,10 +34,12 @@ included), to measure what it gains side by side.
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
 from typing import Any
 
 import keras
 
+from cvbench.utils.cpu import cpu_flags
 from cvbench.utils.model_layers import all_layers
 
 
@@ -45,6 +52,36 @@ def tensorflow_on_cpu_only() -> bool:
     import tensorflow as tf
 
     return not tf.config.list_logical_devices("GPU")
+
+
+#: What `fast_gradient_kinds` answers: fast gradients for stride-1 1x1 convolutions only, or
+#: for every convolution the module docstring lists.
+POINTWISE = "pointwise"
+ALL = "all"
+
+
+def fast_gradient_kinds(flags: Collection[str] | None = None) -> str:
+    """Which convolutions take `FastConv2D`'s fast gradients on a CPU with these flags:
+    `POINTWISE` (stride-1 1x1 only) where the CPU has AVX-512 (`avx512f`: oneDNN's AVX-512
+    backward kernels, against which the k x k and strided rewritings measured slower in
+    ResNet-50's train step, docs/benchmarks.md), `ALL` elsewhere (on AVX2 they measured
+    1.19x faster for ResNet-50).
+
+    Example:
+        >>> fast_gradient_kinds({"avx2", "avx512f", "avx512_bf16"}), fast_gradient_kinds({"avx2"})
+        ('pointwise', 'all')
+
+    Args:
+        flags: the CPU's feature flags; None: this machine's (`cvbench.utils.cpu.cpu_flags`).
+    """
+    if flags is None:
+        return _this_cpu_kinds()
+    return POINTWISE if "avx512f" in flags else ALL
+
+
+@functools.cache
+def _this_cpu_kinds() -> str:
+    return fast_gradient_kinds(cpu_flags())
 
 
 def gradients_recorded() -> bool:
@@ -162,14 +199,18 @@ class FastConv2D(keras.layers.Conv2D):
             raise ValueError(f"fast_gradients must be a bool, got {fast_gradients!r}")
         self.fast_gradients = fast_gradients
 
-    def uses_fast_gradients(self, input_rank: int = 4) -> bool:
-        """Whether a call on an input of rank `input_rank` takes the fast path."""
+    def uses_fast_gradients(self, input_rank: int = 4, *, kinds: str | None = None) -> bool:
+        """Whether a call on an input of rank `input_rank` takes the fast path.
+
+        Args:
+            input_rank: the rank of the call's input.
+            kinds: `POINTWISE` or `ALL` (see `fast_gradient_kinds`); None: this CPU's.
+        """
         kh, kw = self.kernel_size
+        stride_1 = tuple(self.strides) == (1, 1)
         one_by_one = kh == kw == 1  # any stride: a strided 1x1 convolution reads x[:, ::s, ::s]
-        odd_same = (
-            self.padding == "same" and kh % 2 == 1 and kw % 2 == 1 and tuple(self.strides) == (1, 1)
-        )
-        return (
+        odd_same = self.padding == "same" and kh % 2 == 1 and kw % 2 == 1 and stride_1
+        if not (
             self.fast_gradients
             and keras.config.backend() == "tensorflow"
             and self.data_format == "channels_last"
@@ -178,7 +219,12 @@ class FastConv2D(keras.layers.Conv2D):
             and input_rank == 4
             and (one_by_one or odd_same)
             and tensorflow_on_cpu_only()
-        )
+        ):
+            return False
+        kinds = fast_gradient_kinds() if kinds is None else kinds
+        if kinds not in (POINTWISE, ALL):
+            raise ValueError(f"kinds must be {POINTWISE!r} or {ALL!r}, got {kinds!r}")
+        return kinds == ALL or (one_by_one and stride_1)
 
     def convolution_op(self, inputs: Any, kernel: Any) -> Any:
         if not (self.uses_fast_gradients(len(inputs.shape)) and gradients_recorded()):

@@ -41,9 +41,23 @@ def _taped(layer):
     return call
 
 
+@pytest.fixture
+def cpu_kinds(monkeypatch):
+    """Sets which convolutions this CPU gives fast gradients (`fast_gradient_kinds`)."""
+
+    def use(kinds: str) -> None:
+        monkeypatch.setattr(layers_module, "_this_cpu_kinds", lambda: kinds)
+
+    return use
+
+
 @pytest.mark.parametrize("kernel, strides", [(3, 1), (1, 2), (1, 1)])
-def test_untaped_call_is_conv2d_own_op_and_taped_call_keeps_fast_gradients(kernel, strides):
+def test_untaped_call_is_conv2d_own_op_and_taped_call_keeps_fast_gradients(
+    kernel, strides, cpu_kinds
+):
     import tensorflow as tf
+
+    cpu_kinds(layers_module.ALL)  # every one of these takes the fast path under a tape
 
     x = tf.constant(np.random.default_rng(0).normal(size=(2, 6, 6, 3)).astype("float32"))
     fast = FastConv2D(4, kernel, strides=strides, padding="same")
@@ -63,13 +77,26 @@ def test_untaped_call_is_conv2d_own_op_and_taped_call_keeps_fast_gradients(kerne
     np.testing.assert_allclose(np.float32(fast(x)), np.float32(plain(x)), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["resnet50", "resnet18"])
-def test_inference_graph_of_resnet_has_no_custom_gradient_wrappers(name):
+@pytest.mark.parametrize(
+    "name, kinds, fast",
     # ResNet-50 has 53 convolutions, ResNet-18 20: each a plain Conv2D in inference. Under a
-    # tape every fast one adds one IdentityN: all but the 7x7/2 stem and the three strided
-    # 3x3 convolutions of v1.5, 53 - 4 = 49 and 20 - 4 = 16 (before the change the inference
-    # graph had those IdentityN ops too).
+    # tape every fast one adds one IdentityN. ALL (AVX2): all but the 7x7/2 stem and the
+    # three strided 3x3 convolutions of v1.5, 53 - 4 = 49 and 20 - 4 = 16 (before the
+    # change the inference graph had those IdentityN ops too). POINTWISE (AVX-512): the
+    # stride-1 1x1 ones, ResNet-50's two per bottleneck (16 x 2) and the first stage's
+    # stride-1 projection shortcut: 33; ResNet-18's basic blocks have none (its three
+    # shortcuts are strided): 0.
+    [
+        ("resnet50", "all", 49),
+        ("resnet18", "all", 16),
+        ("resnet50", "pointwise", 33),
+        ("resnet18", "pointwise", 0),
+    ],
+)
+def test_inference_graph_of_resnet_has_no_custom_gradient_wrappers(name, kinds, fast, cpu_kinds):
     import tensorflow as tf
+
+    cpu_kinds(kinds)
 
     model = get_model(name, num_classes=3, input_shape=(32, 32, 3))
     x = tf.zeros((2, 32, 32, 3))
@@ -77,7 +104,7 @@ def test_inference_graph_of_resnet_has_no_custom_gradient_wrappers(name):
     assert ops["Conv2D"] == {"resnet50": 53, "resnet18": 20}[name]
     assert ops["IdentityN"] == 0
     taped = _op_types(_taped(lambda x: model(x, training=True)), x)
-    assert taped["IdentityN"] == {"resnet50": 49, "resnet18": 16}[name]
+    assert taped["IdentityN"] == fast
 
 
 def test_gradients_recorded_follows_the_tape():

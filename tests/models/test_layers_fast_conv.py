@@ -56,14 +56,29 @@ CONVOLUTIONS = [
 ]
 
 
+@pytest.fixture
+def cpu_kinds(monkeypatch):
+    """Sets which convolutions this CPU gives fast gradients (`fast_gradient_kinds`), so
+    that every path is tested on every CPU."""
+
+    def use(kinds: str) -> None:
+        monkeypatch.setattr(layers_module, "_this_cpu_kinds", lambda: kinds)
+
+    return use
+
+
+@pytest.mark.parametrize("kinds", [layers_module.ALL, layers_module.POINTWISE])
 @pytest.mark.parametrize("kernel, padding, strides", CONVOLUTIONS)
-def test_outputs_and_all_gradients_equal_conv2d(kernel, padding, strides):
+def test_outputs_and_all_gradients_equal_conv2d(kernel, padding, strides, kinds, cpu_kinds):
+    cpu_kinds(kinds)
     x = np.random.default_rng(0).normal(size=(2, 6, 7, 5)).astype("float32")
     fast, plain = _pair(kernel_size=kernel, strides=strides, padding=padding)
     fast.build(x.shape)
     plain.build(x.shape)
     plain.set_weights(fast.get_weights())
-    assert fast.uses_fast_gradients() == _tf_fast_path()
+    # POINTWISE (a CPU with AVX-512): stride-1 1x1 convolutions only.
+    pointwise = kernel == 1 and strides == 1
+    assert fast.uses_fast_gradients() == (_tf_fast_path() and (kinds == "all" or pointwise))
     for got, want in zip(_outputs_and_grads(fast, x), _outputs_and_grads(plain, x), strict=True):
         np.testing.assert_allclose(np.float32(got), np.float32(want), rtol=1e-5, atol=1e-5)
 
@@ -74,9 +89,10 @@ def test_outputs_and_all_gradients_equal_conv2d(kernel, padding, strides):
     # (2^-11 = 0.0005); two implementations round differently, so a few units of that.
     [("mixed_bfloat16", 0.05), ("mixed_float16", 0.01)],
 )
-def test_mixed_precision_gradients_have_conv2d_dtypes_and_values(policy, tolerance):
+def test_mixed_precision_gradients_have_conv2d_dtypes_and_values(policy, tolerance, cpu_kinds):
+    cpu_kinds(layers_module.ALL)  # the fast path of each kind of convolution
     x = np.random.default_rng(1).normal(size=(2, 5, 6, 3)).astype("float32")
-    for kernel, strides in ((3, 1), (1, 2)):
+    for kernel, strides in ((3, 1), (1, 2), (1, 1)):
         fast, plain = _pair(policy, kernel_size=kernel, strides=strides, padding="same")
         fast.build(x.shape)
         plain.build(x.shape)
