@@ -158,11 +158,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_dead_temporaries(path.parent)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{path.name}.cvbench-{HOST_TAG}-{os.getpid()}-",
-        suffix=f".tmp{path.suffix}",
-        dir=path.parent,
-    )
+    prefix = f".{path.name}.cvbench-{HOST_TAG}-{os.getpid()}-"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=f".tmp{path.suffix}", dir=path.parent)
+    except OSError as error:  # a read-only or full folder: say so of the file asked for
+        raise _naming_destination(error, path) from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -172,12 +172,28 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
                 os.fsync(f.fileno())
         _publish_mode(tmp_path, replacing=path)
         os.replace(tmp_path, path)
-    except BaseException:
+    except BaseException as error:
         if tmp_path.is_dir() and not tmp_path.is_symlink():
             shutil.rmtree(tmp_path, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
+        if isinstance(error, OSError):
+            raise _naming_destination(error, path) from None
         raise
+
+
+def _naming_destination(error: OSError, path: Path) -> OSError:
+    """`error` naming `path` where it names a temporary of `path` (`atomic_path`), or no
+    file at all (a write that found the disk full): the user asked for `path`, and the
+    temporary is gone once the error is reported. Other errors as they are."""
+    if error.errno is None:
+        return error
+    named = error.filename
+    if named is not None:
+        name = os.path.basename(os.fsdecode(named))
+        if not name.startswith(f".{path.name}.cvbench-"):
+            return error
+    return type(error)(error.errno, error.strerror, os.fspath(path))
 
 
 @contextlib.contextmanager
