@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shlex
 import shutil
@@ -647,6 +648,7 @@ def cases() -> list[Case]:
         for hostile in row.hostiles:
             out.append(_row_case(row, hostile))
     out.extend(SEEDS)
+    out.extend(PROBE)
     ids = [c.id for c in out]
     assert len(ids) == len(set(ids)), "two cases share an id"
     return out
@@ -1240,3 +1242,142 @@ SEEDS: tuple[Case, ...] = (
 
 def _says_seed(result) -> None:
     assert re.search(r"\bseed\b.*\b0\b.*\b1\b", result.err), result.err[-2000:]
+
+
+# ------------------------------------------------------- the probe of 2026-12-05: section L
+def _model_folder(case: Path, assets: Assets) -> dict[str, str]:
+    """kdir.keras is a folder (holding a file), beside the valid inputs."""
+    images_folder(case, assets)
+    corpus.victim(case / "kdir.keras" / "inside.txt")
+    return {"target": "kdir.keras"}
+
+
+def _plain_model(case: Path, assets: Assets) -> dict[str, str]:
+    """plain.keras: a Keras model file without cvbench's ModelInfo (no cvbench.json)."""
+    import keras
+
+    images_folder(case, assets)
+    model = keras.Sequential(
+        [keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(3)]
+    )
+    model.save(case / "plain.keras")
+    return {"target": "plain.keras"}
+
+
+def _info_text(text: str) -> Callable[[Path, Assets], dict[str, str]]:
+    def make(case: Path, assets: Assets) -> dict[str, str]:
+        records(case, assets)
+        (case / "data" / "dataset_info.json").write_text(text)
+        return {"target": "data/dataset_info.json"}
+
+    return make
+
+
+def _missing_shard(case: Path, assets: Assets) -> dict[str, str]:
+    """data/train-00000-of-00002 alone: shard 1 of 2 is missing (the set was 1 of 1)."""
+    records(case, assets)
+    shutil.rmtree(case / "data" / "idx", ignore_errors=True)
+    (case / "data" / "train-00000-of-00001").rename(case / "data" / "train-00000-of-00002")
+    return {"missing": "train-00001-of-00002"}
+
+
+def _missing_validation_shard(case: Path, assets: Assets) -> dict[str, str]:
+    """data/validation-00001-of-00002 alone (the training shard renamed): shard 0 of 2 is
+    missing; run/ the finished run on these records."""
+    records(case, assets)
+    shutil.rmtree(case / "data" / "idx", ignore_errors=True)
+    shard = case / "data" / "train-00000-of-00001"
+    shard.rename(case / "data" / "validation-00001-of-00002")
+    _copy(assets.records_run, case / "run")
+    return {"missing": "validation-00000-of-00002"}
+
+
+def _cut_in_the_middle(case: Path, assets: Assets) -> dict[str, str]:
+    """data/train-00000-of-00001 with its middle third cut out."""
+    records(case, assets)
+    shutil.rmtree(case / "data" / "idx", ignore_errors=True)
+    shard = case / "data" / "train-00000-of-00001"
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 3] + data[2 * len(data) // 3 :])
+    return {"target": "data/train-00000-of-00001"}
+
+
+def _names_with_spaces(case: Path, assets: Assets) -> dict[str, str]:
+    corpus.png(case / "my images" / "a b.png", 0)
+    corpus.png(case / "my images" / os.fsdecode(b"b\xff.png"), 1)  # not UTF-8
+    _copy(assets.cls_model, case / "my model.keras")
+    return {}
+
+
+def _lists_both(result, case: Path) -> None:
+    # the byte that is not UTF-8 escaped on the line (`\\udcff` or `\\xff`)
+    assert "my images/a b.png" in result.out, result.out
+    assert r"my images/b\udcff.png" in result.out or r"my images/b\xff.png" in result.out
+
+
+def _user_file(name: str) -> Callable[[Path, Assets], dict[str, str]]:
+    def make(case: Path, assets: Assets) -> dict[str, str]:
+        images_folder(case, assets)
+        corpus.victim(case / name)
+        return {"target": name}
+
+    return make
+
+
+def _user_folder_output(case: Path, assets: Assets) -> dict[str, str]:
+    model_only(case, assets)
+    corpus.victim(case / "mine" / "notes.txt")
+    return {"target": "mine"}
+
+
+def _finished_run_log_dir_file(case: Path, assets: Assets) -> dict[str, str]:
+    corpus.victim(case / "afile")
+    return {"target": "afile"}
+
+
+#: The probe of 2026-12-05 (docs/reliability.md, section L): each case once, its outcome.
+PROBE: tuple[Case, ...] = (
+    Case("L-predict-model-is-a-folder", ("predict", "{target}", "images"), _model_folder,
+         BAD_FILE),
+    Case("L-export-model-is-a-folder", ("export", "{target}", "--output", "out"),
+         _model_folder, BAD_FILE, outputs=("out", "out_info.json")),
+    Case("L-eval-checkpoint-is-a-keras-folder",
+         ("eval", *shlex.split(E), "--checkpoint", "{target}"), _model_folder, BAD_FILE),
+    # a .keras without ModelInfo: a bad input file (it was exit 2, a bad argument)
+    Case("L-predict-model-without-info", ("predict", "{target}", "images"), _plain_model,
+         BAD_FILE),
+    Case("L-export-model-without-info", ("export", "{target}", "--output", "out"),
+         _plain_model, BAD_FILE, outputs=("out", "out_info.json")),
+    Case("L-train-dataset-info-not-json",
+         ("train", *shlex.split(R), "--data-dir", "data"), _info_text('{"classes": ['),
+         BAD_FILE),
+    Case("L-train-dataset-info-a-list", ("train", *shlex.split(R), "--data-dir", "data"),
+         _info_text("[1, 2]"), BAD_FILE),
+    # an incomplete shard set: refused naming the first missing shard (it trained on less)
+    Case("L-train-missing-shard", ("train", *shlex.split(R), "--data-dir", "data"),
+         _missing_shard, Expect(1, named="missing")),
+    Case("L-eval-missing-shard",
+         ("eval", "--checkpoint", "run", "--model", "resnet18", "--image-size", "32",
+          "--data-dir", "data", "--precision", "fp32"),
+         _missing_validation_shard, Expect(1, named="missing")),
+    Case("L-train-shard-cut-in-the-middle", ("train", *shlex.split(R), "--data-dir", "data"),
+         _cut_in_the_middle, BAD_FILE),
+    # 8 training images, a global batch of 64: refused naming the folder
+    Case("L-train-batch-larger-than-the-split",
+         ("train", *shlex.split(R.replace("--batch-size 2", "--batch-size 64")), "--data-dir",
+          "data"), records, Expect(2, named="data")),
+    Case("L-predict-names-with-spaces-and-no-utf8",
+         ("predict", "my model.keras", "my images"), _names_with_spaces,
+         Expect(0, named=None, check=_lists_both)),
+    Case("L-train-log-dir-is-a-file",
+         (*shlex.split(f"train {F} --eval none --no-export"), "--log-dir", "{target}"),
+         _finished_run_log_dir_file, BAD_FILE),
+    Case("L-predict-draw-is-a-users-file", ("predict", "model.keras", "images", "--draw",
+         "{target}"), _user_file("notes.txt"), Expect((1, 2))),
+    Case("L-eval-json-is-a-folder",
+         ("eval", *shlex.split(E), "--checkpoint", "run", "--json", "{target}"),
+         lambda c, a: {**finished_run(c, a), **_user_folder_output(c, a)}, Expect((1, 2))),
+    Case("L-export-tflite-output-is-a-users-folder",
+         ("export", "model.keras", "--format", "tflite", "--output", "{target}", "--overwrite"),
+         _user_folder_output, REFUSED),
+)  # fmt: skip
