@@ -97,8 +97,6 @@ class InputNormalization:
 # stem permuted, `rgb_stem`) the means reverse. Mode "tf" (InceptionV3) is x / 127.5 - 1.
 CAFFE = InputNormalization((123.68, 116.779, 103.939), (1.0, 1.0, 1.0), "caffe")
 INCEPTION = InputNormalization((127.5, 127.5, 127.5), (127.5, 127.5, 127.5), "inception")
-#: Each normalization by its `source`, the name a recipe records it by.
-NORMALIZATIONS = {n.source: n for n in (CAFFE, INCEPTION)}
 
 
 # Keras 3 weight files of keras.applications models, by their number of Conv2D layers:

@@ -15,12 +15,6 @@ from typing import Any
 import keras
 
 from cvbench.data.read.model_inputs import ClassifierInputs
-from cvbench.models.pretrained import (
-    ARCHITECTURE,
-    IMAGENET,
-    NORMALIZATIONS,
-    InputNormalization,
-)
 from cvbench.tasks.base import (
     DATA_CLASSES_REASON,
     SYNTHETIC_EVAL_BATCHES,
@@ -35,7 +29,14 @@ from cvbench.tasks.recipes.plan import builder_arguments
 from cvbench.tasks.sources import DALI_DEVICES, DaliSource, DataSource, GrainSource
 from cvbench.training.losses import SparseCrossEntropy
 from cvbench.utils.model_file import ModelInfo
-from cvbench.zoo import CLASSIFICATION, get_model, list_models, weights_normalization
+from cvbench.zoo import (
+    CLASSIFICATION,
+    InputNormalization,
+    get_model,
+    list_models,
+    weights_architecture,
+    weights_normalization,
+)
 
 #: The `data_backend` names: tf.data, DALI, grain (`cvbench.tasks.sources`).
 DATA_BACKENDS = ("tf", "dali", "grain")
@@ -167,7 +168,7 @@ class ClassificationTask(RecordTask):
         m = self.recipe.model_knobs
         if recorded is None or m.weights is None or m.weights_normalization is not None:
             return
-        if m.weights == IMAGENET or os.path.exists(m.weights):
+        if m.weights == KERAS_IMAGENET or os.path.exists(m.weights):
             return  # told by the weights themselves (`pretrained_start`)
         knobs = recorded()
         if knobs.get("model.weights") != m.weights:
@@ -354,6 +355,8 @@ class ClassificationTask(RecordTask):
 #: The models whose architecture the starting weights decide (keras.applications' files of
 #: these ResNets are v1, `cvbench.models.resnet`): `model.variant` records it.
 VARIANT_BY_WEIGHTS = ("resnet50", "resnet101", "resnet152")
+#: keras.applications' ImageNet weights, as `model.weights` names them.
+KERAS_IMAGENET = "imagenet"
 
 
 def pretrained_start(recipe: Any) -> Any:
@@ -392,9 +395,16 @@ def _starting_normalization(recipe: Any) -> InputNormalization | None:
     (`model.weights_normalization`), else told by the weights (`weights_normalization`:
     None for a file no longer there)."""
     recorded = recipe.model_knobs.weights_normalization
-    if recorded is not None:
-        return NORMALIZATIONS[recorded]
-    return weights_normalization(recipe.model, recipe.model_knobs.weights)
+    if recorded is None:
+        return weights_normalization(recipe.model, recipe.model_knobs.weights)
+    # keras.applications' normalization of this model, told without reading any file
+    norm = weights_normalization(recipe.model, KERAS_IMAGENET)
+    if norm is None or norm.source != recorded:
+        raise ValueError(
+            f"model.weights_normalization {recorded!r}: keras.applications' {recipe.model} "
+            f"weights are trained on {norm.source if norm else 'no'} normalization"
+        )
+    return norm
 
 
 def _own_weights_variant(recipe: Any, flag: str) -> Any:
@@ -429,9 +439,8 @@ def _with_weights_normalization(recipe: Any, norm: InputNormalization, flag: str
         reason=f"{flag}: keras.applications' weights were trained on {norm.source} input "
         f"normalization (RGB mean {norm.mean}, std {norm.std})",
     )
-    architecture = {
-        f"model.{knob}": value for knob, value in ARCHITECTURE.get(recipe.model, {}).items()
-    }
+    layout = weights_architecture(recipe.model, KERAS_IMAGENET)  # reads no file
+    architecture = {f"model.{knob}": value for knob, value in layout.items()}
     recipe = recipe.with_overrides(
         architecture, reason=f"{flag}: keras.applications' {recipe.model} has this layout"
     )
