@@ -150,11 +150,14 @@ def write_eval_results(args, task, trainer, checkpoint: Path, results: dict) -> 
 
 def check_results_path(args: argparse.Namespace, checkpoint: Path) -> None:
     """Refuses, before anything is loaded, a `--json` that is (or holds) the checkpoint, the
-    run folder or the data read, a link, or an existing file cvbench did not write.
+    run folder or the data read, a link, or an existing file cvbench did not write; and a
+    file or a read-only folder in its way.
 
     Raises:
         ValueError: naming the path (exit 2).
+        OSError: a file where a folder is, a read-only folder (exit 1).
     """
+    from cvbench.inference.outputs import check_parent_path, check_writable
     from cvbench.utils.files import check_output, written_by_cvbench
 
     inputs = [checkpoint, Path(args.checkpoint)]
@@ -163,6 +166,9 @@ def check_results_path(args: argparse.Namespace, checkpoint: Path) -> None:
     check_output(
         args.json, inputs=inputs, overwrite=True, is_ours=written_by_cvbench, flag="--json"
     )
+    # as predict's outputs: a file or a read-only folder in the way, found before evaluating
+    check_parent_path(args.json)
+    check_writable(args.json)
 
 
 def newest_checkpoint(path: Path) -> Path:

@@ -45,6 +45,7 @@ def check_writable(path: str | os.PathLike, *, folder: bool = False) -> None:
     Raises:
         OSError: naming `path` (read-only file system, permission denied, ...).
     """
+    given = os.fspath(path)  # named as the user gave it
     path = Path(os.path.abspath(path))
     start = path if folder else path.parent
     existing = next((p for p in (start, *start.parents) if os.path.lexists(p)), None)
@@ -53,7 +54,7 @@ def check_writable(path: str | os.PathLike, *, folder: bool = False) -> None:
     try:
         fd, probe = tempfile.mkstemp(prefix=".cvbench-write-check.", dir=existing)
     except OSError as e:
-        raise OSError(e.errno, e.strerror, os.fspath(path)) from None
+        raise OSError(e.errno, e.strerror, given) from None
     os.close(fd)
     os.unlink(probe)
 
@@ -103,7 +104,7 @@ def check_parent_path(path: str | os.PathLike) -> None:
     Raises:
         NotADirectoryError: naming the first ancestor that is not a folder.
     """
-    for parent in Path(os.path.abspath(path)).parents:
+    for parent in Path(path).parents:  # as given (named so); "." ends a relative path
         if os.path.lexists(parent):
             if not parent.is_dir():
                 raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(parent))

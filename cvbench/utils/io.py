@@ -20,6 +20,7 @@ machine's, or container's, on a shared file system, is left to it).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -156,7 +157,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         A `Path` in the same directory whose suffix matches `path` (some writers check it).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_parents(path)
     remove_dead_temporaries(path.parent)
     prefix = f".{path.name}.cvbench-{HOST_TAG}-{os.getpid()}-"
     try:
@@ -180,6 +181,22 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         if isinstance(error, OSError):
             raise _naming_destination(error, path) from None
         raise
+
+
+def _make_parents(path: Path) -> None:
+    """Creates the folders above `path`; a file where one of them should be is
+    `NotADirectoryError` naming that file (`mkdir` said `File exists`, or named the folder
+    it could not make)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        above = (path.parent, *path.parent.parents)
+        blocking = next((p for p in above if os.path.lexists(p) and not p.is_dir()), None)
+        if blocking is None:
+            raise
+        raise NotADirectoryError(
+            errno.ENOTDIR, os.strerror(errno.ENOTDIR), os.fspath(blocking)
+        ) from None
 
 
 def _naming_destination(error: OSError, path: Path) -> OSError:

@@ -105,6 +105,16 @@ def test_a_json_output_in_a_read_only_folder_names_it_not_its_temporary(work):
 
 
 @pytest.mark.slow
+def test_eval_json_under_a_file_is_refused_before_evaluating(work):
+    # Before: `cvbench: error: pfile: File exists`, exit 2, after the evaluation ran.
+    (work / "pfile").write_text("a user's file")
+    run = cvbench(*EVAL, "--json", "pfile/x.json", cwd=work)
+    assert run.returncode == 1
+    assert lines(run) == ["cvbench eval: error: pfile: Not a directory"]
+    assert run.stdout == ""  # found before evaluating: no results printed
+
+
+@pytest.mark.slow
 def test_two_builds_into_one_folder_at_once_keep_one_build_intact(tmp_path):
     from cvbench.demo.shapes_data import write_classification_set
 

@@ -56,3 +56,14 @@ def test_a_read_only_folder_names_the_destination(tmp_path):
         assert (error.value.errno, error.value.filename) == (errno.EROFS, str(ro / "x.json"))
     finally:
         subprocess.run(["umount", str(ro)], check=False)
+
+
+@pytest.mark.parametrize("depth", ["x.json", "sub/x.json"])
+def test_a_file_where_a_folder_should_be_is_not_a_directory_naming_it(tmp_path, depth):
+    # `mkdir(parents=True, exist_ok=True)` said `[Errno 17] File exists: 'pfile'`, which the
+    # CLI reported as `cvbench: error: pfile: File exists`, exit 2.
+    (tmp_path / "pfile").write_text("a user's file")
+    with pytest.raises(NotADirectoryError) as error:
+        write_json_atomic(tmp_path / "pfile" / depth, {})
+    assert error.value.filename == str(tmp_path / "pfile")
+    assert (tmp_path / "pfile").read_text() == "a user's file"
