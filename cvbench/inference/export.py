@@ -140,7 +140,7 @@ def export_for_serving(
     )
     served_info = _as_served(info, score_threshold)
     with errors_naming(label):
-        _write_export(served, fn, out, format=format, info=served_info)
+        _write_export(served, fn, out, format=format, info=served_info, overwrite=overwrite)
     with errors_naming(os.fspath(info_file_path(label))):
         write_info_file(served_info, out, contract="serving")
     return Path(label)
@@ -189,8 +189,11 @@ def _as_served(info: ModelInfo, score_threshold: float | None) -> ModelInfo:
     return _KINDS[info.head.task].served_info(info, score_threshold)
 
 
-def _write_export(served: Any, fn: Any, out: Path, *, format: str, info: ModelInfo) -> None:
-    """Writes the export in a temporary folder beside `out`, then swaps it into place."""
+def _write_export(
+    served: Any, fn: Any, out: Path, *, format: str, info: ModelInfo, overwrite: bool
+) -> None:
+    """Writes the export in a temporary folder beside `out`, then swaps it into place
+    (without `overwrite`, never over anything that appeared at `out` meanwhile)."""
     import tensorflow as tf
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -210,7 +213,7 @@ def _write_export(served: Any, fn: Any, out: Path, *, format: str, info: ModelIn
             result = staging / "model.tflite"
             result.write_bytes(with_tflite_info(to_tflite(saved), info))
         _chmod_for_umask(result)
-        _swap_into_place(result, out, aside=staging / "previous")
+        _swap_into_place(result, out, aside=staging / "previous", overwrite=overwrite)
         if format == "tflite":
             record_output(out)
     finally:
@@ -242,11 +245,17 @@ def _os_error(error: Any) -> OSError:
     return OSError(errno.EIO, message.strip().splitlines()[0] if message.strip() else "I/O error")
 
 
-def _swap_into_place(new: Path, out: Path, *, aside: Path) -> None:
+def _swap_into_place(new: Path, out: Path, *, aside: Path, overwrite: bool = True) -> None:
     """Renames `new` onto `out`; an existing `out` is first renamed to `aside` (deleted with
-    its folder by the caller) and renamed back if the second rename fails."""
-    if not os.path.lexists(out):
-        os.rename(new, out)
+    its folder by the caller) and renamed back if the second rename fails. Without
+    `overwrite`, `out` is placed only where nothing is (`_place_new`).
+
+    Raises:
+        ValueError: without `overwrite`, something appeared at `out` during the export
+            (another export to the same path at the same time); it is left as it is.
+    """
+    if not overwrite or not os.path.lexists(out):
+        _place_new(new, out)
         return
     os.rename(out, aside)
     try:
@@ -254,6 +263,45 @@ def _swap_into_place(new: Path, out: Path, *, aside: Path) -> None:
     except BaseException:
         os.rename(aside, out)
         raise
+
+
+def _place_new(new: Path, out: Path) -> None:
+    """Renames `new` to `out` where nothing is at `out`, refusing atomically what appeared
+    there since the export began: a file is linked (`link` never replaces), a folder renamed
+    (`rename` fails onto a file or a folder holding anything)."""
+    try:
+        if new.is_dir():
+            os.rename(new, out)
+        elif not _linked(new, out):  # a file system without hard links: checked, renamed
+            if os.path.lexists(out):
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(out))
+            os.rename(new, out)
+    except (FileExistsError, NotADirectoryError, IsADirectoryError) as error:
+        raise _appeared(out) from error
+    except OSError as error:
+        if error.errno != errno.ENOTEMPTY:
+            raise
+        raise _appeared(out) from error
+
+
+def _linked(new: Path, out: Path) -> bool:
+    """Whether `new` is now at `out` by a hard link (never replacing: `FileExistsError`);
+    False where the file system has no hard links."""
+    try:
+        os.link(new, out)
+    except OSError as error:
+        if error.errno in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV):
+            return False
+        raise
+    os.unlink(new)
+    return True
+
+
+def _appeared(out: Path) -> ValueError:
+    return ValueError(
+        f"{out} appeared while this export was written (another export to it at the same "
+        "time?); it was left as it is: pass --overwrite to replace it, or export elsewhere"
+    )
 
 
 @dataclass(frozen=True)

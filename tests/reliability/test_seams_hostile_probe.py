@@ -115,6 +115,26 @@ def test_eval_json_under_a_file_is_refused_before_evaluating(work):
 
 
 @pytest.mark.slow
+def test_two_exports_to_one_path_at_once_keep_one_export_and_refuse_the_other(work):
+    # Before: both said "wrote same", the second replacing the first unasked.
+    argv = ["export", "cls.keras", "--format", "tflite", "--output", "same.tflite"]
+    runs = [start(*argv, cwd=work) for _ in range(2)]
+    results = sorted((p.wait(timeout=600), *p.communicate()) for p in runs)
+    codes = [code for code, _, _ in results]
+    errors = [line for _, _, err in results for line in err.splitlines() if "cvbench" in line]
+    if codes == [0, 2]:  # the second found the first's export in place
+        assert errors in (
+            [f"cvbench: error: {work / 'same.tflite'} appeared while this export was written "
+             "(another export to it at the same time?); it was left as it is: pass "
+             "--overwrite to replace it, or export elsewhere"],
+            ["cvbench: error: same.tflite exists; pass --overwrite to replace it"],
+        ), errors  # fmt: skip
+    else:  # both cannot succeed without --overwrite, nor both fail
+        pytest.fail(f"exit codes {codes}: {errors}")
+    assert (work / "same.tflite").read_bytes()[4:8] == b"TFL3"
+
+
+@pytest.mark.slow
 def test_two_builds_into_one_folder_at_once_keep_one_build_intact(tmp_path):
     from cvbench.demo.shapes_data import write_classification_set
 
