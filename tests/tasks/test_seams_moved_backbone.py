@@ -9,8 +9,11 @@ what the file decided about the model is recorded in the run's knobs at the star
   `cvbench: error: weights file not found: '.../notop.h5'`.
 - keras.applications' weights (`--weights FILE`): the normalization and architecture they
   bring are recorded as knobs, and `pretrained_start` no longer reads the file when the
-  knobs already say so. Before: `--resume` exited 2, `cannot resume from ...: this run
-  differs from the checkpointed one (preprocessing.mean ... )`.
+  knobs already say so; a resume takes them from its checkpoint when the file is gone.
+  Before: `--resume` of a ResNet-50 run from a keras.applications file exited 2 with
+  `cvbench: error: resnet50: the checkpoint does not record the ResNet variant its starting
+  weights <file> decide, and that file is not there to tell: put it back at that path`
+  (with the variant told, the normalization would have differed next).
 """
 
 from __future__ import annotations
