@@ -158,7 +158,9 @@ class ClassificationTask(RecordTask):
     def restore_from_checkpoint(self, recorded: Callable[[], dict[str, Any]] | None = None) -> None:
         """`RecordTask.restore_from_checkpoint`; with the checkpoint's knobs (`recorded`,
         read only when needed) the input normalization a starting weights file decided is
-        taken from them when that file is gone (`model.weights_normalization`).
+        taken from them when that file is gone (`model.weights_normalization`); a
+        checkpoint of an older cvbench, which records none, is resumed as it recorded
+        itself (the knob unset; its preprocessing compared by the resume as always).
 
         Raises:
             ValueError: the file gone and a checkpoint of an older cvbench that does not
@@ -166,18 +168,25 @@ class ClassificationTask(RecordTask):
         """
         super().restore_from_checkpoint(recorded)
         m = self.recipe.model_knobs
-        if recorded is None or m.weights is None or m.weights_normalization is not None:
+        if recorded is None or m.weights is None:
             return
-        if m.weights == KERAS_IMAGENET or os.path.exists(m.weights):
-            return  # told by the weights themselves (`pretrained_start`)
+        told = m.weights == KERAS_IMAGENET or os.path.exists(m.weights)
+        if told and m.weights_normalization is None:
+            return  # not keras.applications' weights, told by the weights themselves
         knobs = recorded()
         if knobs.get("model.weights") != m.weights:
             return  # another start: the resume's own check names the difference
-        if "model.weights_normalization" not in knobs:
-            _check_unrecorded_normalization(self.recipe, knobs)
+        if "model.weights_normalization" not in knobs:  # an older cvbench's checkpoint
+            if m.weights_normalization is None:
+                _check_unrecorded_normalization(self.recipe, knobs)
+            else:  # told by the file: the run goes on as it recorded itself
+                self.recipe = self.recipe.with_overrides(
+                    {"model.weights_normalization": None},
+                    reason="the checkpoint of an older cvbench records no normalization",
+                )
             return
         source = knobs["model.weights_normalization"]
-        if source is not None:
+        if m.weights_normalization is None and source is not None:
             self.recipe = pretrained_start(
                 self.recipe.with_overrides(
                     {"model.weights_normalization": source}, reason=f"the run of {m.weights}"

@@ -156,3 +156,19 @@ def test_an_older_checkpoint_without_the_normalization_is_refused_in_one_line(tm
     with pytest.raises(ValueError, match="does not record the input normalization") as error:
         resumed.restore_from_checkpoint(recorded=lambda: knobs)
     assert "\n" not in str(error.value) and str(weights) in str(error.value)
+
+
+def test_an_older_checkpoint_with_the_file_still_there_resumes_as_recorded(tmp_path, notop_h5):
+    # A checkpoint of an older cvbench records no model.weights_normalization; with the
+    # file there the task tells "caffe" itself, which would read as a difference from the
+    # checkpoint's knobs ("unset in the checkpoint, caffe now") and refuse the resume.
+    weights = tmp_path / "notop.h5"
+    shutil.copy(notop_h5, weights)
+    knobs = dict(_task(weights, tmp_path).recipe.knobs())
+    del knobs["model.weights_normalization"]
+    resumed = _task(weights, tmp_path)
+    assert resumed.recipe.model_knobs.weights_normalization == "caffe"
+    resumed.restore_from_checkpoint(recorded=lambda: knobs)
+    now = dict(resumed.recipe.knobs())
+    assert now.pop("model.weights_normalization") is None
+    assert now == knobs  # every knob the checkpoint records, as it records it
