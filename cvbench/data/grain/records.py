@@ -38,7 +38,7 @@ import numpy as np
 
 from cvbench.data.dali_index import read_index
 from cvbench.utils.errors import BadFileError
-from cvbench.utils.files import match_files, open_input
+from cvbench.utils.files import check_shard_set, match_files, open_input
 
 try:  # grain is optional (the `jax` extra); the parser below works without it
     from grain.python import RandomAccessDataSource as _Base
@@ -53,6 +53,8 @@ def split_files(
 
     Raises:
         FileNotFoundError: no such folder, or nothing matches (says what was looked for).
+        BadFileError: a `-NNNNN-of-NNNNN` set with shards missing (`check_shard_set`, as
+            every other reader lists a split).
 
     Example:
         >>> import tempfile
@@ -70,6 +72,7 @@ def split_files(
     files = [str(p) for p in match_files(root, pattern)]
     if not files:
         raise FileNotFoundError(f"no TFRecord files matching {pattern!r} in {root}")
+    check_shard_set(files, split=split, folder=root)
     return files
 
 

@@ -77,6 +77,22 @@ def test_a_folder_named_like_a_shard_is_no_shard(tmp_path):
         split_files(tmp_path, "train")
 
 
+def test_an_incomplete_shard_set_is_refused_as_every_reader_refuses_it(tmp_path):
+    # grain lists a split itself (no TensorFlow): a missing shard trained on less before;
+    # shards 0 and 2 of 3 are there, so shard 1 is named missing. Another split's set, or
+    # files not named -NNNNN-of-NNNNN (a --file-pattern), are not this split's.
+    for name in ("train-00000-of-00003", "train-00002-of-00003", "validation-00000-of-00002"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(BadFileError, match=r"the train split in .* is incomplete: 1 of its 3 "):
+        split_files(tmp_path, "train")
+    (tmp_path / "train-00001-of-00003").write_bytes(b"")
+    assert len(split_files(tmp_path, "train")) == 3
+    with pytest.raises(BadFileError, match=r"\(validation-00001-of-00002\)"):
+        split_files(tmp_path, "validation")
+    (tmp_path / "mine.rec").write_bytes(b"")
+    assert len(split_files(tmp_path, "train", file_pattern="*.rec")) == 1
+
+
 def test_parse_example_gives_what_tensorflow_parses(shards, tf):
     boxes = [(0.1, 0.2, 0.5, 0.75), (0.0, 0.25, 1.0, 0.5)]  # [xmin, ymin, xmax, ymax]
     records = [*iter_tfrecord(shards[0])]
