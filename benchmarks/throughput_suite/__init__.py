@@ -11,6 +11,7 @@ as `cvbench benchmark` (`cvbench.benchmark`):
 - `table`: the throughput table with the ratios;
 - `fused_batchnorm`: a speed-change prototype measured as a variant (not in the builders);
 - `environment`: where a run ran (versions, devices, load).
+- `op_profile`: TensorFlow's profile of a step summed by operation type, beside keras.applications'.
 
 `benchmarks/train_throughput.py` imports it by putting its own folder on `sys.path`.
 """
