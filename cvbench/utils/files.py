@@ -42,7 +42,7 @@ from typing import IO, Any
 import numpy as np
 
 from cvbench.utils.errors import BadFileError
-from cvbench.utils.io import process_running
+from cvbench.utils.io import HOST_TAG, writer_dead
 
 #: The deepest JSON nesting any cvbench reader accepts (COCO annotations need 4, model
 #: configurations a few dozen; Python's own parser fails near 1000).
@@ -545,26 +545,30 @@ def written_by_cvbench(path: str | os.PathLike) -> bool:
 
 
 def staging_folder(folder: str | os.PathLike, prefix: str) -> Path:
-    """A new private folder `<folder>/<prefix><pid>-<random>` in which a command builds an
-    output before moving it into place; `remove_dead_staging` removes the ones whose process
-    was killed outright (a SIGKILL runs no `finally`)."""
+    """A new private folder `<folder>/<prefix><host>-<pid>-<random>` (`io.HOST_TAG`) in which
+    a command builds an output before moving it into place; `remove_dead_staging` removes the
+    ones whose process was killed outright (a SIGKILL runs no `finally`)."""
     import tempfile
 
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=folder))
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{HOST_TAG}-{os.getpid()}-", dir=folder))
 
 
 def remove_dead_staging(folder: str | os.PathLike, prefix: str) -> list[Path]:
-    """Removes the staging folders `<folder>/<prefix><pid>-...` (`staging_folder`) of
-    processes no longer running; returns them. A running process's folder, a link and a
+    """Removes the staging folders `<folder>/<prefix><host>-<pid>-...` (`staging_folder`)
+    whose writer ran here and no longer runs (`io.writer_dead`); returns them. A running
+    process's folder, another machine's or container's (a shared file system), a link and a
     file of that name are left alone.
 
     Example:
         >>> import tempfile
+        >>> from cvbench.utils.io import HOST_TAG
         >>> d = Path(tempfile.mkdtemp())
-        >>> (d / ".export-999999999-x").mkdir()  # no such process
+        >>> (d / f".export-{HOST_TAG}-999999999-x").mkdir()  # no such process here
+        >>> (d / ".export-00000000-999999999-x").mkdir()  # another machine's (if not ours)
         >>> mine = staging_folder(d, ".export-")
-        >>> [p.name for p in remove_dead_staging(d, ".export-")], mine.is_dir()
-        (['.export-999999999-x'], True)
+        >>> removed = [p.name for p in remove_dead_staging(d, ".export-")]
+        >>> removed == [f".export-{HOST_TAG}-999999999-x"] or HOST_TAG == "00000000", mine.is_dir()
+        (True, True)
     """
     import shutil
 
@@ -577,9 +581,9 @@ def remove_dead_staging(folder: str | os.PathLike, prefix: str) -> list[Path]:
     for name in names:
         if not name.startswith(prefix):
             continue
-        pid = name[len(prefix) :].split("-", 1)[0]
+        host, _, rest = name[len(prefix) :].partition("-")
         path = folder / name
-        dead = pid.isdigit() and not process_running(int(pid))
+        dead = writer_dead(host, rest.split("-", 1)[0])
         if dead and path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)

@@ -10,11 +10,13 @@ existing file of the same kind keeps that file's mode (a file the user made 0o60
 0o600), as rewriting it in place with `open(path, "w")` would.
 
 A temporary is named `.<final name>.cvbench-<host>-<pid>-<random>.tmp<final suffix>`
-(`<host>`: 8 hex digits of this machine's name), so that one left by a writer killed
-outright (a SIGKILL runs no `finally`) is recognized: each `atomic_path` first removes, in
-its destination's directory, the temporaries of that naming written on this machine whose
-process no longer runs (`remove_dead_temporaries`), and never any other file (another
-machine's, or container's, on a shared file system, is left to it).
+(`<host>`: `HOST_TAG`, 8 hex digits of this machine's name and process-id namespace), so
+that one left by a writer killed outright (a SIGKILL runs no `finally`) is recognized: the
+first `atomic_path` of a process into a directory removes there the temporaries of that
+naming whose writer ran where this process runs and no longer runs
+(`remove_dead_temporaries`, judged by `writer_dead`), and never any other file (another
+machine's, or another container's with the same host name, on a shared file system, is
+left to it).
 """
 
 from __future__ import annotations
@@ -42,19 +44,49 @@ _TEMPORARY = re.compile(
     r"\.(?P<name>.+)\.cvbench-(?P<host>[0-9a-f]{8})-(?P<pid>[1-9][0-9]{0,9})-[a-z0-9_]{8}"
     r"\.tmp(?P<suffix>(\.[^.]*)?)"
 )
-#: This machine in the temporaries' names (a pid means something only where it ran).
-HOST_TAG = hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
+_PID_NAMESPACE = "/proc/self/ns/pid"
+
+
+def _host_tag() -> str:
+    """8 hex digits of this machine's name and process-id namespace: where a pid means
+    something. Containers sharing the host's name and network (Docker `--net=host`,
+    Kubernetes `hostNetwork`) have their own pid namespace, so each has its own tag."""
+    where = socket.gethostname()
+    with contextlib.suppress(OSError):
+        where += f"/pid-namespace:{os.stat(_PID_NAMESPACE).st_ino}"
+    return hashlib.sha256(where.encode("utf-8", "replace")).hexdigest()[:8]
+
+
+#: Where this process runs, in the names of temporaries (`_host_tag`).
+HOST_TAG = _host_tag()
 
 
 def process_running(pid: int) -> bool:
-    """Whether a process `pid` runs on this machine (another user's counts)."""
+    """Whether a process `pid` runs on this machine (another user's counts; a pid this
+    system cannot have is treated as running: nothing is removed on its account)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:
+    except (OSError, OverflowError, ValueError):
         return True  # another user's process, or a pid out of range of this system
     return True
+
+
+def writer_dead(host: str, pid: str | int) -> bool:
+    """Whether the writer a temporary is tagged with (`<host>-<pid>`, `HOST_TAG` and
+    `os.getpid()` when it was made) ran where this process runs and no longer runs; the one
+    rule by which cvbench removes what a killed writer left (`remove_dead_temporaries`,
+    `files.remove_dead_staging`). Another machine's or container's writer is never dead
+    here: its pid says nothing.
+
+    Example:
+        >>> writer_dead(HOST_TAG, 999999999), writer_dead(HOST_TAG, os.getpid())
+        (True, False)
+        >>> writer_dead("00000000" if HOST_TAG != "00000000" else "11111111", 999999999)
+        False
+    """
+    return host == HOST_TAG and str(pid).isdigit() and not process_running(int(pid))
 
 
 def remove_dead_temporaries(folder: str | os.PathLike) -> list[Path]:
@@ -85,10 +117,8 @@ def remove_dead_temporaries(folder: str | os.PathLike) -> list[Path]:
         match = entry.name.startswith(".") and _TEMPORARY.fullmatch(entry.name)
         if not match or Path(match["name"]).suffix != match["suffix"]:
             continue
-        if match["host"] != HOST_TAG:
-            continue  # another machine's writer: its pid says nothing here
-        if entry.is_symlink() or process_running(int(match["pid"])):
-            continue
+        if entry.is_symlink() or not writer_dead(match["host"], match["pid"]):
+            continue  # a link, a running writer, or another machine's or container's
         path = Path(entry.path)
         if entry.is_dir(follow_symlinks=False):
             shutil.rmtree(path, ignore_errors=True)
@@ -97,6 +127,19 @@ def remove_dead_temporaries(folder: str | os.PathLike) -> list[Path]:
                 path.unlink()
         removed.append(path)
     return removed
+
+
+_SWEPT: set[str] = set()
+os.register_at_fork(after_in_child=_SWEPT.clear)  # a forked child sweeps for itself
+
+
+def _sweep_once(folder: Path) -> None:
+    """`remove_dead_temporaries(folder)` at this process's first write into `folder`: the
+    writers killed before it started are dead for good."""
+    key = os.path.abspath(folder)
+    if key not in _SWEPT:
+        _SWEPT.add(key)
+        remove_dead_temporaries(folder)
 
 
 def current_umask() -> int:
@@ -147,8 +190,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     (`0o666 & ~umask`) or directory (`0o777 & ~umask`); missing parent directories are
     created with `0o777 & ~umask`.
 
-    Temporaries of this naming left in that directory by killed writers are removed first
-    (`remove_dead_temporaries`).
+    Temporaries of this naming left in that directory by killed writers are removed first,
+    at this process's first write into it (`remove_dead_temporaries`: a command writing
+    thousands of files into one folder scans it once, not once per file).
 
     Args:
         path: the final destination.
@@ -158,7 +202,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     _make_parents(path)
-    remove_dead_temporaries(path.parent)
+    _sweep_once(path.parent)
     prefix = f".{path.name}.cvbench-{HOST_TAG}-{os.getpid()}-"
     try:
         fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=f".tmp{path.suffix}", dir=path.parent)

@@ -16,6 +16,7 @@ from cvbench.training.export import remove_stale_export_staging as remove_stale_
 from cvbench.training.run_dir import LOCK_NAME, RunDirectory, check_layout
 from cvbench.training.run_log import RunLog, drop_partial_line
 from cvbench.utils.errors import BadFileError
+from cvbench.utils.io import HOST_TAG
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("CVBENCH_DEBUG", "TF_CPP_MIN_LOG_LEVEL")}
 ENV.update(KERAS_BACKEND="tensorflow", PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="3")
@@ -120,13 +121,18 @@ def test_a_dangling_log_dir_link_is_named(tmp_path):
 
 @pytest.mark.backend_agnostic
 def test_stale_export_staging_of_a_killed_process_is_removed(tmp_path):
-    stale = tmp_path / f".export-{dead_pid()}-abc"
-    live = tmp_path / f".export-{os.getpid()}-abc"
+    stale = tmp_path / f".export-{HOST_TAG}-{dead_pid()}-abc"
+    live = tmp_path / f".export-{HOST_TAG}-{os.getpid()}-abc"
     (stale / "model").mkdir(parents=True)
     live.mkdir()
-    (tmp_path / ".export-notapid").mkdir()
+    # not ours to judge: no pid; another machine's or container's (a shared file system);
+    # an older cvbench's naming without the host (it may be another machine's too)
+    other_host = "0" * 8 if HOST_TAG != "0" * 8 else "1" * 8
+    kept = [".export-notapid", f".export-{other_host}-{dead_pid()}-abc", f".export-{dead_pid()}-x"]
+    for name in kept:
+        (tmp_path / name).mkdir()
     assert remove_stale_exports(tmp_path) == [stale]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, ".export-notapid"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, *kept])
 
 
 # ------------------------------------------------------------------- I: --log-dir messages

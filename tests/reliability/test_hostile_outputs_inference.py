@@ -21,7 +21,9 @@ from small_disk import read_only
 
 from cvbench.inference import save_model
 from cvbench.inference.export import remove_stale_serving_staging
+from cvbench.utils.io import HOST_TAG
 
+OTHER_HOST = "0" * 8 if HOST_TAG != "0" * 8 else "1" * 8  # a tag that is not this machine's
 ENV = {k: v for k, v in os.environ.items() if k not in ("CVBENCH_DEBUG", "TF_CPP_MIN_LOG_LEVEL")}
 ENV.update(KERAS_BACKEND="tensorflow", PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="3")
 
@@ -119,20 +121,24 @@ def test_a_sequential_model_exports_and_a_user_file_in_its_export_is_kept(models
 def test_stale_serving_staging_of_a_killed_export_is_removed(tmp_path):
     done = subprocess.Popen(["true"])
     done.wait()
-    stale = tmp_path / f".served.export-{done.pid}-abc"
+    stale = tmp_path / f".served.export-{HOST_TAG}-{done.pid}-abc"
     (stale / "saved_model").mkdir(parents=True)
-    live = tmp_path / f".served.export-{os.getpid()}-abc"
+    live = tmp_path / f".served.export-{HOST_TAG}-{os.getpid()}-abc"
     live.mkdir()
-    (tmp_path / ".other.export-1-x").mkdir()  # another output's
+    # another machine's or container's export on a shared folder: its pid says nothing here
+    elsewhere = tmp_path / f".served.export-{OTHER_HOST}-{done.pid}-abc"
+    elsewhere.mkdir()
+    (tmp_path / f".other.export-{HOST_TAG}-{done.pid}-x").mkdir()  # another output's
     assert remove_stale_serving_staging(tmp_path / "served") == [stale]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, ".other.export-1-x"])
+    kept = [live.name, elsewhere.name, f".other.export-{HOST_TAG}-{done.pid}-x"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
 
 
 @pytest.mark.slow  # exports in a fresh process (TensorFlow)
 def test_sigterm_during_export_stops_with_one_line_and_leaves_nothing(models, work):
     done = subprocess.Popen(["true"])
     done.wait()
-    (work / f".served.export-{done.pid}-x").mkdir()  # a SIGKILLed export's leftovers
+    (work / f".served.export-{HOST_TAG}-{done.pid}-x").mkdir()  # a SIGKILLed export's leftovers
     before = sorted(p.name for p in work.iterdir())
     run = cvbench(
         "export", models / "cls.keras", "--output", "served", cwd=work,
@@ -190,7 +196,7 @@ def test_a_stop_signal_while_predicting_is_one_line(models, work, signum, code):
     # KeyboardInterrupt traceback; now every phase of every command stops with one line.
     run = cvbench(
         "predict", models / "cls.keras", "images", cwd=work,
-        sigterm_after="cvbench.inference.read_model_info",
+        sigterm_after="cvbench.utils.model_file.require_model_info",
         signal_name=signum,
     )  # fmt: skip
     assert run.returncode == code, run.stderr[-3000:]

@@ -8,6 +8,7 @@ reports, `predict --draw` drawings and results files.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import textwrap
 
 import pytest
 
+from cvbench.utils import io as io_module
 from cvbench.utils.io import HOST_TAG, atomic_path, remove_dead_temporaries, write_json_atomic
 
 # The child writes half a file through atomic_open, says where, and waits to be killed.
@@ -88,3 +90,52 @@ def test_a_dead_writers_temporary_folder_is_removed(tmp_path):
         tmp.write_text("m")
         assert not dead.exists()
     assert (tmp_path / "model").read_text() == "m"
+
+
+def test_a_writer_in_another_pid_namespace_keeps_its_temporary(tmp_path):
+    # Regression (review of 2026-12-05): a container with this machine's host name (Docker
+    # --net=host, Kubernetes hostNetwork) has its own pids; its live writer's pid, absent
+    # here, read as dead and its temporary was removed under it (the writer then failed
+    # with FileNotFoundError, its report lost). The tag now holds the pid namespace.
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs unshare as root to make a pid namespace")
+    inside = [
+        "unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _WRITER,
+        str(tmp_path / "report.json"),
+    ]  # fmt: skip
+    child = subprocess.Popen(inside, stdout=subprocess.PIPE, text=True)
+    try:
+        tmp = child.stdout.readline().strip()
+        assert tmp and HOST_TAG not in os.path.basename(tmp)  # the namespace's own tag
+        write_json_atomic(tmp_path / "other.json", {"a": 1})  # this machine's next write
+        assert os.path.exists(tmp)  # the live writer's temporary is left to it
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+
+
+@pytest.mark.parametrize("pid", ["9999999999", "4294967296"])
+def test_a_pid_this_system_cannot_have_leaves_the_file_and_writes_on(tmp_path, pid):
+    # Regression (review of 2026-12-05): os.kill of a 10-digit pid raised OverflowError,
+    # which is no OSError, and every atomic write into that folder failed.
+    odd = tmp_path / f".a.json.cvbench-{HOST_TAG}-{pid}-abcd1234.tmp.json"
+    odd.write_text("?")
+    write_json_atomic(tmp_path / "a.json", {"a": 1})
+    assert odd.read_text() == "?" and (tmp_path / "a.json").exists()
+
+
+def test_a_folder_is_swept_at_a_process_first_write_only(tmp_path, monkeypatch):
+    # Regression (review of 2026-12-05): every write scanned its whole folder, so a command
+    # writing N files into one folder (predict --draw) scanned N times N entries. The
+    # writers killed before this process wrote there are dead for good: one sweep.
+    first = tmp_path / f".x.json.cvbench-{HOST_TAG}-999999999-abcd1234.tmp.json"
+    first.write_text("{")
+    write_json_atomic(tmp_path / "a.json", {"a": 1})
+    assert not first.exists()
+    later = tmp_path / f".y.json.cvbench-{HOST_TAG}-999999998-abcd1234.tmp.json"
+    later.write_text("{")
+    calls = []
+    monkeypatch.setattr(io_module, "remove_dead_temporaries", calls.append)
+    for k in range(3):
+        write_json_atomic(tmp_path / f"b{k}.json", {"b": k})
+    assert calls == [] and later.exists()  # swept once already by this process
