@@ -113,8 +113,37 @@ def test_a_spinning_slowdown_fails_the_cpu_floor_the_same_step_holds(slowdown, h
     [verdict] = check.judge(results, {"float32": {"train": 0.9}}, "cpu")
     assert verdict.holds is holds, verdict.line()
     if slowdown:
-        assert verdict.median == pytest.approx(1 / (1 + slowdown), rel=0.15)
-        assert verdict.wall[0] < 0.9  # the spin costs wall time too
+        # Slowed spins until its CPU time (and its wall time) is (1 + s) x the step's: the
+        # CPU ratio is at most 1 / (1 + s), lower when the spinner is preempted (it then
+        # spins on for the wall time). Two-sided bounds, and a bound on the wall ratio of
+        # windows preempted by different amounts, failed on a loaded machine (review of
+        # 2026-12-05: 3 in about 60 runs beside a busy loop on the same core).
+        assert verdict.median <= 1 / (1 + slowdown) * 1.05
+
+
+class _Timed:
+    """A workload that keeps the wall and CPU time its own steps took."""
+
+    def __init__(self, workload):
+        self.workload, self.images_per_step, self.wall, self.cpu = workload, 8, 0.0, 0.0
+
+    def run(self, steps):
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.workload.run(steps)
+        self.wall += time.perf_counter() - wall
+        self.cpu += time.process_time() - cpu
+
+
+@pytest.mark.parametrize("fraction", [0.3, 1.0])
+def test_slowed_spends_the_fraction_more_in_both_cpu_and_wall_time(fraction):
+    # The spin costs CPU (what the check judges) and wall time (what the wall column shows):
+    # by construction at least (1 + f) x the step's own, however the machine is loaded.
+    inner = _Timed(_Spinner(0.004))
+    slowed = Slowed(inner, fraction)
+    wall, cpu = time.perf_counter(), time.process_time()
+    slowed.run(3)
+    assert time.perf_counter() - wall >= (1 + fraction) * inner.wall
+    assert time.process_time() - cpu >= (1 + fraction) * inner.cpu
 
 
 def test_window_cpu_keeps_each_window_s_cpu_seconds_by_name():
