@@ -385,8 +385,18 @@ def _fields(data: bytes):
         yield field, wire, value
 
 
+#: The wire types a value of each Feature kind may have: a bytes_list's are length-
+#: delimited; a float_list's packed or fixed32; an int64_list's packed or varints.
+_VALUE_WIRES = {1: (2,), 2: (2, 5), 3: (0, 2)}
+
+
 def _feature_values(feature: bytes) -> tuple[int, list]:
-    """`(kind, values)` of a serialized Feature (kind 1 bytes, 2 float, 3 int64)."""
+    """`(kind, values)` of a serialized Feature (kind 1 bytes, 2 float, 3 int64).
+
+    Raises:
+        ValueError: a value of a wire type its kind cannot have (a bytes value given as a
+            varint was `bytes(n)`, n zero bytes: gigabytes from a few damaged bytes).
+    """
     for kind, wire, body in _fields(feature):
         if kind not in (1, 2, 3) or wire != 2:
             continue
@@ -394,6 +404,8 @@ def _feature_values(feature: bytes) -> tuple[int, list]:
         for field, fwire, value in _fields(body):
             if field != 1:
                 continue
+            if fwire not in _VALUE_WIRES[kind]:
+                raise ValueError(f"a value of wire type {fwire} in a list of kind {kind}")
             if kind == 1:
                 values.append(bytes(value))
             elif kind == 2:

@@ -154,3 +154,29 @@ def test_parse_example_reads_unpacked_numbers_too():
 def test_a_malformed_record_says_what_is_wrong(record, reason):
     with pytest.raises(ValueError, match=reason):
         parse_example(record)
+
+
+@pytest.mark.parametrize(
+    ("key", "feature", "reason"),
+    [
+        # image/encoded's bytes_list (kind 1) holding a varint of 2e9 (field 1, wire type 0):
+        # bytes(2e9) made 2 GB of zeros from 6 damaged bytes, or a MemoryError past the policy
+        (
+            "image/encoded",
+            _length_delimited(1, b"\x08\x80\xa8\xd6\xb9\x07"),
+            "wire type 0 in a list of kind 1",
+        ),
+        # the label's int64_list (kind 3) holding a fixed32 (`0d` + 4 bytes): a TypeError before
+        (
+            "image/class/label",
+            _length_delimited(3, b"\x0d\x00\x00\x00\x00"),
+            "wire type 5 in a list of kind 3",
+        ),
+    ],
+    ids=["bytes-as-varint", "int64-as-fixed32"],
+)
+def test_a_value_of_the_wrong_wire_type_is_a_value_error(key, feature, reason):
+    # Regression (review of 2026-12-05): a ValueError is what the corrupt-record policy skips.
+    entry = _length_delimited(1, _length_delimited(1, key.encode()) + _length_delimited(2, feature))
+    with pytest.raises(ValueError, match=reason):
+        parse_example(_length_delimited(1, entry))
