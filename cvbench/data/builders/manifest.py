@@ -117,8 +117,11 @@ def split_shard_names(name: str, split_identity: Mapping[str, Any]) -> list[str]
 
 
 def remove_stale_temporaries(out_dir: Path, splits: Sequence[Any]) -> None:
-    """Removes the temporary files a killed build left beside the shards of `splits`."""
-    # `atomic_path` names its temporary files ".<final name>.<random>.tmp<suffix>".
+    """Removes the temporary files a killed build left beside the shards of `splits`: all
+    of them, whatever process made them, since a build holds its folder's lock (no other
+    writer is at work there); `atomic_path`'s own sweep removes only those of writers it
+    knows dead (`io.writer_dead`)."""
+    # `atomic_path` names its temporaries ".<final name>.cvbench-<host>-<pid>-<random>.tmp<suffix>".
     for spec in splits:
         for p in match_files(out_dir, "." + shard_glob(spec.pattern, spec.name) + ".*.tmp*"):
             with contextlib.suppress(FileNotFoundError):
