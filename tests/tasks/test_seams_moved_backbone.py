@@ -40,7 +40,6 @@ def _ssd_train(weights, run) -> list[str]:
             "--log-every", "0", "--seed", "1", "--log-dir", str(run)]  # fmt: skip
 
 
-@pytest.mark.heavy
 def test_ssd_run_is_evaluated_resumed_predicted_and_exported_after_its_backbone_file_moved(
     tmp_path, notop_h5, capsys
 ):
@@ -90,7 +89,6 @@ def _classifier_train(weights, run) -> list[str]:
             "--log-every", "0", "--seed", "1", "--no-export", "--log-dir", str(run)]  # fmt: skip
 
 
-@pytest.mark.heavy
 def test_a_keras_applications_run_resumes_and_evaluates_after_its_file_moved(
     tmp_path, notop_h5, capsys
 ):
