@@ -114,14 +114,16 @@ _STAGING = ".export-"
 
 def remove_stale_export_staging(directory: str | os.PathLike) -> list[Path]:
     """Removes the temporary folders that exports into `directory` left when their process
-    was killed outright (`.export-<pid>-...` of a process no longer running); returns them.
+    was killed outright (`.export-<host>-<pid>-...` of a process of this machine no longer
+    running, `files.remove_dead_staging`); returns them.
 
     Example:
         >>> import tempfile
+        >>> from cvbench.utils.io import HOST_TAG
         >>> d = Path(tempfile.mkdtemp())
-        >>> (d / ".export-999999999-x").mkdir()  # no such process
-        >>> [p.name for p in remove_stale_export_staging(d)]
-        ['.export-999999999-x']
+        >>> (d / f".export-{HOST_TAG}-999999999-x").mkdir()  # no such process here
+        >>> [p.name for p in remove_stale_export_staging(d)] == [f".export-{HOST_TAG}-999999999-x"]
+        True
     """
     return remove_dead_staging(directory, _STAGING)
 

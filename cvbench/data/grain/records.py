@@ -53,8 +53,9 @@ def split_files(
 
     Raises:
         FileNotFoundError: no such folder, or nothing matches (says what was looked for).
-        BadFileError: a `-NNNNN-of-NNNNN` set with shards missing (`check_shard_set`, as
-            every other reader lists a split).
+        BadFileError: the split's `-NNNNN-of-NNNNN` set with shards missing
+            (`check_shard_set`, as every other reader lists a split); the files a
+            `file_pattern` names are the caller's choice, not checked.
 
     Example:
         >>> import tempfile
@@ -72,7 +73,8 @@ def split_files(
     files = [str(p) for p in match_files(root, pattern)]
     if not files:
         raise FileNotFoundError(f"no TFRecord files matching {pattern!r} in {root}")
-    check_shard_set(files, split=split, folder=root)
+    if file_pattern is None:
+        check_shard_set(files, split=split, folder=root)
     return files
 
 

@@ -73,7 +73,9 @@ def list_split_files(
             (`train/*.tfrecord`), which are literal, as `data_dir` itself is.
 
     Raises:
-        BadFileError: an incomplete set of `-NNNNN-of-NNNNN` shards (`check_shard_set`).
+        BadFileError: an incomplete set of the split's `-NNNNN-of-NNNNN` shards
+            (`check_shard_set`); the files a `file_pattern` names are the caller's choice
+            (one shard of a set, say), not checked.
         FileNotFoundError: `data_dir` does not exist or nothing matches; the message says
             what was looked for, where, and which shard-like files are there; for a folder
             of raw images (class folders, COCO JSON), the builder command that makes its
@@ -91,7 +93,8 @@ def list_split_files(
         present = sorted({n.split("-")[0] for n in os.listdir(root) if "-of-" in n})
         hint = f"; shard files present for: {', '.join(present)}" if present else ""
         raise FileNotFoundError(f"no TFRecord files matching {pattern!r} in {root}{hint}")
-    check_shard_set(files, split=split, folder=root)
+    if file_pattern is None:
+        check_shard_set(files, split=split, folder=root)
     return files
 
 

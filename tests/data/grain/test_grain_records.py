@@ -91,6 +91,9 @@ def test_an_incomplete_shard_set_is_refused_as_every_reader_refuses_it(tmp_path)
         split_files(tmp_path, "validation")
     (tmp_path / "mine.rec").write_bytes(b"")
     assert len(split_files(tmp_path, "train", file_pattern="*.rec")) == 1
+    # a file pattern is the caller's choice of files: one shard of an incomplete set too
+    chosen = split_files(tmp_path, "validation", file_pattern="validation-00000-of-00002")
+    assert [os.path.basename(p) for p in chosen] == ["validation-00000-of-00002"]
 
 
 def test_parse_example_gives_what_tensorflow_parses(shards, tf):

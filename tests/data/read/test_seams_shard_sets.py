@@ -60,6 +60,10 @@ def test_other_splits_and_unnamed_patterns_are_not_affected(tmp_path):
     assert len(list_split_files(folder, "ignored", "*.tfrecord")) == 2
     with pytest.raises(BadFileError, match="validation-00000-of-00002"):
         list_split_files(folder, "validation")
+    # Regression (CI of 2026-12-05: the DALI and tf.data tests reading one shard of two): a
+    # file pattern is the caller's choice of files, one shard of an incomplete set included.
+    chosen = list_split_files(folder, "validation", "validation-00001-of-00002")
+    assert [p.rsplit("/", 1)[1] for p in chosen] == ["validation-00001-of-00002"]
 
 
 def test_coco_records_are_checked_too(tmp_path):
