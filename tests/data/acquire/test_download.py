@@ -295,14 +295,21 @@ _FAKE_COCO = {
 
 
 @pytest.fixture
-def fake_coco(server):
-    """Serves three small zips laid out like COCO's; yields (base, files, table)."""
+def fake_coco(server, monkeypatch):
+    """Serves three small zips laid out like COCO's; yields (base, files, table).
+
+    The table is also installed as `COCO_2017_FILES`, so a command run without `files=` (the
+    CLI) checks the small archives' sizes: with the real table its free-space check compared
+    19 GiB with the test machine's disk and failed on a CI host with 17.3 GiB free before the
+    request the test was about.
+    """
     base, files = server
     table = {}
     for part, (path, members) in _FAKE_COCO.items():
         data = _zip(members)
         files.content["/" + path] = data
         table[part] = RemoteFile(path, len(data), _md5(data))
+    monkeypatch.setattr(coco_download, "COCO_2017_FILES", table)
     return base, files, table
 
 
@@ -425,7 +432,6 @@ def _cli(argv):
 
 def test_cli_download_coco(fake_coco, tmp_path, monkeypatch, capsys):
     base, files, table = fake_coco
-    monkeypatch.setattr(coco_download, "COCO_2017_FILES", table)
     argv = ["download-coco", str(tmp_path), "--base-url", base, "--no-progress"]
     assert _cli(argv + ["--parts", "annotations", "val", "--timeout", "5"]) == 0
     assert f"COCO 2017 ready in {tmp_path}" in capsys.readouterr().out
@@ -437,7 +443,9 @@ def test_cli_download_coco_errors_are_one_line(fake_coco, tmp_path, monkeypatch)
     from cvbench.cli import CLIError
 
     base, files, table = fake_coco
-    # The real table's MD5s do not match the fake archives: refused, never unpacked.
+    # MD5s that do not match the served archives (sizes right): refused, never unpacked.
+    wrong = {part: RemoteFile(r.path, r.size, "0" * 32) for part, r in table.items()}
+    monkeypatch.setattr(coco_download, "COCO_2017_FILES", wrong)
     argv = ["download-coco", str(tmp_path), "--base-url", base, "--no-progress"]
     # A run-time failure (exit 1 in the command), not a usage error.
     with pytest.raises(
@@ -468,6 +476,26 @@ def test_main_reports_download_errors_with_exit_code_1(fake_coco, tmp_path, monk
     url = f"{base}/nothing-here/{table['annotations'].path}"
     assert err.startswith(f"cvbench download-coco: error: {url}: HTTP 404"), err
     assert "\n" not in err
+
+
+def test_download_coco_refuses_before_any_request_when_the_disk_is_too_small(
+    fake_coco, tmp_path, monkeypatch
+):
+    import collections
+    import shutil
+
+    base, files, table = fake_coco
+    # The three fake archives together: the refusal counts what is still to fetch, and a
+    # finished archive (its unpack marker written) counts nothing.
+    total = sum(r.size for r in table.values())
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, total - 1))
+    with pytest.raises(DownloadError, match="still to download but only"):
+        download_coco(tmp_path, base_url=base, progress=False, timeout=5)
+    assert files.requests == []  # refused before the first byte was asked for
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, total))
+    download_coco(tmp_path, base_url=base, progress=False, timeout=5)
+    assert len(files.requests) == 3
 
 
 def test_zip_members_cannot_escape_the_destination(tmp_path):
