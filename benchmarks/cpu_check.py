@@ -26,8 +26,9 @@ never read without the machine it came from.
 `--emulate-avx2` runs the check again in a child process whose oneDNN is capped at AVX2
 (`ONEDNN_MAX_CPU_ISA=AVX2`, set before TensorFlow loads) and holds it against the avx2
 floors: oneDNN's convolutions and matrix products then use AVX2 kernels, as on an AVX2-only
-CPU, while TensorFlow's own Eigen kernels are built for AVX2 in any case. It is not an AVX2
-machine: caches, memory bandwidth, core count and clock stay this CPU's.
+CPU, while TensorFlow's own Eigen kernels are built for AVX2 in any case, and `FastConv2D`
+takes the fast gradients an AVX2 CPU takes (`fast_gradient_kinds` reads the cap). It is not
+an AVX2 machine: caches, memory bandwidth, core count and clock stay this CPU's.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ included), to measure what it gains side by side.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Collection
 from typing import Any
 
@@ -60,28 +61,51 @@ POINTWISE = "pointwise"
 ALL = "all"
 
 
-def fast_gradient_kinds(flags: Collection[str] | None = None) -> str:
+def fast_gradient_kinds(
+    flags: Collection[str] | None = None, *, onednn_max_isa: str | None = None
+) -> str:
     """Which convolutions take `FastConv2D`'s fast gradients on a CPU with these flags:
-    `POINTWISE` (stride-1 1x1 only) where the CPU has AVX-512 (`avx512f`: oneDNN's AVX-512
-    backward kernels, against which the k x k and strided rewritings measured slower in
-    ResNet-50's train step, docs/benchmarks.md), `ALL` elsewhere (on AVX2 they measured
-    1.19x faster for ResNet-50).
+    `POINTWISE` (stride-1 1x1 only) where oneDNN runs its AVX-512 kernels (`avx512f` in the
+    flags and no `ONEDNN_MAX_CPU_ISA` cap below AVX-512: oneDNN's AVX-512 backward kernels,
+    against which the k x k and strided rewritings measured slower in ResNet-50's train step,
+    docs/benchmarks.md), `ALL` elsewhere (on AVX2 they measured 1.19x faster for ResNet-50).
+
+    The cap matters because it chooses the kernels: an AVX-512 CPU with oneDNN capped at AVX2
+    (`ONEDNN_MAX_CPU_ISA=AVX2`, as `benchmarks/cpu_check.py --emulate-avx2` runs it) runs the
+    AVX2 kernels, and so takes what an AVX2 CPU takes.
 
     Example:
         >>> fast_gradient_kinds({"avx2", "avx512f", "avx512_bf16"}), fast_gradient_kinds({"avx2"})
         ('pointwise', 'all')
+        >>> fast_gradient_kinds({"avx2", "avx512f"}, onednn_max_isa="AVX2")
+        'all'
 
     Args:
-        flags: the CPU's feature flags; None: this machine's (`cvbench.utils.cpu.cpu_flags`).
+        flags: the CPU's feature flags; None: this machine's (`cvbench.utils.cpu.cpu_flags`)
+            and its oneDNN cap (the environment's `ONEDNN_MAX_CPU_ISA`, or its older name
+            `DNNL_MAX_CPU_ISA`).
+        onednn_max_isa: oneDNN's ISA cap (a `ONEDNN_MAX_CPU_ISA` value, any case); None or
+            "ALL": no cap.
     """
     if flags is None:
         return _this_cpu_kinds()
-    return POINTWISE if "avx512f" in flags else ALL
+    return POINTWISE if "avx512f" in flags and _cap_allows_avx512(onednn_max_isa) else ALL
+
+
+def _cap_allows_avx512(cap: str | None) -> bool:
+    """Whether oneDNN capped at `cap` (a `ONEDNN_MAX_CPU_ISA` value) may run AVX-512 kernels:
+    no cap, "ALL", or an AVX-512 / AVX10 level (oneDNN's names: SSE41, AVX, AVX2, AVX2_VNNI,
+    AVX2_VNNI_2 are below it)."""
+    if cap is None or not cap.strip():
+        return True
+    cap = cap.strip().upper()
+    return cap == "ALL" or cap.startswith(("AVX512", "AVX10"))
 
 
 @functools.cache
 def _this_cpu_kinds() -> str:
-    return fast_gradient_kinds(cpu_flags())
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    return fast_gradient_kinds(cpu_flags(), onednn_max_isa=cap)
 
 
 def gradients_recorded() -> bool:

@@ -29,6 +29,40 @@ def test_kinds_follow_the_cpu_flags(flags, kinds):
 
 
 @pytest.mark.parametrize(
+    "cap, kinds",
+    [
+        (None, POINTWISE),
+        ("", POINTWISE),
+        ("ALL", POINTWISE),
+        ("avx512_core_bf16", POINTWISE),  # any case, as oneDNN reads it
+        ("AVX10_1_512_AMX", POINTWISE),
+        ("AVX2", ALL),  # benchmarks/cpu_check.py --emulate-avx2: the AVX2 kernels run
+        ("AVX2_VNNI", ALL),
+        ("SSE41", ALL),
+    ],
+)
+def test_a_onednn_cap_below_avx512_gives_what_an_avx2_cpu_gets(cap, kinds):
+    assert fast_gradient_kinds({"avx2", "avx512f", "avx512_bf16"}, onednn_max_isa=cap) == kinds
+    # Without AVX-512 in the flags no cap lets oneDNN run AVX-512 kernels.
+    assert fast_gradient_kinds({"avx2"}, onednn_max_isa=cap) == ALL
+
+
+@pytest.mark.parametrize("name", ["ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"])
+def test_this_machine_reads_the_cap_from_the_environment(monkeypatch, name):
+    monkeypatch.setattr(layers_module, "cpu_flags", lambda: {"avx2", "avx512f"})
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    layers_module._this_cpu_kinds.cache_clear()
+    try:
+        assert fast_gradient_kinds() == POINTWISE
+        layers_module._this_cpu_kinds.cache_clear()
+        monkeypatch.setenv(name, "AVX2")
+        assert fast_gradient_kinds() == ALL
+    finally:
+        layers_module._this_cpu_kinds.cache_clear()
+
+
+@pytest.mark.parametrize(
     "kernel, strides, padding, all_kinds, pointwise",
     [
         (1, 1, "same", True, True),
