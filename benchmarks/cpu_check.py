@@ -273,6 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.emulate_avx2:
         return emulate_avx2(argv)
     from cvbench.benchmark.results import jsonable
+    from cvbench.models.layers import fast_gradient_kinds
     from cvbench.utils.cpu import cpu_flags
     from cvbench.utils.io import write_json_atomic
     from throughput_suite import SuiteConfig, describe_environment, run_suite
@@ -283,6 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     kind = cpu_kind(flags) if args.cpu_kind is None else check_kind(args.cpu_kind, flags)
     capped = {k: os.environ[k] for k in AVX2_CAP if k in os.environ}
     environment["onednn_cap"] = capped
+    # Which convolutions take FastConv2D's fast gradients here: the flags and the cap decide.
+    kinds = fast_gradient_kinds(flags, onednn_max_isa=capped.get("ONEDNN_MAX_CPU_ISA"))
+    environment["fast_gradient_kinds"] = kinds
     with open(args.floors, encoding="utf-8") as f:
         floors = floors_of(kind, json.load(f))
     precisions = PRECISIONS[kind]
@@ -298,7 +302,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         slowdown=args.slowdown,
     )
     emulated = f" (emulated: {', '.join(f'{k}={v}' for k, v in capped.items())})" if capped else ""
-    print(f"cpu kind: {kind}{emulated}; precisions: {', '.join(precisions)}", flush=True)
+    print(
+        f"cpu kind: {kind}{emulated}; precisions: {', '.join(precisions)}; fast gradients: {kinds}",
+        flush=True,
+    )
     results = run_suite(config, report=lambda line: print(line, flush=True))
     for line in window_lines(results.throughput):
         print(line)

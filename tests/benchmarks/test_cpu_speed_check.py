@@ -187,17 +187,23 @@ def test_the_capped_child_checks_avx2_floors_and_says_it_is_emulated(monkeypatch
         )
 
     monkeypatch.setattr(throughput_suite, "run_suite", fake_suite)
-    monkeypatch.setattr("cvbench.utils.cpu.cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    # This project's CPU: AVX-512 in the flags, so only the cap can make the kinds "all".
+    flags = frozenset({"avx2", "avx512f", "avx512_bf16"})
+    monkeypatch.setattr("cvbench.utils.cpu.cpu_flags", lambda: flags)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     floors = tmp_path / "floors.json"
     floors.write_text(json.dumps({"floors": {"avx2": {"float32": {"train": 0.95}}}}))
     argv = ["--cpu-kind", "avx2", "--floors", str(floors), "--json", str(tmp_path / "c.json")]
     assert check.main(argv) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1] == "cpu kind: avx2 (emulated: ONEDNN_MAX_CPU_ISA=AVX2); precisions: fp32"
+    # The cap makes FastConv2D take the AVX2 CPU's fast gradients, all of them.
+    assert out[1] == (
+        "cpu kind: avx2 (emulated: ONEDNN_MAX_CPU_ISA=AVX2); precisions: fp32; fast gradients: all"
+    )
     assert ran["precisions"] == ("fp32",)
     written = json.loads((tmp_path / "c.json").read_text())
     assert written["environment"]["onednn_cap"] == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert written["environment"]["fast_gradient_kinds"] == "all"
     assert written["cpu_kind"] == "avx2" and written["statistic"] == "cpu"
     assert written["throughput"][0]["window_cpu_rates"] == [5.0]
 
