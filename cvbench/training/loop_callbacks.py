@@ -137,18 +137,29 @@ class TensorBoardScalars(LoopCallback):
 class Checkpointing(LoopCallback):
     """Checkpoints every `every` steps and at each epoch end (once per step).
 
+    A run resumed from the checkpoint of step N (`saved_step`) writes nothing before its
+    first step: a checkpoint written by the every-N rule at an epoch's last step records
+    that epoch unfinished, so the resume ends the epoch without a step, and saving there
+    would replace the file it resumed from (in a read-only checkpoint folder, fail).
+
     Args:
         save: writes a checkpoint of the current state (rank 0; `Trainer.save_checkpoint`).
         every: steps between checkpoints (0: only at epoch ends).
         directory: where `save` writes (None: nowhere), for the name of a step's checkpoint.
+        saved_step: the step whose checkpoint is already written (the one resumed from),
+            or -1: none.
     """
 
-    def __init__(self, save: Callable[[], Any], *, every: int, directory: Path | None) -> None:
+    def __init__(
+        self,
+        save: Callable[[], Any],
+        *,
+        every: int,
+        directory: Path | None,
+        saved_step: int = -1,
+    ) -> None:
         self.save, self.every, self.directory = save, every, directory
-        self.saved_step = -1
-
-    def on_train_begin(self, loop: LoopState) -> None:
-        self.saved_step = -1
+        self.saved_step = saved_step
 
     def on_train_batch_end(self, loop: LoopState) -> None:
         if self.every and loop.train.step % self.every == 0:

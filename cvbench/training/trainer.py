@@ -162,6 +162,8 @@ class Trainer(_TrainerCheckpoints):
         self._compiled = False
         self._synced = False
         self._run_dir: RunDirectory | None = None  # rank 0's lock on log_dir, once claimed
+        # The step whose checkpoint is on disk: resumed from or last written (-1: none).
+        self._checkpointed_step = -1
 
     # ----------------------------------------------------------------- properties
     @property
@@ -471,7 +473,10 @@ class Trainer(_TrainerCheckpoints):
             loss_scale=lambda: self.loss_scale,
         )
         checkpoints = Checkpointing(
-            self.save_checkpoint, every=self.config.checkpoint_every, directory=self.checkpoint_dir
+            self.save_checkpoint,
+            every=self.config.checkpoint_every,
+            directory=self.checkpoint_dir,
+            saved_step=self._checkpointed_step,  # never rewritten before a step
         )
         try:
             for event, fields in self.run_events:
@@ -490,6 +495,7 @@ class Trainer(_TrainerCheckpoints):
             raise
         finally:
             log.close()
+            self._checkpointed_step = checkpoints.saved_step
         self.throughput = next(c.summary for c in callbacks if isinstance(c, ThroughputCallback))
 
     # ----------------------------------------------------------------- evaluate

@@ -121,6 +121,7 @@ class _TrainerCheckpoints:
         restored = self._restore_latest() if self.config.resume else None
         if restored is not None:
             self.train_state = TrainState.from_dict(restored, self.train_state)
+            self._checkpointed_step = self.train_state.step  # not rewritten before a step
         self.distribution.broadcast_variables(self._all_variables())
         self._synced = True
 
