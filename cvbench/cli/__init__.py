@@ -31,6 +31,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn
 
 from cvbench.cli.errors import SIGNAL_EXIT, CLIError, known_error
 from cvbench.cli.tf_startup import quiet_tensorflow_startup
@@ -53,11 +54,34 @@ _COMMAND_MODULES = (
 
 class _Parser(argparse.ArgumentParser):
     """No abbreviated options: `--epoch 3` is an error, not `--epochs 3`, so that a new
-    option can never change what an existing command line means. Subcommands inherit it."""
+    option can never change what an existing command line means; a refused command line is
+    one line, as every other error (`error`). Subcommands inherit it (argparse makes each
+    subparser of the parser's own class)."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def parse_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """As argparse's, but arguments no parser knows are refused by the command's own
+        parser, whose line names the command (argparse refuses them at the root)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            commands = self._subparsers._group_actions[0].choices if self._subparsers else {}
+            parser = commands.get(getattr(parsed, "command", None), self)
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def error(self, message: str) -> NoReturn:
+        """Exits with code 2 after one line on stderr, `cvbench train: error: unrecognized
+        arguments: --bogus (see cvbench train --help)`: without argparse's usage block
+        before it, and with the user's control characters escaped."""
+        from cvbench.data.builders.sharded_writer import printable
+
+        line = printable(f"{self.prog}: error: {message}")
+        self.exit(2, f"{line} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
