@@ -255,8 +255,8 @@ SHARD_NAME = re.compile(r"^(?P<prefix>.*)-(?P<index>\d{5})-of-(?P<total>\d{5})$"
 def check_shard_set(files: Iterable[str | os.PathLike], *, split: str, folder: Any) -> None:
     """Refuses an incomplete set of shards: each `<prefix>-NNNNN-of-TTTTT` set among `files`
     must hold every index below `TTTTT` (a missing shard would silently train or evaluate
-    on less). Files not named so are not checked. Every reader lists its files so
-    (`cvbench.data.read.reader.list_split_files`, grain's `split_files`).
+    on less). Files not named so are not checked. Every reader lists a split so
+    (`cvbench.data.read.splits.list_split_files`).
 
     Raises:
         BadFileError: naming the split, the folder and the first missing shards.

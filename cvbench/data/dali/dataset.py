@@ -42,8 +42,9 @@ from cvbench.data.dali.pipeline import DTYPES, dali_spec, imagenet_dali_pipeline
 from cvbench.data.dali_index import read_index
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.ranks import eval_steps, eval_steps_of
-from cvbench.data.read.reader import list_split_files, rank_segments
+from cvbench.data.read.reader import rank_segments
 from cvbench.data.read.spec import ReadSpec
+from cvbench.data.read.splits import list_split_files
 from cvbench.data.worker_pool import default_num_workers
 
 

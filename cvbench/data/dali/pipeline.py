@@ -53,8 +53,9 @@ from cvbench.data._distributed import resolve_shards
 from cvbench.data.dali_index import format_entries, index_path, read_index
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.ranks import rank_seed
-from cvbench.data.read.reader import list_split_files, rank_segments
+from cvbench.data.read.reader import rank_segments
 from cvbench.data.read.spec import ReadSpec, read_spec
+from cvbench.data.read.splits import list_split_files
 from cvbench.utils.launch import current_launch
 
 DEVICES = ("cpu", "mixed")

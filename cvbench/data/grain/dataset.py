@@ -71,12 +71,12 @@ from cvbench.data.grain.records import (
     TFRecordSource,
     complete_records,
     parse_example,
-    split_files,
 )
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.model_inputs import ClassifierInputs, attach, class_names_of
 from cvbench.data.read.ranks import eval_steps_of, rank_range, rank_seed
 from cvbench.data.read.spec import ReadSpec, read_spec
+from cvbench.data.read.splits import list_split_files
 from cvbench.utils.errors import BadFileError
 
 try:  # grain is optional (the `jax` extra): `import_grain` says how to install it
@@ -573,7 +573,7 @@ def _split_source(
 ) -> TFRecordSource:
     """The split's records (`TFRecordSource`: a truncated file's tail as `policy` says),
     refused when there are none."""
-    files = split_files(data_dir, split, file_pattern=file_pattern)
+    files = list_split_files(data_dir, split, file_pattern)
     source = TFRecordSource(files, index_dir=index_dir, policy=policy)
     if len(source) == 0:
         raise ValueError(f"the {split} files in {data_dir} hold no records: {source!r}")
@@ -699,7 +699,7 @@ def count_records(
         FileNotFoundError: no `data_dir`, or no files of the split.
         BadFileError: a truncated file (named), unless `skip_corrupt`.
     """
-    files = split_files(data_dir, split, file_pattern=file_pattern)
+    files = list_split_files(data_dir, split, file_pattern)
     if skip_corrupt:
         return sum(len(complete_records(p, index_dir=index_dir)[0]) for p in files)
     return len(TFRecordSource(files, index_dir=index_dir))

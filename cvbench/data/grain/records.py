@@ -32,50 +32,17 @@ import sys
 import tempfile
 import weakref
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from cvbench.data.dali_index import read_index
 from cvbench.utils.errors import BadFileError
-from cvbench.utils.files import check_shard_set, match_files, open_input
+from cvbench.utils.files import open_input
 
 try:  # grain is optional (the `jax` extra); the parser below works without it
     from grain.python import RandomAccessDataSource as _Base
 except ImportError:  # pragma: no cover - exercised only without grain
     _Base = object
-
-
-def split_files(
-    data_dir: str | os.PathLike, split: str, *, file_pattern: str | None = None
-) -> list[str]:
-    """The sorted shard files `<split>-NNNNN-of-NNNNN` of `data_dir` (or `file_pattern`'s).
-
-    Raises:
-        FileNotFoundError: no such folder, or nothing matches (says what was looked for).
-        BadFileError: the split's `-NNNNN-of-NNNNN` set with shards missing
-            (`check_shard_set`, as every other reader lists a split); the files a
-            `file_pattern` names are the caller's choice, not checked.
-
-    Example:
-        >>> import tempfile
-        >>> d = tempfile.mkdtemp()
-        >>> names = ("train-00000-of-00002", "train-00001-of-00002", "validation-00000-of-00001")
-        >>> for name in names:
-        ...     _ = Path(d, name).write_bytes(b"")
-        >>> [Path(p).name for p in split_files(d, "train")]
-        ['train-00000-of-00002', 'train-00001-of-00002']
-    """
-    root = Path(data_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"data directory {root} does not exist")
-    pattern = file_pattern or f"{split}-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]"
-    files = [str(p) for p in match_files(root, pattern)]
-    if not files:
-        raise FileNotFoundError(f"no TFRecord files matching {pattern!r} in {root}")
-    if file_pattern is None:
-        check_shard_set(files, split=split, folder=root)
-    return files
 
 
 def scan_offsets(path: str | os.PathLike) -> np.ndarray:
@@ -153,7 +120,7 @@ class TFRecordSource(_Base):
     """The records of `files`, numbered across the files in order, by random access.
 
     Args:
-        files: TFRecord files (e.g. `split_files`).
+        files: TFRecord files (e.g. `cvbench.data.read.splits.list_split_files`).
         index_dir: where the DALI index files are (`dali_index.index_path`); None: the `idx`
             folder beside the files.
         policy: what a truncated file does (`record_offsets`); None: it raises.

@@ -92,11 +92,13 @@ MEAN_RGB = CAFFE_MEAN_RGB  # subtracted with subtract_mean=True
 
 
 def list_record_files(data_dir: str | os.PathLike, split: str) -> list[str]:
-    """Sorted shard paths of `split` (`coco_<split>.record-?????-of-?????`) in `data_dir`.
+    """Sorted shard paths of `split` (`coco_<split>.record-NNNNN-of-NNNNN`) in `data_dir`
+    (`cvbench.data.read.splits.list_split_files`).
 
     Raises:
         FileNotFoundError: no such folder or no such files (saying what was looked for and
             how to build them).
+        BadFileError: an incomplete set of shards, or a 0-byte shard (a truncated copy).
     """
     try:
         return list_split_files(data_dir, record_prefix(split))

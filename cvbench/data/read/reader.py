@@ -4,9 +4,9 @@ A reader (`cvbench.data.read.imagenet`, `cvbench.data.read.coco`) supplies only 
 (serialized record -> dict of tensors) and its augmentation; this module does the rest, the
 same way for each (after TF Model Garden's `InputReader(decoder_fn, parser_fn)`):
 
-1. `list_split_files` finds `<split>-NNNNN-of-NNNNN` files (or a given file-name pattern) and
-   says what was looked for where when there are none. The data folder is a literal path
-   (`cvbench.utils.files.match_files`): `x[12]` never reads `x1` and `x2`.
+1. `list_split_files` (`cvbench.data.read.splits`, every reader's one listing) finds
+   `<split>-NNNNN-of-NNNNN` files (or a given file-name pattern), refuses an incomplete set
+   or a 0-byte shard, and says what was looked for where when there are none.
 2. `scan_files` counts each file's records (`cvbench.data.tfrecord.scan_tfrecord`) before any
    reading, so a truncated file is reported at start-up, by name, not hours into a run.
 3. Per rank: `train_examples` deals out whole files (by-file sharding) when there are at least
@@ -31,12 +31,9 @@ segment that were not read).
 
 from __future__ import annotations
 
-import glob
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import tensorflow as tf
 
@@ -47,55 +44,14 @@ from cvbench.data.read.pipeline import RankRead
 from cvbench.data.read.ranks import eval_steps as eval_steps
 from cvbench.data.read.ranks import eval_steps_of, rank_range
 from cvbench.data.read.ranks import rank_seed as rank_seed
-from cvbench.data.read.raw_data import raw_data_message
+
+# The one listing of a split (no TensorFlow there, for grain and DALI); re-exported here.
+from cvbench.data.read.splits import list_split_files as list_split_files
+from cvbench.data.read.splits import split_glob as split_glob
 from cvbench.data.tfrecord import scan_tfrecord
 from cvbench.utils.errors import BadFileError
-from cvbench.utils.files import check_shard_set, match_files
 
 ParseFn = Callable[[tf.Tensor], dict]
-
-
-def split_glob(split: str) -> str:
-    """The file glob of a split's shards, e.g. 'train-?????-of-?????'."""
-    return f"{glob.escape(split)}-?????-of-?????"
-
-
-def list_split_files(
-    data_dir: str | os.PathLike, split: str, file_pattern: str | None = None
-) -> list[str]:
-    """The sorted shard files of `split` in `data_dir`.
-
-    Args:
-        data_dir: the directory of the TFRecord files.
-        split: split name, e.g. 'train' or 'validation'.
-        file_pattern: a shell pattern of file names to use instead of
-            `<split>-?????-of-?????`; it may name sub-folders of `data_dir`
-            (`train/*.tfrecord`), which are literal, as `data_dir` itself is.
-
-    Raises:
-        BadFileError: an incomplete set of the split's `-NNNNN-of-NNNNN` shards
-            (`check_shard_set`); the files a `file_pattern` names are the caller's choice
-            (one shard of a set, say), not checked.
-        FileNotFoundError: `data_dir` does not exist or nothing matches; the message says
-            what was looked for, where, and which shard-like files are there; for a folder
-            of raw images (class folders, COCO JSON), the builder command that makes its
-            records (`raw_data.raw_data_message`).
-    """
-    root = Path(data_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"data directory {root} does not exist")
-    pattern = file_pattern or split_glob(split)
-    files = [str(p) for p in match_files(root, pattern)]
-    if not files:
-        raw = raw_data_message(root)
-        if raw is not None:  # raw images given where records were expected
-            raise FileNotFoundError(raw)
-        present = sorted({n.split("-")[0] for n in os.listdir(root) if "-of-" in n})
-        hint = f"; shard files present for: {', '.join(present)}" if present else ""
-        raise FileNotFoundError(f"no TFRecord files matching {pattern!r} in {root}{hint}")
-    if file_pattern is None:
-        check_shard_set(files, split=split, folder=root)
-    return files
 
 
 @dataclass(frozen=True)

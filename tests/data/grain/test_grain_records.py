@@ -16,8 +16,8 @@ from cvbench.data.grain.records import (
     parse_example,
     record_offsets,
     scan_offsets,
-    split_files,
 )
+from cvbench.data.read.splits import list_split_files
 from cvbench.data.tfrecord import (
     _length_delimited,
     imagenet_example,
@@ -74,7 +74,7 @@ def test_a_truncated_shard_is_refused_naming_the_file(shards, tmp_path):
 def test_a_folder_named_like_a_shard_is_no_shard(tmp_path):
     (tmp_path / "train-00000-of-00001").mkdir()
     with pytest.raises(FileNotFoundError, match="no TFRecord files matching"):
-        split_files(tmp_path, "train")
+        list_split_files(tmp_path, "train")
 
 
 def test_an_incomplete_shard_set_is_refused_as_every_reader_refuses_it(tmp_path):
@@ -82,17 +82,17 @@ def test_an_incomplete_shard_set_is_refused_as_every_reader_refuses_it(tmp_path)
     # shards 0 and 2 of 3 are there, so shard 1 is named missing. Another split's set, or
     # files not named -NNNNN-of-NNNNN (a --file-pattern), are not this split's.
     for name in ("train-00000-of-00003", "train-00002-of-00003", "validation-00000-of-00002"):
-        (tmp_path / name).write_bytes(b"")
+        (tmp_path / name).write_bytes(b"x")  # not 0 bytes: a truncated copy
     with pytest.raises(BadFileError, match=r"the train split in .* is incomplete: 1 of its 3 "):
-        split_files(tmp_path, "train")
-    (tmp_path / "train-00001-of-00003").write_bytes(b"")
-    assert len(split_files(tmp_path, "train")) == 3
+        list_split_files(tmp_path, "train")
+    (tmp_path / "train-00001-of-00003").write_bytes(b"x")
+    assert len(list_split_files(tmp_path, "train")) == 3
     with pytest.raises(BadFileError, match=r"\(validation-00001-of-00002\)"):
-        split_files(tmp_path, "validation")
+        list_split_files(tmp_path, "validation")
     (tmp_path / "mine.rec").write_bytes(b"")
-    assert len(split_files(tmp_path, "train", file_pattern="*.rec")) == 1
+    assert len(list_split_files(tmp_path, "train", "*.rec")) == 1
     # a file pattern is the caller's choice of files: one shard of an incomplete set too
-    chosen = split_files(tmp_path, "validation", file_pattern="validation-00000-of-00002")
+    chosen = list_split_files(tmp_path, "validation", "validation-00000-of-00002")
     assert [os.path.basename(p) for p in chosen] == ["validation-00000-of-00002"]
 
 

@@ -153,10 +153,11 @@ def test_training_replaces_damaged_records_keeping_full_batches_and_the_order(
 
 def test_a_replacement_is_a_good_record_drawn_from_the_damaged_records_generator(damaged):
     from cvbench.data.grain.dataset import TrainMap, _Transform
-    from cvbench.data.grain.records import CorruptPolicy, TFRecordSource, split_files
+    from cvbench.data.grain.records import CorruptPolicy, TFRecordSource
     from cvbench.data.read.image_preprocessing import ImagePreprocessing
+    from cvbench.data.read.splits import list_split_files
 
-    source = TFRecordSource(split_files(damaged, "train"))
+    source = TFRecordSource(list_split_files(damaged, "train"))
     transform = _Transform(
         source, 8, ImagePreprocessing(), "float32", None, True,
         policy=CorruptPolicy(skip=True), records=(0, NUM_RECORDS),

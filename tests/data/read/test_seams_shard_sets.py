@@ -17,7 +17,7 @@ from cvbench.utils.files import check_shard_set
 def _touch(folder, *names):
     folder.mkdir(exist_ok=True)
     for name in names:
-        (folder / name).write_bytes(b"")
+        (folder / name).write_bytes(b"x")  # not 0 bytes: a truncated copy
     return folder
 
 

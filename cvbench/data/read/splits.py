@@ -1,0 +1,124 @@
+"""A split's TFRecord shards, listed once for every reader, without TensorFlow.
+
+`list_split_files(data_dir, split)` is how the tf.data readers (`cvbench.data.read.imagenet`,
+`cvbench.data.read.coco`), grain, DALI and `cvbench bench-input` find a split's files:
+`<split>-NNNNN-of-NNNNN` in `data_dir`, a literal path (`cvbench.utils.files.match_files`:
+`x[12]` never reads `x1` and `x2`). It refuses what would silently read less than the split:
+
+* a set with shards missing (`cvbench.utils.files.check_shard_set`), naming them;
+* a 0-byte shard, the mark of a truncated copy, naming it. The builders write one only for a
+  shard all of whose images they skipped (unreadable, too large), and their manifest
+  (`cvbench_manifest.json`, `cvbench.data.builders.manifest`) then records it at 0 bytes: a
+  shard recorded so is read (it holds no records).
+
+The files a `file_pattern` names are the caller's choice (one shard of a set, another
+writer's file that holds no records) and are not checked.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+from cvbench.data.read.raw_data import raw_data_message
+from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import check_shard_set, match_files, read_json
+
+#: The builders' manifest (`cvbench.data.builders.manifest.MANIFEST_NAME`, which `read/`
+#: may not import) and the largest one read (its `MAX_MANIFEST_BYTES`).
+BUILD_MANIFEST = "cvbench_manifest.json"
+MAX_BUILD_MANIFEST_BYTES = 64 << 20
+_INDEX = "[0-9]" * 5
+
+
+def split_glob(split: str) -> str:
+    """The file-name pattern of a split's shards, the split name matched literally.
+
+    Example:
+        >>> split_glob("train") == "train-" + "[0-9]" * 5 + "-of-" + "[0-9]" * 5
+        True
+        >>> split_glob("a[1]").startswith("a[[]1]-")
+        True
+    """
+    return f"{glob.escape(split)}-{_INDEX}-of-{_INDEX}"
+
+
+def list_split_files(
+    data_dir: str | os.PathLike, split: str, file_pattern: str | None = None
+) -> list[str]:
+    """The sorted shard files of `split` in `data_dir`.
+
+    Args:
+        data_dir: the folder of the TFRecord files.
+        split: split name, e.g. 'train' or 'validation' ('coco_val.record' for COCO).
+        file_pattern: a shell pattern of file names to read instead of the split's shards;
+            it may name sub-folders of `data_dir` (`train/*.tfrecord`), literal as
+            `data_dir` is. Its files are the caller's choice, not checked.
+
+    Raises:
+        BadFileError: the split's shard set is incomplete (`check_shard_set`), or one of its
+            shards is 0 bytes and the folder's build manifest does not record it so.
+        FileNotFoundError: `data_dir` does not exist or nothing matches; the message says
+            what was looked for, where, and which shard-like files are there; for a folder
+            of raw images (class folders, COCO JSON), the builder command that makes its
+            records (`raw_data.raw_data_message`).
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> for name in ("train-00000-of-00002", "train-00001-of-00002", "val-00000-of-00001"):
+        ...     _ = (d / name).write_bytes(b"records")
+        >>> [Path(p).name for p in list_split_files(d, "train")]
+        ['train-00000-of-00002', 'train-00001-of-00002']
+    """
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"data directory {root} does not exist")
+    pattern = file_pattern or split_glob(split)
+    files = [str(p) for p in match_files(root, pattern)]
+    if not files:
+        raw = raw_data_message(root)
+        if raw is not None:  # raw images given where records were expected
+            raise FileNotFoundError(raw)
+        present = sorted({n.split("-")[0] for n in os.listdir(root) if "-of-" in n})
+        hint = f"; shard files present for: {', '.join(present)}" if present else ""
+        raise FileNotFoundError(f"no TFRecord files matching {pattern!r} in {root}{hint}")
+    if file_pattern is None:
+        check_shard_set(files, split=split, folder=root)
+        _check_no_empty_shard(files, root)
+    return files
+
+
+def _check_no_empty_shard(files: list[str], root: Path) -> None:
+    """Refuses a 0-byte file among a split's shards `files` unless the build manifest of
+    `root` records that shard at 0 bytes (every image of it skipped)."""
+    empty = [path for path in files if os.stat(path).st_size == 0]
+    if not empty:
+        return
+    built_empty = _built_empty_shards(root)
+    for path in empty:
+        if os.path.basename(path) not in built_empty:
+            raise BadFileError(
+                f"{path} is 0 bytes: a truncated copy? cvbench's builders write an empty "
+                f"shard only when they skipped every image of it, and record it so in "
+                f"{BUILD_MANIFEST}; copy it again (with that file) or build the records again"
+            )
+
+
+def _built_empty_shards(root: Path) -> set[str]:
+    """The shard names the build manifest of `root` records at 0 bytes (none when there is
+    no readable manifest)."""
+    path = root / BUILD_MANIFEST
+    try:
+        manifest = read_json(path, limit=MAX_BUILD_MANIFEST_BYTES, what="manifest")
+    except (OSError, BadFileError):
+        return set()
+    shards = manifest.get("shards") if isinstance(manifest, dict) else None
+    if not isinstance(shards, dict):
+        return set()
+    return {
+        name
+        for name, entry in shards.items()
+        if isinstance(entry, dict) and entry.get("bytes") == 0 and entry.get("records") == 0
+    }
