@@ -12,8 +12,9 @@ input image (a folder of inputs is no place for their drawings), nor an existing
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -143,7 +144,9 @@ def draw_results(
     overwrite: bool = False,
     max_image_pixels: int = MAX_IMAGE_PIXELS,
 ) -> list[Path]:
-    """Writes one PNG per result into `directory` (created if needed).
+    """Writes one PNG per result into `directory` (created if needed; when a failure or a
+    signal stops the drawing before any PNG is written there, the folders it created are
+    removed again: no empty folder is left behind).
 
     Args:
         results: what `detect` or `classify` returned for `inputs`.
@@ -161,17 +164,51 @@ def draw_results(
             replace an input image or (without `overwrite`) an existing file; nothing is
             written then.
     """
-    from cvbench.inference.detection import Detection
-
     directory = Path(directory)
     sources = [r.source for r in results]
     paths = drawing_paths(sources, directory)
     by_path = bool(sources) and all(isinstance(s, str) for s in sources)
     check_folder_path(directory)
     check_drawing_paths(paths, input_files=_input_files(inputs), overwrite=overwrite)
+    written: list[Path] = []
+    with _folder_for_the_run(directory):
+        _draw_each(results, inputs, paths, by_path, written, max_image_pixels)
+    return written
+
+
+@contextlib.contextmanager
+def _folder_for_the_run(directory: Path) -> Iterator[None]:
+    """Makes `directory` and its missing parents for the block; when the block fails or a
+    signal stops it (any exception, `KeyboardInterrupt` and `StopSignalReceived` too), the
+    folders it made that are still empty are removed, deepest first: never one that existed
+    before, nor one that holds anything (`os.rmdir` removes only empty folders)."""
+    made = []
+    for folder in (directory, *directory.parents):
+        if os.path.lexists(folder):
+            break
+        made.append(folder)
     with errors_naming(directory):
         directory.mkdir(parents=True, exist_ok=True)
-    written = []
+    try:
+        yield
+    except BaseException:
+        for folder in made:
+            with contextlib.suppress(OSError):  # not empty (a drawing written), or gone
+                os.rmdir(folder)
+        raise
+
+
+def _draw_each(
+    results: Sequence[Detection | Classification],
+    inputs: Any,
+    paths: list[Path],
+    by_path: bool,
+    written: list[Path],
+    max_image_pixels: int,
+) -> None:
+    """`draw_results`' drawings, each appended to `written` once it is complete."""
+    from cvbench.inference.detection import Detection
+
     images = None if by_path else iter_images(inputs)
     for result, path in zip(results, paths, strict=True):
         if by_path:
@@ -190,7 +227,6 @@ def draw_results(
         with errors_naming(path), atomic_path(path) as tmp:
             picture.save(tmp, format="PNG")
         written.append(path)
-    return written
 
 
 def _input_files(inputs: Any) -> list[Path]:
