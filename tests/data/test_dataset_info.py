@@ -171,7 +171,9 @@ def test_an_overwriting_build_removes_the_old_file_before_writing_shards(
     write_dataset_info(out, IMAGENET_INFO)
     # A data set cvbench built: its manifest beside the file (a user's own dataset_info.json
     # in a folder without one is never replaced: tests/reliability/test_hostile_data.py).
-    (out / MANIFEST_NAME).write_text("{}")
+    (out / MANIFEST_NAME).write_text(
+        '{"format": 1, "dataset": "imagenet", "options": {}, "splits": {}, "shards": {}}'
+    )
     seen = []
 
     def killed(out_dir, *args, **kwargs):

@@ -289,11 +289,11 @@ def test_the_detections_file_is_never_written_over_an_input(tmp_path):
 
 
 @pytest.mark.backend_agnostic
-def test_a_deeply_nested_manifest_counts_as_another_data_set(tmp_path):
+def test_a_deeply_nested_manifest_is_a_bad_file(tmp_path):
     from cvbench.data.builders.manifest import MANIFEST_NAME, prepare_out_dir
 
     (tmp_path / MANIFEST_NAME).write_text(NESTED)
-    with pytest.raises(FileExistsError, match="holds a different data set"):
+    with pytest.raises(BadFileError, match=NESTED_LINE):
         prepare_out_dir(tmp_path, {"format": 1}, [], overwrite=False)
 
 

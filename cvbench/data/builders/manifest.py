@@ -16,8 +16,9 @@ named splits only), and the shard names (`shard_glob`: a pattern for file *names
 in the output folder by `cvbench.utils.files.match_files`, so that glob characters in the
 folder's own name, such as `out[12]`, never reach another folder's shards;
 `split_shard_names`: exactly one split's). The manifest is read with a bound
-(`MAX_MANIFEST_BYTES`) and its nesting checked before parsing; one that cannot be read
-counts as another data set's, and the shards it would list are never deleted.
+(`MAX_MANIFEST_BYTES`) and its nesting checked before parsing, then its shape: a damaged
+one (not JSON, or JSON of the wrong shape) is a `BadFileError` naming it and what is wrong,
+and no build resumes from it or deletes a shard by it.
 """
 
 from __future__ import annotations
@@ -128,21 +129,107 @@ def remove_stale_temporaries(out_dir: Path, splits: Sequence[Any]) -> None:
                 os.remove(p)
 
 
+#: How to proceed from a damaged manifest: it alone says which shards cvbench wrote and
+#: finished, so no build resumes from it nor deletes a file by it.
+_DAMAGED_HINT = (
+    "a build resumes from, and replaces, only the shards its manifest lists: delete the "
+    "folder's shards and {name} to build again, or choose another output directory"
+)
+
+
 def _read_manifest(path: Path) -> dict | None:
-    """The manifest at `path`; None when there is none, `{}` when it cannot be read (it then
-    counts as another data set's)."""
-    if not path.exists():
+    """The manifest at `path`, checked (`_check_manifest`); None when there is none.
+
+    Raises:
+        BadFileError: naming the file and what is wrong with it (not JSON, nested too deep,
+            over `MAX_MANIFEST_BYTES`, not a regular file, or JSON of the wrong shape), and
+            how to proceed.
+        OSError: it cannot be read (permission, I/O error), naming it.
+    """
+    if not os.path.lexists(path):
         return None
+    hint = _DAMAGED_HINT.format(name=MANIFEST_NAME)
     try:
         manifest = read_json(path, limit=MAX_MANIFEST_BYTES, what="manifest")
-    except (OSError, BadFileError):
-        return {}
-    return manifest if isinstance(manifest, dict) else {}
+    except BadFileError as e:
+        raise BadFileError(f"{e}; {hint}") from None
+    problem = _check_manifest(manifest)
+    if problem is not None:
+        raise BadFileError(f"{path} is not a cvbench build manifest: {problem}; {hint}")
+    return manifest
+
+
+def _check_manifest(manifest: Any) -> str | None:
+    """What is wrong with the shape of a manifest read from JSON (None: nothing). One of
+    another format number (another cvbench's) is only checked to be an object with one."""
+    if not isinstance(manifest, dict):
+        return f"its JSON is {_kind_of(manifest)}, not an object"
+    if not _is_int(manifest.get("format")):
+        return f"its format is {_kind_of(manifest.get('format', _MISSING))}, not a number"
+    if manifest["format"] != _MANIFEST_FORMAT:
+        return None  # another data set (prepare_out_dir names the difference)
+    fields = {"dataset": str, "options": dict, "splits": dict, "shards": dict}
+    for key, kind in fields.items():
+        value = manifest.get(key, _MISSING)
+        if not isinstance(value, kind):
+            return f"its {key} is {_kind_of(value)}, not {_KIND_NAMES[kind]}"
+    if not isinstance(manifest.get("metadata", {}), dict):
+        return f"its metadata is {_kind_of(manifest['metadata'])}, not an object"
+    split_fields = {"num_items": int, "num_shards": int, "pattern": str, "items_sha256": str}
+    for name, split in manifest["splits"].items():
+        problem = _check_fields(split, split_fields)
+        if problem is not None:
+            return f"splits[{name!r}] {problem}"
+    for name, shard in manifest["shards"].items():
+        problem = _check_fields(shard, {"records": int, "bytes": int, "skipped": list})
+        if problem is None and not all(_is_pair(s) for s in shard["skipped"]):
+            problem = "has a skipped entry that is not an [item, reason] pair of strings"
+        if problem is not None:
+            return f"shards[{name!r}] {problem}"
+    return None
+
+
+_KIND_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
+_MISSING = object()  # a field the manifest lacks
+
+
+def _check_fields(entry: Any, fields: Mapping[str, type]) -> str | None:
+    """What is wrong with `entry`, an object whose `fields` have the given kinds."""
+    if not isinstance(entry, dict):
+        return f"is {_kind_of(entry)}, not an object"
+    for key, kind in fields.items():
+        value = entry.get(key, _MISSING)
+        if not (_is_int(value) and value >= 0 if kind is int else isinstance(value, kind)):
+            wanted = "a count" if kind is int else _KIND_NAMES[kind]
+            return f"has {key} {_kind_of(value)}, not {wanted}"
+    return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_pair(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)
+
+
+def _kind_of(value: Any) -> str:
+    """`value` as a message names it: missing, null, or its JSON kind and a short repr."""
+    if value is _MISSING or value is None:
+        return "missing" if value is _MISSING else "null"
+    kinds = {bool: "a boolean", dict: "an object", list: "a list", str: "the string"}
+    kind = next((name for t, name in kinds.items() if isinstance(value, t)), "the number")
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    return kind if isinstance(value, dict | list) else f"{kind} {shown}"
 
 
 def folder_splits(out_dir: str | os.PathLike) -> dict[str, Any]:
     """Split name -> its identity, for the splits the manifest of `out_dir` lists ({} when
-    it has no readable manifest)."""
+    it has no manifest, or one of another format).
+
+    Raises:
+        BadFileError: the manifest is damaged (`_read_manifest`).
+    """
     manifest = _read_manifest(Path(out_dir) / MANIFEST_NAME) or {}
     splits = manifest.get("splits")
     return dict(splits) if isinstance(splits, dict) else {}
@@ -178,6 +265,9 @@ def prepare_out_dir(out_dir: Path, identity: dict[str, Any], splits, overwrite: 
             or with other settings (with or without `overwrite`: it never touches them);
             files named like a named split's shards that no cvbench manifest lists (with or
             without `overwrite`: it never deletes a file cvbench did not write).
+        BadFileError: the folder's manifest is damaged (not JSON, or JSON of the wrong
+            shape), naming it and what is wrong: no split is resumed from it, nor any file
+            deleted by it.
     """
     manifest_path = out_dir / MANIFEST_NAME
     manifest = _read_manifest(manifest_path)
