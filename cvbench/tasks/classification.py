@@ -28,6 +28,7 @@ from cvbench.tasks.recipes import fit_classes
 from cvbench.tasks.recipes.plan import builder_arguments
 from cvbench.tasks.sources import DALI_DEVICES, DaliSource, DataSource, GrainSource
 from cvbench.training.losses import SparseCrossEntropy
+from cvbench.training.resume import UNSET, compare_settings
 from cvbench.utils.model_file import ModelInfo
 from cvbench.zoo import (
     CLASSIFICATION,
@@ -466,15 +467,13 @@ def _with_weights_normalization(recipe: Any, norm: InputNormalization, flag: str
 def _check_unrecorded_normalization(recipe: Any, knobs: dict[str, Any]) -> None:
     """Refuses a checkpoint (`knobs`) of an older cvbench, recording no
     `model.weights_normalization`, whose preprocessing differs from `recipe`'s: its starting
-    weights decided it, and their file is not there to tell."""
-    current = dict(recipe.knobs())
-    differ = sorted(
+    weights decided it, and their file is not there to tell. Compared as the resume compares
+    (`compare_settings`); a knob one side lacks (another version's) is not compared."""
+    differ = [
         knob
-        for knob, value in knobs.items()
-        if knob.startswith("preprocessing.")
-        and knob in current
-        and (tuple(value) if isinstance(value, list) else value) != current[knob]
-    )
+        for knob, (stored, now) in compare_settings(knobs, dict(recipe.knobs())).items()
+        if knob.startswith("preprocessing.") and stored is not UNSET and now is not UNSET
+    ]
     if differ:
         raise ValueError(
             f"{recipe.model}: the checkpoint does not record the input normalization its "

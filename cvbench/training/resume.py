@@ -278,20 +278,54 @@ def _flat(value: Any, prefix: str) -> dict[str, Any]:
     return {prefix: value}
 
 
+class _Unset:
+    """A setting one side does not record (`compare_settings`)."""
+
+    def __repr__(self) -> str:
+        return "unset"
+
+
+#: What `compare_settings` gives for the side that lacks a setting.
+UNSET = _Unset()
+
+
+def compare_settings(stored: dict[str, Any], now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The one comparison of a checkpoint's recorded settings with the current ones: the keys
+    whose values differ, each with `(stored value, current value)`, `UNSET` on the side that
+    lacks the key; sorted by key. Both sides are compared as the checkpoint stores them
+    (`describe`: tuples as lists), and a stored value in a former spelling as today's
+    (`current_setting`), so that a run written before still agrees. The resume's check
+    (`plan_differences`) and the task's check of an older checkpoint
+    (`ClassificationTask.restore_from_checkpoint`) both use it.
+
+    Example:
+        >>> stored = {"preprocessing.mean": [1.0, 2.0], "preprocessing.eval_crop":
+        ...           "resize_then_crop", "old": 1}
+        >>> now = {"preprocessing.mean": (1.0, 2.0), "preprocessing.eval_crop": "center_crop",
+        ...        "new": 2}
+        >>> compare_settings(stored, now)
+        {'new': (unset, 2), 'old': (1, unset)}
+    """
+    old = {key: describe(current_setting(key, value)) for key, value in stored.items()}
+    new = {key: describe(value) for key, value in now.items()}
+    return {
+        key: (old.get(key, UNSET), new.get(key, UNSET))
+        for key in sorted(set(old) | set(new))
+        if old.get(key, UNSET) != new.get(key, UNSET)
+    }
+
+
 def _setting_differences(stored: dict, now: dict) -> list[str]:
     """The optimizer, schedule and task settings that differ, one entry per value."""
     differences = []
     for group in ("optimizer", "schedule", "settings"):
         if group not in stored or group not in now:
             continue  # an older checkpoint: not recorded
-        # a setting written before in a former spelling reads as today's (`current_setting`)
-        old = {k: current_setting(k, v) for k, v in _flat(stored[group], group).items()}
-        new = _flat(now[group], group)
-        for key in sorted(set(old) | set(new)):
-            if old.get(key) != new.get(key):
-                before = json.dumps(old[key]) if key in old else "unset"
-                after = json.dumps(new[key]) if key in new else "unset"
-                differences.append(f"{key} {before} in the checkpoint, {after} now")
+        changed = compare_settings(_flat(stored[group], group), _flat(now[group], group))
+        for key, (before, after) in changed.items():
+            before = "unset" if before is UNSET else json.dumps(before)
+            after = "unset" if after is UNSET else json.dumps(after)
+            differences.append(f"{key} {before} in the checkpoint, {after} now")
     return differences
 
 
