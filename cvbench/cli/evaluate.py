@@ -8,11 +8,17 @@ line saying what was written where.
 `--json FILE` is checked before anything is loaded (`cvbench.utils.files.check_output`): it
 is never the checkpoint, the model or the data it reads, nor a link; an existing FILE is
 replaced only when cvbench wrote it (`written_by_cvbench`: an earlier `--json` of eval), and
-each results file written is recorded for that."""
+each results file written is recorded for that.
+
+The results are printed (stdout) before either is written: a write that fails (a full disk
+is found only then) ends with one line that says so (`results_printed_above`)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from cvbench.cli.errors import CLIError
@@ -23,6 +29,9 @@ from cvbench.cli.task_args import (
     report_corrupt,
     task_from_args,
 )
+
+#: What the line of a failed results write adds: the results are on stdout already.
+RESULTS_PRINTED = "the results were printed above"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -83,16 +92,32 @@ def eval_command(args: argparse.Namespace) -> int:
     results = task.evaluate(trainer, batch_size=task.recipe.run.batch_per_gpu)
     print_results(trainer, results)
     skipped = report_corrupt(args, task, trainer.distribution)
-    if trainer.is_chief and args.json:
-        from cvbench.utils.files import record_output
-        from cvbench.utils.io import write_json_atomic
+    with results_printed_above():  # a full disk now loses no result
+        if trainer.is_chief and args.json:
+            from cvbench.utils.files import record_output
+            from cvbench.utils.io import write_json_atomic
 
-        extra = {} if skipped is None else {"corrupt_records": skipped}
-        write_json_atomic(args.json, {**results, **extra})
-        record_output(args.json)
-    if trainer.is_chief and args.log_dir:
-        print(write_eval_results(args, task, trainer, checkpoint, results), flush=True)
+            extra = {} if skipped is None else {"corrupt_records": skipped}
+            write_json_atomic(args.json, {**results, **extra})
+            record_output(args.json)
+        if trainer.is_chief and args.log_dir:
+            print(write_eval_results(args, task, trainer, checkpoint, results), flush=True)
     return 0
+
+
+@contextlib.contextmanager
+def results_printed_above() -> Iterator[None]:
+    """The writes of `--json` and `--log-dir`, which come after the results are printed
+    (`print_results`, on stdout): an `OSError` of theirs (a full disk, found only at the
+    write) says so, `full/x.json: No space left on device; the results were printed above`,
+    so that the user knows the evaluation itself is not lost."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno is None:
+            raise
+        reason = f"{error.strerror or os.strerror(error.errno)}; {RESULTS_PRINTED}"
+        raise type(error)(error.errno, reason, error.filename, None, error.filename2) from error
 
 
 def check_results_folder(args: argparse.Namespace, checkpoint: Path) -> None:
