@@ -14,6 +14,7 @@ import pytest
 from cvbench.training.resume import UNSET, _setting_differences, compare_settings
 
 
+@pytest.mark.backend_agnostic
 def test_compare_settings_gives_each_differing_key_with_both_sides():
     stored = {"a": [1, 2], "b": 0.1, "gone": "x", "eval_crop": "resize_then_crop"}
     now = {"a": (1, 2), "b": 0.2, "added": None, "eval_crop": "center_crop"}
@@ -81,6 +82,7 @@ CASES = {
 }
 
 
+@pytest.mark.backend_agnostic
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_task_and_the_resume_agree_on_what_differs(case):
     from cvbench.tasks.classification import _check_unrecorded_normalization

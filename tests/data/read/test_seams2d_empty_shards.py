@@ -63,6 +63,7 @@ def _read(kind: str, data_dir):
     return imagenet_dali_dataset(data_dir, "train", **batch)
 
 
+@pytest.mark.backend_agnostic
 @pytest.mark.parametrize("reader", list(READERS))
 def test_every_reader_refuses_a_zero_byte_shard_naming_it(tmp_path, reader):
     prefix, kind = READERS[reader]
@@ -86,6 +87,7 @@ def test_a_missing_shard_is_named_before_an_empty_one(tmp_path):
         list_split_files(tmp_path, "train")
 
 
+@pytest.mark.backend_agnostic
 def test_a_file_pattern_names_the_callers_files_empty_ones_too(tmp_path):
     # A TFRecord file of 0 records is 0 bytes: one another writer made is the caller's choice.
     from cvbench.data.grain.dataset import count_records
@@ -122,6 +124,7 @@ def _empty_shard(folder):
     return next(name for name, size in sizes.items() if size == 0)
 
 
+@pytest.mark.backend_agnostic
 def test_a_shard_the_builder_wrote_empty_is_read_as_no_records(built_with_an_empty_shard):
     from cvbench.data.grain.dataset import count_records
     from cvbench.data.read.imagenet import num_examples
