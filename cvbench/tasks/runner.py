@@ -400,6 +400,12 @@ def prepare_run(
             backbone weights).
     """
     dist = get_distribution(distribution)
+    config = config or TrainConfig()
+    if _resumes_a_checkpoint(config) and hasattr(task, "restore_from_checkpoint"):
+        # First: what the run is (the knobs a moved starting weights file decided, taken
+        # from the checkpoint) is settled before anything reads the recipe, the training
+        # pipeline's preprocessing included.
+        task.restore_from_checkpoint(recorded=lambda: _recorded_knobs(config))
     recipe = task.recipe
     batch_size = batch_size or recipe.run.batch_per_gpu
     train, run_plan = _data_and_plan(task, dist, batch_size, seed, steps_per_epoch)
@@ -408,10 +414,7 @@ def prepare_run(
         optimizer, schedule = recipe.optimizer, planned_schedule(recipe, run_plan)
     if callable(optimizer) and not isinstance(optimizer, keras.optimizers.Optimizer):
         optimizer = optimizer(train.steps_per_epoch, batch_size * dist.size)
-    config = dataclasses.replace(config or TrainConfig(), **loss_scaling(recipe))
-    if _resumes_a_checkpoint(config) and hasattr(task, "restore_from_checkpoint"):
-        # the starting weights' file may have moved since: what it decided is recorded
-        task.restore_from_checkpoint(recorded=lambda: _recorded_knobs(config))
+    config = dataclasses.replace(config, **loss_scaling(recipe))
     settings = run_settings(task)
     notes = run_notes(task, dist, batch_size, precision=precision, own_optimizer=own_optimizer)
     if dist.is_chief:
