@@ -243,6 +243,7 @@ def data_backend_kwargs(args: argparse.Namespace, *, task: str | None) -> dict[s
     from cvbench.data.dali.pipeline import import_dali
     from cvbench.data.dali_index import read_index
     from cvbench.data.read.reader import list_split_files
+    from cvbench.utils.errors import BadFileError
 
     try:
         import_dali()
@@ -251,8 +252,10 @@ def data_backend_kwargs(args: argparse.Namespace, *, task: str | None) -> dict[s
     for split in ("train", "validation"):
         try:
             files = list_split_files(args.data_dir, split)
-        except FileNotFoundError:
-            continue  # the command's reader names a missing split
+        except (FileNotFoundError, BadFileError):
+            # A missing or damaged split: the command's reader names it if it reads it
+            # (eval never reads train).
+            continue
         for path in files:
             read_index(path)  # FileNotFoundError / ValueError: one line naming the file
     return {"data_backend": "dali", "dali_device": args.dali_device or "cpu"}

@@ -86,7 +86,8 @@ def writer_dead(host: str, pid: str | int) -> bool:
         >>> writer_dead("00000000" if HOST_TAG != "00000000" else "11111111", 999999999)
         False
     """
-    return host == HOST_TAG and str(pid).isdigit() and not process_running(int(pid))
+    pid = str(pid)  # ASCII digits only: "²".isdigit() is True, int("²") a ValueError
+    return host == HOST_TAG and pid.isascii() and pid.isdigit() and not process_running(int(pid))
 
 
 def remove_dead_temporaries(folder: str | os.PathLike) -> list[Path]:

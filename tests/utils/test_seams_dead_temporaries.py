@@ -124,6 +124,18 @@ def test_a_pid_this_system_cannot_have_leaves_the_file_and_writes_on(tmp_path, p
     assert odd.read_text() == "?" and (tmp_path / "a.json").exists()
 
 
+@pytest.mark.parametrize("pid", ["\u00b2", "\u0663\u0664"])  # superscript two; Arabic-Indic 34
+def test_a_pid_of_digits_other_than_ascii_leaves_the_file_and_writes_on(tmp_path, pid):
+    # Regression (review of 2026-12-05, 2nd): str.isdigit() accepts these, int() refuses
+    # "\u00b2": a ValueError on every write into that folder (and every export beside such
+    # a staging folder), and "\u0663\u0664" was read as pid 34.
+    odd = tmp_path / f".a.json.cvbench-{HOST_TAG}-{pid}-abcd1234.tmp.json"
+    odd.write_text("?")
+    write_json_atomic(tmp_path / "a.json", {"a": 1})
+    assert odd.read_text() == "?" and (tmp_path / "a.json").exists()
+    assert io_module.writer_dead(HOST_TAG, pid) is False
+
+
 def test_a_folder_is_swept_at_a_process_first_write_only(tmp_path, monkeypatch):
     # Regression (review of 2026-12-05): every write scanned its whole folder, so a command
     # writing N files into one folder (predict --draw) scanned N times N entries. The

@@ -379,6 +379,8 @@ def _feature_values(feature: bytes) -> tuple[int, list]:
                 values.append(bytes(value))
             elif kind == 2:
                 # packed (wire type 2) or one fixed32 (wire type 5): little-endian floats
+                if len(value) % 4:  # struct.error otherwise, which no policy catches
+                    raise ValueError(f"a float list of {len(value)} bytes (not 4 a float)")
                 values.extend(struct.unpack(f"<{len(value) // 4}f", value))
             elif fwire == 2:  # packed int64 varints
                 pos = 0

@@ -175,8 +175,15 @@ def test_a_malformed_record_says_what_is_wrong(record, reason):
             _length_delimited(3, b"\x0d\x00\x00\x00\x00"),
             "wire type 5 in a list of kind 3",
         ),
+        # a box coordinate's float_list (kind 2) packed in 5 bytes (`0a 05` + 5 bytes): a
+        # struct.error before, which --skip-corrupt's policy (ValueError) did not catch
+        (
+            "image/object/bbox/xmin",
+            _length_delimited(2, b"\x0a\x05\x00\x00\x80\x3f\x00"),
+            "a float list of 5 bytes",
+        ),
     ],
-    ids=["bytes-as-varint", "int64-as-fixed32"],
+    ids=["bytes-as-varint", "int64-as-fixed32", "float-packed-in-5-bytes"],
 )
 def test_a_value_of_the_wrong_wire_type_is_a_value_error(key, feature, reason):
     # Regression (review of 2026-12-05): a ValueError is what the corrupt-record policy skips.
