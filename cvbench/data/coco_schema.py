@@ -40,7 +40,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cvbench.data.coco_labels import COCO_2017_CATEGORIES
-from cvbench.data.tfrecord import bytes_feature, encode_example, float_feature, int64_feature
+from cvbench.data.tfrecord import (
+    bytes_feature,
+    encode_example,
+    float_feature,
+    int64_feature,
+    stack_boxes,
+)
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -182,7 +188,7 @@ def parse_example(
     import tensorflow as tf
 
     f = _parse_dense(serialized, feature_spec())
-    boxes = tf.stack([f[k] for k in BBOX_KEYS], 1)
+    boxes = stack_boxes(*(f[k] for k in BBOX_KEYS))  # lists of different lengths: NaN
     n = tf.shape(boxes)[0]
     coco_ids = f[CLASS_LABEL]
     if name_to_id is not None:
@@ -194,7 +200,7 @@ def parse_example(
         "height": f[HEIGHT],
         "width": f[WIDTH],
         "filename": f[FILENAME],
-        "boxes": tf.reshape(boxes, [-1, 4]),
+        "boxes": boxes,
         "coco_ids": _pad_like(coco_ids, n, -1),
         # Old records without is_crowd/area: treat every box as not crowd.
         "is_crowd": _pad_like(f[IS_CROWD], n, 0) > 0,

@@ -69,6 +69,7 @@ from cvbench.data.read.coco_augment import (
 from cvbench.data.read.pipeline import BatchTransform, check_args, read_batches
 from cvbench.data.read.reader import RecordExamples, list_split_files, scan_files
 from cvbench.data.read.spec import ReadSpec, read_spec
+from cvbench.data.tfrecord import checked_boxes
 
 __all__ = [
     "COCO_2017_CATEGORIES",
@@ -227,7 +228,8 @@ def _train_transform(
 ) -> dict[str, tf.Tensor]:
     """Crop (fused with the JPEG decode), flip, colour jitter (each as `augmentation` says),
     resize; boxes mapped to classes, padded."""
-    boxes, classes = example["boxes"], _to_indices(example["coco_ids"], class_table)
+    boxes = checked_boxes(example["boxes"])  # a damaged record's: named or skipped here
+    classes = _to_indices(example["coco_ids"], class_table)
     keep = classes >= 0
     if drop_crowd:
         keep &= tf.logical_not(example["is_crowd"])
@@ -267,7 +269,8 @@ def _train_transform(
 def _eval_transform(
     example: Mapping[str, tf.Tensor], *, image_size: int, dtype: tf.DType, subtract_mean: bool
 ) -> dict[str, tf.Tensor]:
-    image = tf.image.decode_jpeg(example["encoded"], channels=3)
+    with tf.control_dependencies([checked_boxes(example["boxes"])]):  # as in training
+        image = tf.image.decode_jpeg(example["encoded"], channels=3)
     return {
         "image": _resize(image, image_size, dtype, subtract_mean),
         "image_id": example["image_id"],

@@ -55,6 +55,7 @@ from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.preprocessing import preprocess_for_eval, preprocess_for_train
 from cvbench.data.read.ranks import rank_seed
 from cvbench.data.read.spec import ReadSpec
+from cvbench.data.tfrecord import checked_boxes
 
 TrainPreprocess = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
 EvalPreprocess = Callable[[tf.Tensor], tf.Tensor]
@@ -446,17 +447,24 @@ def classification_transform(
         )
     if training:
         return BatchTransform(
-            lambda e: preprocess(e["encoded"], e["boxes"], e["seed"]),
+            lambda e: preprocess(e["encoded"], checked_boxes(e["boxes"]), e["seed"]),
             no_autograph(lambda image, e: (image, e["label"])),
             spec,
         )
     pad = (tf.zeros([image_size, image_size, 3], dtype), tf.constant(0, tf.int32), tf.constant(0.0))
     return BatchTransform(
-        lambda e: preprocess(e["encoded"]),
+        lambda e: preprocess(_encoded_of_a_sound_record(e)),
         no_autograph(lambda image, e: (image, e["label"], tf.constant(1.0))),
         spec,
         pad,
     )
+
+
+def _encoded_of_a_sound_record(e: dict) -> tf.Tensor:
+    """`e["encoded"]`, once `e`'s boxes are checked (`checked_boxes`): evaluation does not
+    use them, but a damaged record is refused (or skipped) there as in training."""
+    with tf.control_dependencies([checked_boxes(e["boxes"])]):
+        return tf.identity(e["encoded"])
 
 
 def classification_recipe(
