@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import stat
 import struct
@@ -118,7 +119,8 @@ def test_a_data_dir_named_like_a_glob_reads_only_its_own_shards(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "train-00000-of-00001").write_bytes(b"x")  # not 0 bytes
     (tmp_path / "x[12]").mkdir()
-    with pytest.raises(FileNotFoundError, match=r"no TFRecord files matching 'train-\[0-9\]"):
+    looked_for = re.escape("no TFRecord files matching 'train-?????-of-?????'")
+    with pytest.raises(FileNotFoundError, match=looked_for):
         list_split_files(tmp_path / "x[12]", "train")
     (tmp_path / "x[12]" / "train-00000-of-00001").write_bytes(b"x")
     assert list_split_files(tmp_path / "x[12]", "train") == [

@@ -83,7 +83,8 @@ def list_split_files(
             raise FileNotFoundError(raw)
         present = sorted({n.split("-")[0] for n in os.listdir(root) if "-of-" in n})
         hint = f"; shard files present for: {', '.join(present)}" if present else ""
-        raise FileNotFoundError(f"no TFRecord files matching {pattern!r} in {root}{hint}")
+        looked_for = file_pattern or f"{split}-?????-of-?????"  # the shards' names, readably
+        raise FileNotFoundError(f"no TFRecord files matching {looked_for!r} in {root}{hint}")
     if file_pattern is None:
         check_shard_set(files, split=split, folder=root)
         _check_no_empty_shard(files, root)
