@@ -293,7 +293,8 @@ class CheckpointManager:
         optimizer_variables: Sequence[keras.Variable] = (),
         state: dict[str, Any] | None = None,
     ) -> Path:
-        """Writes the checkpoint for `step`, then deletes all but the newest `keep`.
+        """Writes the checkpoint for `step`, then deletes the checkpoints older than it but
+        the newest `keep - 1` (checkpoints of later steps are left where they are).
 
         Raises:
             CheckpointWriteError: the disk is full (ENOSPC, or a quota: EDQUOT); nothing was
@@ -322,7 +323,11 @@ class CheckpointManager:
                 f"{os.strerror(e.errno).lower()} writing checkpoint {path}; {previous}; "
                 "free space and rerun with resume=True"
             ) from e
-        for old in self.checkpoints()[: -self.keep]:
+        # Only checkpoints older than this one are rotated away: a newer-named file (an
+        # invalid checkpoint a resume skipped, or a longer earlier run's) is not this run's
+        # to judge, and counting it deleted the checkpoint just written (keep=1).
+        older = [p for p in self.checkpoints() if p.name < path.name]
+        for old in older[: max(len(older) - (self.keep - 1), 0)]:
             old.unlink(missing_ok=True)
         return path
 

@@ -151,6 +151,24 @@ def test_keep_defaults_to_three_and_one_is_allowed(tmp_path):
         CheckpointManager(tmp_path, keep=0)
 
 
+@pytest.mark.parametrize("keep", [1, 2, 3])
+def test_rotation_never_deletes_the_checkpoint_just_written(tmp_path, keep):
+    # Regression (stop 47): a newer-named file (here an invalid ckpt-9 a resume skipped) was
+    # counted among the newest `keep`, so with keep=1 the save of step 5 deleted ckpt-5 itself
+    # and the run was left with no valid checkpoint. Rotation now removes older ones only.
+    manager = CheckpointManager(tmp_path, keep=keep)
+    for step in (1, 2, 3, 4):
+        manager.save(step, model_variables=variables(step))
+    junk = tmp_path / "ckpt-0000000009.npz"
+    junk.write_bytes(b"not an archive")
+    written = manager.save(5, model_variables=variables(5))
+    names = [p.name[-7:-4] for p in manager.checkpoints()]
+    # step 5 and the keep - 1 newest before it; the later-named file is left as it is
+    assert names == [f"{s:03d}" for s in range(6 - keep, 6)] + ["009"]
+    assert written.exists() and junk.read_bytes() == b"not an archive"
+    assert manager.latest()[0] == written  # ckpt-9 is skipped with a warning
+
+
 def test_a_directory_not_yet_created_has_no_checkpoints(tmp_path):
     manager = CheckpointManager(tmp_path / "not-yet")
     assert manager.checkpoints() == []
