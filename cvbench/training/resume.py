@@ -292,7 +292,7 @@ UNSET = _Unset()
 def compare_settings(stored: dict[str, Any], now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """The one comparison of a checkpoint's recorded settings with the current ones: the keys
     whose values differ, each with `(stored value, current value)`, `UNSET` on the side that
-    lacks the key; sorted by key. Both sides are compared as the checkpoint stores them
+    lacks the key (a lacking key equals a None: not a difference); sorted by key. Both sides are compared as the checkpoint stores them
     (`describe`: tuples as lists), and a stored value in a former spelling as today's
     (`current_setting`), so that a run written before still agrees. The resume's check
     (`plan_differences`) and the task's check of an older checkpoint
@@ -305,13 +305,17 @@ def compare_settings(stored: dict[str, Any], now: dict[str, Any]) -> dict[str, t
         ...        "new": 2}
         >>> compare_settings(stored, now)
         {'new': (unset, 2), 'old': (1, unset)}
+        >>> compare_settings({}, {"model.weights_normalization": None})  # an older checkpoint
+        {}
     """
     old = {key: describe(current_setting(key, value)) for key, value in stored.items()}
     new = {key: describe(value) for key, value in now.items()}
+    # A key one side lacks equals None on the other: a knob added since with a None default
+    # (model.weights_normalization) leaves an older checkpoint resumable.
     return {
         key: (old.get(key, UNSET), new.get(key, UNSET))
         for key in sorted(set(old) | set(new))
-        if old.get(key, UNSET) != new.get(key, UNSET)
+        if old.get(key) != new.get(key)
     }
 
 

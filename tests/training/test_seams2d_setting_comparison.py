@@ -19,9 +19,9 @@ def test_compare_settings_gives_each_differing_key_with_both_sides():
     stored = {"a": [1, 2], "b": 0.1, "gone": "x", "eval_crop": "resize_then_crop"}
     now = {"a": (1, 2), "b": 0.2, "added": None, "eval_crop": "center_crop"}
     # a: [1, 2] and (1, 2) are the same JSON value; eval_crop: the former spelling of
-    # "center_crop"; b differs; gone / added are each on one side only. Sorted by key.
+    # "center_crop"; b differs; gone is on one side only; added is None on the side that has
+    # it, which a lacking key equals (a knob added since). Sorted by key.
     assert compare_settings(stored, now) == {
-        "added": (UNSET, None),
         "b": (0.1, 0.2),
         "gone": ("x", UNSET),
     }
@@ -29,10 +29,14 @@ def test_compare_settings_gives_each_differing_key_with_both_sides():
     assert repr(UNSET) == "unset"
 
 
-def test_a_recorded_none_is_not_unset():
-    # A setting recorded as None (null) is recorded; one not recorded at all is UNSET.
-    assert compare_settings({"k": None}, {}) == {"k": (None, UNSET)}
+def test_a_lacking_key_equals_none():
+    # Regression (review of stop 47): a knob added since with a None default
+    # (model.weights_normalization) made every older checkpoint "differ" from its resume, as
+    # the resume's own comparison never did (old.get(key) != new.get(key)).
+    assert compare_settings({"k": None}, {}) == {}
+    assert compare_settings({}, {"k": None}) == {}
     assert compare_settings({"k": None}, {"k": None}) == {}
+    assert compare_settings({}, {"k": 0}) == {"k": (UNSET, 0)}  # 0 is a value, not None
 
 
 def test_the_resume_messages_are_unchanged():
@@ -93,8 +97,8 @@ def test_the_task_and_the_resume_agree_on_what_differs(case):
     now = {"knobs": dict(recipe.knobs())}
     resumed = _setting_differences({"settings": {"knobs": stored}}, {"settings": now})
     named = [line.split()[0].removeprefix("settings.knobs.") for line in resumed]
-    # the resume also names model.weights_normalization, unset in an older checkpoint
-    assert named == sorted([*expected, "model.weights_normalization"])
+    # model.weights_normalization, unset in an older checkpoint and None now, is no difference
+    assert named == sorted(expected)
     if not expected:
         _check_unrecorded_normalization(recipe, stored)  # no error
         return
