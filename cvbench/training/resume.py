@@ -292,9 +292,10 @@ UNSET = _Unset()
 def compare_settings(stored: dict[str, Any], now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """The one comparison of a checkpoint's recorded settings with the current ones: the keys
     whose values differ, each with `(stored value, current value)`, `UNSET` on the side that
-    lacks the key (a lacking key equals a None: not a difference); sorted by key. Both sides are compared as the checkpoint stores them
-    (`describe`: tuples as lists), and a stored value in a former spelling as today's
-    (`current_setting`), so that a run written before still agrees. The resume's check
+    lacks the key (a lacking key equals a None: not a difference); sorted by key. Both sides
+    are compared as the checkpoint stores them (`describe`: tuples as lists), and a stored
+    value in a former spelling as today's (`current_setting`), so that a run written before
+    still agrees. The resume's check
     (`plan_differences`) and the task's check of an older checkpoint
     (`ClassificationTask.restore_from_checkpoint`) both use it.
 
