@@ -139,7 +139,7 @@ def write_benchmark_records(
         height: image height.
         width: image width.
         quality: JPEG quality.
-        num_shards: files.
+        num_shards: files (at most `num_images`: no shard is empty).
         seed: makes the images reproducible.
         source: `"generated"` (`photo_like_jpeg`) or `"photos"` (`photo_view_jpeg` of the
             `sample_photos`, taken in turn).
@@ -153,6 +153,8 @@ def write_benchmark_records(
     photos = list(sample_photos().values()) if source == "photos" else []
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # As the builders: no empty shard (the readers refuse a 0-byte one as a truncated copy).
+    num_shards = max(1, min(num_shards, num_images))
     total = 0
     for shard in range(num_shards):
         path = out / f"train-{shard:05d}-of-{num_shards:05d}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,18 @@ def test_result_lines_and_ratios():
     )
     assert missing.training.ratio is None
     assert missing.format().endswith("DALI CPU: not measured (no DALI)")
+
+
+@pytest.mark.parametrize("num_images, shards", [(1, 1), (3, 3), (4, 4), (9, 4)])
+def test_fewer_images_than_shards_write_no_empty_shard(tmp_path, num_images, shards):
+    # Regression (review of stop 47): 3 images in 4 shards left a 0-byte shard, which the one
+    # listing refuses as a truncated copy: `bench-input --num-images 3` failed on its own data.
+    from cvbench.data.read.splits import list_split_files
+
+    write_benchmark_records(tmp_path, num_images=num_images, height=16, width=16, num_shards=4)
+    files = list_split_files(tmp_path, "train")
+    assert len(files) == shards  # min(4, num_images)
+    assert all(os.path.getsize(f) > 0 for f in files)
 
 
 def test_generated_records(tmp_path):
