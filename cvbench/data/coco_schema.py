@@ -41,12 +41,14 @@ import numpy as np
 
 from cvbench.data.coco_labels import COCO_2017_CATEGORIES
 from cvbench.data.tfrecord import (
+    DAMAGED_BOXES,
     bytes_feature,
     encode_example,
     float_feature,
     int64_feature,
     stack_boxes,
 )
+from cvbench.utils.errors import BadFileError
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -242,19 +244,30 @@ def groundtruth_from_records(files: Sequence[str]) -> dict[str, Any]:
 
     Returns:
         `{"images", "annotations", "categories"}`.
+
+    Raises:
+        BadFileError: a record whose box coordinate lists differ in length, naming the file
+            and the record (its ground truth cannot be rebuilt).
     """
     import tensorflow as tf
 
     spec = {k: v for k, v in feature_spec().items() if k != ENCODED}
     by_name = {name: i for i, name in COCO_2017_CATEGORIES}
     images, annotations, names = [], [], {}
-    records = tf.data.TFRecordDataset(list(files)).map(lambda r: _parse_dense(r, spec))
-    for ex in records.as_numpy_iterator():
-        image_id, height, width = int(ex[SOURCE_ID]), int(ex[HEIGHT]), int(ex[WIDTH])
-        name = ex[FILENAME].decode("utf-8")
-        images.append({"id": image_id, "height": height, "width": width, "file_name": name})
-        for ann in _record_annotations(ex, image_id, height, width, by_name, names):
-            annotations.append({"id": len(annotations) + 1, **ann})
+    for path in files:
+        records = tf.data.TFRecordDataset(path).map(lambda r: _parse_dense(r, spec))
+        for index, ex in enumerate(records.as_numpy_iterator()):
+            image_id, height, width = int(ex[SOURCE_ID]), int(ex[HEIGHT]), int(ex[WIDTH])
+            name = ex[FILENAME].decode("utf-8")
+            images.append({"id": image_id, "height": height, "width": width, "file_name": name})
+            if len({len(ex[k]) for k in BBOX_KEYS}) != 1:
+                raise BadFileError(
+                    f"{path}: record {index}: {DAMAGED_BOXES}: its ground truth cannot be "
+                    "rebuilt; put the annotation file (instances_val2017.json) beside the "
+                    "records, or build the records again"
+                )
+            for ann in _record_annotations(ex, image_id, height, width, by_name, names):
+                annotations.append({"id": len(annotations) + 1, **ann})
     categories = [{"id": i, "name": n} for i, n in sorted(names.items())]
     return {"images": images, "annotations": annotations, "categories": categories}
 

@@ -462,7 +462,10 @@ def classification_transform(
 
 def _encoded_of_a_sound_record(e: dict) -> tf.Tensor:
     """`e["encoded"]`, once `e`'s boxes are checked (`checked_boxes`): evaluation does not
-    use them, but a damaged record is refused (or skipped) there as in training."""
+    use them, but a damaged record is refused (or skipped) there as in training. Examples
+    without boxes (a caller's own source of `eval_pipeline`) have nothing to check."""
+    if "boxes" not in e:
+        return e["encoded"]
     with tf.control_dependencies([checked_boxes(e["boxes"])]):
         return tf.identity(e["encoded"])
 

@@ -117,3 +117,32 @@ def test_coco_records_with_damaged_boxes_are_skipped_or_named(tmp_path, training
         assert sorted(int(b[1]["image_id"][0]) for b in batches) == [1, 2, 4]
     with pytest.raises(tf.errors.InvalidArgumentError, match=f"record 2 of {path}"):
         _first_pass(_coco(tmp_path, training, skip_corrupt=False), 4)
+
+
+def test_eval_pipeline_takes_examples_without_boxes():
+    # Regression (review of stop 47): the box check of evaluation asked every example for
+    # "boxes", which a caller's own examples to the public eval_pipeline need not have.
+    from cvbench.data.read.pipeline import eval_pipeline
+
+    example = {
+        "encoded": tf.constant(_jpeg(0)), "label": tf.constant(1, tf.int32),
+        "filename": tf.constant("a.jpg"), "source": tf.constant("mine"),
+        "index": tf.constant(0, tf.int64),
+    }  # fmt: skip
+    ds = eval_pipeline(tf.data.Dataset.from_tensors(example), batch_size=1, image_size=8,
+                       dtype=tf.float32, steps=1, skip_corrupt=False, counter=None)  # fmt: skip
+    images, labels, weights = next(iter(ds))
+    assert images.shape == (1, 8, 8, 3) and labels.numpy().tolist() == [1]
+    assert weights.numpy().tolist() == [1.0]
+
+
+def test_coco_ground_truth_from_records_names_a_record_with_damaged_boxes(tmp_path):
+    # Regression (review of stop 47): evaluation without the annotation file rebuilds the
+    # ground truth from the records; np.stack of the four lists raised "all input arrays
+    # must have the same shape", naming neither file nor record.
+    from cvbench.data.coco_schema import groundtruth_from_records
+    from cvbench.utils.errors import BadFileError
+
+    path = _coco_records(tmp_path, "coco_val.record")
+    with pytest.raises(BadFileError, match=f"{path}: record 2: the record's box coordinate"):
+        groundtruth_from_records([path])
