@@ -273,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.emulate_avx2:
         return emulate_avx2(argv)
     from cvbench.benchmark.results import jsonable
-    from cvbench.models.layers import fast_gradient_kinds
+    from cvbench.models.layers import fast_gradient_kinds, onednn_cap
     from cvbench.utils.cpu import cpu_flags
     from cvbench.utils.io import write_json_atomic
     from throughput_suite import SuiteConfig, describe_environment, run_suite
@@ -285,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     capped = {k: os.environ[k] for k in AVX2_CAP if k in os.environ}
     environment["onednn_cap"] = capped
     # Which convolutions take FastConv2D's fast gradients here: the flags and the cap decide.
-    kinds = fast_gradient_kinds(flags, onednn_max_isa=capped.get("ONEDNN_MAX_CPU_ISA"))
+    kinds = fast_gradient_kinds(flags, onednn_max_isa=onednn_cap())
     environment["fast_gradient_kinds"] = kinds
     with open(args.floors, encoding="utf-8") as f:
         floors = floors_of(kind, json.load(f))

@@ -102,10 +102,15 @@ def _cap_allows_avx512(cap: str | None) -> bool:
     return cap == "ALL" or cap.startswith(("AVX512", "AVX10"))
 
 
+def onednn_cap() -> str | None:
+    """oneDNN's ISA cap in this process's environment: `ONEDNN_MAX_CPU_ISA`, or its older
+    name `DNNL_MAX_CPU_ISA`; None when neither is set."""
+    return os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+
+
 @functools.cache
 def _this_cpu_kinds() -> str:
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
-    return fast_gradient_kinds(cpu_flags(), onednn_max_isa=cap)
+    return fast_gradient_kinds(cpu_flags(), onednn_max_isa=onednn_cap())
 
 
 def gradients_recorded() -> bool:

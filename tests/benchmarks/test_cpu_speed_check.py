@@ -204,6 +204,13 @@ def test_the_capped_child_checks_avx2_floors_and_says_it_is_emulated(monkeypatch
     written = json.loads((tmp_path / "c.json").read_text())
     assert written["environment"]["onednn_cap"] == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
     assert written["environment"]["fast_gradient_kinds"] == "all"
+    # The older name of the cap counts too (review of stop 47: the line said "pointwise"
+    # where FastConv2D took "all").
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX2")
+    assert check.main(argv) == 0
+    written = json.loads((tmp_path / "c.json").read_text())
+    assert written["environment"]["fast_gradient_kinds"] == "all"
     assert written["cpu_kind"] == "avx2" and written["statistic"] == "cpu"
     assert written["throughput"][0]["window_cpu_rates"] == [5.0]
 
