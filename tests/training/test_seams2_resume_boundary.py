@@ -6,26 +6,11 @@ import shutil
 
 import numpy as np
 import pytest
-from training_helpers import images, sparse_ce, tiny_classifier
+from training_helpers import images, make_trainer
 
-from cvbench.training import OptimizerConfig, ScheduleConfig, TrainConfig, Trainer
 from cvbench.training import checkpoint as ckpt
 
 pytestmark = pytest.mark.backend_agnostic
-
-
-def make_trainer(log_dir, **config):
-    settings = dict(log_every=0, progress_bar=False, seed=0, export=False, log_dir=str(log_dir))
-    settings.update(config)
-    return Trainer(
-        tiny_classifier,
-        sparse_ce(),
-        OptimizerConfig(momentum=0.9, weight_decay=1e-4),
-        schedule=ScheduleConfig(base_lr=0.5, warmup_steps=2),
-        precision="float32",
-        distribution="single",
-        config=TrainConfig(**settings),
-    )
 
 
 def saved_steps(monkeypatch) -> list[int]:

@@ -7,25 +7,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from training_helpers import images, sparse_ce, tiny_classifier
+from training_helpers import make_trainer as helpers_make_trainer
 
-from cvbench.training import OptimizerConfig, ScheduleConfig, TrainConfig, Trainer
+from cvbench.training import TrainConfig, Trainer
 
 
 def make_trainer(tmp_path=None, **config):
-    settings = dict(log_every=0, progress_bar=False, seed=0, export=False)
-    settings.update(config)
-    if tmp_path is not None:
-        settings["log_dir"] = str(tmp_path)
-    return Trainer(
-        tiny_classifier,
-        sparse_ce(),
-        OptimizerConfig(momentum=0.9, weight_decay=1e-4),
-        schedule=ScheduleConfig(base_lr=0.5, warmup_steps=2),
-        precision="float32",
-        distribution="single",
-        metrics=["accuracy"],
-        config=TrainConfig(**settings),
-    )
+    return helpers_make_trainer(tmp_path, metrics=["accuracy"], **config)
 
 
 def event_tags(directory):

@@ -39,3 +39,24 @@ def images(n: int = 32, classes: int = 3, seed: int = 0) -> tuple[np.ndarray, np
 
 def sparse_ce() -> keras.losses.Loss:
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def make_trainer(log_dir=None, *, metrics=(), **config):
+    """The tests' small Trainer: `tiny_classifier`, SGD with momentum and weight decay, a
+    2-step warmup, float32, one process; `config` overrides the quiet defaults."""
+    from cvbench.training import OptimizerConfig, ScheduleConfig, TrainConfig, Trainer
+
+    settings = dict(log_every=0, progress_bar=False, seed=0, export=False)
+    settings.update(config)
+    if log_dir is not None:
+        settings["log_dir"] = str(log_dir)
+    return Trainer(
+        tiny_classifier,
+        sparse_ce(),
+        OptimizerConfig(momentum=0.9, weight_decay=1e-4),
+        schedule=ScheduleConfig(base_lr=0.5, warmup_steps=2),
+        precision="float32",
+        distribution="single",
+        metrics=list(metrics),
+        config=TrainConfig(**settings),
+    )
