@@ -131,4 +131,7 @@ def test_a_bad_score_threshold_is_a_usage_error(tmp_path, images, capsys):
         cvbench.cli.main(["predict", "m.keras", str(images), "--score-threshold", "2"])
     assert exit_info.value.code == 2
     last = capsys.readouterr().err.splitlines()[-1]
-    assert last == "cvbench predict: error: argument --score-threshold: must be in [0, 1), got '2'"
+    assert last == (
+        "cvbench predict: error: argument --score-threshold: must be in [0, 1), got '2' "
+        "(see cvbench predict --help)"
+    )
