@@ -170,10 +170,8 @@ def draw_results(
     by_path = bool(sources) and all(isinstance(s, str) for s in sources)
     check_folder_path(directory)
     check_drawing_paths(paths, input_files=_input_files(inputs), overwrite=overwrite)
-    written: list[Path] = []
     with _folder_for_the_run(directory):
-        _draw_each(results, inputs, paths, by_path, written, max_image_pixels)
-    return written
+        return _draw_each(results, inputs, paths, by_path, max_image_pixels)
 
 
 @contextlib.contextmanager
@@ -203,12 +201,12 @@ def _draw_each(
     inputs: Any,
     paths: list[Path],
     by_path: bool,
-    written: list[Path],
     max_image_pixels: int,
-) -> None:
-    """`draw_results`' drawings, each appended to `written` once it is complete."""
+) -> list[Path]:
+    """`draw_results`' drawings, written one by one; returns their paths."""
     from cvbench.inference.detection import Detection
 
+    written = []
     images = None if by_path else iter_images(inputs)
     for result, path in zip(results, paths, strict=True):
         if by_path:
@@ -227,6 +225,7 @@ def _draw_each(
         with errors_naming(path), atomic_path(path) as tmp:
             picture.save(tmp, format="PNG")
         written.append(path)
+    return written
 
 
 def _input_files(inputs: Any) -> list[Path]:
