@@ -295,9 +295,8 @@ def compare_settings(stored: dict[str, Any], now: dict[str, Any]) -> dict[str, t
     lacks the key (a lacking key equals a None: not a difference); sorted by key. Both sides
     are compared as the checkpoint stores them (`describe`: tuples as lists), and a stored
     value in a former spelling as today's (`current_setting`), so that a run written before
-    still agrees. The resume's check
-    (`plan_differences`) and the task's check of an older checkpoint
-    (`ClassificationTask.restore_from_checkpoint`) both use it.
+    still agrees. The resume's check (`plan_differences`) and the task's check of an older
+    checkpoint (`ClassificationTask.restore_from_checkpoint`) both use it.
 
     Example:
         >>> stored = {"preprocessing.mean": [1.0, 2.0], "preprocessing.eval_crop":
