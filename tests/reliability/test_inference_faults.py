@@ -435,8 +435,12 @@ def test_export_overwrite_swaps_atomically(models, work, disk):
     run = cvbench(
         "export", models / "det.keras", "--output", root / "served", "--overwrite", cwd=work
     )
-    assert run.returncode == 0 and run.stdout.strip() == f"wrote {root / 'served'}", run.stderr
-    assert sorted(p.name for p in root.iterdir()) == ["served"]  # no temporary left
+    # the line, the info file beside the export (59bcebb) and the record of cvbench's
+    # outputs (`files.record_output`), which this test predated
+    wrote = f"wrote {root / 'served'} and its info file {root / 'served_info.json'}"
+    assert run.returncode == 0 and run.stdout.strip() == wrote, run.stderr
+    listed = sorted(p.name for p in root.iterdir())
+    assert listed == [".cvbench-outputs.json", "served", "served_info.json"]  # no temporary
 
 
 # ----------------------------------------------------------------------- OSErrors (item 6)
