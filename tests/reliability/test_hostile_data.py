@@ -105,7 +105,7 @@ def test_dali_index_of_a_folder_named_like_a_glob_reads_only_that_folder(tmp_pat
     code, _, err = run_cli(capsys, "dali-index", tmp_path / "gl" / "rd[12]", "--no-progress")
     assert code == 2
     assert one_line(err) == (
-        f"cvbench: error: no TFRecord shards matching '*-?????-of-?????' in {tmp_path}/gl/rd[12]"
+        f"cvbench: error: no TFRecord shards named <split>-NNNNN-of-NNNNN in {tmp_path}/gl/rd[12]"
     )
     assert tree(tmp_path / "gl") == before
 
