@@ -271,16 +271,6 @@ def _check_replaced(path: Path, args: argparse.Namespace) -> None:
     )
 
 
-def _record_outputs(args: argparse.Namespace, drawings: list[Path]) -> None:
-    """Records the files written (`record_output`), for a later --overwrite."""
-    from cvbench.utils.files import record_output
-
-    if args.coco_json is not None:
-        record_output(args.coco_json)
-    for path in drawings:
-        record_output(path)
-
-
 def handler(args: argparse.Namespace) -> int:
     try:
         return _predict(args)
@@ -372,8 +362,10 @@ def _write_results(
     max_image_pixels: int,
 ) -> None:
     """Prints the results (the table, or JSON lines with --json), then writes --coco-json
-    and --draw and records them for a later --overwrite."""
+    and --draw, recording each file as soon as it is written (`record_output`), so that a
+    run stopped part-way leaves only files a rerun with --overwrite may replace."""
     from cvbench.inference import draw_results, write_coco_results
+    from cvbench.utils.files import record_output
 
     if args.json:
         for r in results:
@@ -382,9 +374,9 @@ def _write_results(
         _print_table(results, kind)
     if args.coco_json is not None:
         write_coco_results(results, args.coco_json, class_names=info.class_names)
-    drawings = []
+        record_output(args.coco_json)
     if args.draw is not None:
-        drawings = draw_results(
-            results, files, args.draw, overwrite=args.overwrite, max_image_pixels=max_image_pixels
-        )
-    _record_outputs(args, drawings)
+        draw_results(
+            results, files, args.draw, overwrite=args.overwrite,
+            max_image_pixels=max_image_pixels, on_written=record_output,
+        )  # fmt: skip

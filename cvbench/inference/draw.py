@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -143,10 +143,15 @@ def draw_results(
     *,
     overwrite: bool = False,
     max_image_pixels: int = MAX_IMAGE_PIXELS,
+    on_written: Callable[[Path], Any] | None = None,
 ) -> list[Path]:
     """Writes one PNG per result into `directory` (created if needed; when a failure or a
     signal stops the drawing before any PNG is written there, the folders it created are
     removed again: no empty folder is left behind).
+
+    Each PNG is handed to `on_written` as soon as it is in place, before the next is drawn,
+    so that the drawings of a run stopped part-way are known too (the CLI records each with
+    `cvbench.utils.files.record_output`, for a rerun with `--overwrite` to replace).
 
     Args:
         results: what `detect` or `classify` returned for `inputs`.
@@ -155,6 +160,7 @@ def draw_results(
         directory: the output folder.
         overwrite: replace existing files (never an input image).
         max_image_pixels: as `read_image`.
+        on_written: called with each drawing's path once it is written (None: nothing).
 
     Returns:
         The paths written, in the order of `results`.
@@ -171,7 +177,7 @@ def draw_results(
     check_folder_path(directory)
     check_drawing_paths(paths, input_files=_input_files(inputs), overwrite=overwrite)
     with _folder_for_the_run(directory):
-        return _draw_each(results, inputs, paths, by_path, max_image_pixels)
+        return _draw_each(results, inputs, paths, by_path, max_image_pixels, on_written)
 
 
 @contextlib.contextmanager
@@ -202,8 +208,10 @@ def _draw_each(
     paths: list[Path],
     by_path: bool,
     max_image_pixels: int,
+    on_written: Callable[[Path], Any] | None = None,
 ) -> list[Path]:
-    """`draw_results`' drawings, written one by one; returns their paths."""
+    """`draw_results`' drawings, written one by one, each handed to `on_written` once in
+    place; returns their paths."""
     from cvbench.inference.detection import Detection
 
     written = []
@@ -225,6 +233,8 @@ def _draw_each(
         with errors_naming(path), atomic_path(path) as tmp:
             picture.save(tmp, format="PNG")
         written.append(path)
+        if on_written is not None:
+            on_written(path)
     return written
 
 
