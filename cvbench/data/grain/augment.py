@@ -192,10 +192,9 @@ def resize_bilinear(
         raise ValueError(f"out must be C-contiguous float32 {(oh, ow, channels)}, got {out.shape}")
     half = method == "bilinear"
     ylo, yhi, ylerp = _weights(size[0], height, half_pixel=half, start=otop, count=oh)
-    xlo, xhi, xlerp = _weights(size[1], width, half_pixel=half, start=oleft, count=ow)
-    if flip:  # column j of the mirrored window is column width - 1 - j of the window
-        xlo, xhi = width - 1 - xlo, width - 1 - xhi
-    along_x, upper_rows, lower_rows = _along_x(image, top, left, ylo, yhi, xlo, xhi, xlerp)
+    columns = _columns(size[1], width, half_pixel=half, start=oleft, count=ow, flip=flip,
+                       channels=channels)  # fmt: skip
+    along_x, upper_rows, lower_rows = _along_x(image, top, left, ylo, yhi, columns)
     f32 = np.float32
     # ... then along y: `upper + (lower - upper) * lerp` per output row, in place in `out`.
     result = out.reshape(oh, ow * channels)
@@ -207,19 +206,48 @@ def resize_bilinear(
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _columns(
+    out_size: int,
+    in_size: int,
+    *,
+    half_pixel: bool,
+    start: int,
+    count: int,
+    flip: bool,
+    channels: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(cols_lo, cols_hi, lerp)` of the x pass over rows flattened to [width * channels]:
+    the flat column of each output value's left and right source pixel in a window at
+    column 0 (mirrored with `flip`: column j of the mirrored window is column `in_size - 1
+    - j`), and its interpolation weight repeated per channel. Cached and read-only, as
+    `_weights` (a training crop's widths recur; building them cost a fifth of the x pass)."""
+    xlo, xhi, xlerp = _weights(out_size, in_size, half_pixel=half_pixel, start=start, count=count)
+    if flip:
+        xlo, xhi = in_size - 1 - xlo, in_size - 1 - xhi
+    per_channel = np.arange(channels)
+    out = (
+        (xlo[:, None] * channels + per_channel).ravel(),
+        (xhi[:, None] * channels + per_channel).ravel(),
+        np.repeat(xlerp, channels),
+    )
+    for array in out:
+        array.flags.writeable = False
+    return out
+
+
 def _along_x(
     image: np.ndarray,
     top: int,
     left: int,
     ylo: np.ndarray,
     yhi: np.ndarray,
-    xlo: np.ndarray,
-    xhi: np.ndarray,
-    xlerp: np.ndarray,
+    columns: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`(along_x, upper_rows, lower_rows)`: each source row an output row needs (`ylo`,
-    `yhi` of the window at `top`) interpolated along x once, as float32 [rows, out width *
-    channels] in this thread's scratch, and the rows of it that `ylo` and `yhi` are.
+    `yhi` of the window at `top`) interpolated along x once (`columns`, `_columns`' of the
+    window, shifted by `left`), as float32 [rows, out width * channels] in this thread's
+    scratch, and the rows of it that `ylo` and `yhi` are.
 
     `left + (right - left) * lerp` with TensorFlow's roundings, each step one pass over
     same-typed float32 arrays (a pass mixing uint8 or int16 with float32 is buffered and
@@ -235,9 +263,9 @@ def _along_x(
         band = image[rows + top]
         upper_rows, lower_rows = where[: len(ylo)], where[len(ylo) :]
     band = band.reshape(len(band), -1)
-    per_channel = np.arange(channels)
-    cols_lo = ((xlo + left)[:, None] * channels + per_channel).ravel()
-    cols_hi = ((xhi + left)[:, None] * channels + per_channel).ravel()
+    cols_lo, cols_hi, xlerp = columns
+    if left:
+        cols_lo, cols_hi = cols_lo + left * channels, cols_hi + left * channels
     shape = (len(band), len(cols_lo))
     along_x = _SCRATCH.array("along_x", shape, np.float32)
     step = _SCRATCH.array("step", shape, np.float32)
@@ -249,7 +277,7 @@ def _along_x(
         np.copyto(along_x, np.take(band, cols_lo, axis=1, out=gathered), casting="unsafe")
         np.copyto(step, np.take(band, cols_hi, axis=1, out=gathered), casting="unsafe")
     step -= along_x
-    step *= np.repeat(xlerp, channels)
+    step *= xlerp
     along_x += step
     return along_x, upper_rows, lower_rows
 
@@ -393,10 +421,12 @@ def train_image(
     flip: bool,
     preprocessing: ImagePreprocessing | None = None,
     out: np.ndarray | None = None,
+    scaled: bool = False,
 ) -> np.ndarray:
     """The crop `window` of a decoded image, mirrored when `flip` (and the recipe flips),
     resized to `image_size` square: float32 [image_size, image_size, 3] in [0, 255], written
-    into `out` when given (C-contiguous float32 of that shape).
+    into `out` when given (C-contiguous float32 of that shape). With `scaled`, then
+    `scale_input`'s float32 values (the same arithmetic, in place: the training example).
 
     Flipping before a half-pixel-centred resize is the same as mirroring the resize's
     column indices, which is what this does (no copy); for "bilinear_tf1" (not symmetric)
@@ -406,14 +436,20 @@ def train_image(
     flip = flip and p.flip
     size = (image_size, image_size)
     if p.resize_method == "bilinear":
-        return resize_bilinear(image, size, method="bilinear", window=window, flip=flip, out=out)
-    if not flip:
-        return resize_bilinear(image, size, method=p.resize_method, window=window, out=out)
-    resized = resize_bilinear(image, size, method=p.resize_method, window=window)
-    if out is None:
-        return resized[:, ::-1]
-    np.copyto(out, resized[:, ::-1])
-    return out
+        result = resize_bilinear(image, size, window=window, flip=flip, out=out)
+    elif not flip:
+        result = resize_bilinear(image, size, method=p.resize_method, window=window, out=out)
+    else:
+        resized = resize_bilinear(image, size, method=p.resize_method, window=window)
+        result = np.empty_like(resized) if out is None else out
+        np.copyto(result, resized[:, ::-1])
+    if not scaled:
+        return result
+    if p.quantize_uint8:  # truncated to uint8 first: scale_input's own path
+        np.copyto(result, scale_input(result, preprocessing=p))
+    else:
+        _scale_rows(result, p, out=result)
+    return result
 
 
 def decode_and_random_crop(
@@ -504,20 +540,39 @@ def scale_input(
         image = np.clip(image.astype(f32), 0.0, 255.0).astype(np.uint8)
     image = image.astype(f32, copy=False)
     in_place = overwrite and image.dtype == f32 and image.flags.c_contiguous
-    if p.input_scaling == "inception":
-        out = np.multiply(image, f32(1.0 / 127.5), out=image if in_place else None)
-        out -= f32(1.0)
-    else:
-        scale = f32(1.0) / np.asarray(p.std, f32)
-        offset = -np.asarray(p.mean, f32) * scale
-        # rows flattened and the vectors tiled along them: NumPy's inner loop then runs over
-        # a whole row, not over 3 channels (the same products and sums)
-        flat = image.reshape(-1, image.shape[-2] * 3) if image.ndim >= 2 else image
-        reps = flat.shape[-1] // 3
-        out = np.multiply(flat, np.tile(scale, reps), out=flat if in_place else None)
-        out += np.tile(offset, reps)
-        out = out.reshape(image.shape)
+    out = image if in_place else np.empty(image.shape, f32)
+    _scale_rows(image, p, out=out)
     return as_dtype(out, dtype)
+
+
+def _scale_rows(image: np.ndarray, p: ImagePreprocessing, *, out: np.ndarray) -> None:
+    """`scale_input`'s arithmetic (no `quantize_uint8`) of float32 `image` into the
+    C-contiguous float32 `out` (`image` itself: in place). Rows are flattened and the
+    per-channel vectors tiled along them, so NumPy's inner loop runs over a whole row, not
+    over 3 channels (the same products and sums)."""
+    f32 = np.float32
+    if p.input_scaling == "inception":
+        np.multiply(image, f32(1.0 / 127.5), out=out)
+        out -= f32(1.0)
+        return
+    width = image.shape[-2] * 3 if image.ndim >= 2 else image.shape[-1]
+    flat = out.reshape(-1, width)
+    scale, offset = _scale_vectors(tuple(p.mean), tuple(p.std), width // 3)
+    np.multiply(image.reshape(-1, width), scale, out=flat)
+    flat += offset
+
+
+@functools.lru_cache(maxsize=64)
+def _scale_vectors(
+    mean: tuple[float, ...], std: tuple[float, ...], reps: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`(1 / std, -mean / std)` in float32, tiled `reps` times (read-only, cached)."""
+    scale = np.float32(1.0) / np.asarray(std, np.float32)
+    offset = -np.asarray(mean, np.float32) * scale
+    out = np.tile(scale, reps), np.tile(offset, reps)
+    for array in out:
+        array.flags.writeable = False
+    return out
 
 
 def as_dtype(array: np.ndarray, dtype: str) -> np.ndarray:

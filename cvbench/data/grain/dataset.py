@@ -294,16 +294,54 @@ class _Slots:
             return fresh[...]
 
 
+class _Rows:
+    """Lends the rows of reused batch arrays (`_Slots` of [batch, ...]) one by one, in order:
+    consecutive examples land in consecutive rows of one array, so a batch of `batch`
+    examples made in a row is that array already (`_BatchArrays` hands it on without
+    stacking, a copy of every image). An array is lent again only when nobody holds it or
+    any row of it. Thread-safe (one lock), as `_Slots`."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, limit: int) -> None:
+        self.slots = _Slots(shape, dtype, limit)
+        self._block: np.ndarray | None = None
+        self._row = 0
+        self._lock = threading.Lock()
+
+    @property
+    def buffers(self) -> list[np.ndarray]:
+        """The arrays kept (`_Slots.buffers`)."""
+        return self.slots.buffers
+
+    def take(self) -> np.ndarray:
+        """The next row: an uninitialised array of `shape[1:]` that nobody else holds."""
+        with self._lock:
+            if self._block is None:
+                self._block, self._row = self.slots.take(), 0
+            row = self._block[self._row]
+            self._row += 1
+            if self._row == len(self._block):
+                self._block = None
+            return row
+
+    def restart(self) -> None:
+        """The next row is row 0 of an array (after a batch that was not one array's rows:
+        an abandoned iterator or a restored one left the rows out of step with batches)."""
+        with self._lock:
+            self._block = None
+
+
 class TrainMap(_RandomMap):
     """Training: parse, decode, random crop and flip from the record's generator, scale. A
     damaged record the policy skips is replaced by records drawn with the same generator
-    until one is good (module docstring). The examples are written into reused arrays
-    (`_Slots`, up to `slots` of them; 0: a new array each)."""
+    until one is good (module docstring). The examples are written, resized and scaled in
+    place, into the rows of reused batch arrays (`_Rows`, `slots // batch` arrays of `batch`
+    rows; `slots` 0: a new array each)."""
 
-    def __init__(self, transform: _Transform, slots: int = 0) -> None:
+    def __init__(self, transform: _Transform, slots: int = 0, batch: int = 1) -> None:
         self.transform = transform
         self.slots = slots
-        self._outputs: _Slots | None = None
+        self.batch = batch
+        self._outputs: _Rows | None = None
 
     def __getstate__(self) -> dict:  # a worker process makes its own arrays
         return {**self.__dict__, "_outputs": None}
@@ -327,8 +365,8 @@ class TrainMap(_RandomMap):
             return None
         outputs = self._outputs  # read once: a thread making the pool meanwhile is harmless
         if outputs is None:
-            shape = (t.image_size, t.image_size, 3)
-            outputs = self._outputs = _Slots(shape, np.float32, self.slots)
+            shape = (self.batch, t.image_size, t.image_size, 3)
+            outputs = self._outputs = _Rows(shape, np.float32, max(1, self.slots // self.batch))
         return outputs.take()
 
     def _augment(self, item: tuple[int, bytes], rng: np.random.Generator) -> tuple | None:
@@ -352,34 +390,60 @@ class TrainMap(_RandomMap):
         flip = bool(rng.random() < 0.5)
         view = train_image(
             image, image_size=t.image_size, window=window, flip=flip,
-            preprocessing=t.preprocessing, out=self._output(),
+            preprocessing=t.preprocessing, out=self._output(), scaled=True,
         )  # fmt: skip
-        return t.finish(view), np.int32(example["label"])
+        return as_dtype(view, t.dtype), np.int32(example["label"])
 
 
 class _BatchArrays:
     """`grain.Batch`'s `batch_fn` for training batches made in this process (no worker
-    processes, whose batches grain puts in shared memory itself): the examples `(image,
-    label)` stacked into reused images arrays (`_Slots`; an array is lent again only when
-    nothing refers to the batch any more, so a batch the caller keeps is never
-    overwritten). A new 38 MB array per batch of 64 is new pages each time; up to `limit`
-    arrays are kept."""
+    processes, whose batches grain puts in shared memory itself). Examples that are the
+    rows 0..n-1 of one `_Rows` array, in order (`TrainMap` lends them so), are that array:
+    no copy. Other examples `(image, label)` are stacked into reused images arrays
+    (`_Slots`; an array is lent again only when nothing refers to the batch any more, so a
+    batch the caller keeps is never overwritten; a new 38 MB array per batch of 64 is new
+    pages each time; up to `limit` arrays are kept), and `rows` (the map's `_Rows`, when
+    given) restarts at a row 0, so the next batches are whole arrays again."""
 
-    def __init__(self, limit: int = 2) -> None:
+    def __init__(self, limit: int = 2, rows: TrainMap | None = None) -> None:
         self.limit = limit
+        self.rows = rows
         self._slots: _Slots | None = None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_slots": None}
 
     def __call__(self, values: list[tuple]) -> tuple:
+        labels = np.stack([v[1] for v in values])
+        images = _rows_of_one_array([v[0] for v in values])
+        if images is not None:
+            return images, labels
+        outputs = None if self.rows is None else self.rows._outputs
+        if outputs is not None:
+            outputs.restart()
         first = values[0][0]
         shape = (len(values), *first.shape)
         slots = self._slots
         if slots is None or slots.shape != shape or slots.dtype != first.dtype:
             slots = self._slots = _Slots(shape, first.dtype, self.limit)
-        images = np.stack([v[0] for v in values], out=slots.take())
-        return images, np.stack([v[1] for v in values])
+        return np.stack([v[0] for v in values], out=slots.take()), labels
+
+
+def _rows_of_one_array(images: list[np.ndarray]) -> np.ndarray | None:
+    """A view of the array whose rows 0..n-1 `images` are, in order; None when they are
+    not (a view of an array's row has the array as `base`)."""
+    block = images[0].base
+    if not isinstance(block, np.ndarray) or block.shape != (len(images), *images[0].shape):
+        return None
+    if block.dtype != images[0].dtype or not block.flags.c_contiguous:
+        return None
+    start, step = block.__array_interface__["data"][0], images[0].nbytes
+    for i, image in enumerate(images):
+        if image.base is not block or image.__array_interface__["data"][0] != start + i * step:
+            return None
+        if image.shape != images[0].shape or not image.flags.c_contiguous:
+            return None
+    return block[...]
 
 
 class EvalMap(_Map):
@@ -601,7 +665,7 @@ def _loader(
     """
     operations = [mapping]
     if spec.training:
-        batch_fn = None if workers[0] else _BatchArrays()
+        batch_fn = None if workers[0] else _BatchArrays(rows=mapping)
         operations.append(grain.Batch(spec.batch_size, drop_remainder=True, batch_fn=batch_fn))
     items_per_batch = spec.batch_size if spec.training else 1
     return grain.DataLoader(
@@ -652,8 +716,8 @@ def _plan(
 
     Training: in an order shuffled each epoch from the rank's seed (`ranks.rank_seed`; a
     random seed without `spec.seed`), endless with `spec.repeat`; no step count; the
-    examples in reused arrays (`TrainMap`'s slots: up to 4 batches in flight, as iterators
-    at once).
+    examples in the rows of reused batch arrays (`TrainMap`'s slots: up to 4 batches kept,
+    held by the caller or in flight).
     Evaluation: in order, then padding up to the steps of the largest rank
     (`ranks.eval_steps_of`), the same on every rank, in whole batches (`_BatchWindow`).
 
@@ -680,7 +744,8 @@ def _plan(
         num_epochs=None if spec.repeat else 1,
         seed=rank_seed(seed, shard_index) % 2**32,
     )
-    return data, sampler, functools.partial(TrainMap, slots=4 * spec.batch_size), None
+    mapping = functools.partial(TrainMap, slots=4 * spec.batch_size, batch=spec.batch_size)
+    return data, sampler, mapping, None
 
 
 def count_records(
