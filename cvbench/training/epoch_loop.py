@@ -61,12 +61,15 @@ class TrainState:
         consumed: batches drawn from the data (the data position of a resume).
         data_seed: rank 0's seed ordering array data (-1: not chosen yet).
         skipped_steps: steps not applied (loss or gradients not finite).
+        epoch_applied, epoch_skipped: the current epoch's applied and skipped steps.
+        epoch_sums: the sums of the current epoch's applied steps' logs (this rank's), so
+            that an epoch resumed part-way ends with the means over all its steps.
 
     Example:
         >>> state = TrainState(step=3)
         >>> state.to_dict()["step"], TrainState.from_dict({"epoch": 2}, state).to_dict()
         (3, {'step': 3, 'epoch': 2, 'batch_in_epoch': 0, 'consumed': 0, 'data_seed': -1, \
-'skipped_steps': 0})
+'skipped_steps': 0, 'epoch_applied': 0, 'epoch_skipped': 0, 'epoch_sums': {}})
     """
 
     step: int = 0
@@ -75,18 +78,30 @@ class TrainState:
     consumed: int = 0
     data_seed: int = -1
     skipped_steps: int = 0
+    epoch_applied: int = 0
+    epoch_skipped: int = 0
+    epoch_sums: dict[str, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, int]:
-        """The counters by name (what a checkpoint stores)."""
+    def to_dict(self) -> dict[str, Any]:
+        """The counters by name, and the epoch's sums (what a checkpoint stores)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], default: TrainState | None = None) -> TrainState:
-        """The counters of `values` (a checkpoint's state), each as an int; those it lacks
-        from `default` (or the initial ones)."""
+        """The counters of `values` (a checkpoint's state), each as an int, and the epoch's
+        sums as floats; those it lacks from `default` (or the initial ones)."""
         base = default if default is not None else cls()
-        names = [f.name for f in dataclasses.fields(cls)]
-        return cls(**{n: int(values.get(n, getattr(base, n))) for n in names})
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "epoch_sums"]
+        sums = values.get("epoch_sums", base.epoch_sums)
+        return cls(
+            **{n: int(values.get(n, getattr(base, n))) for n in names},
+            epoch_sums={str(k): float(v) for k, v in sums.items()},
+        )
+
+    def clear_epoch(self) -> None:
+        """Clears the current epoch's counts and sums (a new epoch starts)."""
+        self.epoch_applied = self.epoch_skipped = 0
+        self.epoch_sums = {}
 
 
 @dataclass(frozen=True)
@@ -121,8 +136,7 @@ class LoopState:
         step_seconds: the last step's wall time: its data and step, not the callbacks.
         images: the last step's images over all ranks.
         report: the last logged step (`StepReport`), None at other steps.
-        applied, skipped: this epoch's applied and skipped steps.
-        sums: this epoch's sums of the applied steps' logs.
+        steps_per_epoch: the steps of an epoch (None: unknown; `run_epochs` sets it).
         epoch_logs: the epoch's logs at `on_epoch_end` (means over ranks, `val_` results).
         stop: the ranks agreed to stop after this step or epoch.
     """
@@ -139,9 +153,7 @@ class LoopState:
     step_seconds: float = 0.0
     images: int = 0
     report: StepReport | None = None
-    applied: int = 0
-    skipped: int = 0
-    sums: dict[str, float] = field(default_factory=dict)
+    steps_per_epoch: int | None = None
     epoch_logs: dict[str, float] = field(default_factory=dict)
     stop: bool = False
 
@@ -155,10 +167,27 @@ class LoopState:
         """The last step's images/s over all ranks."""
         return images_per_second(self.step_seconds, self.images)
 
+    @property
+    def applied(self) -> int:
+        """This epoch's applied steps (`TrainState.epoch_applied`)."""
+        return self.train.epoch_applied
+
+    @property
+    def skipped(self) -> int:
+        """This epoch's skipped steps (`TrainState.epoch_skipped`)."""
+        return self.train.epoch_skipped
+
+    @property
+    def sums(self) -> dict[str, float]:
+        """This epoch's sums of the applied steps' logs (`TrainState.epoch_sums`)."""
+        return self.train.epoch_sums
+
     def begin_epoch(self, epoch: int) -> None:
-        """Clears the epoch's counts for `epoch`."""
-        self.epoch, self.sums, self.epoch_logs = epoch, {}, {}
-        self.applied = self.skipped = 0
+        """Starts `epoch`: its counts and sums cleared, unless it is resumed part-way
+        (`train.batch_in_epoch` steps done: their counts and sums are the checkpoint's)."""
+        self.epoch, self.epoch_logs = epoch, {}
+        if self.train.batch_in_epoch == 0:
+            self.train.clear_epoch()
 
     def count_step(self, logs: Mapping[str, Any], *, seconds: float, images: int) -> None:
         """Counts one step done: the run's counters, and the epoch's applied or skipped
@@ -170,13 +199,14 @@ class LoopState:
         state.consumed += 1
         applied = not logs.get(SKIPPED, 0.0)
         if applied:
-            self.applied += 1
+            state.epoch_applied += 1
         else:
-            self.skipped += 1
+            state.epoch_skipped += 1
             state.skipped_steps += 1
+        sums = state.epoch_sums
         for k, v in logs.items():
             if k != SKIPPED:
-                self.sums[k] = self.sums.get(k, 0.0) + (float(v) if applied else 0.0)
+                sums[k] = sums.get(k, 0.0) + (float(v) if applied else 0.0)
 
     @property
     def steps(self) -> int:
@@ -224,14 +254,15 @@ def run_epochs(
     steps, the ranks' agreement on logs and stopping, and `callbacks` at their hooks.
     `validation` (e.g. the Trainer's evaluation) gives each epoch's `val_` logs."""
     loop.model.stop_training = False
+    loop.steps_per_epoch = source.steps_per_epoch
     call(callbacks, "on_train_begin", loop)
     for epoch in range(loop.train.epoch, epochs):
         loop.begin_epoch(epoch)
         call(callbacks, "on_epoch_begin", loop)
         stopped = run_steps(loop, source, callbacks)
         call(callbacks, "on_steps_end", loop)
-        if not stopped:
-            loop.train.epoch, loop.train.batch_in_epoch = epoch + 1, 0
+        if not stopped or loop.train.batch_in_epoch == loop.steps_per_epoch:
+            loop.train.epoch, loop.train.batch_in_epoch = epoch + 1, 0  # its steps are done
         # Means over the applied steps (the same number on every rank).
         means = {k: v / loop.applied if loop.applied else math.nan for k, v in loop.sums.items()}
         loop.epoch_logs = mean_over_ranks(loop.distribution, means)

@@ -55,6 +55,7 @@ class RunLogLines(LoopCallback):
             devices=loop.distribution.num_devices,
             global_batch=loop.global_batch,
             resumed_step=loop.train.step,
+            resumed_epoch=loop.train.epoch,
         )
         if loop.log_every:
             self.log.print(STEP_HEADER)
@@ -135,12 +136,18 @@ class TensorBoardScalars(LoopCallback):
 
 
 class Checkpointing(LoopCallback):
-    """Checkpoints every `every` steps and at each epoch end (once per step).
+    """Checkpoints every `every` steps and at each epoch end, once per position (a step, and
+    whether its epoch is done).
 
-    A run resumed from the checkpoint of step N (`saved_step`) writes nothing before its
-    first step: a checkpoint written by the every-N rule at an epoch's last step records
-    that epoch unfinished, so the resume ends the epoch without a step, and saving there
-    would replace the file it resumed from (in a read-only checkpoint folder, fail).
+    The every-N checkpoint of an epoch's last step is the epoch end's, written after the
+    epoch's record and validation: it records the epoch done, so a resume from it never ends
+    that epoch again. A checkpoint that records the epoch's steps done but not its end (a stop
+    after its last step, or data of unknown length) is resumed by doing that end once (the
+    record, from the checkpointed sums; the validation; the checkpoint, rewritten as done).
+    (Data of unknown length: an epoch's last step is known only at its end.)
+    A run resumed from the checkpoint of a position (`saved_step`, `saved_epoch`) writes
+    nothing before its first step unless that end is due: the file it resumed from is not
+    rewritten (in a read-only checkpoint folder, it would fail).
 
     Args:
         save: writes a checkpoint of the current state (rank 0; `Trainer.save_checkpoint`).
@@ -148,6 +155,7 @@ class Checkpointing(LoopCallback):
         directory: where `save` writes (None: nowhere), for the name of a step's checkpoint.
         saved_step: the step whose checkpoint is already written (the one resumed from),
             or -1: none.
+        saved_epoch: the epochs done that checkpoint records (-1: none).
     """
 
     def __init__(
@@ -157,12 +165,14 @@ class Checkpointing(LoopCallback):
         every: int,
         directory: Path | None,
         saved_step: int = -1,
+        saved_epoch: int = -1,
     ) -> None:
         self.save, self.every, self.directory = save, every, directory
-        self.saved_step = saved_step
+        self.saved_step, self.saved_epoch = saved_step, saved_epoch
 
     def on_train_batch_end(self, loop: LoopState) -> None:
-        if self.every and loop.train.step % self.every == 0:
+        last = loop.train.batch_in_epoch == loop.steps_per_epoch  # the epoch end saves it
+        if self.every and loop.train.step % self.every == 0 and not last:
             self.save_step(loop)
 
     def on_epoch_end(self, loop: LoopState) -> None:
@@ -171,11 +181,12 @@ class Checkpointing(LoopCallback):
     def save_step(self, loop: LoopState) -> None:
         """Checkpoints the current step."""
         self.save()
-        self.saved_step = loop.train.step
+        self.saved_step, self.saved_epoch = loop.train.step, loop.train.epoch
 
     def save_unless_saved(self, loop: LoopState) -> None:
-        """Checkpoints the current step unless that was done."""
-        if loop.train.step != self.saved_step:
+        """Checkpoints the current step unless a checkpoint of it with its epochs done is
+        written."""
+        if (loop.train.step, loop.train.epoch) != (self.saved_step, self.saved_epoch):
             self.save_step(loop)
 
     def path_of(self, step: int) -> str | None:

@@ -210,6 +210,49 @@ def read_run_log(path: str | os.PathLike) -> list[dict[str, Any]]:
     return events
 
 
+def read_run_history(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The events of a `train_log.jsonl` as the run's history: each `step` and `epoch`
+    record once, as an uninterrupted run would have made them.
+
+    A run killed after its last checkpoint leaves records of steps (and epochs) that its
+    resume makes again: a resume's `start` event names the step and the epochs done it
+    resumed from (`resumed_step`, `resumed_epoch`), and the earlier records of a later step,
+    or of an epoch not done then, are left out. Other events are all kept.
+
+    Example:
+        >>> events = [{"event": "step", "step": 1}, {"event": "step", "step": 2},
+        ...           {"event": "start", "resumed_step": 1, "resumed_epoch": 0},
+        ...           {"event": "step", "step": 2}]
+        >>> [e.get("step") for e in superseded_records_dropped(events)]
+        [1, None, 2]
+    """
+    return superseded_records_dropped(read_run_log(path))
+
+
+def superseded_records_dropped(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`events` (a run log's, oldest first) without the `step` and `epoch` records a resume
+    made again (`read_run_history`)."""
+    history: list[dict[str, Any]] = []
+    for event in events:
+        if event.get("event") == "start":
+            step, epoch = event.get("resumed_step"), event.get("resumed_epoch")
+            history = [e for e in history if not _made_again(e, step, epoch)]
+        history.append(event)
+    return history
+
+
+def _made_again(event: dict[str, Any], step: Any, epoch: Any) -> bool:
+    """Whether the `step` / `epoch` record `event` lies after a resume from `step` with
+    `epoch` epochs done (None: not recorded, a fresh run or an older log)."""
+    kind = event.get("event")
+    if kind not in ("step", "epoch") or not isinstance(step, int):
+        return False
+    if isinstance(event.get("step"), int) and event["step"] > step:
+        return True
+    done = kind == "epoch" and isinstance(epoch, int) and isinstance(event.get("epoch"), int)
+    return done and event["epoch"] > epoch
+
+
 def wants_bar(progress_bar: bool | str, stream: Any = None) -> bool:
     """Whether to show the bar: `progress_bar` itself, or for "auto" whether `stream`
     (default `sys.stderr`) is a terminal or this is a Jupyter kernel.

@@ -162,8 +162,9 @@ class Trainer(_TrainerCheckpoints):
         self._compiled = False
         self._synced = False
         self._run_dir: RunDirectory | None = None  # rank 0's lock on log_dir, once claimed
-        # The step whose checkpoint is on disk: resumed from or last written (-1: none).
-        self._checkpointed_step = -1
+        # The position (step, epochs done) whose checkpoint is on disk: resumed from or
+        # last written ((-1, -1): none).
+        self._checkpointed = (-1, -1)
 
     # ----------------------------------------------------------------- properties
     @property
@@ -476,7 +477,8 @@ class Trainer(_TrainerCheckpoints):
             self.save_checkpoint,
             every=self.config.checkpoint_every,
             directory=self.checkpoint_dir,
-            saved_step=self._checkpointed_step,  # never rewritten before a step
+            saved_step=self._checkpointed[0],  # not rewritten before a step or epoch end
+            saved_epoch=self._checkpointed[1],
         )
         try:
             for event, fields in self.run_events:
@@ -495,7 +497,7 @@ class Trainer(_TrainerCheckpoints):
             raise
         finally:
             log.close()
-            self._checkpointed_step = checkpoints.saved_step
+            self._checkpointed = (checkpoints.saved_step, checkpoints.saved_epoch)
         self.throughput = next(c.summary for c in callbacks if isinstance(c, ThroughputCallback))
 
     # ----------------------------------------------------------------- evaluate

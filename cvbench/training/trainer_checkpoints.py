@@ -121,7 +121,10 @@ class _TrainerCheckpoints:
         restored = self._restore_latest() if self.config.resume else None
         if restored is not None:
             self.train_state = TrainState.from_dict(restored, self.train_state)
-            self._checkpointed_step = self.train_state.step  # not rewritten before a step
+            if restored.get("global_batch") != self.global_batch:  # another number of ranks
+                self.train_state.clear_epoch()  # its sums were of other batches
+            state = self.train_state
+            self._checkpointed = (state.step, state.epoch)  # not rewritten before a step
         self.distribution.broadcast_variables(self._all_variables())
         self._synced = True
 

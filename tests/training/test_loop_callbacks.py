@@ -104,7 +104,7 @@ def test_hooks_are_called_in_order_around_each_step_and_epoch():
     ]
     assert loop.train.to_dict() == {
         "step": 4, "epoch": 2, "batch_in_epoch": 0, "consumed": 4, "data_seed": -1,
-        "skipped_steps": 0,
+        "skipped_steps": 0, "epoch_applied": 2, "epoch_skipped": 0, "epoch_sums": {"loss": 2.0},
     }  # fmt: skip
 
 
@@ -162,8 +162,82 @@ def test_checkpoints_every_n_steps_and_once_at_each_epoch_end():
     loop = loop_of(FakeModel([1.0] * 6))
     checkpoints = Checkpointing(lambda: saved.append(loop.train.step), every=2, directory=None)
     run_epochs(loop, ListSource(3), 2, [checkpoints])
-    # every=2: steps 2, 4, 6; the epoch ends at steps 3 (not saved yet) and 6 (saved).
+    # every=2: steps 2, 4, 6; the epoch ends at steps 3 (not saved yet) and 6 (the every-N
+    # checkpoint of the epoch's last step is the epoch end's, written once).
     assert saved == [2, 3, 4, 6]
+
+
+def test_the_every_n_checkpoint_of_an_epochs_last_step_records_the_epoch_done():
+    states = []
+    loop = loop_of(FakeModel([1.0] * 4))
+    save = lambda: states.append((loop.train.step, loop.train.epoch))  # noqa: E731
+    run_epochs(loop, ListSource(2), 2, [Checkpointing(save, every=2, directory=None)])
+    # Steps 2 and 4 end epochs 1 and 2: each saved once, after its epoch's end.
+    assert states == [(2, 1), (4, 2)]
+
+
+def test_an_epoch_resumed_part_way_ends_with_the_means_over_all_its_steps():
+    seen = []
+
+    class Epochs(LoopCallback):
+        def on_epoch_end(self, loop):
+            seen.append((dict(loop.epoch_logs), loop.applied, loop.skipped))
+
+    # Resumed after 2 of 4 steps: one applied (loss 1) and one skipped, from the checkpoint;
+    # then losses 3 and 5: the mean over the 3 applied steps is (1 + 3 + 5) / 3 = 3.0.
+    loop = loop_of(FakeModel([3.0, 5.0]))
+    loop.train = TrainState(
+        step=2, batch_in_epoch=2, consumed=2, epoch_applied=1, epoch_skipped=1,
+        epoch_sums={"loss": 1.0},
+    )  # fmt: skip
+    run_epochs(loop, ListSource(4), 1, [Epochs()])
+    assert seen == [({"loss": 3.0}, 3, 1)]
+
+
+def test_a_stop_after_an_epochs_last_step_leaves_its_end_to_the_resume(tmp_path):
+    """Stopped after the last step, before the epoch's end: the checkpoint records the steps
+    done, not the end; the resume does the end once (its record, validation, checkpoint)."""
+
+    class Request:
+        signum = None
+
+    request, saved, ends, validations = Request(), [], [], []
+    loop = loop_of(FakeModel([2.0, 4.0]))
+    running = [loop]  # the loop whose state `save` writes
+
+    def save():
+        saved.append(running[0].train.to_dict())
+
+    class SignalAtStep2(LoopCallback):
+        def on_train_batch_end(self, loop):
+            request.signum = signal.SIGTERM if loop.train.step == 2 else None
+
+    class Ends(LoopCallback):
+        def on_epoch_end(self, loop):
+            ends.append(dict(loop.epoch_logs))
+
+    def validation():
+        validations.append(running[0].train.step)
+        return {"top1": 0.5}
+
+    log = RunLog(tmp_path, enabled=True, progress_bar=False, tensorboard=False)
+    checkpoints = Checkpointing(save, every=2, directory=tmp_path)
+    stop = StopOnSignal(request, log, checkpoints)
+    callbacks = [Ends(), checkpoints, SignalAtStep2(), stop]
+    with pytest.raises(TrainingInterruptedError):
+        run_epochs(loop, ListSource(2), 1, callbacks, validation)
+    log.close()
+    assert [(s["step"], s["epoch"], s["batch_in_epoch"]) for s in saved] == [(2, 0, 2)]
+    assert ends == [] and validations == []
+
+    resumed = loop_of(FakeModel([]))
+    resumed.train = TrainState.from_dict(saved[0])
+    running[0] = resumed
+    checkpoints = Checkpointing(save, every=2, directory=tmp_path, saved_step=2, saved_epoch=0)
+    run_epochs(resumed, ListSource(2), 1, [Ends(), checkpoints], validation)
+    assert ends == [{"loss": 3.0, "val_top1": 0.5}]  # (2 + 4) / 2, from the checkpoint
+    assert validations == [2]
+    assert [(s["step"], s["epoch"]) for s in saved[1:]] == [(2, 1)]  # rewritten as done
 
 
 def test_a_stop_signal_checkpoints_the_step_and_raises_naming_its_checkpoint(tmp_path):
@@ -230,8 +304,11 @@ def test_train_state_round_trips_through_a_checkpoint_dict():
     restored = TrainState.from_dict({"step": 7, "epoch": 2}, TrainState(skipped_steps=4))
     assert restored.to_dict() == {
         "step": 7, "epoch": 2, "batch_in_epoch": 0, "consumed": 0, "data_seed": -1,
-        "skipped_steps": 4,
+        "skipped_steps": 4, "epoch_applied": 0, "epoch_skipped": 0, "epoch_sums": {},
     }  # fmt: skip
+    # The epoch's sums round-trip as floats, the counters as ints.
+    state = TrainState(batch_in_epoch=2, epoch_applied=2, epoch_sums={"loss": 0.1 + 0.2})
+    assert TrainState.from_dict(state.to_dict()).to_dict() == state.to_dict()
 
 
 QUIET = {"log_every": 0, "progress_bar": False, "seed": 0, "export": False}
@@ -254,9 +331,9 @@ def test_trainer_state_is_a_dict_of_the_typed_state_and_sets_it():
     trainer = tiny_trainer()
     x, y = np.ones((8, 4), "float32"), np.zeros((8,), "int32")
     trainer.fit((x, y), epochs=1, batch_size=4)
-    assert trainer.state == {
+    assert trainer.state | {"epoch_sums": None} == {
         "step": 2, "epoch": 1, "batch_in_epoch": 0, "consumed": 2, "data_seed": 0,
-        "skipped_steps": 0,
+        "skipped_steps": 0, "epoch_applied": 2, "epoch_skipped": 0, "epoch_sums": None,
     }  # fmt: skip
     assert trainer.train_state.step == 2
     copy = trainer.state

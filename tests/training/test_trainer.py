@@ -75,14 +75,19 @@ def test_resume_mid_epoch_matches_the_uninterrupted_run(tmp_path):
             path.unlink()
     resumed = make_trainer(tmp_path / "cut", resume=True, seed=123)  # other initial weights
     resumed.fit(images(32), epochs=2, batch_size=4)
-    assert resumed.state == {
+    assert resumed.state | {"epoch_sums": None} == {
         "step": 16,
         "epoch": 2,
         "batch_in_epoch": 0,
         "consumed": 16,
         "data_seed": 0,
         "skipped_steps": 0,
+        "epoch_applied": 8,
+        "epoch_skipped": 0,
+        "epoch_sums": None,
     }
+    # The last epoch's sums: steps 9 (checkpointed) and 10-16 (resumed), as the full run's.
+    assert resumed.state["epoch_sums"] == full.state["epoch_sums"]
     for a, b in zip(full.model.variables, resumed.model.variables, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-6)
     for a, b in zip(full.optimizer.variables, resumed.optimizer.variables, strict=True):
