@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,16 +219,35 @@ def parse_imagenet_example(serialized: Any) -> dict[str, Any]:
 
 #: What `checked_boxes` says of a record whose boxes it refuses.
 DAMAGED_BOXES = "the record's box coordinate lists differ in length, or hold a value not finite"
+#: The readers' words for a record whose four box coordinate lists differ in length.
+BOX_LISTS_DIFFER = "its bbox coordinate lists differ in length"
+#: ... and for one whose lists agree but hold a value not finite (NaN, infinity).
+BOX_NOT_FINITE = "a bbox coordinate is not finite"
+
+
+def box_lists_differ(columns: Iterable[Sized]) -> bool:
+    """Whether a record's box coordinate lists (`ymin`, `xmin`, `ymax`, `xmax`, in any order:
+    lists, arrays) differ in length: a damaged record (or a writer's bug), which no reader
+    can turn into boxes. The one rule of the TF-free readers (grain's parser, the COCO
+    ground truth rebuilt from records); `record_box_lists_differ` is the tf.data path's.
+
+    Example:
+        >>> box_lists_differ([[0.1], [0.2], [0.5], [0.7]]), box_lists_differ([[], [], [], []])
+        (False, False)
+        >>> box_lists_differ([[0.1, 0.3], [0.2], [0.5], [0.7]])
+        True
+    """
+    return len({len(c) for c in columns}) > 1
 
 
 def stack_boxes(ymin: Any, xmin: Any, ymax: Any, xmax: Any) -> Any:
     """A record's four box coordinate lists as float32 [n, 4] `[ymin, xmin, ymax, xmax]`.
 
     Lists of different lengths (a damaged record, or a writer's bug) give one box of NaN
-    instead of failing here: the parse runs before the corrupt-record policy, where
-    `tf.stack` failed with a traceback naming neither file nor record. The readers'
-    transforms, inside the policy, refuse such boxes (`checked_boxes`): the record is then
-    named, or skipped and counted, as an undecodable image is, as grain's parser does.
+    instead of failing here, so that the parse itself succeeds: the readers' transforms
+    refuse such boxes (`checked_boxes`) inside the corrupt-record guard, which tells this
+    damage from a record that does not parse (`record_box_lists_differ`, on the failure
+    path only) and names the record, or skips and counts it.
     """
     import tensorflow as tf
 
@@ -244,10 +263,26 @@ def stack_boxes(ymin: Any, xmin: Any, ymax: Any, xmax: Any) -> Any:
 def checked_boxes(boxes: Any) -> Any:
     """`boxes`, after checking that every coordinate is finite (`stack_boxes` marks lists of
     different lengths with NaN): an `InvalidArgumentError` saying `DAMAGED_BOXES` otherwise,
-    which a reader's corrupt-record policy turns into an error naming the record, or a skip."""
+    which a reader's corrupt-record guard turns into an error naming the record, or a skip."""
     import tensorflow as tf
 
     return tf.debugging.assert_all_finite(boxes, DAMAGED_BOXES)
+
+
+def record_box_lists_differ(serialized: Any) -> Any:
+    """Whether the box coordinate lists (`BBOX_KEYS`, the same keys in ImageNet and COCO
+    records) of a serialized `tf.train.Example` differ in length: a bool scalar tensor.
+
+    It parses the record again, so a reader asks it only of a record it refused (to say
+    why); it fails at run time, as the parse does, on a record that is no Example or holds
+    those keys as another type.
+    """
+    import tensorflow as tf
+
+    spec = {key: tf.io.VarLenFeature(tf.float32) for key in BBOX_KEYS}
+    parsed = tf.io.parse_single_example(serialized, spec)
+    sizes = tf.stack([tf.size(parsed[key]) for key in BBOX_KEYS])
+    return tf.reduce_any(tf.not_equal(sizes, sizes[0]))
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,16 @@ Two kinds of damage reach a reader:
 * a record whose bytes are damaged (a CRC mismatch inside a TFRecord file) or cut off (a
   truncated file): the TensorFlow reader stops reading that file. `cvbench.data.read.reader`
   turns the loss into a *lost-records marker* element naming the file;
-* a record whose image does not decode (a truncated or garbage JPEG). Two ways to name it:
-  `checked_map` (the fast path, used when corrupt input is an error) maps the decoding
-  function over chunks of elements with a plain parallel `map`, drops failing calls with
+* a record whose CRC is sound but whose content is not: no `tf.train.Example` (a writer's
+  bug), damaged box lists, an image that does not decode (a truncated or garbage JPEG). The
+  readers parse, decode and augment each record in one function; two ways to name the record
+  that function fails on: `checked_map` (the fast path, used when corrupt input is an error)
+  maps it over chunks of elements with a plain parallel `map`, drops failing calls with
   `ignore_errors` and raises, at the first position missing from the output, an error
   describing the element at that position; `guarded_map` (used with `skip_corrupt=True`) runs
-  the function per element inside its own small dataset, so a failure becomes an element with
-  `ok = False` and a description.
+  it per element inside its own small dataset, so a failure becomes an element with
+  `ok = False` and a description. The description is made on the failure path only
+  (`or_default` tells there what failed), so it costs nothing per sound record.
 
 With `skip_corrupt=False` (the default) both become an `InvalidArgumentError` whose message
 names the file (and record) and suggests `skip_corrupt=True`. With `skip_corrupt=True` the
@@ -182,6 +185,32 @@ def apply_policy(
 
 def _one(args: tuple) -> Any:
     return args[0] if len(args) == 1 else args
+
+
+def or_default(fn: Callable[[Any], Any], x: Any, default: Any) -> Any:
+    """`fn(x)`, or `default` (of `fn`'s structure and dtypes) when `fn(x)` fails at run time.
+
+    Inside a dataset function, where a failing op cannot be caught: `fn` runs in a
+    one-element dataset whose failed element `ignore_errors` drops. It builds and runs a
+    small dataset per call, so it is meant for a failure path (telling why a record was
+    refused), not for every element.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> half = lambda s: tf.strings.to_number(s) / 2
+        >>> float(or_default(half, tf.constant("3"), -1.0))
+        1.5
+        >>> float(or_default(half, tf.constant("three"), -1.0))
+        -1.0
+    """
+    return (
+        tf.data.Dataset.from_tensors(x)
+        .map(no_autograph(fn))
+        .ignore_errors()
+        .concatenate(tf.data.Dataset.from_tensors(default))
+        .take(1)
+        .get_single_element()
+    )
 
 
 def _zeros_like_spec(spec: Any) -> Any:

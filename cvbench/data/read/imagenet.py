@@ -39,8 +39,8 @@ from cvbench.data.read.model_inputs import ClassifierInputs, attach, class_names
 from cvbench.data.read.pipeline import (
     EvalPreprocess,
     TrainPreprocess,
-    check_labels,
     classification_recipe,
+    label_check,
     read_batches,
 )
 from cvbench.data.read.reader import RecordExamples, list_split_files, scan_files
@@ -125,7 +125,7 @@ def imagenet_dataset(
     )
     files = list_split_files(data_dir, spec.require_split(), file_pattern)
     examples = RecordExamples(files, parse_imagenet_example, cycle_length)
-    check = None if num_classes is None else lambda ds: check_labels(ds, num_classes)
+    check = None if num_classes is None else label_check(num_classes)
     dataset = read_batches(examples, spec, transform, check=check)
     return _with_inputs(dataset, data_dir, spec.image_size, preprocessing, own=own)
 

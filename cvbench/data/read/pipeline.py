@@ -1,22 +1,28 @@
 """The second half of every input pipeline: examples -> training or evaluation batches.
 
-A reader (`cvbench.data.read.imagenet`, `.coco`, `.tfds`) gives a dataset of *example* dicts (its
-parse output plus `filename`, `source` and `index`, which name a corrupt image) and a
-per-example `transform` (decode + augmentation); this module does the rest, the same way for
-every reader:
+A reader (`cvbench.data.read.imagenet`, `.coco`, `.tfds`) gives a dataset of *example* dicts
+(TFRecord readers: the serialized `record`; TFDS: its fields) with `source` and `index`,
+which name a damaged record, a `parse` (record -> its fields, with `filename`; None when the
+examples are parsed already) and a per-example `transform` (decode + augmentation); this
+module does the rest, the same way for every reader:
 
 * `train_batches`: shuffle -> a stateless seed per example (`seed` key, int64 [2]) ->
-  guarded `transform` -> `to_element` -> batch (dropping the remainder) -> prefetch;
-* `eval_batches`: guarded `transform` -> `to_element` -> the pad element repeated -> exactly
-  `steps` full batches (asserted as the cardinality) -> prefetch.
+  guarded `parse` + `transform` -> `check` -> `to_element` -> batch (dropping the
+  remainder) -> prefetch;
+* `eval_batches`: guarded `parse` + `transform` -> `check` -> `to_element` -> the pad
+  element repeated -> exactly `steps` full batches (asserted as the cardinality) -> prefetch.
 
-*Guarded*: a `transform` that fails on an example (an undecodable image) raises an error
-naming the image and its file (`corrupt.checked_map`: a plain parallel map over chunks of
-examples, which finds the failed example only after a failure), or with `skip_corrupt=True`
-the example is skipped, printed and counted (`corrupt.guarded_map`, one small dataset per
-example). Both give the same elements in the same order, so a seed gives the same batches
-either way. Both set `tf.data.Options.deterministic` (training when a seed is given,
-evaluation always) and map fusion.
+*Guarded*: the parse and the transform are one function per example, so whatever fails in
+either (a record that is no `tf.train.Example`, damaged box lists, an undecodable image)
+raises one error naming the record and its file and saying which of these it met
+(`_damage_message`, worked out on the failure path only) (`corrupt.checked_map`: a plain
+parallel map over chunks of examples, which finds the failed example only after a failure),
+or with `skip_corrupt=True` the example is skipped, printed and counted once
+(`corrupt.guarded_map`, one small dataset per example). Both give the same elements in the
+same order, so a seed gives the same batches either way. Both set
+`tf.data.Options.deterministic` (training when a seed is given, evaluation always) and map
+fusion. `check` (the label check) runs after the guard, on the parsed example: its error is
+never skipped.
 
 `train_pipeline` / `eval_pipeline` are the classification instances (ImageNet records and
 TFDS), on examples with:
@@ -27,8 +33,8 @@ TFDS), on examples with:
 * `filename`, `source`: strings naming the image and the file it came from;
 * `index`: int64, the record's position in `source`.
 
-`check_labels` makes a label outside the model's classes an error naming the record (what
-`imagenet_dataset(num_classes=...)` adds before either pipeline).
+`label_check` makes a label outside the model's classes an error naming the record (the
+`check` `imagenet_dataset(num_classes=...)` adds; `check_labels` is it over a dataset).
 
 `train_pipeline` yields `(images, labels)` batches; `eval_pipeline` yields
 `(images, labels, weights)` batches where padding rows have weight 0 (see its docstring).
@@ -50,17 +56,30 @@ from cvbench.data.read.corrupt import (
     checked_map,
     guarded_map,
     no_autograph,
+    or_default,
 )
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.preprocessing import preprocess_for_eval, preprocess_for_train
 from cvbench.data.read.ranks import rank_seed
 from cvbench.data.read.spec import ReadSpec
-from cvbench.data.tfrecord import checked_boxes
+from cvbench.data.tfrecord import (
+    BOX_LISTS_DIFFER,
+    BOX_NOT_FINITE,
+    checked_boxes,
+    record_box_lists_differ,
+)
 
 TrainPreprocess = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]
 EvalPreprocess = Callable[[tf.Tensor], tf.Tensor]
 Transform = Callable[[dict], Any]
 ToElement = Callable[[Any, dict], Any]
+Parse = Callable[[dict], dict]
+Check = Callable[[dict], dict]
+
+#: What the guard says of a record the parse refuses: no `tf.train.Example` at all ...
+NOT_AN_EXAMPLE = "not a tf.train.Example"
+#: ... or a `tf.train.Example`, but without a feature the reader needs (or of another type).
+NOT_THE_READERS = "a tf.train.Example without the features this reader needs (or of other types)"
 
 
 def check_preprocessing(
@@ -99,8 +118,56 @@ def _image_and_record(e: dict) -> list:
     return [e["filename"], " (record ", tf.strings.as_string(e["index"]), " of ", e["source"], ")"]
 
 
-def _undecodable(out: Any, ok: tf.Tensor, e: dict) -> tf.Tensor:
-    return tf.strings.join(["undecodable image ", *_image_and_record(e)])
+def _damage_message(parse: Parse | None) -> Callable[[dict], tf.Tensor]:
+    """example -> what is wrong with it, for an example the guarded parse + transform failed
+    on: `damaged record (record N of FILE): not a tf.train.Example` (or one without the
+    features the reader needs), `damaged record NAME (record N of FILE): its bbox coordinate lists
+    differ in length` (or a coordinate not finite), else `undecodable image NAME (record N
+    of FILE)`. It parses the example again to tell (`or_default`): the failure path only."""
+
+    def parsed(e: dict) -> tuple:
+        p = parse(e) if parse is not None else e
+        boxes = p.get("boxes", tf.zeros([0, 4]))
+        boxes_ok = tf.reduce_all(tf.math.is_finite(boxes))
+        return tf.constant(True), p.get("filename", tf.constant("")), boxes_ok
+
+    def message(e: dict) -> tf.Tensor:
+        where = [" (record ", tf.strings.as_string(e["index"]), " of ", e["source"], ")"]
+        if parse is None:
+            ok, name, boxes_ok = parsed(e)
+        else:
+            default = (tf.constant(False), tf.constant(""), tf.constant(True))
+            ok, name, boxes_ok = or_default(parsed, e, default)
+        refused = tf.strings.join(["damaged record", *where, ": ", _refused_record(e)])
+        boxes = tf.strings.join(["damaged record ", name, *where, ": ", _box_damage(e)])
+        image = tf.strings.join(["undecodable image ", name, *where])
+        return tf.where(ok, tf.where(boxes_ok, image, boxes), refused)
+
+    return message
+
+
+def _refused_record(e: dict) -> tf.Tensor:
+    """Why the parse refused the record of `e`: `NOT_AN_EXAMPLE`, or `NOT_THE_READERS` when it
+    parses as a `tf.train.Example` with no features asked for."""
+    if "record" not in e:
+        return tf.constant(NOT_THE_READERS)
+
+    def is_example(record: tf.Tensor) -> tf.Tensor:
+        spec = {"cvbench/no-such-feature": tf.io.VarLenFeature(tf.string)}
+        parsed = tf.io.parse_single_example(record, spec)
+        return tf.size(parsed["cvbench/no-such-feature"].values) >= 0  # True, once parsed
+
+    ok = or_default(is_example, e["record"], tf.constant(False))
+    return tf.where(ok, NOT_THE_READERS, NOT_AN_EXAMPLE)
+
+
+def _box_damage(e: dict) -> tf.Tensor:
+    """How the boxes of `e` (which are not all finite) are damaged: `BOX_LISTS_DIFFER`, told
+    from the serialized record when there is one, else `BOX_NOT_FINITE`."""
+    if "record" not in e:
+        return tf.constant(BOX_NOT_FINITE)
+    differ = or_default(record_box_lists_differ, e["record"], tf.constant(False))
+    return tf.where(differ, BOX_LISTS_DIFFER, BOX_NOT_FINITE)
 
 
 def _check_num_classes(num_classes: Any) -> None:
@@ -109,7 +176,21 @@ def _check_num_classes(num_classes: Any) -> None:
 
 
 def check_labels(examples: tf.data.Dataset, num_classes: int) -> tf.data.Dataset:
-    """Raises on an example whose `label` is outside [0, `num_classes`).
+    """Raises on an example whose `label` is outside [0, `num_classes`) (`label_check` over
+    `examples`).
+
+    Args:
+        examples: example dicts with `label` (int32, 0-based), `filename`, `source`, `index`.
+        num_classes: the model's classes.
+
+    Raises:
+        ValueError: `num_classes` is not a positive int.
+    """
+    return examples.map(no_autograph(label_check(num_classes)))
+
+
+def label_check(num_classes: int) -> Check:
+    """example -> the example, raising when its `label` is outside [0, `num_classes`).
 
     The error takes the path an undecodable image's does (a `tf.debugging.Assert` in the
     dataset: `tf.errors.InvalidArgumentError` when the example is read, see
@@ -118,10 +199,10 @@ def check_labels(examples: tf.data.Dataset, num_classes: int) -> tf.data.Dataset
     [0, 3) for num_classes=3: image a.JPEG (record 2 of /data/train-00000-of-00001)`. It is
     always an error (`skip_corrupt` does not skip it): the records and the model disagree on
     the classes. The check costs a comparison per example; the message is only built for
-    an offending one.
+    an offending one. The readers run it after the corrupt-record guard (`read_batches`'
+    `check`), on the parsed example.
 
     Args:
-        examples: example dicts with `label` (int32, 0-based), `filename`, `source`, `index`.
         num_classes: the model's classes.
 
     Raises:
@@ -151,7 +232,7 @@ def check_labels(examples: tf.data.Dataset, num_classes: int) -> tf.data.Dataset
         with tf.control_dependencies([done]):
             return tf.nest.map_structure(tf.identity, e)
 
-    return examples.map(no_autograph(check))
+    return check
 
 
 def _guarded(
@@ -160,36 +241,55 @@ def _guarded(
     to_element: ToElement,
     output_spec: Any,
     *,
+    parse: Parse | None,
+    check: Check | None,
     skip_corrupt: bool,
     counter: CorruptRecordCounter | None,
     deterministic: bool,
 ) -> tf.data.Dataset:
-    """`transform` over examples; corrupt ones raise (`checked_map`, the fast path) or are
-    skipped (`guarded_map`); then `to_element`."""
+    """`parse` then `transform` over examples, as one guarded function: a corrupt example
+    raises (`checked_map`, the fast path) or is skipped (`guarded_map`), named by
+    `_damage_message`; then `check` and `to_element` on the parsed example (unguarded)."""
+
+    def parse_and_transform(e: dict) -> tuple:
+        parsed = parse(e) if parse is not None else e
+        return transform(parsed), parsed
+
+    if output_spec is not None:  # the parsed example's spec: a trace of the parse alone
+        parsed_spec = ds.map(no_autograph(parse)).element_spec if parse else ds.element_spec
+        output_spec = (output_spec, parsed_spec)
+
+    def element(out: tuple) -> Any:
+        transformed, parsed = out
+        return to_element(transformed, check(parsed) if check is not None else parsed)
+
+    message = _damage_message(parse)
     if not skip_corrupt:
         mapped = checked_map(
             ds,
-            transform,
-            message_fn=lambda e: _undecodable(None, None, e),
+            parse_and_transform,
+            message_fn=message,
             output_spec=output_spec,
             deterministic=deterministic,
         )
-        return mapped.map(to_element, num_parallel_calls=tf.data.AUTOTUNE)
-    guarded = guarded_map(ds, transform, output_spec=output_spec, deterministic=deterministic)
+        return mapped.map(lambda out, e: element(out), num_parallel_calls=tf.data.AUTOTUNE)
+    guarded = guarded_map(
+        ds, parse_and_transform, output_spec=output_spec, deterministic=deterministic
+    )
     checked = apply_policy(
         guarded,
         lambda t: t[1],
-        lambda t: _undecodable(*t),
+        lambda t: message(t[2]),
         skip_corrupt=skip_corrupt,
         counter=counter,
     )
-    return checked.map(lambda out, ok, e: to_element(out, e), num_parallel_calls=tf.data.AUTOTUNE)
+    return checked.map(lambda out, ok, e: element(out), num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def _options(deterministic: bool) -> tf.data.Options:
     options = tf.data.Options()
     options.deterministic = deterministic
-    # Consecutive maps run as one function (the parse, seed and label steps), which saves
+    # Consecutive maps run as one function (the seed step; the check and `to_element`), which saves
     # a function call and a hand-over between threads per example; results are unchanged.
     options.experimental_optimization.map_fusion = True
     return options
@@ -213,17 +313,20 @@ def train_batches(
     skip_corrupt: bool,
     counter: CorruptRecordCounter | None,
     output_spec: Any = None,
+    parse: Parse | None = None,
+    check: Check | None = None,
 ) -> tf.data.Dataset:
-    """Shuffle, seed, transform (guarded), batch dropping the remainder, prefetch.
+    """Shuffle, seed, parse and transform (guarded), check, batch dropping the remainder,
+    prefetch.
 
     Args:
         examples: example dicts (repeat them before calling for an endless stream).
-        transform: example (with `seed`, int64 [2], a stateless random seed) -> a nest of
-            tensors of static shape; an error at run time marks the example corrupt. Or a
-            `BatchTransform`, which brings `to_element` and `output_spec`.
-        to_element: `(transform output, example) -> element`, the batch element (unguarded,
-            converted by AutoGraph unless wrapped in `no_autograph`: e.g. pick the label, or
-            run a target encoder).
+        transform: parsed example (with `seed`, int64 [2], a stateless random seed) -> a
+            nest of tensors of static shape; an error at run time marks the example corrupt.
+            Or a `BatchTransform`, which brings `to_element` and `output_spec`.
+        to_element: `(transform output, parsed example) -> element`, the batch element
+            (unguarded, converted by AutoGraph unless wrapped in `no_autograph`: e.g. pick
+            the label, or run a target encoder).
         batch_size: elements per batch.
         seed: makes shuffling and the per-example seeds deterministic; None:
             nondeterministic.
@@ -231,6 +334,11 @@ def train_batches(
         skip_corrupt: skip and count examples `transform` fails on instead of raising.
         counter: counts them.
         output_spec: the `tf.TensorSpec` nest `transform` returns (traced if None).
+        parse: example -> parsed example (keeping the example's other keys), run with
+            `transform` inside the guard, so a record it refuses is named or skipped as
+            corrupt; None: the examples are parsed already.
+        check: parsed example -> the same, raising on one that is not for this model (the
+            label check), after the guard: never skipped.
 
     Returns:
         Batches of `to_element`'s structure, each with a leading batch dimension.
@@ -245,6 +353,8 @@ def train_batches(
         transform,
         to_element,
         output_spec,
+        parse=parse,
+        check=check,
         skip_corrupt=skip_corrupt,
         counter=counter,
         deterministic=seed is not None,
@@ -264,8 +374,11 @@ def eval_batches(
     skip_corrupt: bool,
     counter: CorruptRecordCounter | None,
     output_spec: Any = None,
+    parse: Parse | None = None,
+    check: Check | None = None,
 ) -> tf.data.Dataset:
-    """Transform (guarded) every example once, in order; pad to exactly `steps` full batches.
+    """Parse and transform (guarded) and check every example once, in order; pad to exactly
+    `steps` full batches.
 
     Padding elements fill the last batch and any further batches up to `steps`, so that every
     rank runs the same number of steps (collective ops in step) with static shapes.
@@ -281,6 +394,7 @@ def eval_batches(
         skip_corrupt: skip and count examples `transform` fails on instead of raising.
         counter: counts them.
         output_spec: the `tf.TensorSpec` nest `transform` returns (traced if None).
+        parse, check: as in `train_batches`.
 
     Returns:
         Exactly `steps` batches (the dataset's cardinality) of `to_element`'s structure.
@@ -291,6 +405,8 @@ def eval_batches(
         transform,
         to_element,
         output_spec,
+        parse=parse,
+        check=check,
         skip_corrupt=skip_corrupt,
         counter=counter,
         deterministic=True,
@@ -351,9 +467,15 @@ class ExampleSource(Protocol):
     (`read_batches`). `cvbench.data.read.reader.RecordExamples` (TFRecord files and a parse
     function) and `cvbench.data.read.tfds.TfdsExamples` plug in here.
 
-    Examples are dicts: the parse output plus `filename`, `source` and `index`, which name a
-    corrupt image in error messages.
+    Examples are dicts with `source` and `index`, which name a damaged record in error
+    messages: `RecordExamples`' hold the serialized `record`, parsed by `parse` inside the
+    corrupt-record guard; `TfdsExamples`' are parsed already (their `parse` is None; a
+    source without `parse` is taken as such).
     """
+
+    #: example -> parsed example (its fields and `filename`, keeping the example's other
+    #: keys), run inside the guard; None: the examples are parsed already.
+    parse: Parse | None
 
     #: True when `train` shuffles the examples itself (then the batches are not shuffled
     #: again); False: `read_batches` shuffles with `spec.shuffle_buffer`.
@@ -372,7 +494,7 @@ def read_batches(
     spec: ReadSpec,
     transform: BatchTransform,
     *,
-    check: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None,
+    check: Check | None = None,
 ) -> tf.data.Dataset:
     """The reader skeleton (after Model Garden's `InputReader(decoder, parser)`): a source
     of parsed examples and a transform -> this rank's training or evaluation batches.
@@ -388,18 +510,23 @@ def read_batches(
             recipe).
         transform: the transform of `spec`'s mode (`BatchTransform`; for evaluation with
             its `pad`).
-        check: examples -> examples before the transform (e.g. `check_labels`).
+        check: parsed example -> the same, raising on one not for this model (e.g.
+            `label_check`); it runs after the guard, so its error is never skipped.
 
     Returns:
         Training: `train_batches`' (endless with `spec.repeat`); evaluation:
         `eval_batches`' (exactly `steps` batches, its cardinality).
     """
     rank = RankRead.of(spec)
-    batching = {"skip_corrupt": rank.skip_corrupt, "counter": rank.counter}
+    batching = {
+        "skip_corrupt": rank.skip_corrupt,
+        "counter": rank.counter,
+        "parse": getattr(examples, "parse", None),
+        "check": check,
+    }
     if spec.training:
-        ds = examples.train(rank)
         return train_batches(
-            check(ds) if check else ds,
+            examples.train(rank),
             transform,
             batch_size=spec.batch_size,
             seed=rank.seed,
@@ -407,9 +534,7 @@ def read_batches(
             **batching,
         )
     ds, steps = examples.eval(rank)
-    return eval_batches(
-        check(ds) if check else ds, transform, batch_size=spec.batch_size, steps=steps, **batching
-    )
+    return eval_batches(ds, transform, batch_size=spec.batch_size, steps=steps, **batching)
 
 
 def classification_transform(

@@ -20,7 +20,11 @@ same way for each (after TF Model Garden's `InputReader(decoder_fn, parser_fn)`)
    skipped, the reading goes on after the damaged record (`read_past_damage`): each damaged
    record alone is lost and counted.
 5. The parse function turns each record into an example; the skeleton adds `source` (the file)
-   and `index` (the record's position in it), which name a corrupt image in error messages.
+   and `index` (the record's position in it), which name a damaged record in error messages.
+   The readers (`RecordExamples`) leave the records unparsed here: `RecordExamples.parse`
+   runs inside the pipeline's corrupt-record guard, with the decode, so a record that is no
+   `tf.train.Example` is named or skipped as a damaged one (a map of its own before the
+   guard stopped the run with TensorFlow's parse error).
 
 `cvbench.data.read.pipeline` then takes the examples to batches (decode guard, padding, options).
 
@@ -274,7 +278,13 @@ def drop_lost_markers(
     )
 
 
-def _parse(records: tf.data.Dataset, parse_fn: ParseFn) -> tf.data.Dataset:
+def _parse(records: tf.data.Dataset, parse_fn: ParseFn | None) -> tf.data.Dataset:
+    """The examples of `records`: `parse_fn`'s fields (None: the serialized `record`) with
+    `source` and `index`."""
+
+    if parse_fn is None:  # a cheap map, not worth a hand-over between threads
+        return records.map(no_autograph(lambda e: {k: e[k] for k in ("record", "source", "index")}))
+
     def to_example(element: dict) -> dict:
         parsed = parse_fn(element["record"])
         return {**parsed, "source": element["source"], "index": element["index"]}
@@ -284,7 +294,7 @@ def _parse(records: tf.data.Dataset, parse_fn: ParseFn) -> tf.data.Dataset:
 
 def train_examples(
     files: list[str],
-    parse_fn: ParseFn,
+    parse_fn: ParseFn | None,
     *,
     num_shards: int,
     shard_index: int,
@@ -303,7 +313,8 @@ def train_examples(
 
     Args:
         files: the split's files (`list_split_files`).
-        parse_fn: serialized record (string scalar) -> dict of tensors.
+        parse_fn: serialized record (string scalar) -> dict of tensors; None: not parsed
+            here (the examples hold the serialized `record`; see `RecordExamples.parse`).
         num_shards: ranks splitting the data.
         shard_index: this rank.
         seed: the rank's seed (`rank_seed`): file order; None: nondeterministic (faster).
@@ -315,7 +326,8 @@ def train_examples(
             pass); None or 1: not shuffled here. See `_shuffle_and_repeat`.
 
     Returns:
-        Example dicts: `parse_fn`'s keys plus `source` (string) and `index` (int64).
+        Example dicts: `parse_fn`'s keys (or `record`) plus `source` (string) and `index`
+        (int64).
 
     Raises:
         ValueError: this rank's files hold no records; a truncated file when `skip_corrupt`
@@ -368,7 +380,7 @@ def _shuffle_and_repeat(
 
 def eval_examples(
     files: list[str],
-    parse_fn: ParseFn,
+    parse_fn: ParseFn | None,
     *,
     num_shards: int,
     shard_index: int,
@@ -406,7 +418,9 @@ def eval_examples(
 class RecordExamples:
     """TFRecord files and a parse function as the skeleton's `ExampleSource`
     (`cvbench.data.read.pipeline.read_batches`): `train_examples` / `eval_examples` over
-    `files` with the rank's shard, seed and corrupt-record policy.
+    `files` with the rank's shard, seed and corrupt-record policy. Its examples are the
+    serialized records (`record`, `source`, `index`); `parse` parses one inside the
+    pipeline's corrupt-record guard.
 
     Attributes:
         files: the split's files (`list_split_files`).
@@ -429,6 +443,12 @@ class RecordExamples:
         if self.cycle_length < 1:
             raise ValueError(f"cycle_length must be >= 1, got {self.cycle_length}")
 
+    def parse(self, example: dict) -> dict:
+        """`parse_fn` of the example's `record`, with the example's other keys (`source`,
+        `index`, a training `seed`)."""
+        fields = self.parse_fn(example["record"])
+        return {**fields, **{k: v for k, v in example.items() if k != "record"}}
+
     def _reading(self, rank: RankRead) -> dict:
         return {
             "num_shards": rank.num_shards,
@@ -439,10 +459,10 @@ class RecordExamples:
         }
 
     def train(self, rank: RankRead) -> tf.data.Dataset:
-        """The rank's training examples (`train_examples`)."""
+        """The rank's training examples (`train_examples`), unparsed."""
         return train_examples(
             self.files,
-            self.parse_fn,
+            None,
             seed=rank.seed,
             repeat=rank.spec.repeat,
             shuffle_buffer=rank.spec.shuffle_buffer if self.shuffles else None,
@@ -450,7 +470,7 @@ class RecordExamples:
         )
 
     def eval(self, rank: RankRead) -> tuple[tf.data.Dataset, int]:
-        """The rank's evaluation examples and the step count (`eval_examples`)."""
+        """The rank's evaluation examples, unparsed, and the step count (`eval_examples`)."""
         return eval_examples(
-            self.files, self.parse_fn, batch_size=rank.spec.batch_size, **self._reading(rank)
+            self.files, None, batch_size=rank.spec.batch_size, **self._reading(rank)
         )

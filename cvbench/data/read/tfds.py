@@ -153,6 +153,8 @@ class TfdsExamples:
     download: bool = False
     #: The examples are shuffled by `read_batches` (with `spec.shuffle_buffer`).
     shuffles: bool = False
+    #: The examples are TFDS's parsed fields: nothing to parse inside the guard.
+    parse = None
 
     def _parts(self, num_shards: int) -> list:
         return self.tfds.even_splits(self.split, n=num_shards) if num_shards > 1 else [self.split]
