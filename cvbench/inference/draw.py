@@ -230,12 +230,30 @@ def _draw_each(
             picture = draw_detection(image, result)
         else:
             picture = draw_classification(image, result)
+        _write_png(picture, path, on_written)
+        written.append(path)
+    return written
+
+
+def _write_png(picture: Image.Image, path: Path, on_written: Callable[[Path], Any] | None) -> None:
+    """Writes `picture` to `path` atomically, then hands `path` to `on_written`: also when a
+    signal stops the write right after the file is in place (a new file at `path`, known by
+    its inode), so that no drawing written is left unknown."""
+    before = _inode(path)
+    try:
         with errors_naming(path), atomic_path(path) as tmp:
             picture.save(tmp, format="PNG")
-        written.append(path)
-        if on_written is not None:
+    finally:
+        if on_written is not None and _inode(path) not in (None, before):
             on_written(path)
-    return written
+
+
+def _inode(path: Path) -> int | None:
+    """The inode of the file at `path` (not followed), None when there is none."""
+    try:
+        return os.lstat(path).st_ino
+    except OSError:
+        return None
 
 
 def _input_files(inputs: Any) -> list[Path]:

@@ -110,3 +110,32 @@ def test_draw_results_hands_each_drawing_to_on_written_as_it_is_written(tmp_path
 
     paths = draw.draw_results(results, sources, tmp_path / "d", on_written=on_written)
     assert seen == [p.name for p in paths] == [f"{n}.png" for n in NAMES]
+
+
+def test_a_drawing_in_place_when_a_signal_stops_the_write_is_recorded(
+    tmp_path, images, monkeypatch, capsys
+):
+    """Ctrl-C right after the second drawing's rename, before anything else: it is in place,
+    so it is recorded too, and the rerun with --overwrite replaces both."""
+    import contextlib
+
+    model = save_model(channel_classifier(), tmp_path / "cls.keras", classifier_info())
+    out = tmp_path / "drawn"
+    argv = ["predict", str(model), str(images), "--draw", str(out)]
+    original, calls = draw.atomic_path, []
+
+    @contextlib.contextmanager
+    def interrupted_after_the_second(path):
+        with original(path) as tmp:
+            yield tmp
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(draw, "atomic_path", interrupted_after_the_second)
+        assert cvbench.cli.main(argv) == 130
+    capsys.readouterr()
+    assert sorted(p.name for p in out.glob("*.png")) == ["a.png", "b.png"]
+    assert written_by_cvbench(out / "a.png") and written_by_cvbench(out / "b.png")
+    assert cvbench.cli.main([*argv, "--overwrite"]) == 0, capsys.readouterr().err
