@@ -168,14 +168,15 @@ class Trainer(_TrainerCheckpoints):
 
     # ----------------------------------------------------------------- properties
     @property
-    def state(self) -> dict[str, int]:
+    def state(self) -> dict[str, Any]:
         """Where training stands, as a dict (a copy of `train_state`, the typed value the
         Trainer updates): `step`, `epoch`, `batch_in_epoch`, `consumed`, `data_seed`,
-        `skipped_steps`."""
+        `skipped_steps`, and the current epoch's `epoch_applied`, `epoch_skipped` and
+        `epoch_sums` (a resume ends a part-done epoch with the means over all its steps)."""
         return self.train_state.to_dict()
 
     @state.setter
-    def state(self, values: dict[str, int]) -> None:
+    def state(self, values: dict[str, Any]) -> None:
         self.train_state = TrainState.from_dict(values, self.train_state)
 
     @property

@@ -136,3 +136,45 @@ def test_the_raw_log_of_a_stop_at_the_epochs_last_step_holds_each_epoch_record_o
     assert [e["epoch"] for e in events if e["event"] == "epoch"] == [1, 2]
     assert [e["step"] for e in events if e["event"] == "step"] == list(range(1, 17))
     assert validations == [8, 16]
+
+
+def test_a_resume_at_another_global_batch_drops_the_epochs_checkpointed_sums(tmp_path):
+    """The sums of the steps before the checkpoint are of batches of 4: resumed (forced) at
+    batch 8 the epoch's counts start again; at the same batch they are the checkpoint's."""
+    with pytest.raises(KilledError):
+        make_trainer(tmp_path, checkpoint_every=2).fit(
+            images(32), epochs=1, batch_size=4, callbacks=[At(2, kill)]
+        )
+    same = make_trainer(tmp_path, resume=True)
+    same.prepare(global_batch=4, steps_per_epoch=8, epochs=1)
+    assert (same.state["batch_in_epoch"], same.state["epoch_applied"]) == (2, 2)
+    assert list(same.state["epoch_sums"]) == ["loss"]
+    other = make_trainer(tmp_path, resume=True, force_resume=True)
+    other.prepare(global_batch=8, steps_per_epoch=4, epochs=1)
+    assert other.state["step"] == 2  # forced: the step counters as checkpointed
+    assert (other.state["epoch_applied"], other.state["epoch_skipped"]) == (0, 0)
+    assert other.state["epoch_sums"] == {}
+
+
+def test_read_run_history_drops_what_a_resume_made_again():
+    # Killed after step 3 and the record of epoch 1 (steps 1-2), before the epoch end's
+    # checkpoint: resumed from step 1 with no epoch done, so steps 2-3 and epoch 1's record
+    # were made again. A resume from step 2 with epoch 1 done keeps epoch 1's record.
+    from cvbench.training.run_log import superseded_records_dropped
+
+    def step(n):
+        return {"event": "step", "step": n}
+
+    epoch1 = {"event": "epoch", "epoch": 1, "step": 2}
+    start = {"event": "start", "resumed_step": 0, "resumed_epoch": 0}
+    events = [start, step(1), step(2), epoch1, step(3)]
+    again = {"event": "start", "resumed_step": 1, "resumed_epoch": 0}
+    assert superseded_records_dropped([*events, again]) == [start, step(1), again]
+    done = {"event": "start", "resumed_step": 2, "resumed_epoch": 1}
+    assert superseded_records_dropped([*events, done]) == [start, step(1), step(2), epoch1, done]
+    # An epoch record at the resumed step whose epoch the checkpoint records not done.
+    not_done = {"event": "start", "resumed_step": 2, "resumed_epoch": 0}
+    assert superseded_records_dropped([*events, not_done]) == [start, step(1), step(2), not_done]
+    # An older log's start without the fields: nothing dropped.
+    older = {"event": "start"}
+    assert superseded_records_dropped([*events, older]) == [*events, older]
