@@ -26,10 +26,11 @@ def saved_steps(monkeypatch) -> list[int]:
     return steps
 
 
-# 32 images: batch 4 gives 8 steps per epoch, batch 8 gives 4. The checkpoint of the first
-# epoch's last step is written by the every-N rule (4 | 8, 2 | 4), before the epoch's end,
-# so it records epoch 0 with all its batches done: the resume ends that epoch without a step.
-# keep_checkpoints 2 would rotate the resumed one away if anything were written first.
+# 32 images: batch 4 gives 8 steps per epoch, batch 8 gives 4. The every-N rule lands on the
+# first epoch's last step (4 | 8, 2 | 4): that checkpoint is the epoch end's, recording the
+# epoch done (a stop right after the step, which leaves the end to the resume, is
+# tests/training/test_t_epoch_boundary.py's). keep_checkpoints 2 would rotate the resumed one
+# away if anything were written first.
 @pytest.mark.parametrize("batch, every, keep", [(4, 4, 10), (8, 2, 2), (8, 0, 2)])
 def test_a_resume_at_an_epoch_boundary_rewrites_nothing_before_its_first_step(
     tmp_path, monkeypatch, batch, every, keep
