@@ -114,10 +114,11 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_dali_index(args: argparse.Namespace) -> int:
     """Handler of `dali-index`: index files for the shards of DATA_DIR (every split)."""
-    from cvbench.data.dali_index import shard_files, write_indexes
+    from cvbench.data.dali_index import write_indexes
+    from cvbench.data.read.splits import every_split_files
 
     # A missing folder: exit status 2; a truncated shard (BadFileError) or an OSError: 1.
-    files = shard_files(args.data_dir)
+    files = every_split_files(args.data_dir)
     summary = write_indexes(
         files,
         index_dir=args.index_dir,

@@ -19,16 +19,13 @@ rebuilt or appended to); `read_index` then raises an error naming both files and
 that rewrites them. A malformed index (or one that is not a regular file, or over
 `MAX_INDEX_BYTES`) is a `BadFileError` naming it, as is a truncated TFRecord file.
 
-The shards of a data folder are listed split by split as every reader lists them
-(`cvbench.data.read.splits`): the folder is a literal path (`dali-index 'gl/rd[12]'` indexes
-that folder, never `gl/rd1`), and a split with a shard missing or a 0-byte shard the build
-manifest does not record is refused before any index is written.
+`cvbench dali-index` indexes the shards of every split of a folder as the readers list them
+(`cvbench.data.read.splits.every_split_files`).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import struct
 import sys
 from collections.abc import Iterable, Sequence
@@ -38,13 +35,11 @@ from pathlib import Path
 from cvbench.data.safe_paths import make_dir
 from cvbench.data.tfrecord import scan_tfrecord
 from cvbench.utils.errors import BadFileError, naming
-from cvbench.utils.files import match_files, open_input, read_input
+from cvbench.utils.files import open_input, read_input
 from cvbench.utils.io import atomic_open
 
 INDEX_DIR = "idx"
 INDEX_SUFFIX = ".idx"
-SHARD_GLOB = "*-?????-of-?????"
-_SHARD_NAME = re.compile(r"(.+)-[0-9]{5}-of-[0-9]{5}")
 #: The largest index file read: 40 bytes a line would index 25 million records.
 MAX_INDEX_BYTES = 1 << 30
 
@@ -108,29 +103,6 @@ def write_index(
     with naming(out), atomic_open(out, "w", encoding="ascii") as f:
         f.write(format_entries(entries))
     return out, len(entries)
-
-
-def shard_files(data_dir: str | os.PathLike) -> list[str]:
-    """The sorted TFRecord shards (`<split>-NNNNN-of-NNNNN`) of `data_dir`, every split,
-    each split listed as the readers list it (`cvbench.data.read.splits.list_split_files`),
-    so that an index is never written for a set the readers would refuse.
-
-    Raises:
-        FileNotFoundError: no such directory, or no shard in it.
-        BadFileError: a split's shard set is incomplete, or one of its shards is 0 bytes
-            and the build manifest does not record it so (named).
-    """
-    from cvbench.data.read.splits import list_split_files
-
-    root = Path(data_dir)
-    if not root.is_dir():
-        what = "is not a folder" if root.exists() else "does not exist"
-        raise FileNotFoundError(f"data directory {root} {what}")
-    names = [p.name for p in match_files(root, SHARD_GLOB)]
-    splits = sorted({m.group(1) for n in names if (m := _SHARD_NAME.fullmatch(n))})
-    if not splits:
-        raise FileNotFoundError(f"no TFRecord shards named <split>-NNNNN-of-NNNNN in {root}")
-    return sorted(f for split in splits for f in list_split_files(root, split))
 
 
 def read_index(

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from dali_records import LAYOUT, write_records  # noqa: E402
 
 import cvbench.cli as cli  # noqa: E402
-from cvbench.data.dali_index import shard_files  # noqa: E402
+from cvbench.data.read.splits import every_split_files  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +58,7 @@ def test_an_empty_shard_the_manifest_records_is_indexed(tmp_path, capsys):
 def test_names_that_only_look_like_shards_are_not_listed(tmp_path):
     root = write_records(tmp_path / "data", index=False)
     (root / "train-0000a-of-00002").write_bytes(b"not a shard")  # '?' matched a letter
-    assert [Path(p).name for p in shard_files(root)] == sorted(LAYOUT)
+    assert [Path(p).name for p in every_split_files(root)] == sorted(LAYOUT)
 
 
 def test_a_folder_with_no_shard_names_what_it_looked_for(tmp_path, capsys):

@@ -13,9 +13,9 @@ from cvbench.data.dali_index import (
     index_path,
     read_index,
     record_entries,
-    shard_files,
     write_index,
 )
+from cvbench.data.read.splits import every_split_files
 
 
 @pytest.fixture(scope="module")
@@ -79,4 +79,4 @@ def test_truncated_shard_is_not_indexed(tmp_path):
 
 
 def test_shard_files_lists_every_split_not_the_indexes(records):
-    assert [Path(p).name for p in shard_files(records)] == sorted(LAYOUT)
+    assert [Path(p).name for p in every_split_files(records)] == sorted(LAYOUT)

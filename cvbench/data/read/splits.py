@@ -11,7 +11,8 @@
   (`cvbench_manifest.json`, `cvbench.data.builders.manifest`) then records it at 0 bytes: a
   shard recorded so is read (it holds no records).
 
-The files a `file_pattern` names are the caller's choice (one shard of a set, another
+`every_split_files(data_dir)` lists every split of a folder so (what `cvbench dali-index`
+indexes). The files a `file_pattern` names are the caller's choice (one shard of a set, another
 writer's file that holds no records) and are not checked.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from pathlib import Path
 
 from cvbench.data.read.raw_data import raw_data_message
@@ -30,6 +32,8 @@ from cvbench.utils.files import check_shard_set, match_files, read_json
 BUILD_MANIFEST = "cvbench_manifest.json"
 MAX_BUILD_MANIFEST_BYTES = 64 << 20
 _INDEX = "[0-9]" * 5
+_ANY_SHARD = f"*-{_INDEX}-of-{_INDEX}"
+_SHARD_NAME = re.compile(r"(.+)-[0-9]{5}-of-[0-9]{5}")
 
 
 def split_glob(split: str) -> str:
@@ -123,3 +127,24 @@ def _built_empty_shards(root: Path) -> set[str]:
         for name, entry in shards.items()
         if isinstance(entry, dict) and entry.get("bytes") == 0 and entry.get("records") == 0
     }
+
+
+def every_split_files(data_dir: str | os.PathLike) -> list[str]:
+    """The sorted TFRecord shards (`<split>-NNNNN-of-NNNNN`) of `data_dir`, every split,
+    each split listed by `list_split_files` (what `cvbench dali-index` indexes: never a set
+    the readers would refuse).
+
+    Raises:
+        FileNotFoundError: no such directory, or no shard in it.
+        BadFileError: a split's shard set is incomplete, or one of its shards is 0 bytes
+            and the build manifest does not record it so (named).
+    """
+    root = Path(data_dir)
+    if not root.is_dir():
+        what = "is not a folder" if root.exists() else "does not exist"
+        raise FileNotFoundError(f"data directory {root} {what}")
+    names = [p.name for p in match_files(root, _ANY_SHARD)]
+    splits = sorted({m.group(1) for n in names if (m := _SHARD_NAME.fullmatch(n))})
+    if not splits:
+        raise FileNotFoundError(f"no TFRecord shards named <split>-NNNNN-of-NNNNN in {root}")
+    return sorted(f for split in splits for f in list_split_files(root, split))

@@ -3,7 +3,8 @@
 from imagenet_testdata import NUM_TRAIN_RECORDS, NUM_VAL_RECORDS, make_raw
 
 from cvbench.data.builders.imagenet_builder import build_imagenet
-from cvbench.data.dali_index import index_path, read_index, record_entries, shard_files
+from cvbench.data.dali_index import index_path, read_index, record_entries
+from cvbench.data.read.splits import every_split_files
 
 
 def test_build_writes_an_index_per_shard(tmp_path):
@@ -12,7 +13,7 @@ def test_build_writes_an_index_per_shard(tmp_path):
     summary = build_imagenet(
         tmp_path / "raw", out, train_shards=3, val_shards=2, num_workers=1, progress=False
     )
-    shards = shard_files(out)
+    shards = every_split_files(out)
     assert len(shards) == 5  # 3 training + 2 validation shards
     for shard in shards:
         assert index_path(shard).parent == out / "idx"
