@@ -94,12 +94,12 @@ def eval_command(args: argparse.Namespace) -> int:
     skipped = report_corrupt(args, task, trainer.distribution)
     with results_printed_above():  # a full disk now loses no result
         if trainer.is_chief and args.json:
-            from cvbench.utils.files import record_output
+            from cvbench.utils.files import recording
             from cvbench.utils.io import write_json_atomic
 
             extra = {} if skipped is None else {"corrupt_records": skipped}
-            write_json_atomic(args.json, {**results, **extra})
-            record_output(args.json)
+            with recording(args.json):
+                write_json_atomic(args.json, {**results, **extra})
         if trainer.is_chief and args.log_dir:
             print(write_eval_results(args, task, trainer, checkpoint, results), flush=True)
     return 0
@@ -151,7 +151,7 @@ def write_eval_results(args, task, trainer, checkpoint: Path, results: dict) -> 
     the line saying what was written where."""
     from cvbench.demo.plots import plot_run
     from cvbench.tasks.runner import RESULTS_NAME, written_line
-    from cvbench.utils.files import owned_folder, record_output
+    from cvbench.utils.files import owned_folder, recording
     from cvbench.utils.io import write_json_atomic
 
     folder = Path(args.log_dir)
@@ -168,8 +168,8 @@ def write_eval_results(args, task, trainer, checkpoint: Path, results: dict) -> 
         "files": {"plots": [Path(p).relative_to(folder).as_posix() for p in plots]},
     }
     owned_folder(folder)
-    write_json_atomic(folder / RESULTS_NAME, record)
-    record_output(folder / RESULTS_NAME)
+    with recording(folder / RESULTS_NAME):
+        write_json_atomic(folder / RESULTS_NAME, record)
     return written_line(folder, record)
 
 

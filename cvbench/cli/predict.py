@@ -365,7 +365,7 @@ def _write_results(
     and --draw, recording each file as soon as it is written (`record_output`), so that a
     run stopped part-way leaves only files a rerun with --overwrite may replace."""
     from cvbench.inference import draw_results, write_coco_results
-    from cvbench.utils.files import record_output
+    from cvbench.utils.files import record_output, recording
 
     if args.json:
         for r in results:
@@ -373,8 +373,8 @@ def _write_results(
     else:
         _print_table(results, kind)
     if args.coco_json is not None:
-        write_coco_results(results, args.coco_json, class_names=info.class_names)
-        record_output(args.coco_json)
+        with recording(args.coco_json):
+            write_coco_results(results, args.coco_json, class_names=info.class_names)
     if args.draw is not None:
         draw_results(
             results, files, args.draw, overwrite=args.overwrite,

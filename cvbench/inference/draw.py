@@ -24,7 +24,7 @@ from PIL import Image, ImageDraw, ImageFont
 from cvbench.inference.box_formats import from_yxyx, to_yxyx
 from cvbench.inference.images import MAX_IMAGE_PIXELS, image_paths, iter_images, read_image
 from cvbench.inference.outputs import check_folder_path, check_output_files, errors_naming
-from cvbench.utils.io import atomic_path
+from cvbench.utils.io import atomic_path, when_replaced
 
 if TYPE_CHECKING:  # not imported at run time: they load Keras, which the path checks need not
     from cvbench.inference.classification import Classification
@@ -237,23 +237,11 @@ def _draw_each(
 
 def _write_png(picture: Image.Image, path: Path, on_written: Callable[[Path], Any] | None) -> None:
     """Writes `picture` to `path` atomically, then hands `path` to `on_written`: also when a
-    signal stops the write right after the file is in place (a new file at `path`, known by
-    its inode), so that no drawing written is left unknown."""
-    before = _inode(path)
-    try:
-        with errors_naming(path), atomic_path(path) as tmp:
-            picture.save(tmp, format="PNG")
-    finally:
-        if on_written is not None and _inode(path) not in (None, before):
-            on_written(path)
-
-
-def _inode(path: Path) -> int | None:
-    """The inode of the file at `path` (not followed), None when there is none."""
-    try:
-        return os.lstat(path).st_ino
-    except OSError:
-        return None
+    signal stops the write right after the file is in place (`when_replaced`), so that no
+    drawing written is left unknown."""
+    then = on_written if on_written is not None else (lambda _: None)
+    with when_replaced(path, then), errors_naming(path), atomic_path(path) as tmp:
+        picture.save(tmp, format="PNG")
 
 
 def _input_files(inputs: Any) -> list[Path]:

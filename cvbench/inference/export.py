@@ -32,6 +32,7 @@ checked before any work like the export itself (an existing one is replaced only
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -55,7 +56,7 @@ from cvbench.inference.outputs import (
 )
 from cvbench.utils.files import (
     check_output,
-    record_output,
+    recording,
     remove_dead_staging,
     staging_folder,
     written_by_cvbench,
@@ -213,9 +214,9 @@ def _write_export(
             result = staging / "model.tflite"
             result.write_bytes(with_tflite_info(to_tflite(saved), info))
         _chmod_for_umask(result)
-        _swap_into_place(result, out, aside=staging / "previous", overwrite=overwrite)
-        if format == "tflite":
-            record_output(out)
+        # a TFLite file is recorded once in place (a SavedModel's files were, above)
+        with recording(out) if format == "tflite" else contextlib.nullcontext():
+            _swap_into_place(result, out, aside=staging / "previous", overwrite=overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -511,6 +511,20 @@ def record_output(path: str | os.PathLike) -> None:
     write_json_atomic(path.parent / OUTPUTS_LIST, listing)
 
 
+def recording(path: str | os.PathLike) -> Any:
+    """A context manager that records the file its block writes at `path` (`record_output`)
+    as soon as it is in place (`cvbench.utils.io.when_replaced`): also when a signal stops
+    the command right after the rename, so that every file a command leaves is one a rerun
+    with `--overwrite` may replace. Every writer of a recorded output uses it:
+
+        with recording(out):
+            write_json_atomic(out, results)
+    """
+    from cvbench.utils.io import when_replaced
+
+    return when_replaced(path, record_output)
+
+
 def written_by_cvbench(path: str | os.PathLike) -> bool:
     """Whether the regular file `path` is one cvbench wrote and nobody changed since: named
     in its folder's `OUTPUTS_LIST` with the same size and SHA-256.

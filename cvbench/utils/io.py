@@ -274,6 +274,45 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
         f.flush()
 
 
+@contextlib.contextmanager
+def when_replaced(path: str | os.PathLike, then: Any) -> Iterator[None]:
+    """Calls `then(path)` after the block when the block left a new file at `path` (a new
+    inode: `atomic_path`'s rename): also when the block ends by an exception raised right
+    after the rename (a signal's KeyboardInterrupt or SystemExit), so that a file in place is
+    never left unknown to `then`. An error of `then` on that path does not replace the
+    block's exception. A block that wrote nothing there (refused, failed before its rename)
+    calls nothing.
+
+    Example:
+        >>> import tempfile
+        >>> target = Path(tempfile.mkdtemp()) / "a.txt"
+        >>> seen = []
+        >>> with when_replaced(target, seen.append), atomic_open(target) as f:
+        ...     _ = f.write("x")
+        >>> seen == [target]
+        True
+    """
+    path = Path(path)
+    before = _inode(path)
+    try:
+        yield
+    except BaseException:
+        if _inode(path) not in (None, before):
+            with contextlib.suppress(Exception):
+                then(path)
+        raise
+    if _inode(path) not in (None, before):
+        then(path)
+
+
+def _inode(path: Path) -> int | None:
+    """The inode of what is at `path` (a link not followed); None when nothing is."""
+    try:
+        return os.lstat(path).st_ino
+    except OSError:
+        return None
+
+
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """Writes `obj` as indented JSON to `path` atomically."""
     with atomic_open(path, "w", encoding="utf-8") as f:

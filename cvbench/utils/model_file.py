@@ -640,7 +640,7 @@ def write_info_file(
     info: ModelInfo, model_path: str | os.PathLike, *, contract: str = "model"
 ) -> Path:
     """Writes `info` as JSON beside the exported model at `model_path` (`info_file_path`),
-    atomically, and records it (`cvbench.utils.files.record_output`), so that plain-Keras and
+    atomically, and records it (`cvbench.utils.files.recording`), so that plain-Keras and
     serving users read the class names and the resize rule without unzipping the model:
     the fields of `ModelInfo.to_dict()`, plus `"model_file"` (the model's name in that
     folder) and `"contract"` (`CONTRACTS[contract]`: what the model takes and returns).
@@ -649,7 +649,7 @@ def write_info_file(
     Returns:
         The info file's path.
     """
-    from cvbench.utils.files import record_output
+    from cvbench.utils.files import recording
     from cvbench.utils.io import write_json_atomic
 
     if contract not in CONTRACTS:
@@ -657,8 +657,8 @@ def write_info_file(
     path = info_file_path(model_path)
     data = {**info.to_dict(), "model_file": Path(model_path).name,
             "contract": CONTRACTS[contract]}  # fmt: skip
-    write_json_atomic(path, data)
-    record_output(path)
+    with recording(path):
+        write_json_atomic(path, data)
     return path
 
 

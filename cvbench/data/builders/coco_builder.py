@@ -66,7 +66,7 @@ from cvbench.data.image_io import (
     to_rgb_jpeg,
 )
 from cvbench.data.safe_paths import is_inside
-from cvbench.utils.files import check_output, open_input, record_output, written_by_cvbench
+from cvbench.utils.files import check_output, open_input, recording, written_by_cvbench
 from cvbench.utils.io import atomic_path
 
 #: Shard counts of the reference layout; other split names default to 10.
@@ -266,12 +266,12 @@ def build_coco_splits(
         for annotations_file, target in copies:
             try:
                 with (
+                    recording(target),
                     open_input(annotations_file, what="annotations file") as src,
                     atomic_path(target) as tmp,
                     open(tmp, "wb") as dst,
                 ):
                     shutil.copyfileobj(src, dst)
-                record_output(target)
             except OSError as e:
                 if e.errno != errno.ENOSPC:
                     raise
