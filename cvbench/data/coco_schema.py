@@ -42,6 +42,7 @@ import numpy as np
 from cvbench.data.coco_labels import COCO_2017_CATEGORIES
 from cvbench.data.tfrecord import (
     DAMAGED_BOXES,
+    box_lists_differ,
     bytes_feature,
     encode_example,
     float_feature,
@@ -260,7 +261,7 @@ def groundtruth_from_records(files: Sequence[str]) -> dict[str, Any]:
             image_id, height, width = int(ex[SOURCE_ID]), int(ex[HEIGHT]), int(ex[WIDTH])
             name = ex[FILENAME].decode("utf-8")
             images.append({"id": image_id, "height": height, "width": width, "file_name": name})
-            if len({len(ex[k]) for k in BBOX_KEYS}) != 1:
+            if box_lists_differ(ex[k] for k in BBOX_KEYS):
                 raise BadFileError(
                     f"{path}: record {index}: {DAMAGED_BOXES}: its ground truth cannot be "
                     "rebuilt; put the annotation file (instances_val2017.json) beside the "

@@ -211,3 +211,14 @@ def test_a_label_outside_the_classes_is_still_an_error_after_the_guard(tmp_path,
         "cvbench eval: error: label 3 (stored as 4) is outside [0, 3) for --num-classes 3: "
         f"image 4.JPEG (record 3 of {path})"
     )
+
+
+@pytest.mark.parametrize(
+    ("lengths", "differ"),
+    [((0, 0, 0, 0), False), ((3, 3, 3, 3), False), ((2, 1, 1, 1), True), ((1, 1, 1, 0), True)],
+)
+def test_box_lists_differ_is_the_one_rule_of_the_tf_free_readers(lengths, differ):
+    # numpy arrays, as the COCO ground truth rebuilt from records holds them
+    from cvbench.data.tfrecord import box_lists_differ
+
+    assert box_lists_differ(np.zeros(n, np.float32) for n in lengths) is differ
