@@ -42,7 +42,7 @@ from cvbench.demo.config import DemoConfig, demo_precision
 from cvbench.demo.data import DemoData, prepare_data
 from cvbench.demo.shapes import SHAPE_NAMES
 from cvbench.training.run_dir import RunFolder
-from cvbench.training.run_log import read_run_log
+from cvbench.training.run_log import read_run_history
 from cvbench.utils.io import write_json_atomic
 from cvbench.utils.model_file import save_model
 
@@ -55,7 +55,8 @@ COCO_KEYS = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", 
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return read_run_log(path) if path.is_file() else []  # a partial last line left out
+    # a partial last line, and the records a resume made again, left out
+    return read_run_history(path) if path.is_file() else []
 
 
 def _curve_panels(logs_dir: Path) -> dict[str, dict[str, tuple[list, list]]]:

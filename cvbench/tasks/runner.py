@@ -33,7 +33,7 @@ from cvbench.tasks.recipes.plan import loss_scaling, planned_schedule
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import get_distribution
 from cvbench.training.run_dir import RunFolder, check_layout
-from cvbench.training.run_log import RunLog, read_run_log
+from cvbench.training.run_log import RunLog, read_run_history
 from cvbench.training.trainer import Trainer
 from cvbench.utils.io import write_json_atomic
 
@@ -90,7 +90,7 @@ class TaskRun:
         log_dir = self.trainer.log_dir
         if log_dir is None or not RunFolder(log_dir).log.is_file():
             return {}
-        events = read_run_log(RunFolder(log_dir).log)
+        events = read_run_history(RunFolder(log_dir).log)
         return epoch_history(events, self.trainer.learning_rate_at)
 
     def write_results(

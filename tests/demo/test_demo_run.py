@@ -255,3 +255,23 @@ def test_quick_demo_under_horovod_two_processes(tmp_path):
     assert set(run.COCO_KEYS) <= set(metrics["detector"])
     # Only rank 0 printed the summary.
     assert out.stdout.count("cvbench demo: shapes") == 1
+
+
+def test_curves_leave_out_the_steps_a_resume_made_again(tmp_path):
+    """A demo run killed after its checkpoint of step 2 and resumed: the steps 3 and 4 the
+    killed session logged are logged again; the curve has each step once (the resume's)."""
+    import json
+
+    from cvbench.demo.run import _curve_panels
+    from cvbench.training.run_dir import RunFolder
+
+    log = RunFolder(tmp_path / "classifier").log
+    log.parent.mkdir(parents=True)
+    events = [
+        *({"event": "step", "step": s, "loss": 10.0 + s} for s in (1, 2, 3, 4)),
+        {"event": "start", "resumed_step": 2, "resumed_epoch": 0},
+        *({"event": "step", "step": s, "loss": 20.0 + s} for s in (3, 4)),
+    ]
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    steps, losses = _curve_panels(tmp_path)["classifier: training loss"]["loss"]
+    assert steps == [1, 2, 3, 4] and losses == [11.0, 12.0, 23.0, 24.0]
