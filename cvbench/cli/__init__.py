@@ -78,7 +78,7 @@ class _Parser(argparse.ArgumentParser):
         """Exits with code 2 after one line on stderr, `cvbench train: error: unrecognized
         arguments: --bogus (see cvbench train --help)`: without argparse's usage block
         before it, and with the user's control characters escaped."""
-        from cvbench.data.builders.sharded_writer import printable
+        from cvbench.utils.errors import printable
 
         line = printable(f"{self.prog}: error: {message}")
         self.exit(2, f"{line} (see {self.prog} --help)\n")
@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for given, resolved in links:  # the line names the target: say whose it is
             if resolved in line:
                 line += f" ({given} is a link to {resolved})"
-        from cvbench.data.builders.sharded_writer import printable
+        from cvbench.utils.errors import printable
 
         print(printable(line), file=sys.stderr)  # one line: a file name's newline escaped
         return code

@@ -225,7 +225,7 @@ def _check_flags(args: argparse.Namespace, kind: _Kind) -> None:
 
 
 def _print_table(results: list[Any], kind: _Kind) -> None:
-    from cvbench.data.builders.sharded_writer import printable  # a name cannot forge a line
+    from cvbench.utils.errors import printable  # a name cannot forge a line
 
     for r in results:
         for line in kind.lines(r, printable(str(r.source))):
@@ -345,7 +345,7 @@ def _model_info(args: argparse.Namespace) -> Any:
 
 def _warn_skipped(error: BadFileError, skipped: list[BadFileError]) -> None:
     """Counts an image file --skip-corrupt skipped and prints its one warning line."""
-    from cvbench.data.builders.sharded_writer import printable
+    from cvbench.utils.errors import printable
 
     skipped.append(error)
     line = printable(for_command_line(str(error)))

@@ -99,3 +99,15 @@ def naming(path: str | os.PathLike, *, replace: bool = False) -> Iterator[None]:
             raise
         reason = e.strerror or (os.strerror(e.errno) if e.errno else str(e))
         raise OSError(e.errno, reason, os.fspath(path)) from e
+
+
+def printable(text: str) -> str:
+    r"""`text` with every character that is not printable escaped as Python writes it: a
+    file name's newline cannot start a line of the summary, nor a name that is not UTF-8
+    (decoded into surrogates) fail to print.
+
+    Example:
+        >>> printable("a\nforged 1.000.jpg"), printable("caf\udce9.jpg")
+        ('a\\nforged 1.000.jpg', 'caf\\udce9.jpg')
+    """
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)

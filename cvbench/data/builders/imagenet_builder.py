@@ -37,7 +37,6 @@ from cvbench.data.builders.sharded_writer import (
     WriteSummary,
     build_lock,
     disk_full_as_error,
-    printable,
     write_sharded,
 )
 from cvbench.data.dali_index import IndexSummary, index_path, write_indexes
@@ -61,6 +60,7 @@ from cvbench.data.image_io import (
 )
 from cvbench.data.safe_paths import is_inside
 from cvbench.data.tfrecord import imagenet_example
+from cvbench.utils.errors import printable
 
 TRAIN_SPLIT = "train"
 VALIDATION_SPLIT = "validation"

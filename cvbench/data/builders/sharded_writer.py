@@ -83,7 +83,7 @@ from cvbench.data.builders.manifest import (
 )
 from cvbench.data.safe_paths import make_dir
 from cvbench.data.worker_pool import ParallelMap, default_num_workers, parallel_map
-from cvbench.utils.errors import CvbenchError
+from cvbench.utils.errors import CvbenchError, printable
 from cvbench.utils.io import atomic_path, write_json_atomic
 from cvbench.utils.progress import progress_bar
 
@@ -272,18 +272,6 @@ class WriteSummary:
             f"    {s.split}: {printable(s.item)}: {printable(s.reason)}" for s in self.skipped
         )
         return "\n".join(lines)
-
-
-def printable(text: str) -> str:
-    r"""`text` with every character that is not printable escaped as Python writes it: a
-    file name's newline cannot start a line of the summary, nor a name that is not UTF-8
-    (decoded into surrogates) fail to print.
-
-    Example:
-        >>> printable("a\nforged 1.000.jpg"), printable("caf\udce9.jpg")
-        ('a\\nforged 1.000.jpg', 'caf\\udce9.jpg')
-    """
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def format_bytes(n: int) -> str:
