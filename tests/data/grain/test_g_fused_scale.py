@@ -5,6 +5,8 @@ by the calls of one crop width."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,24 @@ def test_a_window_at_any_left_reads_its_own_columns(left):
     for flip in (False, True):
         got = resize_bilinear(image, (24, 24), window=window, flip=flip)
         assert np.array_equal(got, resize_bilinear(crop, (24, 24), flip=flip))
+
+
+@pytest.mark.parametrize(
+    ("window", "out_window", "named"),
+    [
+        ((0, 0, 40, 81), None, "window (0, 0, 40, 81)"),  # one column past the right edge
+        ((1, 0, 40, 80), None, "window (1, 0, 40, 80)"),  # one row past the bottom
+        ((0, -1, 10, 10), None, "window (0, -1, 10, 10)"),
+        ((0, 0, 0, 10), None, "window (0, 0, 0, 10)"),  # empty
+        (None, (0, 0, 24, 25), "out_window (0, 0, 24, 25)"),  # past the 24 x 24 result
+        (None, (0, 3, 24, 0), "out_window (0, 3, 24, 0)"),
+    ],
+)
+def test_a_window_not_inside_the_image_is_refused_naming_it(window, out_window, named):
+    # The column gathers clip their indices (faster than checking each): a window outside
+    # the image would otherwise be read clamped to its edge, not refused.
+    image = np.zeros((40, 80, 3), np.uint8)
+    with pytest.raises(ValueError, match=rf"^{re.escape(named)} \(top, left, height, width\)"):
+        resize_bilinear(image, (24, 24), window=window, out_window=out_window)
+    inside = resize_bilinear(image, (24, 24), window=(0, 0, 40, 80), out_window=(0, 0, 24, 24))
+    assert inside.shape == (24, 24, 3)  # the largest boxes inside are accepted
