@@ -5,8 +5,8 @@ API's `create_coco_tf_record.py`) write them; the record layout and its parser a
 `cvbench.data.coco_schema`. This module holds only what is COCO's: the SSD320 augmentation and
 the element structure, plugged into the reader skeleton
 (`cvbench.data.read.pipeline.read_batches`): reading (files, scan, rank split, corrupt
-records) is `cvbench.data.read.reader.RecordExamples`, batching (decode guard, padding,
-options) `cvbench.data.read.pipeline`.
+records) is `cvbench.data.read.reader.RecordExamples`, batching (parse and decode guard,
+padding, options) `cvbench.data.read.pipeline`.
 
 Class ids: records carry COCO category ids (1..90 with gaps: 80 are used). The model wants
 contiguous indices `[0, num_classes)`; a `CocoLabelMap` holds the COCO id of each index.

@@ -23,8 +23,8 @@ This module holds only what is ImageNet's: the record parser
 (`cvbench.data.tfrecord.parse_imagenet_example`) and the recipe
 (`cvbench.data.read.pipeline.classification_transform`), plugged into the reader skeleton
 (`cvbench.data.read.pipeline.read_batches`): reading (files, scan, rank split, corrupt
-records) is `cvbench.data.read.reader.RecordExamples`; batching (decode guard, padding,
-options) `cvbench.data.read.pipeline`.
+records) is `cvbench.data.read.reader.RecordExamples`; batching (parse and decode guard,
+padding, options) `cvbench.data.read.pipeline`.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ same way for each (after TF Model Garden's `InputReader(decoder_fn, parser_fn)`)
    `tf.train.Example` is named or skipped as a damaged one (a map of its own before the
    guard stopped the run with TensorFlow's parse error).
 
-`cvbench.data.read.pipeline` then takes the examples to batches (decode guard, padding, options).
+`cvbench.data.read.pipeline` then takes the examples to batches (parse and decode guard,
+padding, options).
 
 Record elements (before parsing) are dicts: `record` (string), `source` (the file, string),
 `index` (int64) and `lost` (int64: 0 for a record; for a marker, the number of records of that

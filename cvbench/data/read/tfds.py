@@ -7,8 +7,8 @@ decode-and-crop too. TFDS labels are already 0-based. Ranks get equal parts of t
 weights (see `cvbench.data.read.pipeline.classification_transform`).
 
 Only the source differs from the TFRecord readers: `TfdsExamples` plugs into the reader
-skeleton (`cvbench.data.read.pipeline.read_batches`), whose batching (decode guard, padding,
-options), per-rank seed and step count are the same for every reader.
+skeleton (`cvbench.data.read.pipeline.read_batches`), whose batching (parse and decode
+guard, padding, options), per-rank seed and step count are the same for every reader.
 
 ImageNet needs a manual download before TFDS can prepare it (see the TFDS `imagenet2012`
 page); `download=True` runs the preparation.
