@@ -1,5 +1,7 @@
-"""Training examples written into reused arrays (`dataset._Slots`): an array is lent again
-only once nobody holds the last view of it, and the batches are those of new arrays."""
+"""Training examples written into the rows of reused batch arrays (`dataset._Rows` over
+`dataset._Slots`): an array is lent again only once nobody holds the last view of it, a
+batch of one array's rows is that array (nothing stacked), and the batches are those of new
+arrays."""
 
 from __future__ import annotations
 
