@@ -362,10 +362,10 @@ def _write_results(
     max_image_pixels: int,
 ) -> None:
     """Prints the results (the table, or JSON lines with --json), then writes --coco-json
-    and --draw, recording each file as soon as it is written (`record_output`), so that a
+    and --draw, recording each file as it is written (`recording`), so that a
     run stopped part-way leaves only files a rerun with --overwrite may replace."""
     from cvbench.inference import draw_results, write_coco_results
-    from cvbench.utils.files import record_output, recording
+    from cvbench.utils.files import recording
 
     if args.json:
         for r in results:
@@ -378,5 +378,5 @@ def _write_results(
     if args.draw is not None:
         draw_results(
             results, files, args.draw, overwrite=args.overwrite,
-            max_image_pixels=max_image_pixels, on_written=record_output,
+            max_image_pixels=max_image_pixels, record_outputs=True,
         )  # fmt: skip

@@ -13,6 +13,7 @@ input image (a folder of inputs is no place for their drawings), nor an existing
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from PIL import Image, ImageDraw, ImageFont
 from cvbench.inference.box_formats import from_yxyx, to_yxyx
 from cvbench.inference.images import MAX_IMAGE_PIXELS, image_paths, iter_images, read_image
 from cvbench.inference.outputs import check_folder_path, check_output_files, errors_naming
+from cvbench.utils.files import recording
 from cvbench.utils.io import atomic_path, when_replaced
 
 if TYPE_CHECKING:  # not imported at run time: they load Keras, which the path checks need not
@@ -144,14 +146,16 @@ def draw_results(
     overwrite: bool = False,
     max_image_pixels: int = MAX_IMAGE_PIXELS,
     on_written: Callable[[Path], Any] | None = None,
+    record_outputs: bool = False,
 ) -> list[Path]:
     """Writes one PNG per result into `directory` (created if needed; when a failure or a
     signal stops the drawing before any PNG is written there, the folders it created are
     removed again: no empty folder is left behind).
 
     Each PNG is handed to `on_written` as soon as it is in place, before the next is drawn,
-    so that the drawings of a run stopped part-way are known too (the CLI records each with
-    `cvbench.utils.files.record_output`, for a rerun with `--overwrite` to replace).
+    so that the drawings of a run stopped part-way are known too; with `record_outputs`
+    each is recorded as cvbench's before its rename (`cvbench.utils.files.recording`: the
+    CLI's, for a rerun with `--overwrite` to replace).
 
     Args:
         results: what `detect` or `classify` returned for `inputs`.
@@ -161,6 +165,7 @@ def draw_results(
         overwrite: replace existing files (never an input image).
         max_image_pixels: as `read_image`.
         on_written: called with each drawing's path once it is written (None: nothing).
+        record_outputs: record each drawing as cvbench's output (`recording`).
 
     Returns:
         The paths written, in the order of `results`.
@@ -177,7 +182,8 @@ def draw_results(
     check_folder_path(directory)
     check_drawing_paths(paths, input_files=_input_files(inputs), overwrite=overwrite)
     with _folder_for_the_run(directory):
-        return _draw_each(results, inputs, paths, by_path, max_image_pixels, on_written)
+        write = functools.partial(_write_png, on_written=on_written, record=record_outputs)
+        return _draw_each(results, inputs, paths, by_path, max_image_pixels, write)
 
 
 @contextlib.contextmanager
@@ -208,10 +214,10 @@ def _draw_each(
     paths: list[Path],
     by_path: bool,
     max_image_pixels: int,
-    on_written: Callable[[Path], Any] | None = None,
+    write: Callable[[Image.Image, Path], None],
 ) -> list[Path]:
-    """`draw_results`' drawings, written one by one, each handed to `on_written` once in
-    place; returns their paths."""
+    """`draw_results`' drawings, each written by `write(picture, path)` before the next is
+    drawn; returns their paths."""
     from cvbench.inference.detection import Detection
 
     written = []
@@ -230,17 +236,24 @@ def _draw_each(
             picture = draw_detection(image, result)
         else:
             picture = draw_classification(image, result)
-        _write_png(picture, path, on_written)
+        write(picture, path)
         written.append(path)
     return written
 
 
-def _write_png(picture: Image.Image, path: Path, on_written: Callable[[Path], Any] | None) -> None:
-    """Writes `picture` to `path` atomically, then hands `path` to `on_written`: also when a
-    signal stops the write right after the file is in place (`when_replaced`), so that no
-    drawing written is left unknown."""
+def _write_png(
+    picture: Image.Image,
+    path: Path,
+    *,
+    on_written: Callable[[Path], Any] | None,
+    record: bool,
+) -> None:
+    """Writes `picture` to `path` atomically (recorded as cvbench's before its rename with
+    `record`), then hands `path` to `on_written`: also when a signal stops the write right
+    after the file is in place (`when_replaced`), so that no drawing written is unknown."""
     then = on_written if on_written is not None else (lambda _: None)
-    with when_replaced(path, then), errors_naming(path), atomic_path(path) as tmp:
+    recorded = recording(path) if record else contextlib.nullcontext()
+    with when_replaced(path, then), recorded, errors_naming(path), atomic_path(path) as tmp:
         picture.save(tmp, format="PNG")
 
 

@@ -28,6 +28,7 @@ argument: exit 2), naming the file.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import fnmatch
@@ -35,7 +36,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -502,27 +503,49 @@ def _read_outputs_list(folder: Path) -> dict[str, Any]:
 def record_output(path: str | os.PathLike) -> None:
     """Records the file `path`, just written by cvbench, in its folder's `OUTPUTS_LIST`, so
     that a later `--overwrite` may replace it (`written_by_cvbench`)."""
+    path = Path(path)
+    _record(path, size=path.stat().st_size, sha256=_sha256(path))
+
+
+def _record(path: Path, *, size: int, sha256: str) -> None:
+    """Lists `path` in its folder's `OUTPUTS_LIST` with this size and SHA-256."""
     from cvbench.utils.io import write_json_atomic
 
-    path = Path(path)
     listing = _read_outputs_list(path.parent)
-    listing[path.name] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+    listing[path.name] = {"size": size, "sha256": sha256}
     refuse_link(path.parent / OUTPUTS_LIST)
     write_json_atomic(path.parent / OUTPUTS_LIST, listing)
 
 
-def recording(path: str | os.PathLike) -> Any:
-    """A context manager that records the file its block writes at `path` (`record_output`)
-    as soon as it is in place (`cvbench.utils.io.when_replaced`): also when a signal stops
-    the command right after the rename, so that every file a command leaves is one a rerun
-    with `--overwrite` may replace. Every writer of a recorded output uses it:
+@contextlib.contextmanager
+def recording(path: str | os.PathLike) -> Iterator[None]:
+    """Records the file the block writes at `path` as cvbench's (`record_output`), so that
+    every file a command leaves is one a rerun with `--overwrite` may replace. Every writer
+    of a recorded output uses it:
 
         with recording(out):
             write_json_atomic(out, results)
-    """
-    from cvbench.utils.io import when_replaced
 
-    return when_replaced(path, record_output)
+    An `atomic_path` write is recorded before its rename (`io.before_replace`: the
+    temporary's size and SHA-256 under the final name): a full disk that stops the record
+    stops the write too, leaving the old file, and a signal after the rename finds it
+    recorded. Any other writer (an export's swap) is recorded once the block leaves a new
+    file there (`io.when_replaced`, also when a signal stops it right after its rename).
+    """
+    from cvbench.utils.io import before_replace, when_replaced
+
+    recorded: list[Path] = []
+
+    def record_temporary(tmp: Path, final: Path) -> None:
+        _record(final, size=tmp.stat().st_size, sha256=_sha256(tmp))
+        recorded.append(final)
+
+    def record_in_place(final: Path) -> None:
+        if not recorded:
+            record_output(final)
+
+    with when_replaced(path, record_in_place), before_replace(path, record_temporary):
+        yield
 
 
 def written_by_cvbench(path: str | os.PathLike) -> bool:

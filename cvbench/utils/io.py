@@ -22,6 +22,7 @@ left to it).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import hashlib
 import json
@@ -217,6 +218,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             with open(tmp_path, "rb") as f:
                 os.fsync(f.fileno())
         _publish_mode(tmp_path, replacing=path)
+        for key, hook in _BEFORE_REPLACE.get():
+            if key == path.absolute():
+                hook(tmp_path, path)
         os.replace(tmp_path, path)
     except BaseException as error:
         if tmp_path.is_dir() and not tmp_path.is_symlink():
@@ -272,6 +276,26 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
     with atomic_path(path) as tmp, open(tmp, mode, **kwargs) as f:
         yield f
         f.flush()
+
+
+#: Absolute destination -> `hook(tmp, path)` that `atomic_path` calls before its rename
+#: (`before_replace`).
+_BEFORE_REPLACE: contextvars.ContextVar[tuple[tuple[Path, Any], ...]] = contextvars.ContextVar(
+    "before_replace", default=()
+)
+
+
+@contextlib.contextmanager
+def before_replace(path: str | os.PathLike, hook: Any) -> Iterator[None]:
+    """Within the block, an `atomic_path` write of `path` calls `hook(tmp, path)` with its
+    complete temporary just before renaming it onto `path`; an error of `hook` fails the
+    write (the temporary removed, `path` untouched)."""
+    key = Path(path).absolute()
+    token = _BEFORE_REPLACE.set((*_BEFORE_REPLACE.get(), (key, hook)))
+    try:
+        yield
+    finally:
+        _BEFORE_REPLACE.reset(token)
 
 
 @contextlib.contextmanager

@@ -115,12 +115,11 @@ def test_predict_coco_json_is_recorded_on_a_signal_after_its_rename(tmp_path, mo
 
 
 #: The only places that may call `record_output` itself: `recording` (every writer of one
-#: file), `record_tree` (a SavedModel's files, recorded in its staging folder before the
-#: swap) and predict, which hands it to `draw_results` as `on_written` (`when_replaced`).
+#: file; its fallback for a writer other than `atomic_path`) and `record_tree` (a
+#: SavedModel's files, recorded in its staging folder before the swap).
 RECORDERS = {
-    "utils/files.py": {"recording"},
+    "utils/files.py": {"recording", "record_in_place"},
     "inference/outputs.py": {"record_tree"},
-    "cli/predict.py": {"_write_results"},
 }
 
 
@@ -141,5 +140,51 @@ def _record_output_callers() -> dict[str, set[str]]:
 
 def test_every_writer_of_a_recorded_output_records_through_recording():
     callers = _record_output_callers()
-    assert callers.get("utils/files.py") == {"recording"}  # the scan sees the one owner
+    assert "recording" in callers.get("utils/files.py", ())  # the scan sees the one owner
     assert callers == RECORDERS
+
+
+def test_a_record_that_cannot_be_written_leaves_the_old_file_and_no_new_one(tmp_path):
+    """The probe's case: `.cvbench-outputs.json` cannot be written (here a folder in its
+    place; a full disk alike). The record comes before the rename, so the write fails as a
+    whole: the user's earlier file stays, and nothing unrecorded is left to block a rerun."""
+    target = tmp_path / "r.json"
+    with recording(target):
+        write_json_atomic(target, ["first"])
+    (tmp_path / ".cvbench-outputs.json").unlink()
+    (tmp_path / ".cvbench-outputs.json").mkdir()
+    with pytest.raises(OSError), recording(target):
+        write_json_atomic(target, ["second"])
+    assert "first" in target.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".cvbench-outputs.json", "r.json"]
+
+
+def test_predict_draw_on_a_disk_too_full_for_the_record_can_be_rerun(tmp_path, monkeypatch, capsys):
+    """The probe's case: the disk fills before `.cvbench-outputs.json` is written. The
+    drawing is not left in place unrecorded (which refused every rerun, even with
+    --overwrite); the rerun on a freed disk writes and records it."""
+    import errno
+
+    from inference_models import channel_classifier, classifier_info
+
+    import cvbench.utils.files as files
+    from cvbench.inference import save_model
+
+    modules = tuple(cvbench.cli._COMMAND_MODULES)
+    if "cvbench.cli.predict" not in modules:
+        monkeypatch.setattr(cvbench.cli, "_COMMAND_MODULES", (*modules, "cvbench.cli.predict"))
+    Image.fromarray(np.full((20, 30, 3), 90, np.uint8)).save(tmp_path / "a.png")
+    model = save_model(channel_classifier(), tmp_path / "cls.keras", classifier_info())
+    out = tmp_path / "drawn"
+    argv = ["predict", str(model), str(tmp_path / "a.png"), "--draw", str(out)]
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(files, "_record", full)
+        assert cvbench.cli.main(argv) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert not (out / "a.png").exists()
+    assert cvbench.cli.main(argv) == 0, capsys.readouterr().err
+    assert written_by_cvbench(out / "a.png")
