@@ -7,6 +7,7 @@ import argparse
 import tempfile
 
 from cvbench.cli.args import positive_int
+from cvbench.cli.errors import CLIError
 from cvbench.data.image_io import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_PIXELS, parse_resize
 
 
@@ -117,7 +118,11 @@ def run_dali_index(args: argparse.Namespace) -> int:
     from cvbench.data.dali_index import write_indexes
     from cvbench.data.read.splits import every_split_files
 
+    if not args.data_dir.strip():  # Path("") is the current folder: a mistake, not a choice
+        raise CLIError("DATA_DIR is empty: name the folder of the shards (. for this one)")
     # A missing folder: exit status 2; a truncated shard (BadFileError) or an OSError: 1.
+    # A link in place of DATA_DIR/idx (BadFileError): 1; a user's index file in the way or an
+    # empty --index-dir (ValueError): 2, before any index is written.
     files = every_split_files(args.data_dir)
     summary = write_indexes(
         files,
@@ -219,13 +224,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write DALI index files (idx/<shard>.idx) for existing TFRecord shards",
         description="Write the index file DALI's TFRecord reader needs for every shard "
         "(<split>-NNNNN-of-NNNNN) of DATA_DIR, in DATA_DIR/idx/<shard>.idx (the format of "
-        "DALI's tfrecord2idx); index files that match their shard are kept.",
+        "DALI's tfrecord2idx); index files that match their shard are kept, stale ones "
+        "cvbench wrote are rewritten, and a file cvbench did not write is never replaced.",
     )
     index.add_argument("data_dir", metavar="DATA_DIR", help="folder of the TFRecord shards")
     index.add_argument(
         "--index-dir", default=None, help="where the index files go (default DATA_DIR/idx)"
     )
-    index.add_argument("--overwrite", action="store_true", help="rewrite up-to-date indexes")
+    index.add_argument(
+        "--overwrite", action="store_true", help="rewrite up-to-date indexes cvbench wrote"
+    )
     index.add_argument("--no-progress", action="store_true", help="no progress bar")
     index.set_defaults(func=run_dali_index)
     bench = subparsers.add_parser(

@@ -14,6 +14,15 @@ Layout: the index of `DATA_DIR/train-00000-of-01024` is `DATA_DIR/idx/train-0000
 writes them after the shards and `cvbench dali-index DATA_DIR` makes them for existing
 records. `index_dir=` points elsewhere (a read-only data set).
 
+The index folder is one cvbench owns (`cvbench.utils.files.owned_folder`): a link found in
+its place (`DATA_DIR/idx -> /elsewhere`) is refused, never written through; the folder a
+user names with `index_dir=` may itself be a link (`user_output`: the user chose it), an
+empty name is refused. Every index file written is recorded as cvbench's
+(`cvbench.utils.files.recording`), and an existing index file is replaced (stale, or with
+`overwrite`) only when cvbench wrote it (`written_by_cvbench`): a user's file of that name
+is refused before any index is written, with or without `overwrite`. A fresh index file,
+whoever wrote it, is kept and used.
+
 An index is *stale* when its records do not end where its TFRecord file ends (the file was
 rebuilt or appended to); `read_index` then raises an error naming both files and the command
 that rewrites them. A malformed index (or one that is not a regular file, or over
@@ -35,7 +44,15 @@ from pathlib import Path
 from cvbench.data.safe_paths import make_dir
 from cvbench.data.tfrecord import scan_tfrecord
 from cvbench.utils.errors import BadFileError, naming
-from cvbench.utils.files import open_input, read_input
+from cvbench.utils.files import (
+    check_output,
+    open_input,
+    owned_folder,
+    read_input,
+    recording,
+    user_output,
+    written_by_cvbench,
+)
 from cvbench.utils.io import atomic_open
 
 INDEX_DIR = "idx"
@@ -53,6 +70,41 @@ def index_path(tfrecord: str | os.PathLike, index_dir: str | os.PathLike | None 
     path = Path(tfrecord)
     folder = Path(index_dir) if index_dir is not None else path.parent / INDEX_DIR
     return folder / (path.name + INDEX_SUFFIX)
+
+
+def index_folder(
+    data_dir: str | os.PathLike,
+    index_dir: str | os.PathLike | None = None,
+    *,
+    create: bool = True,
+) -> Path:
+    """The folder the index files of the shards in `data_dir` are written to, checked: by
+    default `data_dir/idx`, a folder cvbench owns (a link or a file in its place is refused);
+    else `index_dir`, the user's choice (itself a link is followed once, `user_output`; an
+    empty name is refused). Made where missing when `create`.
+
+    Raises:
+        ValueError: `index_dir` is empty (it would name the current folder).
+        BadFileError: `idx` (or a part below `index_dir`) is a link or not a folder.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> index_folder(d) == d / "idx", (d / "idx").is_dir()
+        (True, True)
+        >>> index_folder(d, "")
+        Traceback (most recent call last):
+        ...
+        ValueError: the index folder is empty (--index-dir ''): name a folder (. for the ...)
+    """
+    if index_dir is None:
+        return owned_folder(data_dir, INDEX_DIR, create=create)
+    if not os.fspath(index_dir).strip():
+        raise ValueError(
+            f"the index folder is empty (--index-dir {os.fspath(index_dir)!r}): name a folder "
+            "(. for the current one)"
+        )
+    return owned_folder(user_output(index_dir), create=create)
 
 
 def record_entries(tfrecord: str | os.PathLike) -> list[Entry]:
@@ -84,23 +136,29 @@ def format_entries(entries: Iterable[Entry]) -> str:
 def write_index(
     tfrecord: str | os.PathLike, index: str | os.PathLike | None = None
 ) -> tuple[Path, int]:
-    """Writes the index of one TFRecord file atomically.
+    """Writes the index of one TFRecord file atomically, recorded as cvbench's
+    (`cvbench.utils.files.recording`). It replaces whatever is at `index`: `write_indexes`
+    checks first that a file there is cvbench's.
 
     Args:
         tfrecord: the data file.
-        index: the index file; default `index_path(tfrecord)`.
+        index: the index file; default `index_path(tfrecord)` in the checked `index_folder`.
 
     Returns:
         `(index file, number of records)`.
 
     Raises:
         BadFileError: a truncated file (named).
-        NotADirectoryError: a file where the index folder should be.
+        BadFileError: the default index folder is a link or not a folder (`index_folder`).
+        NotADirectoryError: a file where the folder of `index` should be.
     """
     entries = record_entries(tfrecord)
-    out = Path(index) if index is not None else index_path(tfrecord)
-    make_dir(out.parent)
-    with naming(out), atomic_open(out, "w", encoding="ascii") as f:
+    if index is None:
+        out = index_folder(Path(tfrecord).parent) / (Path(tfrecord).name + INDEX_SUFFIX)
+    else:
+        out = Path(index)
+        make_dir(out.parent)
+    with naming(out), recording(out), atomic_open(out, "w", encoding="ascii") as f:
         f.write(format_entries(entries))
     return out, len(entries)
 
@@ -159,6 +217,11 @@ def write_indexes(
 ) -> IndexSummary:
     """Writes the index of each file (skipping fresh ones unless `overwrite`).
 
+    Every index file to write is checked before the first is written: its folder
+    (`index_folder`: a link in place of `idx` refused) and, where a file is there already,
+    that cvbench wrote it (`written_by_cvbench`; a user's file is never replaced, with or
+    without `overwrite`). A stale index cvbench wrote is rewritten.
+
     Args:
         files: TFRecord files.
         index_dir: where the index files go; default the `idx` folder beside each file.
@@ -169,25 +232,75 @@ def write_indexes(
         An `IndexSummary`.
 
     Raises:
-        BadFileError: a truncated file (named); the indexes written before it stay.
-        OSError: an index cannot be written (a read-only folder, a full disk, a file where
-            the index folder should be); the indexes written before it stay.
+        ValueError: an empty `index_dir`; an index file to replace that cvbench did not
+            write, or a link (exit 2 in the command); nothing is written then.
+        BadFileError: a truncated file (named), the indexes written before it stay; a link
+            or a file in place of the index folder, nothing written.
+        OSError: an index cannot be written (a read-only folder, a full disk); the indexes
+            written before it stay.
     """
     from cvbench.utils.progress import progress_bar
 
     summary = IndexSummary()
+    todo = _indexes_to_write(files, index_dir, overwrite, summary)
     with progress_bar(
-        total=len(files), desc="index", unit="file", disable=not progress, file=sys.stderr
+        total=len(todo), desc="index", unit="file", disable=not progress, file=sys.stderr
     ) as bar:
-        for path in files:
-            if not overwrite and is_fresh(path, index_dir):
-                summary.kept += 1
-            else:
-                _, count = write_index(path, index_path(path, index_dir))
-                summary.written += 1
-                summary.records += count
+        for path, out in todo:
+            _, count = write_index(path, out)
+            summary.written += 1
+            summary.records += count
             bar.update(1)
     return summary
+
+
+def _indexes_to_write(
+    files: Sequence[str | os.PathLike],
+    index_dir: str | os.PathLike | None,
+    overwrite: bool,
+    summary: IndexSummary,
+) -> list[tuple[str | os.PathLike, Path]]:
+    """`(file, index file)` of the indexes `write_indexes` writes, each checked; counts the
+    fresh ones kept in `summary.kept`."""
+    folders: dict[Path, Path] = {}
+    todo = []
+    for path in files:
+        parent = Path(path).parent
+        if parent not in folders:
+            folders[parent] = index_folder(parent, index_dir)
+        out = folders[parent] / (Path(path).name + INDEX_SUFFIX)
+        if not overwrite and is_fresh(path, folders[parent]):
+            summary.kept += 1
+            continue
+        check_output(out, inputs=[path], overwrite=True, is_ours=written_by_cvbench)
+        todo.append((path, out))
+    return todo
+
+
+def remove_indexes(shards: Iterable[str | os.PathLike]) -> list[Path]:
+    """Removes the index files (`idx/<name>.idx`, beside each of `shards`) that cvbench wrote
+    (`written_by_cvbench`), when a build deletes those shards; a user's file, a link and a
+    link in place of `idx` are left alone. Returns the files removed.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> (d / "idx").mkdir()
+        >>> _ = (d / "idx" / "a-00000-of-00001.idx").write_text("0 20\\n")  # a user's
+        >>> remove_indexes([d / "a-00000-of-00001"])
+        []
+    """
+    removed = []
+    for shard in shards:
+        try:
+            folder = index_folder(Path(shard).parent, create=False)
+        except BadFileError:
+            continue  # a link or a file in place of idx/: nothing of ours there
+        index = folder / (Path(shard).name + INDEX_SUFFIX)
+        if written_by_cvbench(index):
+            index.unlink()
+            removed.append(index)
+    return removed
 
 
 @dataclass

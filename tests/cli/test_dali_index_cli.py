@@ -31,7 +31,8 @@ def test_dali_index_writes_then_keeps(tmp_path, capsys):
 def test_dali_index_elsewhere(tmp_path, capsys):
     root = write_records(tmp_path / "data", index=False)
     assert cli.main(["dali-index", str(root), "--index-dir", str(tmp_path / "i")]) == 0
-    assert sorted(p.name for p in (tmp_path / "i").iterdir()) == [n + ".idx" for n in LAYOUT]
+    written = sorted(p.name for p in (tmp_path / "i").iterdir())
+    assert written == [".cvbench-outputs.json"] + [n + ".idx" for n in LAYOUT]  # recorded
     assert not (root / "idx").exists()
 
 

@@ -45,7 +45,8 @@ def test_index_file_gets_the_umask_mode(records, tmp_path):
     finally:
         os.umask(old)
     assert count == 3 and path.stat().st_mode & 0o777 == 0o640  # 0o666 & ~0o027
-    assert [p.name for p in tmp_path.iterdir()] == ["a.idx"]  # no temporary left
+    # No temporary left; the index is recorded as cvbench's in the folder's outputs list.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".cvbench-outputs.json", "a.idx"]
 
 
 def test_missing_index_names_the_file_and_the_command(tmp_path):
