@@ -36,10 +36,11 @@ from cvbench.data.builders.sharded_writer import (
     SplitSpec,
     WriteSummary,
     build_lock,
+    check_out_dir,
     disk_full_as_error,
     write_sharded,
 )
-from cvbench.data.dali_index import IndexSummary, index_path, write_indexes
+from cvbench.data.dali_index import INDEX_DIR, IndexSummary, index_folder, write_indexes
 from cvbench.data.dataset_info import (
     ClassInfo,
     DatasetInfo,
@@ -64,6 +65,45 @@ from cvbench.utils.errors import printable
 
 TRAIN_SPLIT = "train"
 VALIDATION_SPLIT = "validation"
+#: The longest side JPEG can encode: a fixed resize beyond it could never be written.
+MAX_JPEG_SIDE = 65_535
+
+
+def check_resize_target(resize: Resize | None, max_pixels: int | None) -> Resize | None:
+    """Refuses, before any work, a fixed resize `(height, width)` whose images would be
+    larger than the images the build reads may be (`max_pixels`, `--max-pixels`) or than
+    JPEG can encode (`MAX_JPEG_SIDE`): every image would be decoded into that many pixels
+    (`--resize 100000x100000` asked 30 GB an image of the out-of-memory killer). A shorter
+    side `S` never upscales, so its images are never larger than the ones read.
+
+    Raises:
+        ValueError: naming the size and the limit (exit 2 in the command).
+
+    Example:
+        >>> check_resize_target((352, 352), 64_000_000)
+        (352, 352)
+        >>> check_resize_target((8001, 8000), 64_000_000)
+        Traceback (most recent call last):
+        ...
+        ValueError: --resize 8001x8000 makes images of 64,008,000 pixels, over the limit of
+        64,000,000 (--max-pixels); choose a smaller size
+    """
+    resize = check_resize(resize)
+    if not isinstance(resize, tuple):
+        return resize
+    height, width = resize
+    text = f"--resize {height}x{width}"
+    if max(height, width) > MAX_JPEG_SIDE:
+        raise ValueError(
+            f"{text} has a side over {MAX_JPEG_SIDE:,} pixels, the most a JPEG can hold; "
+            "choose a smaller size"
+        )
+    if max_pixels is not None and height * width > max_pixels:
+        raise ValueError(
+            f"{text} makes images of {height * width:,} pixels, over the limit of "
+            f"{max_pixels:,} (--max-pixels); choose a smaller size"
+        )
+    return resize
 
 
 @dataclass(frozen=True)
@@ -306,14 +346,17 @@ def build_imagenet(
     Raises:
         FileNotFoundError: missing folders or files (the message says what was looked for).
         FileExistsError: `out_dir` holds a different data set and `overwrite` is False.
-        ValueError: bad arguments (an output folder inside the raw data, a `dataset_info.json`
+        ValueError: bad arguments (an empty `out_dir`, a fixed `resize` over `max_pixels`
+            (`check_resize_target`), an output folder inside the raw data, a `dataset_info.json`
             in `out_dir` that cvbench did not write: `check_data_set_file`), inconsistent
             label files, or (with `strict`) a class folder without images.
         BadFileError: a symbolic link to a folder that would make images be read twice (see
-            `cvbench.data.builders.imagenet_layout`).
+            `cvbench.data.builders.imagenet_layout`); a link or a file in place of `out_dir/idx`
+            (`cvbench.data.dali_index.index_folder`), refused before any work.
     """
-    resize = check_resize(resize)
+    out_dir = check_out_dir(out_dir)
     max_pixels = check_max_pixels(max_pixels)
+    resize = check_resize_target(resize, max_pixels)
     max_image_bytes = check_max_bytes(max_image_bytes)
     if not 1 <= quality <= 100:
         raise ValueError(f"quality must be in 1..100, got {quality}")
@@ -328,6 +371,7 @@ def build_imagenet(
                 "choose an output folder outside it"
             )
     check_data_set_file(dataset_info_path(out_dir))
+    index_folder(out_dir, create=False)  # a link in place of idx/ is refused before any work
     found = layout.discover(
         raw,
         train_dir=train_dir,
@@ -411,7 +455,7 @@ def build_imagenet(
         with disk_full_as_error(dataset_info_path(out_dir), summary):
             write_dataset_info(out_dir, _dataset_info(found, texts, options, summary))
     shards = [Path(out_dir) / s.shard_name(i) for s in splits for i in range(s.num_shards)]
-    with disk_full_as_error(index_path(shards[0]).parent, summary):
+    with disk_full_as_error(Path(out_dir) / INDEX_DIR, summary):
         index = write_indexes(shards, overwrite=overwrite)
     return BuildSummary(
         summary,

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cvbench.data.dali_index import remove_indexes
 from cvbench.data.dataset_info import dataset_info_path, only_splits, read_dataset_info
 from cvbench.utils.errors import BadFileError
 from cvbench.utils.files import check_output, match_files, read_json, written_by_cvbench
@@ -223,6 +224,18 @@ def _kind_of(value: Any) -> str:
     return kind if isinstance(value, dict | list) else f"{kind} {shown}"
 
 
+def listed_shards(out_dir: str | os.PathLike) -> set[str]:
+    """The names of the shards the manifest of `out_dir` lists as finished (none without a
+    manifest, or with one of another format).
+
+    Raises:
+        BadFileError: the manifest is damaged (`_read_manifest`).
+    """
+    manifest = _read_manifest(Path(out_dir) / MANIFEST_NAME) or {}
+    shards = manifest.get("shards")
+    return set(shards) if isinstance(shards, dict) else set()
+
+
 def folder_splits(out_dir: str | os.PathLike) -> dict[str, Any]:
     """Split name -> its identity, for the splits the manifest of `out_dir` lists ({} when
     it has no manifest, or one of another format).
@@ -257,7 +270,8 @@ def prepare_out_dir(out_dir: Path, identity: dict[str, Any], splits, overwrite: 
     checked and written; the folder's other splits (their identity, shards and files) are
     kept as they are. A named split the folder holds already is resumed when its identity is
     the same (only missing shards are written), refused when it differs, and with `overwrite`
-    replaced: its shards the manifest lists are deleted, no other file.
+    replaced: its shards the manifest lists are deleted with the DALI index files cvbench
+    wrote for them (`cvbench.data.dali_index.remove_indexes`), no other file.
 
     Raises:
         FileExistsError: naming the difference: a named split differs (without
@@ -326,6 +340,7 @@ def prepare_out_dir(out_dir: Path, identity: dict[str, Any], splits, overwrite: 
     for name in sorted(replaced):
         with contextlib.suppress(FileNotFoundError):
             (out_dir / name).unlink()
+    remove_indexes(out_dir / name for name in sorted(replaced))  # cvbench's own only
     if diffs:
         return {**identity, "shards": {}}
     splits_out = {name: old_splits[name] for name in kept}

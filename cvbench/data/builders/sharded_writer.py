@@ -56,7 +56,11 @@ What it guarantees:
   stored in the manifest under "metadata", replaced by every run.
 * A full disk (ENOSPC) while writing a shard or the manifest raises `DiskFullError`: the
   partial temporary file is removed, every shard the manifest lists is whole, and rerunning
-  once space is free resumes (the result equals a build that never stopped).
+  once space is free resumes (the result equals a build that never stopped). An `overwrite`
+  run deletes the shards it replaces before writing the new ones (building beside them would
+  need the disk twice over, and a folder's kept splits stay in place): its message then says
+  that the earlier data set's shards are gone, and that the rerun which resumes is the one
+  without `overwrite` (with it, the build starts over).
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ from typing import Any
 
 from cvbench.data.builders.manifest import (
     MANIFEST_NAME,
+    listed_shards,
     manifest_identity,
     prepare_out_dir,
     remove_stale_temporaries,
@@ -96,21 +101,45 @@ class DiskFullError(CvbenchError, OSError):
     Attributes:
         path: the file being written.
         finished_shards: whole shards in the output directory (listed in its manifest).
+        removed_shards: shards of an earlier build this `overwrite` run deleted before
+            writing (they are gone: the message says so, and that a rerun without
+            `overwrite` resumes where a rerun with it would start over).
     """
 
-    def __init__(self, path: Path, finished_shards: int) -> None:
+    def __init__(self, path: Path, finished_shards: int, removed_shards: int = 0) -> None:
         self.path = path
         self.finished_shards = finished_shards
+        self.removed_shards = removed_shards
         # No filename argument: the message names the path (an OSError's one-line
         # description, `cvbench.utils.errors.describe_os_error`, is the message alone).
-        super().__init__(
-            errno.ENOSPC,
-            f"no space left on device writing {path}; {finished_shards} finished shards are "
-            "intact; free space and rerun to resume",
-        )
+        super().__init__(errno.ENOSPC, _disk_full_message(path, finished_shards, removed_shards))
 
     def __str__(self) -> str:
         return self.strerror
+
+
+def _disk_full_message(path: Path, finished: int, removed: int) -> str:
+    """The one line of a `DiskFullError`.
+
+    Example:
+        >>> print(_disk_full_message(Path("r/t-00001-of-00002"), 1, 0))
+        no space left on device writing r/t-00001-of-00002; 1 finished shards are intact; ...
+        >>> print(_disk_full_message(Path("r/t-00001-of-00002"), 1, 3))
+        no space left on device writing r/t-00001-of-00002; overwrite (--overwrite) had deleted
+        the 3 shards of the data set it replaces before writing; 1 finished shards of the new
+        one are intact; free space and rerun without --overwrite to resume (with it, ...)
+    """
+    if not removed:
+        return (
+            f"no space left on device writing {path}; {finished} finished shards are intact; "
+            "free space and rerun to resume"
+        )
+    return (
+        f"no space left on device writing {path}; overwrite (--overwrite) had deleted the "
+        f"{removed} shards of the data set it replaces before writing; {finished} finished "
+        "shards of the new one are intact; free space and rerun without --overwrite to resume "
+        "(with it, the build starts over)"
+    )
 
 
 @contextlib.contextmanager
@@ -134,6 +163,27 @@ def _is_disk_full(error: BaseException) -> bool:
     return os.strerror(errno.ENOSPC) in str(error)
 
 
+def check_out_dir(out_dir: str | os.PathLike) -> str | os.PathLike:
+    """`out_dir`, refused when empty: `Path("")` is the current folder, and an empty
+    `--output-dir` is a mistake, not a choice of `.`.
+
+    Raises:
+        ValueError: naming the empty value (exit 2 in the command).
+
+    Example:
+        >>> check_out_dir("")
+        Traceback (most recent call last):
+        ...
+        ValueError: the output folder is empty (--output-dir ''): name a folder (. for the ...)
+    """
+    if not os.fspath(out_dir).strip():
+        raise ValueError(
+            f"the output folder is empty (--output-dir {os.fspath(out_dir)!r}): name a folder "
+            "(. for the current one)"
+        )
+    return out_dir
+
+
 #: Output folders this process holds the build lock of (`build_lock` is reentrant).
 _LOCKED: set[str] = set()
 
@@ -149,8 +199,9 @@ def build_lock(out_dir: str | os.PathLike):
 
     Raises:
         FileExistsError: another process is building into `out_dir` (exit 2 in the command).
+        ValueError: an empty `out_dir` (`check_out_dir`).
     """
-    out = make_dir(out_dir)
+    out = make_dir(check_out_dir(out_dir))
     key = os.path.realpath(out)
     if key in _LOCKED:
         yield out
@@ -398,7 +449,9 @@ def _write_locked(
 ) -> WriteSummary:
     """`write_sharded` once its arguments are checked and the folder's lock is held."""
     identity = manifest_identity(dataset, options or {}, splits, item_key)
+    before = listed_shards(out)
     manifest = prepare_out_dir(out, identity, splits, overwrite)
+    removed = len(before - set(manifest.get("shards", {})))  # deleted by `overwrite`
     manifest.setdefault("shards", {})
     manifest.pop("metadata", None)
     if metadata is not None:
@@ -428,7 +481,7 @@ def _write_locked(
     except OSError as e:
         if not _is_disk_full(e):
             raise
-        raise DiskFullError(manifest_path, whole_shards(out, manifest)) from e
+        raise DiskFullError(manifest_path, whole_shards(out, manifest), removed) from e
 
     todo_items = (spec.items[i] for spec, _, indices in todo for i in indices)
     total = sum(len(indices) for _, _, indices in todo)
@@ -462,7 +515,7 @@ def _write_locked(
                     raise
                 # A shard the manifest could not record is rewritten by the next run.
                 manifest["shards"].pop(name, None)
-                raise DiskFullError(writing, whole_shards(out, manifest)) from e
+                raise DiskFullError(writing, whole_shards(out, manifest), removed) from e
             result = summary.splits[spec.name]
             result.shards_written += 1
             result.num_records += records
