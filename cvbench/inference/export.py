@@ -52,10 +52,10 @@ from cvbench.inference.outputs import (
     check_parent_path,
     check_replaceable,
     errors_naming,
-    record_tree,
 )
 from cvbench.utils.files import (
     check_output,
+    record_tree,
     recording,
     remove_dead_staging,
     staging_folder,

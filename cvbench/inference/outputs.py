@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cvbench.utils.errors import BadFileError, naming
-from cvbench.utils.files import OUTPUTS_LIST, read_json, record_output, written_by_cvbench
+from cvbench.utils.files import OUTPUTS_LIST, read_json, written_by_cvbench
 
 #: The file in a SavedModel folder that says cvbench exported it (TF Serving ignores it).
 EXPORT_MARKER = "cvbench_export.json"
@@ -57,15 +57,6 @@ def check_writable(path: str | os.PathLike, *, folder: bool = False) -> None:
         raise OSError(e.errno, e.strerror, given) from None
     os.close(fd)
     os.unlink(probe)
-
-
-def record_tree(folder: str | os.PathLike) -> None:
-    """Records every file under `folder`, just written by cvbench, in the `OUTPUTS_LIST` of
-    its own folder (`cvbench.utils.files.record_output`)."""
-    for root, _, names in os.walk(folder):
-        for name in sorted(names):
-            if name != OUTPUTS_LIST:
-                record_output(Path(root, name))
 
 
 def _tree_is_ours(folder: Path) -> bool:

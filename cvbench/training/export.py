@@ -35,7 +35,13 @@ from typing import Any
 
 import keras
 
-from cvbench.utils.files import refuse_link, remove_dead_staging, staging_folder
+from cvbench.utils.files import (
+    record_tree,
+    recording,
+    refuse_link,
+    remove_dead_staging,
+    staging_folder,
+)
 from cvbench.utils.model_file import (
     DATASET_ATTRIBUTE,
     ModelInfo,
@@ -86,7 +92,8 @@ def export_trained_model(
     try:
         with _naming(keras_path):
             save_model(model, staging / "model.keras", info)
-        os.replace(staging / "model.keras", keras_path)
+        with recording(keras_path):  # cvbench's, for a later --overwrite to replace
+            os.replace(staging / "model.keras", keras_path)
         written["keras"] = keras_path
         if info is not None:
             with _naming(info_path):
@@ -94,6 +101,7 @@ def export_trained_model(
         if keras.config.backend() == "tensorflow":
             with _naming(final):
                 _write_saved_model(model, staging / "model")
+            record_tree(staging / "model")
             if final.exists():
                 os.rename(final, staging / "previous")
             (staging / "model").rename(final)

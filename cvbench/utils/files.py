@@ -507,6 +507,16 @@ def record_output(path: str | os.PathLike) -> None:
     _record(path, size=path.stat().st_size, sha256=_sha256(path))
 
 
+def record_tree(folder: str | os.PathLike) -> None:
+    """Records every file under `folder`, just written by cvbench, in the `OUTPUTS_LIST` of
+    its own folder (`record_output`): a folder renamed into place whole (an export) is
+    recorded in its staging place, before the rename."""
+    for root, _, names in os.walk(folder):
+        for name in sorted(names):
+            if name != OUTPUTS_LIST:
+                record_output(Path(root, name))
+
+
 def _record(path: Path, *, size: int, sha256: str) -> None:
     """Lists `path` in its folder's `OUTPUTS_LIST` with this size and SHA-256."""
     from cvbench.utils.io import write_json_atomic

@@ -16,8 +16,9 @@ from cvbench.inference.export_info import (
     read_export_info,
     with_tflite_info,
 )
-from cvbench.inference.outputs import EXPORT_MARKER, is_cvbench_export, record_tree
+from cvbench.inference.outputs import EXPORT_MARKER, is_cvbench_export
 from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import record_tree
 from cvbench.utils.model_file import INFO_ENTRY, MAX_JSON_BYTES, ModelInfo
 
 INFO = ModelInfo(task="classification", class_names=("cat", "dog"), image_size=(64, 48))

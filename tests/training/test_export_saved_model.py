@@ -28,3 +28,22 @@ def test_the_saved_model_stores_each_weight_once_and_serves_the_model(tmp_path):
     np.testing.assert_allclose(loaded.serve(x).numpy(), model(x), rtol=1e-6, atol=1e-6)
     out = loaded.signatures["serving_default"](tf.constant(x))
     np.testing.assert_allclose(next(iter(out.values())).numpy(), model(x), rtol=1e-6, atol=1e-6)
+
+
+def test_every_file_of_a_training_export_is_recorded_as_cvbench_s(tmp_path):
+    """The probe's finding: `eval --json run/export/model.keras --overwrite` was refused as
+    "not written by cvbench"; only model_info.json was recorded. Now model.keras and every
+    file of keras_saved_model/ are (recorded in its staging folder, then renamed whole)."""
+    import warnings
+
+    from cvbench.utils.files import written_by_cvbench
+
+    inputs = keras.Input((8, 8, 3))
+    model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(inputs)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no ModelInfo: its warning is not what is tested
+        written = export_trained_model(model, tmp_path / "export", info=None)
+    files = [p for p in written["keras_saved_model"].rglob("*") if p.is_file()]
+    files = [p for p in files if p.name != ".cvbench-outputs.json"]
+    assert written_by_cvbench(written["keras"])
+    assert files and all(written_by_cvbench(p) for p in files), files

@@ -117,10 +117,7 @@ def test_predict_coco_json_is_recorded_on_a_signal_after_its_rename(tmp_path, mo
 #: The only places that may call `record_output` itself: `recording` (every writer of one
 #: file; its fallback for a writer other than `atomic_path`) and `record_tree` (a
 #: SavedModel's files, recorded in its staging folder before the swap).
-RECORDERS = {
-    "utils/files.py": {"recording", "record_in_place"},
-    "inference/outputs.py": {"record_tree"},
-}
+RECORDERS = {"utils/files.py": {"recording", "record_in_place", "record_tree"}}
 
 
 def _record_output_callers() -> dict[str, set[str]]:
