@@ -178,9 +178,10 @@ class ScheduleConfig:
             )
         bounds = tuple(self.boundaries_epochs)
         increasing = all(b1 < b2 for b1, b2 in zip(bounds, bounds[1:], strict=False))
-        if not increasing or any(b <= 0 for b in bounds):
+        if not increasing or not all(0 < b < math.inf for b in bounds):  # NaN: neither
             raise ValueError(
-                f"ScheduleConfig.boundaries_epochs must be positive and increasing, got {bounds!r}"
+                "ScheduleConfig.boundaries_epochs must be positive, finite and increasing, "
+                f"got {bounds!r}"
             )
         if self.decay == "step" and not bounds:
             raise ValueError("ScheduleConfig.decay='step' needs boundaries_epochs, got ()")

@@ -10,11 +10,17 @@ classes the task's data has.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from cvbench.tasks.recipes.core import DETECTION, Recipe
 from cvbench.tasks.recipes.registered import default_recipe, get_recipe
+from cvbench.utils.model_file import MAX_INPUT_SIDE
+
+#: The largest `image_size` a run may set: predict's bound on a model file's input side
+#: (`--max-input-side`), 8192.
+MAX_IMAGE_SIZE = MAX_INPUT_SIDE
 
 #: A setting -> the knob it sets in a classification recipe and in a detection recipe (None
 #: where that kind of recipe has no such knob).
@@ -92,6 +98,8 @@ def resolve_recipe(
     settings, reasons = dict(settings or {}), dict(reasons or {})
     if recipe.task == DETECTION:
         settings.setdefault("backbone_weights", None)
+    changes: dict[str, Any] = {}
+    why: dict[str, str] = {}  # knob -> the reason its deviation records
     for name, value in settings.items():
         reason = reasons.get(name, name)
         if name == "precision" and value == "auto":
@@ -101,15 +109,49 @@ def resolve_recipe(
         knob = setting_knob(recipe, name)
         if knob is None:
             raise ValueError(f"{reason} sets no knob of recipe {recipe.name}")
+        if name == "image_size":
+            check_image_size(value, reason=reason)
         if value is None:
             reason = f"no {reason}"
-        changes = {knob: value}
+        changed = {knob: value}
         if name == "epochs" and recipe.run.images is not None:
-            changes["run.images"] = None  # counted in epochs now
+            changed["run.images"] = None  # counted in epochs now
         if name == "num_classes":
-            changes.update(_smoothing_for(recipe, value))
-        recipe = recipe.with_overrides(changes, reason=reason)
-    return recipe
+            changed.update(_smoothing_for(recipe, value))
+        changes.update(changed)
+        why.update(dict.fromkeys(changed, reason))
+    return _override_together(recipe, changes, why)
+
+
+def _override_together(recipe: Recipe, changes: dict[str, Any], why: dict[str, str]) -> Recipe:
+    """`recipe` with every knob of `changes` set at once, so that each part is validated
+    with all its new values (`--schedule step` with its `--boundaries`), each deviation
+    recording its own setting's reason (`why`)."""
+    if not changes:
+        return recipe
+    changed = recipe.with_overrides(changes, reason="")
+    deviations = tuple(
+        dataclasses.replace(d, reason=why[d.knob]) if d.knob in why else d
+        for d in changed.deviations
+    )
+    return dataclasses.replace(changed, deviations=deviations)
+
+
+def check_image_size(value: Any, *, reason: str = "image_size") -> None:
+    """Refuses an image side over `MAX_IMAGE_SIZE` (one batch of such images would not fit
+    in memory), naming `reason` (the CLI: its flag) and the bound.
+
+    Example:
+        >>> check_image_size(8193, reason="--image-size")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: --image-size 8193 is over 8192, the largest image side cvbench trains or...
+    """
+    if isinstance(value, int) and value > MAX_IMAGE_SIZE:
+        raise ValueError(
+            f"{reason} {value} is over {MAX_IMAGE_SIZE}, the largest image side cvbench "
+            "trains or evaluates at"
+        )
 
 
 def fit_classes(recipe: Recipe, num_classes: int, *, reason: str) -> Recipe:
