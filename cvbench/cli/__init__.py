@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
-from cvbench.cli.errors import SIGNAL_EXIT, CLIError, known_error
+from cvbench.cli.errors import SIGNAL_EXIT, CLIError, for_command_line, known_error
 from cvbench.cli.tf_startup import quiet_tensorflow_startup
 
 __all__ = ["CLIError", "StopSignalReceived", "build_parser", "main"]
@@ -121,6 +121,10 @@ OUTPUT_ARGS = {
     "extract-imagenet": ("out",),
     "demo": ("output_dir",),
 }
+#: The commands that read a data set (`--data-dir`): none of their outputs (`OUTPUT_ARGS`)
+#: may be that folder or lie inside it (`refuse_outputs_in_data`).
+DATA_READERS = ("train", "eval", "benchmark")
+
 #: The signals that stop a command, and their names in its line.
 _STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
 #: What a command stopped by a signal keeps, unless it says (`kept_on_stop` in its defaults).
@@ -198,7 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with stop_on_signals():
             links = resolve_outputs(args)
-            return int(args.func(args) or 0)
+            refuse_outputs_in_data(args)
+            with warning_lines(args.command):
+                return int(args.func(args) or 0)
     except StopSignalReceived as e:
         print(f"cvbench {args.command}: {e}: stopped; {_kept(args)}", file=sys.stderr)
         return e.exit_code
@@ -233,6 +239,75 @@ def resolve_outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
             setattr(args, dest, resolved)
             links.append((os.fspath(given), os.fspath(resolved)))
     return links
+
+
+@contextlib.contextmanager
+def warning_lines(command: str) -> Iterator[None]:
+    """While the block runs, a warning cvbench's own code issues (`warnings.warn` in a
+    module of the `cvbench` package) reads as one line, `cvbench train: warning: <message>`
+    (its control characters escaped), not as Python's `file:line: UserWarning:` and source
+    line, its hints naming the flags (`for_command_line`: `as --force-resume asks`)
+    (`warnings.formatwarning`: where and whether it is shown stays Python's); other
+    libraries' warnings, and a library user's, keep Python's format.
+
+    Example:
+        >>> import warnings
+        >>> from cvbench.training import config
+        >>> with warning_lines("train"):
+        ...     warnings.formatwarning("resuming", UserWarning, config.__file__, 1)
+        'cvbench train: warning: resuming\\n'
+    """
+    import warnings
+
+    from cvbench.utils.errors import printable
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    python_format = warnings.formatwarning
+
+    def format_line(message, category, filename, lineno, line=None) -> str:
+        if not os.path.abspath(filename).startswith(package):
+            return python_format(message, category, filename, lineno, line)
+        return printable(f"cvbench {command}: warning: {for_command_line(str(message))}") + "\n"
+
+    warnings.formatwarning = format_line
+    try:
+        yield
+    finally:
+        warnings.formatwarning = python_format
+
+
+def refuse_outputs_in_data(args: argparse.Namespace) -> None:
+    """Refuses, before any work, an output of a command that reads `--data-dir`
+    (`DATA_READERS`) that is that folder or inside it (links resolved), as `build-imagenet`
+    refuses an output inside its raw folder: a file written there would become part of the
+    data set (a `--json` named as a shard breaks its split).
+
+    Raises:
+        CLIError: naming the flag, the output and the data folder (exit 2).
+
+    Example:
+        >>> args = argparse.Namespace(command="eval", data_dir="rec", json="rec/v.json",
+        ...                           log_dir=None)
+        >>> refuse_outputs_in_data(args)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        cvbench.cli.errors.CLIError: --json rec/v.json is inside the --data-dir folder rec: ...
+    """
+    from cvbench.data.safe_paths import is_inside
+
+    data_dir = getattr(args, "data_dir", None)
+    if args.command not in DATA_READERS or data_dir is None:
+        return
+    for dest in OUTPUT_ARGS.get(args.command, ()):
+        output = getattr(args, dest, None)
+        if output is None or not os.fspath(output).strip():
+            continue  # no output, or an empty one: the command's own line says so
+        if is_inside(output, data_dir):
+            where = "the" if is_inside(data_dir, output) else "inside the"
+            raise CLIError(
+                f"--{dest.replace('_', '-')} {os.fspath(output)} is {where} --data-dir folder "
+                f"{data_dir}: cvbench never writes into the data it reads; write elsewhere"
+            )
 
 
 def _kept(args: argparse.Namespace) -> str:

@@ -12,7 +12,10 @@ line says what was kept, without `error:`.
 
 Python's own errors keep their meaning: a `ValueError`, `FileNotFoundError` or
 `FileExistsError` is misuse (2), any other `OSError` (a read-only folder, a file where a
-folder is expected, a full disk) a failure at run time (1), named by its path. Corrupt input
+folder is expected, a full disk) a failure at run time (1), named by its path; Keras'
+`ValueError` of a failed model call (`Exception encountered when calling ...`) is a failure at
+run time (1), printed as the call and its message's first line (`keras_call_error`), and no
+line keeps a terminal's colour codes. Corrupt input
 data is told by TensorFlow's error raised inside a `tf.data` graph, which can carry only a
 message: a `DataLossError`, or an `InvalidArgumentError` of cvbench's corrupt-record or label
 check (told by their wording), printed by the file and record without TensorFlow's graph and
@@ -45,6 +48,7 @@ SIGNAL_EXIT = 128
 _API_HINTS = (
     ("pass skip_corrupt=True", "pass --skip-corrupt"),
     ("pass force_resume=True", "pass --force-resume"),
+    ("as force_resume=True asks", "as --force-resume asks"),
     ("rerun with resume=True", "rerun with --resume"),
     ("for num_classes=", "for --num-classes "),
 )
@@ -53,6 +57,10 @@ _API_HINTS = (
 _SKIP_MARKER = "pass skip_corrupt=True to skip corrupt records"
 #: The label check of the input pipeline (`cvbench.data.read.pipeline.check_labels`).
 _LABEL_ERROR = re.compile(r"is outside \[0, \d+\) for num_classes=\d+")
+#: A terminal's colour and style codes (`\x1b[1m`), which Keras puts in its messages.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+#: The wrapper of Keras' error for a failed layer or model call; group 1 names the call.
+_KERAS_CALL = re.compile(r"Exception encountered when calling (\S+?)\.?\s*\n")
 #: Lines of a TensorFlow error message that say where in the graph it happened, not what.
 _TF_NOISE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "[[")
 
@@ -79,6 +87,8 @@ def known_error(error: BaseException, *, command: str) -> tuple[str, int] | None
     """
     if isinstance(error, CvbenchError):
         code = error.exit_code
+    elif isinstance(error, ValueError) and (message := keras_call_error(str(error))):
+        return f"cvbench {command}: error: {message}", RUN_ERROR  # a model failed: not misuse
     elif isinstance(error, (ValueError, FileNotFoundError, FileExistsError)):
         code = USAGE_ERROR
     elif (message := _data_error(error)) is not None:
@@ -96,12 +106,34 @@ def _error_line(error: BaseException, code: int, *, command: str) -> str:
     (`describe_os_error`)."""
     ours = isinstance(error, CvbenchError) or not isinstance(error, OSError)
     text = str(error) if ours else describe_os_error(error)
-    text = for_command_line(text)
+    text = for_command_line(_ANSI.sub("", text))
     if code == USAGE_ERROR:
         return f"cvbench: error: {text}"
     if code > SIGNAL_EXIT:
         return f"cvbench {command}: {text}"
     return f"cvbench {command}: error: {text}"
+
+
+def keras_call_error(message: str) -> str | None:
+    r"""What Keras' error of a failed layer or model call says, without its wrapper (`Exception
+    encountered when calling X.call().`), its terminal colour codes and its `Arguments
+    received` block: `X.call(): <the first line of the inner message>`; None for another
+    message.
+
+    Example:
+        >>> keras_call_error("Exception encountered when calling M.call().\n\n\x1b[1m"
+        ...     "Input 0 is incompatible\x1b[0m\n\nArguments received by M.call():\n  x")
+        'M.call(): Input 0 is incompatible'
+        >>> keras_call_error("epochs must be >= 1") is None
+        True
+    """
+    found = _KERAS_CALL.match(message)
+    if found is None:
+        return None
+    inner = _ANSI.sub("", message[found.end() :])
+    lines = [line.strip() for line in inner.splitlines() if line.strip()]
+    first = lines[0] if lines and not lines[0].startswith("Arguments received") else "failed"
+    return f"{found.group(1)}: {first}"
 
 
 def for_command_line(message: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -211,21 +212,57 @@ def newest_checkpoint(path: Path) -> Path:
 
 
 def use_saved_run(args: argparse.Namespace, checkpoint: Path) -> None:
-    """Without --recipe, and with no --model or the one saved: the model and the recipe
-    (with the run's knobs: image size, preprocessing, classes, ...) that `checkpoint`
-    records (`cvbench.tasks.evaluation.saved_run`); flags given still override its knobs.
-    Its classes stand for --num-classes (records without `dataset_info.json` need one; with
-    one, a model for other classes is a one-line error)."""
+    """Without --recipe: the model and the recipe (with the run's knobs: image size,
+    preprocessing, classes, ...) that `checkpoint` records
+    (`cvbench.tasks.evaluation.saved_run`). Its classes stand for --num-classes (records
+    without `dataset_info.json` need one; with one, a model for other classes is a one-line
+    error). A flag that contradicts what it records is checked (`check_saved_flags`): another
+    --model is refused, another --image-size refused for a `.keras` model (its input is
+    fixed) and, for a checkpoint, used with a warning naming both sizes."""
     from cvbench.tasks.evaluation import saved_run
 
-    if args.recipe is not None:
-        return
     try:
         saved = saved_run(checkpoint)
     except (FileNotFoundError, ValueError):
         return  # not a readable checkpoint: the flags' errors first, then loading says why
-    if saved and args.model in (None, saved["model"]):
-        args.model, args.recipe = saved["model"], saved["recipe"]
-        if args.num_classes is None:
-            knobs = dict(saved["recipe"].knobs())
-            args.num_classes = knobs.get("model.num_classes", knobs.get("detection.num_classes"))
+    if not saved:
+        return
+    check_saved_flags(args, saved, checkpoint)
+    if args.recipe is not None:
+        return
+    args.model, args.recipe = saved["model"], saved["recipe"]
+    if args.num_classes is None:
+        knobs = dict(saved["recipe"].knobs())
+        args.num_classes = knobs.get("model.num_classes", knobs.get("detection.num_classes"))
+
+
+def check_saved_flags(args: argparse.Namespace, saved: dict, checkpoint: Path) -> None:
+    """Compares --model and --image-size with what `checkpoint` records of its run.
+
+    Raises:
+        CLIError: another --model (naming both), or another --image-size for a `.keras`
+            model, whose input size is fixed (exit 2).
+    """
+    from cvbench.tasks.recipes.resolve import setting_knob
+
+    if args.model is not None and args.model != saved["model"]:
+        raise CLIError(
+            f"--model {args.model}: {checkpoint} holds a {saved['model']} model; drop --model "
+            "(eval takes the model from the checkpoint)"
+        )
+    recipe = saved["recipe"]
+    knob = setting_knob(recipe, "image_size")
+    size = None if knob is None else recipe.value(knob)
+    if args.image_size is None or size is None or args.image_size == size:
+        return
+    if checkpoint.suffix == ".keras":
+        raise CLIError(
+            f"--image-size {args.image_size}: the model in {checkpoint} takes {size}x{size} "
+            "images; drop --image-size"
+        )
+    print(
+        f"cvbench eval: warning: evaluating at --image-size {args.image_size}, not at {size}, "
+        f"the image size the run of {checkpoint} trained at",
+        file=sys.stderr,
+        flush=True,
+    )

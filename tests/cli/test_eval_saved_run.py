@@ -11,6 +11,7 @@ import pytest
 from jpeg_records import write_jpeg_records
 
 import cvbench.cli as cli
+from cvbench.cli.errors import CLIError
 from cvbench.tasks.evaluation import saved_run
 
 SIZE = "48"  # the run's image size, not the recipe's 224
@@ -85,9 +86,11 @@ def test_flags_still_override_the_saved_run(trained_run):
 
     assert task().image_size == int(SIZE)
     assert task().recipe.loss.label_smoothing == 0.2
-    assert task("--image-size", "32").image_size == 32
-    # Another model or an explicit recipe: the saved run is not used.
-    assert task("--model", "resnet34", "--num-classes", "4").image_size == 224
+    assert task("--image-size", "32").image_size == 32  # with a warning naming both sizes
+    # Another model contradicts the checkpoint: refused, naming both (not a class mismatch).
+    with pytest.raises(CLIError, match=r"^--model resnet34: .* holds a resnet18 model"):
+        task("--model", "resnet34", "--num-classes", "4")
+    # An explicit recipe: the saved run is not used.
     assert (
         task("--recipe", "resnet18_cvbench", "--num-classes", "4").recipe.loss.label_smoothing
         == 0.1
