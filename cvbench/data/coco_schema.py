@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cvbench.data.coco_labels import COCO_2017_CATEGORIES
+from cvbench.data.safe_paths import check_split_name
 from cvbench.data.tfrecord import (
     DAMAGED_BOXES,
     box_lists_differ,
@@ -75,10 +75,12 @@ SHARD_PATTERN = "coco_{split}.record-{index:05d}-of-{num_shards:05d}"
 
 
 def record_prefix(split: str) -> str:
-    """The shard-name prefix of a split: `coco_<split>.record`."""
-    if not split or "/" in split or os.sep in split:
-        raise ValueError(f"split must be a plain name such as 'train' or 'val', got {split!r}")
-    return f"coco_{split}.record"
+    """The shard-name prefix of a split: `coco_<split>.record`.
+
+    Raises:
+        ValueError: `split` is no plain split name (`cvbench.data.safe_paths.check_split_name`).
+    """
+    return f"coco_{check_split_name(split)}.record"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,7 +65,7 @@ from cvbench.data.image_io import (
     read_image_file,
     to_rgb_jpeg,
 )
-from cvbench.data.safe_paths import is_inside
+from cvbench.data.safe_paths import check_split_name, is_inside
 from cvbench.utils.files import check_output, open_input, recording, written_by_cvbench
 from cvbench.utils.io import atomic_path
 
@@ -214,6 +214,7 @@ def build_coco_splits(
     max_pixels = check_max_pixels(max_pixels)
     max_image_bytes = check_max_bytes(max_image_bytes)
     for split, (_, image_dir) in sources.items():
+        check_split_name(split)  # before any path is made of it
         if is_inside(output_dir, image_dir):
             same = Path(output_dir).resolve() == Path(image_dir).resolve()
             raise ValueError(

@@ -86,7 +86,7 @@ from cvbench.data.builders.manifest import (
     remove_stale_temporaries,
     whole_shards,
 )
-from cvbench.data.safe_paths import make_dir
+from cvbench.data.safe_paths import check_split_name, make_dir
 from cvbench.data.worker_pool import ParallelMap, default_num_workers, parallel_map
 from cvbench.utils.errors import CvbenchError, printable
 from cvbench.utils.io import atomic_path, write_json_atomic
@@ -405,7 +405,7 @@ def write_sharded(
         FileExistsError: also when another process is writing into `out_dir` (`build_lock`).
     """
     start = time.monotonic()
-    names = [s.name for s in splits]
+    names = [check_split_name(s.name) for s in splits]  # no shard path leaves out_dir
     if len(set(names)) != len(names):
         raise ValueError(f"split names must be distinct, got {names}")
     for spec in splits:

@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 
 from cvbench.data.read.raw_data import raw_data_message
+from cvbench.data.safe_paths import check_split_name
 from cvbench.utils.errors import BadFileError
 from cvbench.utils.files import check_shard_set, match_files, read_json
 
@@ -61,6 +62,8 @@ def list_split_files(
             `data_dir` is. Its files are the caller's choice, not checked.
 
     Raises:
+        ValueError: without `file_pattern`, `split` is no plain split name (`../x` would read
+            another folder's shards; `cvbench.data.safe_paths.check_split_name`).
         BadFileError: the split's shard set is incomplete (`check_shard_set`), or one of its
             shards is 0 bytes and the folder's build manifest does not record it so.
         FileNotFoundError: `data_dir` does not exist or nothing matches; the message says
@@ -76,10 +79,10 @@ def list_split_files(
         >>> [Path(p).name for p in list_split_files(d, "train")]
         ['train-00000-of-00002', 'train-00001-of-00002']
     """
+    pattern = file_pattern or split_glob(check_split_name(split))
     root = Path(data_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"data directory {root} does not exist")
-    pattern = file_pattern or split_glob(split)
     files = [str(p) for p in match_files(root, pattern)]
     if not files:
         raw = raw_data_message(root)
