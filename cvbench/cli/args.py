@@ -8,6 +8,9 @@ from __future__ import annotations
 import argparse
 import math
 
+#: The largest seed: NumPy's and TensorFlow's seeds are 32-bit.
+MAX_SEED = 2**32 - 1
+
 
 def positive_int(text: str) -> int:
     """`"8"` -> 8; zero, negatives and non-integers are errors.
@@ -34,6 +37,49 @@ def _int_at_least(text: str, minimum: int, expected: str) -> int:
     if value < minimum:
         raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
     return value
+
+
+def seed_int(text: str) -> int:
+    """`"42"` -> 42; a seed NumPy and TensorFlow take: an integer from 0 to `MAX_SEED`.
+
+    Example:
+        >>> seed_int("42")
+        42
+        >>> seed_int("-1")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: expected an integer from 0 to 4294967295, got -1
+    """
+    value = _int_at_least(text, 0, f"an integer from 0 to {MAX_SEED}")
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_SEED}, got {value}")
+    return value
+
+
+def output_path(text: str) -> str:
+    """`"runs/a"` -> "runs/a", unchanged; an empty path is an error (`Path("")` is the
+    current folder, which a command would write into by mistake: `.` names it).
+
+    Example:
+        >>> output_path("runs/a")
+        'runs/a'
+    """
+    if text == "":
+        raise argparse.ArgumentTypeError(
+            "the path is empty: name the folder to write (. for the current one)"
+        )
+    return text
+
+
+def split_name(text: str) -> str:
+    """A split name (`--split val`): one plain file-name component, checked by
+    `cvbench.data.safe_paths.check_split_name` (no `/`, `..`, control character, ...)."""
+    from cvbench.data.safe_paths import check_split_name
+
+    try:
+        return check_split_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def non_negative_float(text: str) -> float:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cvbench.cli.args import positive_int
+from cvbench.cli.args import output_path, positive_int, seed_int, split_name
 from cvbench.cli.errors import CLIError
 from cvbench.cli.imagenet import add_max_pixels_argument
 
@@ -43,10 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "whose categories must be the same; --overwrite replaces only the splits named."
         ),
     )
-    p.add_argument("out", type=Path, help="output folder")
+    p.add_argument("out", type=output_path, help="output folder")
     _add_source_flags(p)
     _add_shard_flags(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the training shuffle (0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the training shuffle (0)")
     p.add_argument(
         "--quality", type=positive_int, default=95, help="JPEG quality of re-encoded images"
     )
@@ -81,6 +81,7 @@ def _add_source_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--split",
+        type=split_name,
         action="append",
         default=None,
         help="the split name of each --annotations (records coco_SPLIT.record-*; `cvbench "
@@ -90,21 +91,26 @@ def _add_source_flags(p: argparse.ArgumentParser) -> None:
         "--splits",
         nargs="+",
         choices=_COCO_SPLITS,
-        default=list(_COCO_SPLITS),
+        default=None,
         help="with --coco-dir: which splits (default: train val)",
     )
 
 
 def _add_shard_flags(p: argparse.ArgumentParser) -> None:
     """How many shards each split gets, and how many processes encode them."""
-    p.add_argument("--train-shards", type=positive_int, default=None, help="train shards (100)")
-    p.add_argument("--val-shards", type=positive_int, default=None, help="val shards (10)")
+    for split, default in (("train", 100), ("val", 10)):
+        p.add_argument(
+            f"--{split}-shards",
+            type=positive_int,
+            default=None,
+            help=f"with --coco-dir: {split} shards ({default})",
+        )
     p.add_argument(
         "--num-shards",
         type=positive_int,
         action="append",
         default=None,
-        help="shards for --annotations (100 for train, else 10; never more than images): once "
+        help="with --annotations: shards (100 for train, else 10; never more than images): once "
         "for every split, or once per --split in the same order",
     )
     p.add_argument(
@@ -114,12 +120,11 @@ def _add_shard_flags(p: argparse.ArgumentParser) -> None:
 
 def _sources(args: argparse.Namespace) -> tuple[dict, dict]:
     """(split -> (annotation file, image folder), split -> shard count) from the flags."""
+    _refuse_other_source_flags(args)
     if args.coco_dir is not None:
-        if args.images is not None or args.split is not None:
-            raise CLIError("--images and --split go with --annotations, not --coco-dir")
         root = args.coco_dir
         sources, shards = {}, {}
-        for split in args.splits:
+        for split in args.splits or _COCO_SPLITS:
             annotations = root / "annotations" / f"instances_{split}2017.json"
             images = root / f"{split}2017"
             for path, kind in ((annotations, "annotation file"), (images, "image folder")):
@@ -153,6 +158,31 @@ def _sources(args: argparse.Namespace) -> tuple[dict, dict]:
         if counts:
             shards[split] = counts[index if len(counts) > 1 else 0]
     return sources, shards
+
+
+#: The flags of one way of naming the input, each with what the other way uses instead.
+_COCO_DIR_FLAGS = {
+    "splits": "use --split, once per --annotations",
+    "train_shards": "use --num-shards, once or once per --split",
+    "val_shards": "use --num-shards, once or once per --split",
+}
+_ANNOTATIONS_FLAGS = {
+    "images": "it reads COCO_DIR/train2017/ and val2017/",
+    "split": "use --splits",
+    "num_shards": "use --train-shards and --val-shards",
+}
+
+
+def _refuse_other_source_flags(args: argparse.Namespace) -> None:
+    """A flag of the other way of naming the input (`--val-shards` with `--annotations`,
+    `--split` with `--coco-dir`) is an error naming it and what to use, never ignored."""
+    coco_dir = args.coco_dir is not None
+    source, owner = ("--coco-dir", "--annotations") if coco_dir else ("--annotations", "--coco-dir")
+    other = _ANNOTATIONS_FLAGS if coco_dir else _COCO_DIR_FLAGS
+    for name, hint in other.items():
+        if getattr(args, name) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise CLIError(f"{flag} goes with {owner}, not {source}: {hint}")
 
 
 def build_coco_command(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cvbench.cli.args import positive_int
+from cvbench.cli.args import output_path, positive_int, seed_int
 from cvbench.cli.errors import CLIError
 
 _PRECISIONS = ("fp32", "bf16", "fp16", "float32", "mixed_bfloat16", "mixed_float16")
@@ -30,7 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "top-1 and COCO AP (pycocotools) and writes logs, plots, models and metrics.json to "
         "the output folder. A second run reuses the data.",
     )
-    p.add_argument("--output-dir", default="demo_out", help="output folder (default demo_out)")
+    p.add_argument(
+        "--output-dir",
+        type=output_path,
+        default="demo_out",
+        help="output folder (default demo_out)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes (about a minute; low accuracy)")
     p.add_argument(
         "--horovod",
@@ -46,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="training precision (default: bf16 on CPUs with AVX512-BF16/AMX, fp16 on a GPU, "
         "otherwise fp32)",
     )
-    p.add_argument("--seed", type=int, default=0, help="data and training seed (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="data and training seed (default 0)")
     # Set by the --horovod launcher for its ranks: the data is already built.
     p.add_argument("--data-ready", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=handler)

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from cvbench.cli.args import positive_int
+from cvbench.cli.args import positive_int, seed_int
 from cvbench.cli.errors import CLIError
 
 _PRECISIONS = ("auto", "fp16", "bf16", "fp32")
@@ -74,7 +74,7 @@ def add_model_and_data(p: argparse.ArgumentParser, *, synthetic_help: str) -> No
         "auto: fp16 on a GPU, bf16 on a CPU with native bfloat16 (AVX512-BF16 or AMX), fp32 "
         "on other CPUs (default auto)",
     )
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: none)")
+    p.add_argument("--seed", type=seed_int, default=None, help="random seed (default: none)")
     p.add_argument(
         "--skip-corrupt",
         action="store_true",
