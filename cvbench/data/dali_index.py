@@ -85,7 +85,8 @@ def index_folder(
 
     Raises:
         ValueError: `index_dir` is empty (it would name the current folder).
-        BadFileError: `idx` (or a part below `index_dir`) is a link or not a folder.
+        BadFileError: `idx` is a link.
+        NotADirectoryError: a file (or, as `index_dir`, a link to nothing) in its place.
 
     Example:
         >>> import tempfile
@@ -98,13 +99,22 @@ def index_folder(
         ValueError: the index folder is empty (--index-dir ''): name a folder (. for the ...)
     """
     if index_dir is None:
-        return owned_folder(data_dir, INDEX_DIR, create=create)
-    if not os.fspath(index_dir).strip():
+        root, parts = Path(data_dir), (INDEX_DIR,)
+    elif not os.fspath(index_dir).strip():
         raise ValueError(
             f"the index folder is empty (--index-dir {os.fspath(index_dir)!r}): name a folder "
             "(. for the current one)"
         )
-    return owned_folder(user_output(index_dir), create=create)
+    else:
+        root, parts = Path(user_output(index_dir)), ()
+    folder = root.joinpath(*parts)
+    if not create and not root.is_dir():
+        return folder  # nothing in its place yet: the writer makes (or refuses) `root`
+    if create or (os.path.lexists(folder) and not os.path.islink(folder)):
+        # A file (or a link to nothing, as `index_dir`) in its place: `make_dir`'s one
+        # NotADirectoryError naming it ("is a file, not a folder").
+        make_dir(root if os.path.islink(folder) else folder)
+    return owned_folder(root, *parts, create=create)
 
 
 def record_entries(tfrecord: str | os.PathLike) -> list[Entry]:

@@ -101,3 +101,14 @@ def test_an_empty_data_dir_or_index_dir_is_refused(tmp_path, capsys, monkeypatch
         "current one)",
     )
     assert sorted(p.name for p in root.iterdir()) == sorted(LAYOUT)  # nothing written
+
+
+def test_a_file_in_place_of_idx_is_one_line(tmp_path, capsys):
+    root = write_records(tmp_path / "data", index=False)
+    (root / "idx").write_text("mine\n")
+    assert _run(capsys, str(root)) == (
+        1,
+        "",
+        f"cvbench dali-index: error: {root}/idx: is a file, not a folder",
+    )
+    assert (root / "idx").read_text() == "mine\n"

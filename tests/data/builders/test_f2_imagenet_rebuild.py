@@ -39,18 +39,24 @@ def test_overwrite_with_another_shard_count_removes_only_cvbenchs_old_index_file
     ]
 
 
-def test_a_link_in_place_of_idx_is_refused_before_any_shard(tmp_path, capsys):
+@pytest.mark.parametrize("what", ["link", "file"])
+def test_a_link_or_file_in_place_of_idx_is_refused_before_any_shard(tmp_path, capsys, what):
     raw = make_raw(tmp_path / "raw", val_layout="folders").root
     out, victim = tmp_path / "out", tmp_path / "victim"
     out.mkdir()
     victim.mkdir()
-    (out / "idx").symlink_to(victim)
+    if what == "link":
+        (out / "idx").symlink_to(victim)
+        line = (
+            f"{out}/idx is a symbolic link; cvbench writes only into folders it made, never "
+            "through a link: remove it"
+        )
+    else:
+        (out / "idx").write_text("mine\n")
+        line = f"{out}/idx: is a file, not a folder"
     argv = ["build-imagenet", "--raw-dir", str(raw), "--output-dir", str(out), "--no-progress"]
     assert main([*argv, "--train-shards", "2", "--val-shards", "1", "--workers", "1"]) == 1
-    assert capsys.readouterr().err == (
-        f"cvbench build-imagenet: error: {out}/idx is a symbolic link; cvbench writes only "
-        "into folders it made, never through a link: remove it\n"
-    )
+    assert capsys.readouterr().err == f"cvbench build-imagenet: error: {line}\n"
     assert _names(out) == ["idx"] and _names(victim) == []
 
 
