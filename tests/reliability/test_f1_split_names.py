@@ -26,8 +26,9 @@ from cvbench.data.builders.coco_builder import build_coco, build_coco_splits
 from cvbench.data.builders.sharded_writer import SplitSpec, write_sharded
 from cvbench.data.coco_schema import record_prefix
 from cvbench.data.read.coco import list_record_files
-from cvbench.data.read.splits import list_split_files
+from cvbench.data.read.splits import every_split_files, list_split_files
 from cvbench.data.safe_paths import MAX_SPLIT_NAME_BYTES, check_split_name
+from cvbench.utils.errors import BadFileError
 
 pytestmark = pytest.mark.backend_agnostic
 
@@ -166,6 +167,18 @@ def test_the_readers_refuse_a_hostile_split(tmp_path, name):
             read()
     with pytest.raises(ValueError, match=refusal(name)):
         record_prefix(name)
+
+
+@pytest.mark.parametrize("name", ["-x", " a", "a\\b"])  # "a\nb-..." is no shard name at all
+def test_every_split_files_names_a_folder_whose_shard_has_no_plain_split_name(tmp_path, name):
+    # What `cvbench dali-index` lists: such a file is named (exit 1), never read as a split.
+    (tmp_path / "train-00000-of-00001").write_bytes(b"records")
+    (tmp_path / f"{name}-00000-of-00001").write_bytes(b"records")
+    with pytest.raises(BadFileError) as caught:
+        every_split_files(tmp_path)
+    assert str(caught.value) == (
+        f"{tmp_path}: split name {name!r} {RULES}; rename or remove its shard files"
+    )
 
 
 def test_a_file_pattern_is_the_callers_choice_not_a_split_name(tmp_path):

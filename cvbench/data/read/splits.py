@@ -140,7 +140,8 @@ def every_split_files(data_dir: str | os.PathLike) -> list[str]:
     Raises:
         FileNotFoundError: no such directory, or no shard in it.
         BadFileError: a split's shard set is incomplete, or one of its shards is 0 bytes
-            and the build manifest does not record it so (named).
+            and the build manifest does not record it so (named); or a shard's split name
+            is no plain split name (`cvbench.data.safe_paths.check_split_name`).
     """
     root = Path(data_dir)
     if not root.is_dir():
@@ -148,6 +149,11 @@ def every_split_files(data_dir: str | os.PathLike) -> list[str]:
         raise FileNotFoundError(f"data directory {root} {what}")
     names = [p.name for p in match_files(root, _ANY_SHARD)]
     splits = sorted({m.group(1) for n in names if (m := _SHARD_NAME.fullmatch(n))})
+    for split in splits:
+        try:
+            check_split_name(split)
+        except ValueError as e:  # a file no builder writes: named, not read as a split
+            raise BadFileError(f"{root}: {e}; rename or remove its shard files") from None
     if not splits:
         raise FileNotFoundError(f"no TFRecord shards named <split>-NNNNN-of-NNNNN in {root}")
     return sorted(f for split in splits for f in list_split_files(root, split))
