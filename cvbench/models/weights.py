@@ -1,6 +1,6 @@
 """Loading weight files into cvbench models: keras.applications legacy HDF5 and Keras 3.
 
-Four formats are accepted:
+Five formats are accepted:
 
 - The legacy Keras HDF5 weights format that keras.applications downloads
   (`resnet50_weights_tf_dim_ordering_tf_kernels.h5`, `..._notop.h5`,
@@ -17,6 +17,10 @@ Four formats are accepted:
 - Other Keras 3 `.weights.h5` files (cvbench's own, `model.save_weights`), loaded with
   `model.load_weights` (the architecture must match exactly).
 - torchvision ResNet state dicts (`.pth`, `.pt`, `.npz`): see `torchvision_weights`.
+- cvbench's own model files (`.keras`: a training export's `model.keras`, `save_model`'s),
+  loaded by layer name (`read_cvbench_model`): fine-tuning a cvbench model on other data. A
+  cvbench checkpoint (`.npz` of `model/<i>` arrays) is refused, naming `--resume` and the
+  run's exported model.
 
 Legacy files are paired with the model's layers either by layer name (ResNet: the names are
 keras.applications' own) or by position among layers with weights (Inception V3:
@@ -222,6 +226,14 @@ def load_weights(
 def _load_any(model: keras.Model, path: str, match: str) -> None:
     if is_legacy_h5(path):
         _load_legacy(model, path, read_legacy_h5(path), match)
+    elif path.endswith(".keras"):
+        _load_legacy(model, path, read_cvbench_model(path), "name")
+    elif path.endswith(".npz") and _is_cvbench_checkpoint(path):
+        raise ValueError(
+            f"weights={path!r} is a cvbench training checkpoint: continue its run with "
+            "--resume (same folder), or fine-tune from the model its run exported "
+            "(RUN/export/model.keras) with --weights"
+        )
     elif path.endswith(TORCHVISION_SUFFIXES):
         from cvbench.models import torchvision_weights
 
@@ -237,9 +249,48 @@ def _load_any(model: keras.Model, path: str, match: str) -> None:
     else:
         raise BadFileError(
             f"weights={path!r} is neither a keras.applications-style legacy .h5 file (with a "
-            "'layer_names' attribute), a Keras 3 '.weights.h5' file, nor a torchvision state "
-            f"dict {TORCHVISION_SUFFIXES}"
+            "'layer_names' attribute), a Keras 3 '.weights.h5' file, a cvbench model file "
+            f"('.keras'), nor a torchvision state dict {TORCHVISION_SUFFIXES}"
         )
+
+
+def read_cvbench_model(path: str | os.PathLike) -> list[FileLayer]:
+    """The layers with weights of a `.keras` model file (cvbench's `model.keras`: a training
+    export or `save_model`; loaded safely by `cvbench.utils.model_file.load_model`), nested
+    models flattened (an export wraps the network in its input normalization), for loading
+    by layer name into a model of the same architecture (a classifier of another width is
+    left as initialised: fine-tuning to other classes)."""
+    from cvbench.utils.model_file import load_model
+
+    loaded, _ = load_model(path)
+    return [
+        FileLayer(
+            layer.name,
+            tuple(v.path.rsplit("/", 1)[-1] for v in layer.weights),
+            tuple(keras.ops.convert_to_numpy(v) for v in layer.weights),
+        )
+        for layer in _leaf_layers(loaded)
+        if layer.weights
+    ]
+
+
+def _leaf_layers(model: keras.Model) -> list[keras.layers.Layer]:
+    """The layers of `model`, those of nested models in their place."""
+    out = []
+    for layer in model.layers:
+        out.extend(_leaf_layers(layer) if isinstance(layer, keras.Model) else [layer])
+    return out
+
+
+def _is_cvbench_checkpoint(path: str) -> bool:
+    """Whether the `.npz` at `path` is a cvbench checkpoint (`model/<i>` arrays)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.startswith("model/") for name in archive.namelist()[:8])
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def _pair_layers(
