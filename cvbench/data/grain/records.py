@@ -36,6 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from cvbench.data.dali_index import read_index
+from cvbench.data.tfrecord import BOX_LISTS_DIFFER, box_lists_differ
 from cvbench.utils.errors import BadFileError
 from cvbench.utils.files import open_input
 
@@ -462,8 +463,8 @@ def parse_example(serialized: bytes) -> dict:
     names = features.get("image/filename") or [b""]
     keys = ("ymin", "xmin", "ymax", "xmax")
     columns = [features.get(f"image/object/bbox/{k}") or [] for k in keys]
-    if len({len(c) for c in columns}) != 1:
-        raise ValueError("the record's bbox coordinate lists differ in length")
+    if box_lists_differ(columns):
+        raise ValueError(BOX_LISTS_DIFFER)
     boxes = np.asarray(columns, np.float32).T.reshape(-1, 4)
     return {
         "encoded": encoded[0],
