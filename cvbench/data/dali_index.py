@@ -282,9 +282,31 @@ def _indexes_to_write(
         if not overwrite and is_fresh(path, folders[parent]):
             summary.kept += 1
             continue
-        check_output(out, inputs=[path], overwrite=True, is_ours=written_by_cvbench)
+        _check_replaceable(out, path)
         todo.append((path, out))
     return todo
+
+
+def _check_replaceable(index: Path, tfrecord: str | os.PathLike) -> None:
+    """Refuses (ValueError) an index file cvbench may not replace: a link, a file it did not
+    write (`written_by_cvbench`), the data file itself."""
+    check_output(index, inputs=[tfrecord], overwrite=True, is_ours=written_by_cvbench)
+
+
+def check_indexes_replaceable(
+    files: Sequence[str | os.PathLike], *, index_dir: str | os.PathLike | None = None
+) -> None:
+    """Refuses, before any work, what would stop `write_indexes(files, overwrite=True)`
+    after it: a link or a file in place of the index folder, an index file there that
+    cvbench did not write (`build-imagenet --overwrite` rewrites every index after its
+    shards).
+
+    Raises:
+        ValueError, BadFileError, NotADirectoryError: as `write_indexes`, naming the file.
+    """
+    for path in files:
+        folder = index_folder(Path(path).parent, index_dir, create=False)
+        _check_replaceable(folder / (Path(path).name + INDEX_SUFFIX), path)
 
 
 def remove_indexes(shards: Iterable[str | os.PathLike]) -> list[Path]:

@@ -40,7 +40,13 @@ from cvbench.data.builders.sharded_writer import (
     disk_full_as_error,
     write_sharded,
 )
-from cvbench.data.dali_index import INDEX_DIR, IndexSummary, index_folder, write_indexes
+from cvbench.data.dali_index import (
+    INDEX_DIR,
+    IndexSummary,
+    check_indexes_replaceable,
+    index_folder,
+    write_indexes,
+)
 from cvbench.data.dataset_info import (
     ClassInfo,
     DatasetInfo,
@@ -418,6 +424,9 @@ def build_imagenet(
     if found.validation:
         val_items = _items(found.validation, raw, label_of, texts, box_table, rng)
         splits.append(SplitSpec(VALIDATION_SPLIT, val_items, val_shards))
+    shards = [Path(out_dir) / s.shard_name(i) for s in splits for i in range(s.num_shards)]
+    if overwrite:  # every index is rewritten after the shards: a user's file refused now
+        check_indexes_replaceable(shards)
     options = {"resize": list(resize) if isinstance(resize, tuple) else resize, "quality": quality}
     train_counts = found.train_counts()
     metadata = {
@@ -454,7 +463,6 @@ def build_imagenet(
         )
         with disk_full_as_error(dataset_info_path(out_dir), summary):
             write_dataset_info(out_dir, _dataset_info(found, texts, options, summary))
-    shards = [Path(out_dir) / s.shard_name(i) for s in splits for i in range(s.num_shards)]
     with disk_full_as_error(Path(out_dir) / INDEX_DIR, summary):
         index = write_indexes(shards, overwrite=overwrite)
     return BuildSummary(

@@ -122,3 +122,19 @@ def test_an_overwrite_stopped_by_a_full_disk_says_the_old_set_is_gone(tmp_path):
         )
     finally:
         disk.unmount()
+
+
+def test_overwrite_refuses_a_users_index_file_before_any_shard(tmp_path, capsys):
+    raw = make_raw(tmp_path / "raw", val_layout="folders").root
+    out = tmp_path / "out"
+    (out / "idx").mkdir(parents=True)
+    theirs = out / "idx" / "train-00001-of-00002.idx"
+    theirs.write_text("a user's file\n")
+    argv = ["build-imagenet", "--raw-dir", str(raw), "--output-dir", str(out), "--no-progress"]
+    argv += ["--train-shards", "2", "--val-shards", "1", "--workers", "1", "--overwrite"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"cvbench: error: {theirs} exists and was not written by cvbench; --overwrite "
+        "replaces only cvbench's own outputs: move it or write elsewhere\n"
+    )
+    assert _names(out) == ["idx"] and _names(out / "idx") == [theirs.name]
