@@ -35,6 +35,7 @@ and dtype come to exactly the bytes its member holds.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -778,6 +779,7 @@ def read_model_info(
 
         data = read_json(path, limit=MAX_JSON_BYTES, what="model info file")
         return info_from_json(data, path=path, max_input_side=max_input_side)
+    _refuse_a_serving_export(path)
     try:
         with open_input(path, what="model file") as f, zipfile.ZipFile(f) as archive:
             _check_members(path, archive, os.fstat(f.fileno()).st_size)
@@ -835,6 +837,7 @@ def load_model(
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no model file {path}")
+    _refuse_a_serving_export(path)
     check_regular(path, what="model file")
     info = read_model_info(path, max_input_side=max_input_side)
     try:
@@ -848,6 +851,25 @@ def load_model(
     if info is not None:
         check_model_matches_info(model, info, path=path)
     return model, info
+
+
+def _refuse_a_serving_export(path: Path) -> None:
+    """A SavedModel folder or a TFLite file (what `cvbench export` writes for serving) given
+    where a `.keras` model file is read: a `BadFileError` that says so and names the file
+    cvbench reads instead."""
+    kind = None
+    if path.is_dir() and (path / "saved_model.pb").is_file():
+        kind = "a SavedModel folder"
+    elif path.is_file():
+        with contextlib.suppress(OSError), open(path, "rb") as f:
+            if f.read(8)[4:8] == b"TFL3":
+                kind = "a TFLite file"
+    if kind is not None:
+        raise BadFileError(
+            f"{path} is {kind}, an export for serving (TensorFlow Serving, TFLite); cvbench "
+            "reads the .keras model file it was exported from (a training run's "
+            "RUN/export/model.keras)"
+        )
 
 
 def _first_line(error: BaseException) -> str:
