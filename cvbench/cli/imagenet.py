@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from cvbench.cli.args import positive_int
+from cvbench.cli.args import output_path, positive_int
 from cvbench.cli.errors import CLIError
 from cvbench.data.image_io import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_PIXELS, parse_resize
 
@@ -25,7 +25,9 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="raw images: train/<class>/*, optional validation/ or val/ (flat or class folders)",
     )
-    parser.add_argument("--output-dir", required=True, help="where the TFRecord shards go")
+    parser.add_argument(
+        "--output-dir", required=True, type=output_path, help="where the TFRecord shards go"
+    )
     parser.add_argument("--train-shards", type=positive_int, default=1024)
     parser.add_argument("--val-shards", type=positive_int, default=128)
     parser.add_argument(
@@ -229,7 +231,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     index.add_argument("data_dir", metavar="DATA_DIR", help="folder of the TFRecord shards")
     index.add_argument(
-        "--index-dir", default=None, help="where the index files go (default DATA_DIR/idx)"
+        "--index-dir",
+        default=None,
+        type=output_path,
+        help="where the index files go (default DATA_DIR/idx)",
     )
     index.add_argument(
         "--overwrite", action="store_true", help="rewrite up-to-date indexes cvbench wrote"

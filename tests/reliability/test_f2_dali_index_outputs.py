@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from dali_records import LAYOUT, write_records  # noqa: E402
 
 import cvbench.cli as cli  # noqa: E402
-from cvbench.data.dali_index import read_index, record_entries  # noqa: E402
+from cvbench.data.dali_index import read_index, record_entries, write_indexes  # noqa: E402
 from cvbench.utils.files import written_by_cvbench  # noqa: E402
 
 SHARD = "train-00000-of-00002"
@@ -24,7 +24,10 @@ def with_imagenet_commands(monkeypatch):
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(["dali-index", *argv, "--no-progress"])
+    try:
+        code = cli.main(["dali-index", *argv, "--no-progress"])
+    except SystemExit as e:  # argparse's usage error
+        code = e.code
     out, err = capsys.readouterr()
     return code, out.strip(), err.strip()
 
@@ -97,9 +100,11 @@ def test_an_empty_data_dir_or_index_dir_is_refused(tmp_path, capsys, monkeypatch
     assert _run(capsys, str(root), "--index-dir", "") == (
         2,
         "",
-        "cvbench: error: the index folder is empty (--index-dir ''): name a folder (. for the "
-        "current one)",
+        "cvbench dali-index: error: argument --index-dir: the path is empty: name the folder "
+        "to write (. for the current one) (see cvbench dali-index --help)",
     )
+    with pytest.raises(ValueError, match=r"the index folder is empty \(--index-dir ' '\)"):
+        write_indexes([root / SHARD], index_dir=" ")  # the Python API
     assert sorted(p.name for p in root.iterdir()) == sorted(LAYOUT)  # nothing written
 
 

@@ -66,10 +66,12 @@ def test_an_empty_output_dir_and_a_resize_over_the_pixel_limit_are_refused(
     raw = make_raw(tmp_path / "raw", val_layout="folders").root
     monkeypatch.chdir(tmp_path)
     argv = ["build-imagenet", "--raw-dir", str(raw), "--no-progress"]
-    assert main([*argv, "--output-dir", ""]) == 2
+    with pytest.raises(SystemExit) as usage:  # argparse's usage error (exit 2)
+        main([*argv, "--output-dir", ""])
+    assert usage.value.code == 2
     assert capsys.readouterr().err == (
-        "cvbench: error: the output folder is empty (--output-dir ''): name a folder (. for "
-        "the current one)\n"
+        "cvbench build-imagenet: error: argument --output-dir: the path is empty: name the "
+        "folder to write (. for the current one) (see cvbench build-imagenet --help)\n"
     )
     assert main([*argv, "--output-dir", "out", "--resize", "8001x8000"]) == 2
     assert capsys.readouterr().err == (
@@ -87,6 +89,8 @@ def test_an_empty_output_dir_and_a_resize_over_the_pixel_limit_are_refused(
         "hold; choose a smaller size\n"
     )
     assert _names(tmp_path) == ["raw"]  # nothing written, no folder made
+    with pytest.raises(ValueError, match="the output folder is empty"):  # the Python API
+        build_imagenet(raw, "", num_workers=1, progress=False)
     with pytest.raises(ValueError, match="the output folder is empty"):
         write_sharded("", [SplitSpec("train", [1], 1)], _encode, dataset="n", num_workers=1)
 
