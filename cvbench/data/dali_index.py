@@ -19,8 +19,9 @@ its place (`DATA_DIR/idx -> /elsewhere`) is refused, never written through; the 
 user names with `index_dir=` may itself be a link (`user_output`: the user chose it), an
 empty name is refused. Every index file written is recorded as cvbench's
 (`cvbench.utils.files.recording`), and an existing index file is replaced (stale, or with
-`overwrite`) only when cvbench wrote it (`written_by_cvbench`): a user's file of that name
-is refused before any index is written, with or without `overwrite`. A fresh index file,
+`overwrite`) only when it is one a new index may replace (`regenerable_index`: cvbench wrote
+it, or it is any well-formed index, which its shard gives again): a user's other file of
+that name is refused before any index is written, with or without `overwrite`. A fresh index file,
 whoever wrote it, is kept and used.
 
 An index is *stale* when its records do not end where its TFRecord file ends (the file was
@@ -192,13 +193,7 @@ def read_index(
         fix = f"run `cvbench dali-index {data_dir} --index-dir {index_dir}`"
     if not path.is_file():
         raise FileNotFoundError(f"no DALI index file {path} for {tfrecord}; {fix}")
-    entries = []
-    data = read_input(path, limit=MAX_INDEX_BYTES, what="DALI index file")
-    for n, line in enumerate(data.decode("ascii", errors="replace").splitlines(keepends=True), 1):
-        parts = line.split()
-        if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
-            raise BadFileError(f"DALI index file {path} line {n} is not 'offset size': {line!r}")
-        entries.append((int(parts[0]), int(parts[1])))
+    entries = _parse_index(path)
     end = entries[-1][0] + entries[-1][1] if entries else 0
     size = os.path.getsize(tfrecord)
     if end != size:
@@ -207,6 +202,48 @@ def read_index(
             f"{tfrecord} has {size} bytes; {fix}"
         )
     return entries
+
+
+def _parse_index(path: Path) -> list[Entry]:
+    """The `(offset, size)` lines of the index file `path`.
+
+    Raises:
+        BadFileError: not a regular file, over `MAX_INDEX_BYTES`, or not 'offset size' lines.
+    """
+    entries = []
+    data = read_input(path, limit=MAX_INDEX_BYTES, what="DALI index file")
+    for n, line in enumerate(data.decode("ascii", errors="replace").splitlines(keepends=True), 1):
+        parts = line.split()
+        if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
+            raise BadFileError(f"DALI index file {path} line {n} is not 'offset size': {line!r}")
+        entries.append((int(parts[0]), int(parts[1])))
+    return entries
+
+
+def regenerable_index(path: str | os.PathLike) -> bool:
+    """Whether the file at `path` may be replaced by a new index: one cvbench wrote and
+    nobody changed (`written_by_cvbench`), or any well-formed index file ('offset size'
+    lines: an older cvbench's, DALI's `tfrecord2idx`'s), which its shard gives again, so
+    that replacing it loses nothing. A user's other file, a link or a folder is not.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "a.idx").write_text("0 2242\\n2242 2250\\n")
+        >>> _ = (d / "b.idx").write_text("precious\\n")
+        >>> regenerable_index(d / "a.idx"), regenerable_index(d / "b.idx")
+        (True, False)
+    """
+    path = Path(path)
+    if written_by_cvbench(path):
+        return True
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        _parse_index(path)
+    except (OSError, BadFileError):
+        return False
+    return True
 
 
 def is_fresh(tfrecord: str | os.PathLike, index_dir: str | os.PathLike | None = None) -> bool:
@@ -229,8 +266,9 @@ def write_indexes(
 
     Every index file to write is checked before the first is written: its folder
     (`index_folder`: a link in place of `idx` refused) and, where a file is there already,
-    that cvbench wrote it (`written_by_cvbench`; a user's file is never replaced, with or
-    without `overwrite`). A stale index cvbench wrote is rewritten.
+    that a new index may replace it (`regenerable_index`: cvbench's, or any well-formed
+    index; a user's other file is never replaced, with or without `overwrite`). A stale
+    index is rewritten.
 
     Args:
         files: TFRecord files.
@@ -289,8 +327,8 @@ def _indexes_to_write(
 
 def _check_replaceable(index: Path, tfrecord: str | os.PathLike) -> None:
     """Refuses (ValueError) an index file cvbench may not replace: a link, a file it did not
-    write (`written_by_cvbench`), the data file itself."""
-    check_output(index, inputs=[tfrecord], overwrite=True, is_ours=written_by_cvbench)
+    write and that is no well-formed index (`regenerable_index`), the data file itself."""
+    check_output(index, inputs=[tfrecord], overwrite=True, is_ours=regenerable_index)
 
 
 def check_indexes_replaceable(
@@ -310,17 +348,19 @@ def check_indexes_replaceable(
 
 
 def remove_indexes(shards: Iterable[str | os.PathLike]) -> list[Path]:
-    """Removes the index files (`idx/<name>.idx`, beside each of `shards`) that cvbench wrote
-    (`written_by_cvbench`), when a build deletes those shards; a user's file, a link and a
-    link in place of `idx` are left alone. Returns the files removed.
+    """Removes the index files (`idx/<name>.idx`, beside each of `shards`) when a build
+    deletes those shards: those a new index may replace (`regenerable_index`); a user's
+    other file, a link and a link in place of `idx` are left alone. Returns the files
+    removed.
 
     Example:
         >>> import tempfile
         >>> d = Path(tempfile.mkdtemp())
         >>> (d / "idx").mkdir()
-        >>> _ = (d / "idx" / "a-00000-of-00001.idx").write_text("0 20\\n")  # a user's
-        >>> remove_indexes([d / "a-00000-of-00001"])
-        []
+        >>> _ = (d / "idx" / "a-00000-of-00001.idx").write_text("0 20\\n")  # any index
+        >>> _ = (d / "idx" / "b-00000-of-00001.idx").write_text("notes\\n")  # a user's
+        >>> [p.name for p in remove_indexes([d / "a-00000-of-00001", d / "b-00000-of-00001"])]
+        ['a-00000-of-00001.idx']
     """
     removed = []
     for shard in shards:
@@ -329,7 +369,7 @@ def remove_indexes(shards: Iterable[str | os.PathLike]) -> list[Path]:
         except BadFileError:
             continue  # a link or a file in place of idx/: nothing of ours there
         index = folder / (Path(shard).name + INDEX_SUFFIX)
-        if written_by_cvbench(index):
+        if regenerable_index(index):
             index.unlink()
             removed.append(index)
     return removed

@@ -117,3 +117,22 @@ def test_a_file_in_place_of_idx_is_one_line(tmp_path, capsys):
         f"cvbench dali-index: error: {root}/idx: is a file, not a folder",
     )
     assert (root / "idx").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_the_index_files_of_an_older_build_are_rewritten_not_refused(tmp_path, capsys, overwrite):
+    """A data set indexed before index files were recorded (an older cvbench, or DALI's
+    tfrecord2idx): its well-formed index files are the shards' own, so a stale one (and
+    with --overwrite every one) is rewritten, never refused as a user's file."""
+    root = write_records(tmp_path / "data", index=False)
+    (root / "idx").mkdir()
+    for name in LAYOUT:  # well-formed and unrecorded; this one stale: one record too few
+        entries = record_entries(root / name)[: -1 if name == SHARD else None]
+        (root / "idx" / f"{name}.idx").write_text("".join(f"{o} {s}\n" for o, s in entries))
+    argv = (str(root), "--overwrite") if overwrite else (str(root),)
+    code, out, err = _run(capsys, *argv)
+    assert code == 0, err
+    written = len(LAYOUT) if overwrite else 1
+    assert out.startswith(f"DALI index files: {written} written")
+    assert read_index(root / SHARD) == record_entries(root / SHARD)
+    assert written_by_cvbench(root / "idx" / f"{SHARD}.idx")
