@@ -35,6 +35,7 @@ from typing import Any
 
 from cvbench.data.dali_index import remove_indexes
 from cvbench.data.dataset_info import dataset_info_path, only_splits, read_dataset_info
+from cvbench.data.safe_paths import check_split_name, plain_name
 from cvbench.utils.errors import BadFileError
 from cvbench.utils.files import check_output, match_files, read_json, written_by_cvbench
 from cvbench.utils.io import write_json_atomic
@@ -113,9 +114,11 @@ def split_shard_names(name: str, split_identity: Mapping[str, Any]) -> list[str]
     shares a prefix (a glob of `train` would match `train-x`'s shards)."""
     try:
         pattern, count = split_identity["pattern"], int(split_identity["num_shards"])
-        return [pattern.format(split=name, index=i, num_shards=count) for i in range(count)]
+        names = [pattern.format(split=name, index=i, num_shards=count) for i in range(count)]
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         return []  # a damaged entry names no file: nothing of it is deleted
+    # a name that is no plain file name (`../victim`) is not a shard of this folder
+    return names if all(plain_name(n) for n in names) else []
 
 
 def remove_stale_temporaries(out_dir: Path, splits: Sequence[Any]) -> None:
@@ -178,16 +181,37 @@ def _check_manifest(manifest: Any) -> str | None:
         return f"its metadata is {_kind_of(manifest['metadata'])}, not an object"
     split_fields = {"num_items": int, "num_shards": int, "pattern": str, "items_sha256": str}
     for name, split in manifest["splits"].items():
-        problem = _check_fields(split, split_fields)
+        problem = _check_fields(split, split_fields) or _check_name(name, check_split_name)
+        if problem is None and split["num_shards"] and not split_shard_names(name, split):
+            problem = f"has pattern {split['pattern']!r}, which names no file of this folder"
         if problem is not None:
             return f"splits[{name!r}] {problem}"
     for name, shard in manifest["shards"].items():
+        problem = _check_name(name, _check_plain_name)
+        if problem is not None:
+            return f"shards[{name!r}] {problem}"
         problem = _check_fields(shard, {"records": int, "bytes": int, "skipped": list})
         if problem is None and not all(_is_pair(s) for s in shard["skipped"]):
             problem = "has a skipped entry that is not an [item, reason] pair of strings"
         if problem is not None:
             return f"shards[{name!r}] {problem}"
     return None
+
+
+def _check_name(name: str, check: Any) -> str | None:
+    """What is wrong with a split or shard name of the manifest (None: nothing): one that
+    is no plain file name would make a path outside the folder (a planted `../victim` was
+    deleted by `--overwrite`)."""
+    try:
+        check(name)
+    except ValueError as e:
+        return f"is no name of this folder ({e})"
+    return None
+
+
+def _check_plain_name(name: str) -> None:
+    if not plain_name(name):
+        raise ValueError(f"{name!r} is not one plain file name")
 
 
 _KIND_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
@@ -337,6 +361,8 @@ def prepare_out_dir(out_dir: Path, identity: dict[str, Any], splits, overwrite: 
                 "replaces only shards cvbench wrote: move them or choose another output "
                 "directory"
             )
+    # never a path outside the folder (the names are checked on reading too)
+    replaced = {name for name in replaced if plain_name(name)}
     for name in sorted(replaced):
         with contextlib.suppress(FileNotFoundError):
             (out_dir / name).unlink()
