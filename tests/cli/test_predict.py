@@ -19,14 +19,6 @@ import cvbench.cli
 from cvbench.inference import save_model
 
 
-@pytest.fixture(autouse=True)
-def _predict_registered(monkeypatch):
-    """`cvbench predict` among the commands, whether or not the package lists it yet."""
-    modules = tuple(cvbench.cli._COMMAND_MODULES)
-    if "cvbench.cli.predict" not in modules:
-        monkeypatch.setattr(cvbench.cli, "_COMMAND_MODULES", (*modules, "cvbench.cli.predict"))
-
-
 @pytest.fixture
 def images(tmp_path):
     folder = tmp_path / "images"
