@@ -70,7 +70,9 @@ _TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "2", "--nu
     ],
 )  # fmt: skip
 def test_the_commands_refuse_a_flag_without_effect(tmp_path, capsys, command, extra, message):
-    argv = [command, *_TINY, "--data-dir", str(tmp_path), *extra]
+    # the data beside the run folder, not around it (an output inside --data-dir is refused)
+    (tmp_path / "data").mkdir()
+    argv = [command, *_TINY, "--data-dir", str(tmp_path / "data"), *extra]
     argv += ["--log-dir", str(tmp_path / "run")] if command == "train" else []
     argv += ["--checkpoint", str(tmp_path)] if command == "eval" else []
     assert cli.main(argv) == 2
