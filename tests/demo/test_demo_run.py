@@ -118,8 +118,9 @@ def test_second_prepare_reuses_every_file(tmp_path):
     # 3 + 2 shards (shard counts are capped at the image count); 8 + 2 DALI index files
     # (idx/<shard>.idx, written by build-imagenet); 2 manifests and 2 dataset_info.json;
     # instances_val.json copied next to the records by build-coco, and the
-    # .cvbench-outputs.json that records that copy as cvbench's (utils/files.py).
-    assert len(files) == 18 + 5 + 2 + 2 + 10 + 5 + 10 + 2 + 2 + 1 + 1
+    # .cvbench-outputs.json that records that copy as cvbench's (utils/files.py), and the
+    # one in imagenet/idx/ that records the index files.
+    assert len(files) == 18 + 5 + 2 + 2 + 10 + 5 + 10 + 2 + 2 + 1 + 1 + 1
     assert len(list((tmp_path / "imagenet" / "idx").glob("*.idx"))) == 10
     prepare_data(tmp_path, config, num_workers=1, progress=False)
     after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()}
