@@ -139,11 +139,14 @@ class Checkpointing(LoopCallback):
     """Checkpoints every `every` steps and at each epoch end, once per position (a step, and
     whether its epoch is done).
 
-    The every-N checkpoint of an epoch's last step is the epoch end's, written after the
-    epoch's record and validation: it records the epoch done, so a resume from it never ends
-    that epoch again. A checkpoint that records the epoch's steps done but not its end (a stop
-    after its last step, or data of unknown length) is resumed by doing that end once (the
-    record, from the checkpointed sums; the validation; the checkpoint, rewritten as done).
+    The every-N checkpoint of an epoch's last step is written at that step, before the
+    epoch's validation (a crash or a kill in the validation loses no step), recording the
+    epoch's steps done but not its end; the epoch end then writes that step's checkpoint
+    again, recording the epoch done, so a resume from it never ends that epoch again. A
+    checkpoint that records the epoch's steps done but not its end (a kill during the
+    validation, a stop after its last step, or data of unknown length) is resumed by doing
+    that end once (the record, from the checkpointed sums; the validation; the checkpoint,
+    rewritten as done).
     (Data of unknown length: an epoch's last step is known only at its end.)
     A run resumed from the checkpoint of a position (`saved_step`, `saved_epoch`) writes
     nothing before its first step unless that end is due: the file it resumed from is not
@@ -171,8 +174,7 @@ class Checkpointing(LoopCallback):
         self.saved_step, self.saved_epoch = saved_step, saved_epoch
 
     def on_train_batch_end(self, loop: LoopState) -> None:
-        last = loop.train.batch_in_epoch == loop.steps_per_epoch  # the epoch end saves it
-        if self.every and loop.train.step % self.every == 0 and not last:
+        if self.every and loop.train.step % self.every == 0:
             self.save_step(loop)
 
     def on_epoch_end(self, loop: LoopState) -> None:

@@ -162,9 +162,9 @@ def test_checkpoints_every_n_steps_and_once_at_each_epoch_end():
     loop = loop_of(FakeModel([1.0] * 6))
     checkpoints = Checkpointing(lambda: saved.append(loop.train.step), every=2, directory=None)
     run_epochs(loop, ListSource(3), 2, [checkpoints])
-    # every=2: steps 2, 4, 6; the epoch ends at steps 3 (not saved yet) and 6 (the every-N
-    # checkpoint of the epoch's last step is the epoch end's, written once).
-    assert saved == [2, 3, 4, 6]
+    # every=2: steps 2, 4, 6; the epoch ends at steps 3 (not saved yet) and 6 (saved at the
+    # step, before the epoch's validation, then again at its end, recording it done).
+    assert saved == [2, 3, 4, 6, 6]
 
 
 def test_the_every_n_checkpoint_of_an_epochs_last_step_records_the_epoch_done():
@@ -172,8 +172,9 @@ def test_the_every_n_checkpoint_of_an_epochs_last_step_records_the_epoch_done():
     loop = loop_of(FakeModel([1.0] * 4))
     save = lambda: states.append((loop.train.step, loop.train.epoch))  # noqa: E731
     run_epochs(loop, ListSource(2), 2, [Checkpointing(save, every=2, directory=None)])
-    # Steps 2 and 4 end epochs 1 and 2: each saved once, after its epoch's end.
-    assert states == [(2, 1), (4, 2)]
+    # Steps 2 and 4 end epochs 1 and 2: each saved at the step (its epoch's steps done, not
+    # its end: a kill in the validation loses no step), then at the end, recording it done.
+    assert states == [(2, 0), (2, 1), (4, 1), (4, 2)]
 
 
 def test_an_epoch_resumed_part_way_ends_with_the_means_over_all_its_steps():

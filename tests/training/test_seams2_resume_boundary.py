@@ -27,10 +27,10 @@ def saved_steps(monkeypatch) -> list[int]:
 
 
 # 32 images: batch 4 gives 8 steps per epoch, batch 8 gives 4. The every-N rule lands on the
-# first epoch's last step (4 | 8, 2 | 4): that checkpoint is the epoch end's, recording the
-# epoch done (a stop right after the step, which leaves the end to the resume, is
-# tests/training/test_t_epoch_boundary.py's). keep_checkpoints 2 would rotate the resumed one
-# away if anything were written first.
+# first epoch's last step (4 | 8, 2 | 4): that step is saved at the step, then again at the
+# epoch's end recording the epoch done, and the run dies after that (a death between the two,
+# which leaves the end to the resume, is tests/training/test_t_epoch_boundary.py's).
+# keep_checkpoints 2 would rotate the resumed one away if anything were written first.
 @pytest.mark.parametrize("batch, every, keep", [(4, 4, 10), (8, 2, 2), (8, 0, 2)])
 def test_a_resume_at_an_epoch_boundary_rewrites_nothing_before_its_first_step(
     tmp_path, monkeypatch, batch, every, keep
@@ -54,9 +54,10 @@ def test_a_resume_at_an_epoch_boundary_rewrites_nothing_before_its_first_step(
     assert resumed.state["step"] == per_epoch
     resumed.fit(images(32), epochs=2, batch_size=batch)
 
-    # Only the second epoch's checkpoints: every-N steps after the boundary, and its end.
+    # Only the second epoch's checkpoints: every-N steps after the boundary, then its end
+    # (the last step saved again when the every-N rule lands on it).
     expected = list(range(per_epoch + every, 2 * per_epoch + 1, every)) if every else []
-    assert steps == sorted(set(expected) | {2 * per_epoch})
+    assert steps == [*expected, 2 * per_epoch]
     if keep == 10:
         assert (boundary.read_bytes(), boundary.stat().st_ino) == before
     for a, b in zip(full.model.variables, resumed.model.variables, strict=True):

@@ -178,3 +178,30 @@ def test_read_run_history_drops_what_a_resume_made_again():
     # An older log's start without the fields: nothing dropped.
     older = {"event": "start"}
     assert superseded_records_dropped([*events, older]) == [*events, older]
+
+
+@pytest.mark.parametrize("every", [4, 8])
+def test_a_kill_during_the_epochs_validation_loses_no_step(tmp_path, every):
+    """The every-N checkpoint of an epoch's last step is written before the epoch's
+    validation: a kill during the validation resumes from that step, ends the epoch once
+    and equals the uninterrupted run (the review's finding: written after the validation,
+    the kill lost the epoch's steps: no checkpoint at all with every 8)."""
+    full = train(tmp_path / "full", every, [])
+    cut = make_trainer(tmp_path / "cut", checkpoint_every=every, log_every=1, keep_checkpoints=20)
+
+    def killed_validation():
+        raise KilledError
+
+    with pytest.raises(KilledError):
+        cut.fit(images(32), epochs=EPOCHS, batch_size=BATCH, validation_data=killed_validation)
+    left = checkpoint_states(tmp_path / "cut" / "checkpoints")
+    assert left[ckpt.checkpoint_name(STEPS)] == {"step": STEPS, "epoch": 0}  # steps, no end
+    validations = []
+    resumed = train(tmp_path / "cut", every, validations, resume=True)
+    assert validations == [STEPS, 2 * STEPS]
+    assert records(tmp_path / "cut") == records(tmp_path / "full")
+    for a, b in zip(full.model.variables, resumed.model.variables, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert checkpoint_states(tmp_path / "cut" / "checkpoints") == checkpoint_states(
+        tmp_path / "full" / "checkpoints"
+    )
