@@ -231,24 +231,42 @@ def read_run_history(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def superseded_records_dropped(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`events` (a run log's, oldest first) without the `step` and `epoch` records a resume
-    made again (`read_run_history`)."""
-    history: list[dict[str, Any]] = []
+    made again (`read_run_history`). Steps are compared in images: a resume on another
+    number of ranks (another global batch) counts its steps in its own global batch, which
+    each `start` event records (`global_batch`; a log without it compares steps as they are).
+
+    Example:
+        >>> events = [{"event": "start", "global_batch": 4},
+        ...           *({"event": "step", "step": s} for s in (1, 2, 3, 4)),
+        ...           {"event": "start", "global_batch": 8, "resumed_step": 1,
+        ...            "resumed_epoch": 0},  # 8 images in: the first session's step 2
+        ...           {"event": "step", "step": 2}]
+        >>> [e.get("step") for e in superseded_records_dropped(events)]
+        [None, 1, 2, None, 2]
+    """
+    history: list[tuple[dict[str, Any], Any]] = []  # (event, the global batch of its steps)
+    batch = None
     for event in events:
         if event.get("event") == "start":
             step, epoch = event.get("resumed_step"), event.get("resumed_epoch")
-            history = [e for e in history if not _made_again(e, step, epoch)]
-        history.append(event)
-    return history
+            batch = event.get("global_batch")
+            history = [(e, b) for e, b in history if not _made_again(e, b, step, batch, epoch)]
+        history.append((event, batch))
+    return [event for event, _ in history]
 
 
-def _made_again(event: dict[str, Any], step: Any, epoch: Any) -> bool:
-    """Whether the `step` / `epoch` record `event` lies after a resume from `step` with
-    `epoch` epochs done (None: not recorded, a fresh run or an older log)."""
+def _made_again(event: dict[str, Any], batch: Any, step: Any, now: Any, epoch: Any) -> bool:
+    """Whether the `step` / `epoch` record `event` (of steps of global batch `batch`) lies
+    after a resume from `step` (of global batch `now`) with `epoch` epochs done (None: not
+    recorded, a fresh run or an older log)."""
     kind = event.get("event")
     if kind not in ("step", "epoch") or not isinstance(step, int):
         return False
-    if isinstance(event.get("step"), int) and event["step"] > step:
-        return True
+    if isinstance(event.get("step"), int):
+        sizes = (batch, now)
+        known = all(isinstance(b, int) and b > 0 for b in sizes)
+        if (event["step"] * batch > step * now) if known else event["step"] > step:
+            return True
     done = kind == "epoch" and isinstance(epoch, int) and isinstance(event.get("epoch"), int)
     return done and event["epoch"] > epoch
 
