@@ -27,10 +27,12 @@ import argparse
 import contextlib
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from cvbench.cli.errors import SIGNAL_EXIT, CLIError, for_command_line, known_error
@@ -276,37 +278,51 @@ def warning_lines(command: str) -> Iterator[None]:
         warnings.formatwarning = python_format
 
 
+#: Names in a data folder that its readers read (shards, the data set's own files): an
+#: output there would become part of the data.
+_DATA_NAME = re.compile(
+    r".+-[0-9]{5}-of-[0-9]{5}|dataset_info\.json|cvbench_manifest\.json|idx|instances_.*\.json"
+)
+
+
 def refuse_outputs_in_data(args: argparse.Namespace) -> None:
     """Refuses, before any work, an output of a command that reads `--data-dir`
-    (`DATA_READERS`) that is that folder or inside it (links resolved), as `build-imagenet`
-    refuses an output inside its raw folder: a file written there would become part of the
-    data set (a `--json` named as a shard breaks its split).
+    (`DATA_READERS`) that is that folder, or a file or folder directly in it that its readers
+    would read (a shard's name, `dataset_info.json`, the build manifest, `idx`, COCO's
+    `instances_*.json`; links resolved): a `--json` named as a shard breaks its split. Other
+    names in it, and sub-folders (`DATA/runs/r1`), are never read as data and are allowed.
 
     Raises:
         CLIError: naming the flag, the output and the data folder (exit 2).
 
     Example:
-        >>> args = argparse.Namespace(command="eval", data_dir="rec", json="rec/v.json",
-        ...                           log_dir=None)
+        >>> args = argparse.Namespace(command="eval", data_dir="rec", log_dir=None,
+        ...                           json="rec/validation-00000-of-00002")
         >>> refuse_outputs_in_data(args)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        cvbench.cli.errors.CLIError: --json rec/v.json is inside the --data-dir folder rec: ...
+        cvbench.cli.errors.CLIError: --json rec/validation-00000-of-00002 would be read as ...
+        >>> refuse_outputs_in_data(argparse.Namespace(command="train", data_dir="rec",
+        ...                                           log_dir="rec/runs/r1"))
     """
-    from cvbench.data.safe_paths import is_inside
-
     data_dir = getattr(args, "data_dir", None)
     if args.command not in DATA_READERS or data_dir is None:
         return
+    data = Path(data_dir).resolve()
     for dest in OUTPUT_ARGS.get(args.command, ()):
         output = getattr(args, dest, None)
         if output is None or not os.fspath(output).strip():
             continue  # no output, or an empty one: the command's own line says so
-        if is_inside(output, data_dir):
-            where = "the" if is_inside(data_dir, output) else "inside the"
+        target, flag = Path(output).resolve(), f"--{dest.replace('_', '-')} {os.fspath(output)}"
+        if target == data:
             raise CLIError(
-                f"--{dest.replace('_', '-')} {os.fspath(output)} is {where} --data-dir folder "
-                f"{data_dir}: cvbench never writes into the data it reads; write elsewhere"
+                f"{flag} is the --data-dir folder {data_dir}: cvbench never writes into the "
+                "data it reads; write elsewhere"
+            )
+        if target.parent == data and _DATA_NAME.fullmatch(target.name):
+            raise CLIError(
+                f"{flag} would be read as part of the data in --data-dir {data_dir}: cvbench "
+                "never writes what its readers read; choose another name or folder"
             )
 
 
