@@ -214,8 +214,9 @@ def _write_export(
             result = staging / "model.tflite"
             result.write_bytes(with_tflite_info(to_tflite(saved), info))
         _chmod_for_umask(result)
-        # a TFLite file is recorded once in place (a SavedModel's files were, above)
-        with recording(out) if format == "tflite" else contextlib.nullcontext():
+        # a TFLite file is recorded before its swap (a SavedModel's files were, above)
+        tflite = format == "tflite"
+        with recording(out, staged=result) if tflite else contextlib.nullcontext():
             _swap_into_place(result, out, aside=staging / "previous", overwrite=overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

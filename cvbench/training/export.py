@@ -92,7 +92,8 @@ def export_trained_model(
     try:
         with _naming(keras_path):
             save_model(model, staging / "model.keras", info)
-        with recording(keras_path):  # cvbench's, for a later --overwrite to replace
+        # cvbench's, for a later --overwrite to replace: recorded before the rename
+        with recording(keras_path, staged=staging / "model.keras"):
             os.replace(staging / "model.keras", keras_path)
         written["keras"] = keras_path
         if info is not None:

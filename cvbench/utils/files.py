@@ -528,7 +528,9 @@ def _record(path: Path, *, size: int, sha256: str) -> None:
 
 
 @contextlib.contextmanager
-def recording(path: str | os.PathLike) -> Iterator[None]:
+def recording(
+    path: str | os.PathLike, *, staged: str | os.PathLike | None = None
+) -> Iterator[None]:
     """Records the file the block writes at `path` as cvbench's (`record_output`), so that
     every file a command leaves is one a rerun with `--overwrite` may replace. Every writer
     of a recorded output uses it:
@@ -536,26 +538,58 @@ def recording(path: str | os.PathLike) -> Iterator[None]:
         with recording(out):
             write_json_atomic(out, results)
 
-    An `atomic_path` write is recorded before its rename (`io.before_replace`: the
-    temporary's size and SHA-256 under the final name): a full disk that stops the record
-    stops the write too, leaving the old file, and a signal after the rename finds it
-    recorded. Any other writer (an export's swap) is recorded once the block leaves a new
-    file there (`io.when_replaced`, also when a signal stops it right after its rename).
+    The record comes before the rename: of an `atomic_path` write (`io.before_replace`:
+    the temporary's size and SHA-256 under the final name), or of `staged`, the complete
+    file a writer renames into place itself (an export's swap). A full disk that stops the
+    record stops the write too, leaving the old file, and a signal after the rename finds
+    the new one recorded; a block that fails before its rename gives the old file its entry
+    back. Any other writer is recorded once the block leaves a new file there
+    (`io.when_replaced`, also when a signal stops it right after its rename).
     """
     from cvbench.utils.io import before_replace, when_replaced
 
+    path = Path(path)
+    previous = _read_outputs_list(path.parent).get(path.name)
+    before = _inode(path)
     recorded: list[Path] = []
 
-    def record_temporary(tmp: Path, final: Path) -> None:
-        _record(final, size=tmp.stat().st_size, sha256=_sha256(tmp))
+    def record_file(source: Path, final: Path) -> None:
+        _record(final, size=source.stat().st_size, sha256=_sha256(source))
         recorded.append(final)
 
     def record_in_place(final: Path) -> None:
         if not recorded:
             record_output(final)
 
-    with when_replaced(path, record_in_place), before_replace(path, record_temporary):
-        yield
+    try:
+        with when_replaced(path, record_in_place), before_replace(path, record_file):
+            if staged is not None:
+                record_file(Path(staged), path)
+            yield
+    except BaseException:
+        if recorded and _inode(path) == before:  # recorded, but the new file never came
+            with contextlib.suppress(Exception):
+                _restore_entry(path, previous)
+        raise
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.lstat(path).st_ino
+    except OSError:
+        return None
+
+
+def _restore_entry(path: Path, entry: Any) -> None:
+    """Gives `path` back its `OUTPUTS_LIST` entry `entry` (None: none)."""
+    from cvbench.utils.io import write_json_atomic
+
+    listing = _read_outputs_list(path.parent)
+    if entry is None:
+        listing.pop(path.name, None)
+    else:
+        listing[path.name] = entry
+    write_json_atomic(path.parent / OUTPUTS_LIST, listing)
 
 
 def written_by_cvbench(path: str | os.PathLike) -> bool:

@@ -182,3 +182,54 @@ def test_predict_draw_on_a_disk_too_full_for_the_record_can_be_rerun(tmp_path, m
     assert not (out / "a.png").exists()
     assert cvbench.cli.main(argv) == 0, capsys.readouterr().err
     assert written_by_cvbench(out / "a.png")
+
+
+def test_a_staged_file_is_recorded_before_its_swap(tmp_path, monkeypatch):
+    """The review's finding: an export renamed into place by its writer (not `atomic_path`)
+    was recorded after the rename, so a disk too full for the record left it unrecorded and
+    the next `export --overwrite` refused it. Recorded from the staged file first, a full
+    disk fails before the swap, and the old export stays."""
+    import errno
+
+    import cvbench.utils.files as files
+
+    target = tmp_path / "m.tflite"
+    with recording(target):
+        write_json_atomic(target, ["old"])
+    staged = tmp_path / "staged"
+    staged.write_text("new model")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(files, "_record", full)
+        with pytest.raises(OSError), recording(target, staged=staged):
+            os.replace(staged, target)
+    assert "old" in target.read_text() and written_by_cvbench(target)
+    with recording(target, staged=staged):
+        os.replace(staged, target)
+    assert target.read_text() == "new model" and written_by_cvbench(target)
+
+
+def test_a_write_stopped_between_its_record_and_its_rename_keeps_the_old_record(
+    tmp_path, monkeypatch
+):
+    """The review's finding: the record before the rename replaced the old file's entry; a
+    Ctrl-C before the rename left the old file cvbench wrote under a hash that no longer
+    matched, and `--overwrite` refused it. The old entry is given back."""
+    target = tmp_path / "results.json"
+    with recording(target):
+        write_json_atomic(target, {"top1": 0.5})
+    real = os.replace
+
+    def interrupted(src, dst, *args, **kwargs):
+        if Path(dst) == target:
+            raise KeyboardInterrupt
+        return real(src, dst, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(io.os, "replace", interrupted)
+        with pytest.raises(KeyboardInterrupt), recording(target):
+            write_json_atomic(target, {"top1": 0.7})
+    assert "0.5" in target.read_text() and written_by_cvbench(target)
