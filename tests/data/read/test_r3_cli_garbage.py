@@ -21,13 +21,14 @@ ENV.update(KERAS_BACKEND="tensorflow", PYTHONUNBUFFERED="1")
 
 @pytest.mark.slow
 def test_train_on_a_record_that_is_no_example_is_one_line_and_exit_1(tmp_path):
-    path = tmp_path / "train-00000-of-00001"
+    (tmp_path / "data").mkdir()  # the run folder beside the data, not in it
+    path = tmp_path / "data" / "train-00000-of-00001"
     path.write_bytes(tfrecord_frame(b"\xff\xfe garbage"))
     argv = [
         "train", "--model", "resnet18", "--image-size", "32", "--num-classes", "4",
         "--batch-size", "1", "--epochs", "1", "--eval", "none", "--no-export",
         "--no-progress", "--log-every", "0", "--seed", "0", "--precision", "fp32",
-        "--data-dir", str(tmp_path), "--log-dir", str(tmp_path / "run"),
+        "--data-dir", str(tmp_path / "data"), "--log-dir", str(tmp_path / "run"),
     ]  # fmt: skip
     run = subprocess.run(
         [str(CVBENCH), *argv], capture_output=True, text=True, env=ENV, timeout=600
