@@ -283,14 +283,24 @@ def _leaf_layers(model: keras.Model) -> list[keras.layers.Layer]:
 
 
 def _is_cvbench_checkpoint(path: str) -> bool:
-    """Whether the `.npz` at `path` is a cvbench checkpoint (`model/<i>` arrays)."""
+    """Whether the `.npz` at `path` is a cvbench checkpoint (`model/<i>` arrays), after the
+    checks every `.npz` gets (`check_npz`: a crafted file is a `BadFileError` first).
+
+    Raises:
+        BadFileError: a malformed or crafted `.npz`, naming it.
+    """
     import zipfile
 
+    from cvbench.utils.files import open_input
+    from cvbench.utils.model_file import check_npz
+
     try:
-        with zipfile.ZipFile(path) as archive:
-            return any(name.startswith("model/") for name in archive.namelist()[:8])
-    except (OSError, zipfile.BadZipFile):
-        return False
+        with open_input(path, what="weights file") as f:
+            check_npz(path, f, what="weights file")
+            with zipfile.ZipFile(f) as archive:
+                return any(name.startswith("model/") for name in archive.namelist()[:8])
+    except zipfile.BadZipFile:
+        return False  # the torchvision reader names what is wrong with it
 
 
 def _pair_layers(
