@@ -631,6 +631,18 @@ TABLE: tuple[Row, ...] = (
         protect=("mine/a.png", "mine/notes.txt"),
     ),
     Row(
+        "dali-index-index-dir",
+        "dali-index data --index-dir {target} --no-progress",
+        shards,
+        "out",
+        OUTPUT_FOLDER,
+        # A link the user gives as the index folder is resolved once (the user chose it):
+        # the index files go into mine/ beside the user's files, which are kept.
+        {"*": LINKED_OUTPUT, "link-to-user-folder": Expect((0, 1, 2))},
+        outputs=("out", "mine"),
+        protect=("mine/a.png", "mine/notes.txt"),
+    ),
+    Row(
         "demo-output",
         "demo --quick --output-dir {target}",
         nothing,
