@@ -546,11 +546,11 @@ def recording(
     back. Any other writer is recorded once the block leaves a new file there
     (`io.when_replaced`, also when a signal stops it right after its rename).
     """
-    from cvbench.utils.io import before_replace, when_replaced
+    from cvbench.utils.io import before_replace, inode_at, when_replaced
 
     path = Path(path)
     previous = _read_outputs_list(path.parent).get(path.name)
-    before = _inode(path)
+    before = inode_at(path)
     recorded: list[Path] = []
 
     def record_file(source: Path, final: Path) -> None:
@@ -567,17 +567,10 @@ def recording(
                 record_file(Path(staged), path)
             yield
     except BaseException:
-        if recorded and _inode(path) == before:  # recorded, but the new file never came
+        if recorded and inode_at(path) == before:  # recorded, but the new file never came
             with contextlib.suppress(Exception):
                 _restore_entry(path, previous)
         raise
-
-
-def _inode(path: Path) -> int | None:
-    try:
-        return os.lstat(path).st_ino
-    except OSError:
-        return None
 
 
 def _restore_entry(path: Path, entry: Any) -> None:

@@ -317,19 +317,19 @@ def when_replaced(path: str | os.PathLike, then: Any) -> Iterator[None]:
         True
     """
     path = Path(path)
-    before = _inode(path)
+    before = inode_at(path)
     try:
         yield
     except BaseException:
-        if _inode(path) not in (None, before):
+        if inode_at(path) not in (None, before):
             with contextlib.suppress(Exception):
                 then(path)
         raise
-    if _inode(path) not in (None, before):
+    if inode_at(path) not in (None, before):
         then(path)
 
 
-def _inode(path: Path) -> int | None:
+def inode_at(path: str | os.PathLike) -> int | None:
     """The inode of what is at `path` (a link not followed); None when nothing is."""
     try:
         return os.lstat(path).st_ino
