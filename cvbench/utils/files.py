@@ -517,14 +517,24 @@ def record_tree(folder: str | os.PathLike) -> None:
                 record_output(Path(root, name))
 
 
-def _record(path: Path, *, size: int, sha256: str) -> None:
-    """Lists `path` in its folder's `OUTPUTS_LIST` with this size and SHA-256."""
+def _record(path: Path, *, size: int, sha256: str) -> Any:
+    """Lists `path` in its folder's `OUTPUTS_LIST` with this size and SHA-256; returns the
+    entry it replaced (None: none)."""
+    return _set_entry(path, {"size": size, "sha256": sha256})
+
+
+def _set_entry(path: Path, entry: Any) -> Any:
+    """Sets `path`'s entry in its folder's `OUTPUTS_LIST` (None: removes it); returns the
+    entry it replaced (None: none)."""
     from cvbench.utils.io import write_json_atomic
 
     listing = _read_outputs_list(path.parent)
-    listing[path.name] = {"size": size, "sha256": sha256}
+    previous = listing.pop(path.name, None)
+    if entry is not None:
+        listing[path.name] = entry
     refuse_link(path.parent / OUTPUTS_LIST)
     write_json_atomic(path.parent / OUTPUTS_LIST, listing)
+    return previous
 
 
 @contextlib.contextmanager
@@ -549,13 +559,11 @@ def recording(
     from cvbench.utils.io import before_replace, inode_at, when_replaced
 
     path = Path(path)
-    previous = _read_outputs_list(path.parent).get(path.name)
     before = inode_at(path)
-    recorded: list[Path] = []
+    recorded: list[Any] = []  # the entry each record before a rename replaced
 
     def record_file(source: Path, final: Path) -> None:
-        _record(final, size=source.stat().st_size, sha256=_sha256(source))
-        recorded.append(final)
+        recorded.append(_record(final, size=source.stat().st_size, sha256=_sha256(source)))
 
     def record_in_place(final: Path) -> None:
         if not recorded:
@@ -569,20 +577,8 @@ def recording(
     except BaseException:
         if recorded and inode_at(path) == before:  # recorded, but the new file never came
             with contextlib.suppress(Exception):
-                _restore_entry(path, previous)
+                _set_entry(path, recorded[0])
         raise
-
-
-def _restore_entry(path: Path, entry: Any) -> None:
-    """Gives `path` back its `OUTPUTS_LIST` entry `entry` (None: none)."""
-    from cvbench.utils.io import write_json_atomic
-
-    listing = _read_outputs_list(path.parent)
-    if entry is None:
-        listing.pop(path.name, None)
-    else:
-        listing[path.name] = entry
-    write_json_atomic(path.parent / OUTPUTS_LIST, listing)
 
 
 def written_by_cvbench(path: str | os.PathLike) -> bool:
