@@ -98,7 +98,7 @@ def imagenet_dataset(
         eval_preprocess: `image_bytes -> image` replacing `preprocessing.preprocess_for_eval`.
         num_classes: the model's classes: a record whose label is outside [0, num_classes)
             raises an error naming the label, the class count, the image and the record
-            (`pipeline.check_labels`; always, whatever `skip_corrupt`). None: not checked.
+            (`pipeline.label_check`; always, whatever `skip_corrupt`). None: not checked.
         preprocessing: the input recipe's knobs (`ImagePreprocessing`: crop ranges,
             evaluation crop, input scaling, resize method, flip, JPEG decoder options), for
             training or evaluation; None: `ImagePreprocessing()`, the NVIDIA ResNet-50 v1.5

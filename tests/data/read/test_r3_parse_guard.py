@@ -222,3 +222,20 @@ def test_box_lists_differ_is_the_one_rule_of_the_tf_free_readers(lengths, differ
     from cvbench.data.tfrecord import box_lists_differ
 
     assert box_lists_differ(np.zeros(n, np.float32) for n in lengths) is differ
+
+
+def test_check_labels_is_label_check_over_a_dataset():
+    """`check_labels` (public, kept beside `label_check`, which the readers now apply after
+    their guard): a label inside the classes passes, one outside raises naming it."""
+    from cvbench.data.read.pipeline import check_labels
+
+    def example(label):
+        return tf.data.Dataset.from_tensors(
+            {"label": tf.constant(label, tf.int32), "filename": tf.constant("a.JPEG"),
+             "source": tf.constant("/d/train-00000-of-00001"), "index": tf.constant(2, tf.int64)}
+        )  # fmt: skip
+
+    assert [int(e["label"]) for e in check_labels(example(2), 3)] == [2]
+    # label 3, stored 1-based as 4, is outside [0, 3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"label 3 \(stored as 4\) is outside"):
+        list(check_labels(example(3), 3))
