@@ -329,13 +329,16 @@ class Recipe:
         deviation = self.deviation(knob)
         return value if deviation is None else deviation.reference
 
-    def with_overrides(self, changes: Mapping[str, Any], *, reason: str) -> Recipe:
+    def with_overrides(
+        self, changes: Mapping[str, Any], *, reason: str | Mapping[str, str]
+    ) -> Recipe:
         """A copy with knobs set (`{"run.batch_per_gpu": 128}`); each one that then differs
-        from the reference is recorded as a `Deviation` with `reason` (e.g. "--batch-size"),
-        and one set back to the reference loses its deviation. Each part is validated again
-        by its own class (`OptimizerConfig`, `ScheduleConfig`, ...), and a value is compared
-        with the reference as its part reads it (a deprecated spelling, such as
-        `preprocessing.eval_crop="resize_then_crop"`, is the reference's "center_crop").
+        from the reference is recorded as a `Deviation` with `reason` (e.g. "--batch-size";
+        a mapping: each knob's own), and one set back to the reference loses its deviation.
+        Each part is validated again by its own class (`OptimizerConfig`, `ScheduleConfig`,
+        ...), and a value is compared with the reference as its part reads it (a deprecated
+        spelling, such as `preprocessing.eval_crop="resize_then_crop"`, is the reference's
+        "center_crop").
 
         Raises:
             ValueError: naming an unknown knob, a knob of a part this recipe lacks, or a
@@ -359,7 +362,8 @@ class Recipe:
             reference = self.reference_value(knob)
             deviations.pop(knob, None)
             if getattr(part, field_name) != reference:  # the value as its part reads it
-                deviations[knob] = Deviation(knob, reference, reason)
+                why = reason if isinstance(reason, str) else reason[knob]
+                deviations[knob] = Deviation(knob, reference, why)
         return dataclasses.replace(self, **replaced, deviations=tuple(deviations.values()))
 
     def for_model(

@@ -10,7 +10,6 @@ classes the task's data has.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -120,21 +119,9 @@ def resolve_recipe(
             changed.update(_smoothing_for(recipe, value))
         changes.update(changed)
         why.update(dict.fromkeys(changed, reason))
-    return _override_together(recipe, changes, why)
-
-
-def _override_together(recipe: Recipe, changes: dict[str, Any], why: dict[str, str]) -> Recipe:
-    """`recipe` with every knob of `changes` set at once, so that each part is validated
-    with all its new values (`--schedule step` with its `--boundaries`), each deviation
-    recording its own setting's reason (`why`)."""
-    if not changes:
-        return recipe
-    changed = recipe.with_overrides(changes, reason="")
-    deviations = tuple(
-        dataclasses.replace(d, reason=why[d.knob]) if d.knob in why else d
-        for d in changed.deviations
-    )
-    return dataclasses.replace(changed, deviations=deviations)
+    # every knob set at once: each part is validated with all its new values (`--schedule
+    # step` with its `--boundaries`), each deviation recording its own setting's reason
+    return recipe.with_overrides(changes, reason=why) if changes else recipe
 
 
 def check_image_size(value: Any, *, reason: str = "image_size") -> None:
