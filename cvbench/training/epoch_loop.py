@@ -63,7 +63,10 @@ class TrainState:
         skipped_steps: steps not applied (loss or gradients not finite).
         epoch_applied, epoch_skipped: the current epoch's applied and skipped steps.
         epoch_sums: the sums of the current epoch's applied steps' logs (this rank's), so
-            that an epoch resumed part-way ends with the means over all its steps.
+            that an epoch resumed part-way ends with the means over all its steps. Under
+            Horovod a checkpoint also stores every rank's (`RANK_SUMS`, `gather_epoch_sums`)
+            and each rank resumes from its own, so that the epoch's record (the mean over
+            ranks of each rank's means) is the uninterrupted run's.
 
     Example:
         >>> state = TrainState(step=3)
@@ -87,12 +90,30 @@ class TrainState:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any], default: TrainState | None = None) -> TrainState:
-        """The counters of `values` (a checkpoint's state), each as an int, and the epoch's
-        sums as floats; those it lacks from `default` (or the initial ones)."""
+    def from_dict(
+        cls,
+        values: Mapping[str, Any],
+        default: TrainState | None = None,
+        *,
+        rank: int = 0,
+        ranks: int = 1,
+    ) -> TrainState:
+        """The counters of `values` (a checkpoint's state) and the epoch's sums; those it
+        lacks from `default` (or the initial ones). The sums are rank `rank`'s of
+        `values[RANK_SUMS]` when it holds `ranks` ranks' (a checkpoint of as many ranks),
+        else `values["epoch_sums"]`.
+
+        Raises:
+            ValueError: naming the field, when a value has the wrong type or range
+                (`check_fields`).
+        """
+        check_fields(values)
         base = default if default is not None else cls()
         names = [f.name for f in dataclasses.fields(cls) if f.name != "epoch_sums"]
         sums = values.get("epoch_sums", base.epoch_sums)
+        every_rank = values.get(RANK_SUMS)
+        if isinstance(every_rank, list) and len(every_rank) == ranks > 1:
+            sums = every_rank[rank]
         return cls(
             **{n: int(values.get(n, getattr(base, n))) for n in names},
             epoch_sums={str(k): float(v) for k, v in sums.items()},
@@ -102,6 +123,87 @@ class TrainState:
         """Clears the current epoch's counts and sums (a new epoch starts)."""
         self.epoch_applied = self.epoch_skipped = 0
         self.epoch_sums = {}
+
+
+#: The key of a checkpoint's state holding every rank's `epoch_sums` (a list in rank order),
+#: written under Horovod (`gather_epoch_sums`).
+RANK_SUMS = "rank_epoch_sums"
+#: The counters' least values (`data_seed` -1: not chosen yet; the others count).
+_LEAST = {"data_seed": -1}
+
+
+def check_fields(values: Mapping[str, Any]) -> None:
+    """Checks the `TrainState` fields of `values` (a checkpoint's state): each counter an
+    int (not a bool, a float or a string) at least 0 (`data_seed` at least -1), `epoch_sums`
+    a dict of numbers, `RANK_SUMS` a list of such dicts (as many as `values["ranks"]`, when
+    that is an int). Fields `values` lacks are not checked.
+
+    Raises:
+        ValueError: `"field 'step': ..."`, naming the field and saying what it holds.
+
+    Example:
+        >>> check_fields({"step": 3, "epoch_sums": {"loss": 0.5}})
+        >>> check_fields({"step": "3"})
+        Traceback (most recent call last):
+        ...
+        ValueError: field 'step': '3' (str), not an int at least 0
+    """
+    for f in dataclasses.fields(TrainState):
+        if f.name in values and f.name != "epoch_sums":
+            value, least = values[f.name], _LEAST.get(f.name, 0)
+            if not is_count(value, least):
+                raise ValueError(f"field {f.name!r}: {shown(value)}, not an int at least {least}")
+    if "epoch_sums" in values:
+        _check_sums("epoch_sums", values["epoch_sums"])
+    if RANK_SUMS in values:
+        every_rank, ranks = values[RANK_SUMS], values.get("ranks")
+        if not isinstance(every_rank, list) or (is_count(ranks) and len(every_rank) != ranks):
+            count = f"{ranks} " if is_count(ranks) else ""
+            raise ValueError(
+                f"field {RANK_SUMS!r}: {shown(every_rank)}, not a list of the {count}ranks' "
+                "epoch sums"
+            )
+        for r, sums in enumerate(every_rank):
+            _check_sums(f"{RANK_SUMS}[{r}]", sums)
+
+
+def is_count(value: Any, least: int | None = None) -> bool:
+    """Whether `value` is an int (not a bool), at least `least` when given."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    return is_int and (least is None or value >= least)
+
+
+def shown(value: Any) -> str:
+    """`value` for a message about a checkpoint's field: its repr cut to 40 characters,
+    and its type: `'3' (str)`."""
+    return f"{value!r:.40} ({type(value).__name__})"
+
+
+def _check_sums(name: str, sums: Any) -> None:
+    """Raises `ValueError` unless `sums` is a dict of numbers (ints or floats, not bools)."""
+    if not isinstance(sums, dict):
+        raise ValueError(f"field {name!r}: {shown(sums)}, not a dict of sums by log name")
+    for key, value in sums.items():
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ValueError(f"field {name!r}: {key!r} is {shown(value)}, not a number")
+
+
+def gather_epoch_sums(distribution: Distribution, state: TrainState) -> list[dict] | None:
+    """Every rank's `state.epoch_sums`, in rank order, for a checkpoint (`RANK_SUMS`): a
+    collective, every rank calls it at the same step. None where rank 0's sums are every
+    rank's, or unused: one process, steps over the global batch (JAX), or no step of the
+    epoch done (`batch_in_epoch` 0, the same on every rank).
+
+    The rows are gathered as float64 into zero-padded slots summed over ranks, so each sum
+    arrives exactly (x + 0.0 == x): a rank resuming from its own sums ends the epoch with
+    the same values as without the stop.
+    """
+    if distribution.size == 1 or distribution.global_steps or state.batch_in_epoch == 0:
+        return None
+    keys = sorted(state.epoch_sums)  # the same logs on every rank
+    row = np.array([[state.epoch_sums[k] for k in keys]], np.float64).reshape(1, len(keys))
+    rows = distribution.allgather_rows(row)
+    return [{k: float(v) for k, v in zip(keys, r, strict=True)} for r in rows]
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ from typing import Any
 
 from cvbench.training import checkpoint as ckpt
 from cvbench.training import resume
-from cvbench.training.epoch_loop import TrainState
+from cvbench.training.epoch_loop import RANK_SUMS, TrainState, gather_epoch_sums
 from cvbench.training.run_dir import RunDirectory, RunFolder
+from cvbench.utils.errors import BadFileError
 
 #: The checkpoints' folder in the run folder (`RunFolder.CHECKPOINTS`).
 CHECKPOINT_SUBDIR = RunFolder.CHECKPOINTS
@@ -66,15 +67,22 @@ class _TrainerCheckpoints:
 
     def save_checkpoint(self) -> Path | None:
         """Writes a checkpoint of the current state and the run's plan (rank 0; others
-        return None).
+        return None). Every rank calls it at the same step: under Horovod the checkpoint
+        holds every rank's sums of the epoch's steps (`epoch_loop.gather_epoch_sums`, a
+        collective), so that each rank resumes from its own.
 
         Raises:
             CheckpointWriteError: the disk is full; the message names the previous checkpoint,
                 which is left intact for a rerun with `resume=True`.
         """
-        if not self.is_chief or self.checkpoint_dir is None or self.optimizer is None:
+        if self.checkpoint_dir is None or self.optimizer is None:
+            return None
+        every_rank = gather_epoch_sums(self.distribution, self.train_state)
+        if not self.is_chief:
             return None
         state = dict(self.train_state.to_dict(), **self._plan())
+        if every_rank is not None:
+            state[RANK_SUMS] = every_rank
         return self._checkpoints().save(
             self.train_state.step,
             model_variables=self.model.variables,
@@ -120,7 +128,9 @@ class _TrainerCheckpoints:
             return
         restored = self._restore_latest() if self.config.resume else None
         if restored is not None:
-            self.train_state = TrainState.from_dict(restored, self.train_state)
+            self.train_state = TrainState.from_dict(
+                restored, self.train_state, rank=self.rank, ranks=self.size
+            )
             if restored.get("global_batch") != self.global_batch:  # another number of ranks
                 self.train_state.clear_epoch()  # its sums were of other batches
             state = self.train_state
@@ -149,6 +159,8 @@ class _TrainerCheckpoints:
         counters converted to the new global batch (`resume.world_size_change`).
 
         Raises:
+            BadFileError: (a `ValueError`) naming the checkpoint and a field of its state of
+                the wrong type or range (`resume.check_state`); nothing is restored.
             ValueError: naming the checkpoint and what differs.
         """
         state = found = None
@@ -165,6 +177,8 @@ class _TrainerCheckpoints:
         elif found is not None:
             state = resume.restore_checked(self._resume_target(), *found)
         state = self.distribution.broadcast_object(state)
+        if state is not None and "bad_file" in state:
+            raise BadFileError(state["bad_file"])
         if state is not None and "refused" in state:
             raise ValueError(state["refused"])
         return state
