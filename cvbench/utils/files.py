@@ -36,6 +36,7 @@ import json
 import os
 import re
 import stat
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -43,7 +44,7 @@ from typing import IO, Any
 import numpy as np
 
 from cvbench.utils.errors import BadFileError
-from cvbench.utils.io import HOST_TAG, writer_dead
+from cvbench.utils.io import HOST_TAG, atomic_open, inode_at, writer_dead
 
 #: The deepest JSON nesting any cvbench reader accepts (COCO annotations need 4, model
 #: configurations a few dozen; Python's own parser fails near 1000).
@@ -474,9 +475,27 @@ def check_output(
 
 
 #: The list, in each folder cvbench writes single files into, of the files it wrote there
-#: (name -> size and SHA-256): the marker by which `--overwrite` knows its own outputs.
+#: (name -> size and SHA-256): the marker by which `--overwrite` knows its own outputs. It
+#: holds a base, the JSON object an older cvbench rewrote whole, then one JSON line
+#: `[name, entry]` per record since (entry null: removed), each appended under an exclusive
+#: `flock` by one write and an fsync; readers replay the lines over the base. Once the lines
+#: outgrow the base, the recorder rewrites the list as one base, so that recording n files
+#: writes O(n) bytes in all, where rewriting it per record wrote O(n^2).
 OUTPUTS_LIST = ".cvbench-outputs.json"
-_OUTPUTS_LIST_LIMIT = 16 << 20
+#: Bytes of a list read whatever its folder holds (about 100,000 entries); beyond it, a list
+#: may have `_LIST_PER_FILE` bytes per entry of its folder (a base entry and lines of it).
+_LIST_FLOOR = 16 << 20
+_LIST_PER_FILE = 4 << 10
+#: The longest record line read: a 255-byte name of undecodable bytes (`\udcXX` each), an
+#: entry; a longer line is damaged.
+_LINE_LIMIT = 8 << 10
+#: Bytes of appended lines that never cause a rewrite (a small folder's list stays lines).
+_JOURNAL_FLOOR = 64 << 10
+#: Bytes before the replayed end that must be unchanged for a list to be replayed onward.
+_TAIL = 64
+#: Folders whose replayed list a process keeps (`_load`).
+_CACHED_FOLDERS = 64
+_OLD_BASE_END = re.compile(rb"^\}[ \t\r]*(\n|\Z)", re.MULTILINE)
 
 
 def _sha256(path: Path) -> str:
@@ -489,15 +508,167 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+class _Listing:
+    """A folder's list replayed up to `consumed` bytes, the end of its last complete line:
+    the file it came from (`key`: device, inode, size, mtime), the `tail` bytes before
+    `consumed`, the base's size, the read limit it was checked against, the entries; a
+    `damaged` list (its base unreadable, or over its limit) claims nothing."""
+
+    __slots__ = ("key", "consumed", "tail", "base", "limit", "entries", "damaged")
+
+    def __init__(self, key: tuple, limit: int) -> None:
+        self.key, self.limit = key, limit
+        self.consumed, self.tail, self.base = 0, b"", 0
+        self.entries: dict[str, Any] = {}
+        self.damaged = False
+
+
+_CACHE: dict[str, _Listing] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _forget_lists() -> None:
+    global _CACHE_LOCK
+    _CACHE.clear()
+    _CACHE_LOCK = threading.Lock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_forget_lists)
+
+
+def _stat_key(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _read_span(fd: int, start: int, end: int) -> bytes:
+    """Bytes `start` to `end` of the open file `fd` (fewer where it ends sooner)."""
+    chunks, at = [], start
+    while at < end:
+        chunk = os.pread(fd, min(end - at, 1 << 24), at)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        at += len(chunk)
+    return b"".join(chunks)
+
+
+def _list_limit(folder: Path, size: int) -> int:
+    """The most bytes `folder`'s list may have: `_LIST_FLOOR`, and beyond it (counted only
+    then) `_LIST_PER_FILE` per entry of the folder."""
+    if size <= _LIST_FLOOR:
+        return _LIST_FLOOR
+    with os.scandir(folder) as entries:
+        return _LIST_FLOOR + _LIST_PER_FILE * sum(1 for _ in entries)
+
+
+def _parse_base(data: bytes) -> tuple[dict[str, Any] | None, int]:
+    """The base object a list's text `data` starts with, and the bytes it spans: on the
+    first line (this cvbench's), or up to the first line `}` (an older cvbench's indented
+    JSON); `({}, 0)` when it starts with record lines; `(None, ...)` when it is damaged."""
+    start = len(data) - len(data.lstrip())
+    if data[start : start + 1] != b"{":
+        return {}, 0
+    for end in _base_ends(data, start):
+        with contextlib.suppress(BadFileError):
+            base = loads_json(data[:end], source=OUTPUTS_LIST)
+            return (base, end) if isinstance(base, dict) else (None, end)
+    return None, len(data)
+
+
+def _base_ends(data: bytes, start: int) -> Iterator[int]:
+    """Where a base starting at `start` may end: its first line, else (searched only then)
+    the first line `}`."""
+    yield data.find(b"\n", start) + 1 or len(data)
+    match = _OLD_BASE_END.search(data, start)
+    if match:
+        yield match.end()
+
+
+def _replay_lines(data: bytes, entries: dict[str, Any]) -> int:
+    """Applies the complete record lines of `data` to `entries`, in order; returns the bytes
+    up to the end of the last one. A damaged line (torn by a kill, not a record) is passed
+    over: every entry claims only a file of its SHA-256, so one left standing claims nothing
+    cvbench did not write."""
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].split(b"\n"):
+        if not line.strip() or len(line) > _LINE_LIMIT:
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(record, list) and len(record) == 2 and isinstance(record[0], str):
+            if record[1] is None:
+                entries.pop(record[0], None)
+            else:
+                entries[record[0]] = record[1]
+    return end
+
+
+def _replay_all(folder: Path, fd: int, st: os.stat_result) -> _Listing:
+    """The list open as `fd` read whole (within its limit) and replayed."""
+    state = _Listing(_stat_key(st), _list_limit(folder, st.st_size))
+    if st.st_size > state.limit:
+        state.damaged = True
+        return state
+    data = _read_span(fd, 0, st.st_size)
+    base, state.base = _parse_base(data)
+    if base is None:
+        state.damaged = True
+        return state
+    state.entries = base
+    state.consumed = state.base + _replay_lines(data[state.base :], base)
+    state.tail = data[max(0, state.consumed - _TAIL) : state.consumed]
+    return state
+
+
+def _replay_onward(folder: Path, fd: int, st: os.stat_result, state: _Listing) -> bool:
+    """Replays the lines appended to `state`'s file since it was read, in place; False when
+    the list open as `fd` is not that file grown (rewritten, truncated, damaged)."""
+    if state.damaged or state.consumed == 0 or state.key[:2] != _stat_key(st)[:2]:
+        return False
+    if st.st_size < state.consumed:
+        return False
+    if _read_span(fd, state.consumed - len(state.tail), state.consumed) != state.tail:
+        return False  # the same inode number, but another file (or edited in place)
+    if st.st_size > state.limit:
+        state.limit = _list_limit(folder, st.st_size)
+        if st.st_size > state.limit:
+            return False
+    data = _read_span(fd, state.consumed, st.st_size)
+    used = _replay_lines(data, state.entries)
+    state.consumed += used
+    state.tail = (state.tail + data[:used])[-_TAIL:]
+    state.key = _stat_key(st)
+    return True
+
+
+def _load(folder: Path, fd: int, st: os.stat_result) -> _Listing:
+    """`folder`'s list, open as `fd`, replayed: from this process's last reading of it where
+    the file only grew since (each record is read once), else whole."""
+    key = os.path.abspath(folder)
+    with _CACHE_LOCK:
+        state = _CACHE.pop(key, None)
+        if state is None or (
+            state.key != _stat_key(st) and not _replay_onward(folder, fd, st, state)
+        ):
+            state = _replay_all(folder, fd, st)
+        _CACHE[key] = state  # the most recent last
+        while len(_CACHE) > _CACHED_FOLDERS:
+            del _CACHE[next(iter(_CACHE))]
+        return state
+
+
 def _read_outputs_list(folder: Path) -> dict[str, Any]:
-    listing = folder / OUTPUTS_LIST
+    """`folder`'s entries (name -> size and SHA-256; not to be changed); empty when it has
+    no list or a damaged one (a damaged list claims nothing: every file is the user's)."""
     try:
-        data = read_json(listing, limit=_OUTPUTS_LIST_LIMIT, what="output list")
-    except (FileNotFoundError, NotADirectoryError):
+        f = open_input(folder / OUTPUTS_LIST, what="output list")
+    except (FileNotFoundError, NotADirectoryError, BadFileError):
         return {}
-    except BadFileError:
-        return {}  # a damaged list claims nothing: every file counts as the user's
-    return data if isinstance(data, dict) else {}
+    with f:
+        state = _load(folder, f.fileno(), os.fstat(f.fileno()))
+    return {} if state.damaged else state.entries
 
 
 def record_output(path: str | os.PathLike) -> None:
@@ -524,17 +695,52 @@ def _record(path: Path, *, size: int, sha256: str) -> Any:
 
 
 def _set_entry(path: Path, entry: Any) -> Any:
-    """Sets `path`'s entry in its folder's `OUTPUTS_LIST` (None: removes it); returns the
-    entry it replaced (None: none)."""
-    from cvbench.utils.io import write_json_atomic
+    """Sets `path`'s entry in its folder's `OUTPUTS_LIST` (None: removes it), durably before
+    it returns; returns the entry it replaced (None: none).
 
-    listing = _read_outputs_list(path.parent)
-    previous = listing.pop(path.name, None)
-    if entry is not None:
-        listing[path.name] = entry
-    refuse_link(path.parent / OUTPUTS_LIST)
-    write_json_atomic(path.parent / OUTPUTS_LIST, listing)
-    return previous
+    The list is locked (`flock`) while the line is appended, or while it is rewritten whole
+    once its lines outgrow its base (or its base is damaged): a recorder that waited for a
+    rewrite's lock finds another file at the list's name and locks that one, so no record of
+    a concurrent process is lost. A link in the list's place is refused (`open_output`)."""
+    listing = path.parent / OUTPUTS_LIST
+    line = json.dumps([path.name, entry], sort_keys=True, separators=(",", ":")) + "\n"
+    while True:
+        refuse_link(listing)
+        with open_output(listing, "r+b", buffering=0) as f:  # read too: its replay
+            fd = f.fileno()
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            if inode_at(listing) != st.st_ino:
+                continue  # rewritten (or removed) while this process waited for its lock
+            state = _load(path.parent, fd, st)
+            previous = None if state.damaged else state.entries.get(path.name)
+            if state.damaged or st.st_size - state.base + len(line) > max(
+                state.base, _JOURNAL_FLOOR
+            ):
+                entries = {} if state.damaged else dict(state.entries)
+                _replay_lines(line.encode("ascii"), entries)
+                _rewrite_list(listing, entries)
+            else:
+                torn = st.st_size > 0 and _read_span(fd, st.st_size - 1, st.st_size) != b"\n"
+                _append_line(fd, ("\n" if torn else "") + line)
+            return previous
+
+
+def _append_line(fd: int, line: str) -> None:
+    """Appends `line` to the list open as `fd` with one write, then fsyncs it; a short write
+    (a full disk) raises, and the next record starts on a line of its own."""
+    data = line.encode("ascii")
+    if os.write(fd, data) != len(data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    os.fsync(fd)
+
+
+def _rewrite_list(listing: Path, entries: dict[str, Any]) -> None:
+    """Replaces the list at `listing` by one base holding `entries` (`atomic_open`)."""
+    text = json.dumps(entries, sort_keys=True, separators=(",", ":")) + "\n"
+    with atomic_open(listing, "w", encoding="ascii") as f:
+        f.write(text)
 
 
 @contextlib.contextmanager
@@ -556,7 +762,7 @@ def recording(
     back. Any other writer is recorded once the block leaves a new file there
     (`io.when_replaced`, also when a signal stops it right after its rename).
     """
-    from cvbench.utils.io import before_replace, inode_at, when_replaced
+    from cvbench.utils.io import before_replace, when_replaced
 
     path = Path(path)
     before = inode_at(path)
