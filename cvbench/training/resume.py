@@ -45,7 +45,6 @@ from typing import Any
 import numpy as np
 
 from cvbench.training import checkpoint as ckpt
-from cvbench.training.epoch_loop import check_fields, is_count, shown
 from cvbench.utils.errors import BadFileError
 from cvbench.utils.model_file import current_setting
 
@@ -384,81 +383,13 @@ class ResumeTarget:
     run_events: list
 
 
-#: The plan's fields (`run_plan`) that are whole numbers, each with its least value.
-_PLAN_COUNTS = {"global_batch": 1, "ranks": 1, "planned_steps": 0, "epochs": 0,
-                "steps_per_epoch": 0}  # fmt: skip
-
-
-def check_state(path: Path | str, meta: dict) -> None:
-    """The one check of what a checkpoint's metadata `meta` says about the run before a
-    resume reads it: its state a dict; the trainer state's counters and sums
-    (`epoch_loop.check_fields`); the plan's counts whole numbers (or None), `precision` and
-    `model` strings, `settings` a dict whose `class_names` are strings and `seed` an int;
-    each variable described by a `path` and a `shape` of whole numbers. Nothing is restored
-    from a checkpoint that fails it.
-
-    Raises:
-        BadFileError: `"<path> is not a valid checkpoint: field 'step': ..."`, naming the
-            file and the field.
-
-    Example:
-        >>> try:
-        ...     check_state("c.npz", {"state": {"model": 16}})
-        ... except BadFileError as e:
-        ...     print(e)
-        c.npz is not a valid checkpoint: field 'model': 16 (int), not a string
-    """
-    try:
-        state = meta.get("state")
-        if not isinstance(state, dict):
-            raise ValueError(f"field 'state': {shown(state)}, not a dict")
-        check_fields(state)
-        _check_plan(state)
-        for group in ("model", "optimizer"):
-            for i, info in enumerate(meta.get(group) or []):
-                shape = info.get("shape") if isinstance(info, dict) else None
-                if (
-                    not isinstance(info, dict)
-                    or not isinstance(info.get("path"), str)
-                    or not (isinstance(shape, list) and all(is_count(n, 0) for n in shape))
-                ):
-                    raise ValueError(f"field '{group}[{i}]': {shown(info)}, not a variable's "
-                                     "path and shape")  # fmt: skip
-    except ValueError as e:
-        raise BadFileError(f"{path} is not a valid checkpoint: {e}") from None
-
-
-def _check_plan(state: dict) -> None:
-    """Raises `ValueError` naming the first field of the plan in `state` (`run_plan`) of
-    the wrong type or range (see `check_state`)."""
-    for key, least in _PLAN_COUNTS.items():
-        value = state.get(key)
-        if value is not None and not is_count(value, least):
-            raise ValueError(f"field {key!r}: {shown(value)}, not an int at least {least} or None")
-    for key in ("precision", "model"):
-        if state.get(key) is not None and not isinstance(state[key], str):
-            raise ValueError(f"field {key!r}: {shown(state[key])}, not a string")
-    settings = state.get("settings")
-    if settings is None:
-        return
-    if not isinstance(settings, dict):
-        raise ValueError(f"field 'settings': {shown(settings)}, not a dict")
-    names, seed = settings.get("class_names"), settings.get("seed")
-    if names is not None and not (
-        isinstance(names, list) and all(isinstance(n, str) for n in names)
-    ):
-        raise ValueError(f"field 'settings.class_names': {shown(names)}, not a list of strings")
-    if seed is not None and not is_count(seed):
-        raise ValueError(f"field 'settings.seed': {shown(seed)}, not an int")
-
-
 def restore_checked(target: ResumeTarget, path: Path, meta: dict, arrays: dict) -> dict:
     """Restores `target`'s model and optimizer from the checkpoint at `path` after the plan
     check; returns the checkpointed trainer state, `{"refused": message}`, or
     `{"bad_file": message}` for a checkpoint whose state has a field of the wrong type or
-    range (`check_state`; nothing restored)."""
+    range (`checkpoint.check_state`; nothing restored)."""
     try:
-        check_state(path, meta)
+        ckpt.check_state(path, meta)
     except BadFileError as e:
         return {"bad_file": str(e)}
     refusal = _refusal(target, path, meta)

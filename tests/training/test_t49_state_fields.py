@@ -14,8 +14,8 @@ import pytest
 from training_helpers import images, make_trainer
 
 import cvbench.cli as cli
+from cvbench.training.checkpoint import check_state, read_checkpoint_meta
 from cvbench.training.epoch_loop import RANK_SUMS, TrainState, check_fields
-from cvbench.training.resume import check_state
 from cvbench.utils.errors import BadFileError
 
 CKPT = "ckpt-0000000002.npz"  # 8 images, batch 4: 2 steps in the one epoch
@@ -163,24 +163,58 @@ def test_from_dict_refuses_a_wrong_field_as_a_value_error_naming_it():
         TrainState.from_dict({"consumed": "7"})
 
 
+CLI_ARGS = ["--model", "resnet18", "--batch-size", "2", "--image-size", "32", "--num-classes"]
+CLI_ARGS += ["4", "--precision", "fp32", "--synthetic", "--epochs", "1", "--steps-per-epoch"]
+CLI_ARGS += ["1", "--no-progress", "--no-export", "--log-every", "0", "--seed", "0"]
+CLI_ARGS += ["--eval", "none"]
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """A run folder of `cvbench train` (one step of a tiny ResNet-18), its checkpoint after
+    step 1."""
+    run = tmp_path_factory.mktemp("cli") / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cli, "_COMMAND_MODULES", ("cvbench.cli.train",))
+        assert cli.main(["train", *CLI_ARGS, "--log-dir", str(run)]) == 0
+    return run
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (setter("epoch_applied", -1), "field 'epoch_applied': -1 (int), not an int at least 0"),
+        # The CLI reads the recorded recipe knobs before the Trainer resumes.
+        (setter("settings.knobs", ["x"]), "field 'settings.knobs': ['x'] (list), not a dict"),
+        (lambda meta: meta.update(state=[1]), "field 'state': [1] (list), not a dict"),
+    ],
+    ids=["counter", "knobs", "state"],
+)
 def test_the_cli_prints_one_line_and_exits_1_leaving_the_log_dir_unchanged(
-    tmp_path, capsys, monkeypatch
+    cli_run, tmp_path, capsys, monkeypatch, change, says
 ):
     monkeypatch.setattr(cli, "_COMMAND_MODULES", ("cvbench.cli.train",))
     monkeypatch.delenv("CVBENCH_DEBUG", raising=False)
-    argv = ["train", "--model", "resnet18", "--batch-size", "2", "--image-size", "32"]
-    argv += ["--num-classes", "4", "--precision", "fp32", "--synthetic", "--epochs", "1"]
-    argv += ["--steps-per-epoch", "1", "--no-progress", "--no-export", "--log-every", "0"]
-    argv += ["--seed", "0", "--eval", "none", "--log-dir", str(tmp_path / "run")]
-    assert cli.main(argv) == 0
-    path = tmp_path / "run" / "checkpoints" / "ckpt-0000000001.npz"
-    rewrite_meta(path, setter("epoch_applied", -1))
-    before = snapshot(tmp_path / "run")
+    run = tmp_path / "run"
+    shutil.copytree(cli_run, run)
+    path = run / "checkpoints" / "ckpt-0000000001.npz"
+    rewrite_meta(path, change)
+    before = snapshot(run)
     capsys.readouterr()
-    assert cli.main([*argv, "--resume"]) == 1
-    err = capsys.readouterr().err
-    assert err == (
-        f"cvbench train: error: {path} is not a valid checkpoint: field 'epoch_applied': "
-        "-1 (int), not an int at least 0\n"
+    assert cli.main(["train", *CLI_ARGS, "--log-dir", str(run), "--resume"]) == 1
+    assert capsys.readouterr().err == (
+        f"cvbench train: error: {path} is not a valid checkpoint: {says}\n"
     )
-    assert snapshot(tmp_path / "run") == before
+    assert snapshot(run) == before
+
+
+def test_the_readers_of_a_checkpoints_settings_get_the_same_check(run, tmp_path):
+    # `cvbench eval --checkpoint` and the CLI's recorded knobs read the metadata alone.
+    path = tmp_path / CKPT
+    shutil.copyfile(run / "checkpoints" / CKPT, path)
+    rewrite_meta(path, setter("settings.recipe", 50))
+    with pytest.raises(BadFileError) as raised:
+        read_checkpoint_meta(path)
+    assert str(raised.value) == (
+        f"{path} is not a valid checkpoint: field 'settings.recipe': 50 (int), not a string"
+    )
