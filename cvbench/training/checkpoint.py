@@ -15,7 +15,10 @@ skipped with a warning when looking for the newest valid one.
 
 Before any array is read, the sizes the archive declares are checked against the file
 (`check_archive`): a small file whose zip directory or `.npy` headers ask for gigabytes is
-refused, naming the file and the member, instead of being allocated.
+refused, naming the file and the member, instead of being allocated. What the metadata says
+about the run (its state: counters, sums, plan, settings) is checked for types and ranges
+(`check_state`) before a resume or a reader of its settings uses it, which the checksum of
+the arrays does not cover: a crafted field is refused naming the file and the field.
 """
 
 from __future__ import annotations
