@@ -495,6 +495,8 @@ _JOURNAL_FLOOR = 64 << 10
 _TAIL = 64
 #: Folders whose replayed list a process keeps (`_load`).
 _CACHED_FOLDERS = 64
+#: Lists a recorder locks in turn, each rewritten by another while it waited, before failing.
+_RELOCKS = 1000
 _OLD_BASE_END = re.compile(rb"^\}[ \t\r]*(\n|\Z)", re.MULTILINE)
 
 
@@ -557,8 +559,11 @@ def _list_limit(folder: Path, size: int) -> int:
     then) `_LIST_PER_FILE` per entry of the folder."""
     if size <= _LIST_FLOOR:
         return _LIST_FLOOR
-    with os.scandir(folder) as entries:
-        return _LIST_FLOOR + _LIST_PER_FILE * sum(1 for _ in entries)
+    try:
+        with os.scandir(folder) as entries:
+            return _LIST_FLOOR + _LIST_PER_FILE * sum(1 for _ in entries)
+    except OSError:
+        return _LIST_FLOOR  # a folder that cannot be listed: no more than the floor
 
 
 def _parse_base(data: bytes) -> tuple[dict[str, Any] | None, int]:
@@ -704,12 +709,12 @@ def _set_entry(path: Path, entry: Any) -> Any:
     a concurrent process is lost. A link in the list's place is refused (`open_output`)."""
     listing = path.parent / OUTPUTS_LIST
     line = json.dumps([path.name, entry], sort_keys=True, separators=(",", ":")) + "\n"
-    while True:
+    for _ in range(_RELOCKS):
         refuse_link(listing)
         with open_output(listing, "r+b", buffering=0) as f:  # read too: its replay
             fd = f.fileno()
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _lock(fd)
             st = os.fstat(fd)
             if inode_at(listing) != st.st_ino:
                 continue  # rewritten (or removed) while this process waited for its lock
@@ -725,6 +730,17 @@ def _set_entry(path: Path, entry: Any) -> Any:
                 torn = st.st_size > 0 and _read_span(fd, st.st_size - 1, st.st_size) != b"\n"
                 _append_line(fd, ("\n" if torn else "") + line)
             return previous
+    raise BadFileError(f"{listing} was replaced {_RELOCKS} times while cvbench waited to record")
+
+
+def _lock(fd: int) -> None:
+    """Locks the list open as `fd` for this recorder (`flock`); a file system that has no
+    locks leaves it unlocked, as an older cvbench always did."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as error:
+        if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
 
 
 def _append_line(fd: int, line: str) -> None:

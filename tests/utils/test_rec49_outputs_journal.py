@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -279,6 +280,9 @@ import cvbench.utils.files as files
 files._JOURNAL_FLOOR = 300
 os.fsync = lambda fd: None
 folder, tag = Path(sys.argv[1]), sys.argv[2]
+(folder / f"ready-{tag}").touch()
+while not (folder / "go").exists():  # both start at once
+    pass
 for i in range(200):
     path = folder / f"{tag}-{i}.json"
     path.write_text(str(i))
@@ -295,7 +299,39 @@ def test_two_processes_recording_into_one_folder_lose_no_entry(tmp_path):
         subprocess.Popen([sys.executable, "-c", RECORDER, str(tmp_path), tag], env=env)
         for tag in ("p", "q")
     ]
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{t}").exists() for t in "pq"):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.01)
+    (tmp_path / "go").touch()
     assert [proc.wait(timeout=120) for proc in procs] == [0, 0]
     files._forget_lists()
     names = [f"{tag}-{i}.json" for tag in ("p", "q") for i in range(200)]
     assert all(written_by_cvbench(tmp_path / name) for name in names)
+
+
+def test_a_name_of_undecodable_bytes_is_recorded_and_read_back(tmp_path):
+    path = tmp_path / os.fsdecode(b"caf\xe9-\xff.json")  # not UTF-8: \udce9, \udcff
+    path.write_text("x")
+    record_output(path)
+    files._forget_lists()
+    assert written_by_cvbench(path)
+
+
+def test_a_file_system_without_locks_still_records(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    record_output(write(tmp_path, "a.json", b"a"))
+    assert written_by_cvbench(tmp_path / "a.json")
+
+
+def test_a_list_replaced_at_every_lock_fails_the_record_after_its_retries(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "_RELOCKS", 3)
+    monkeypatch.setattr(files, "inode_at", lambda path: -1)  # never the file it locked
+    with pytest.raises(BadFileError, match="replaced 3 times"):
+        record_output(write(tmp_path, "a.json", b"a"))
