@@ -93,6 +93,26 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def score_threshold(text: str) -> float:
+    """`"0.3"` -> 0.3: a detector's score threshold (`--score-threshold`), in `[0, 1)` by the
+    rule of the Python API (`cvbench.utils.model_file.check_score_threshold`).
+
+    Example:
+        >>> score_threshold("0.3")
+        0.3
+        >>> score_threshold("nan")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be in [0, 1), got 'nan'
+    """
+    from cvbench.utils.model_file import check_score_threshold
+
+    try:
+        return check_score_threshold(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text!r}") from None
+
+
 def positive_int_list(text: str) -> tuple[int, ...]:
     """`"1,8,64"` -> (1, 8, 64); `""` or `"none"` -> () (an empty list).
 

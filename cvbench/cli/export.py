@@ -14,12 +14,9 @@ import argparse
 import os
 from pathlib import Path
 
-from cvbench.cli.args import add_max_input_side, positive_int
+from cvbench.cli.args import add_max_input_side, positive_int, score_threshold
 from cvbench.cli.errors import CLIError
-from cvbench.cli.predict import with_flag_hints
-
-#: `--coco-threshold`'s value of `args.score_threshold`: the model file's own threshold.
-COCO_THRESHOLD = "the model file's"
+from cvbench.cli.predict import check_flags_fit, with_flag_hints
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,20 +38,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="saved_model (a directory) or tflite (a file); default saved_model",
     )
     p.add_argument("--output", required=True, metavar="PATH", help="directory or file to write")
-    p.add_argument("--top-k", type=positive_int, default=5, help="classes per image (default 5)")
+    p.add_argument(
+        "--top-k",
+        type=positive_int,
+        metavar="K",
+        default=None,
+        help="classifiers: classes per image, at most the model's class count (default 5, or "
+        "every class of a model with fewer)",
+    )
     threshold = p.add_mutually_exclusive_group()
     threshold.add_argument(
         "--score-threshold",
-        type=float,
+        type=score_threshold,
         default=None,
         metavar="T",
-        help="detectors: keep boxes scoring above T (default 0.5, as predict)",
+        help="detectors: keep boxes scoring above T, in [0, 1) (default 0.5, as predict)",
     )
     threshold.add_argument(
         "--coco-threshold",
-        dest="score_threshold",
-        action="store_const",
-        const=COCO_THRESHOLD,
+        action="store_true",
         help="detectors: the model file's own threshold (COCO evaluation's, 1e-8 for "
         "ssd320: every image returns its max_total boxes)",
     )
@@ -86,11 +88,20 @@ def _check_backend() -> None:
         )
 
 
+def _threshold(args: argparse.Namespace) -> float | None:
+    """`export_for_serving`'s `score_threshold`: `--score-threshold`, else predict's 0.5;
+    None (the model file's own) with `--coco-threshold`."""
+    from cvbench.inference.detection import SCORE_THRESHOLD
+
+    if args.coco_threshold:
+        return None
+    return SCORE_THRESHOLD if args.score_threshold is None else args.score_threshold
+
+
 def handler(args: argparse.Namespace) -> int:
-    from cvbench.inference import read_model_info
     from cvbench.inference.outputs import check_parent_path, check_replaceable, check_writable
     from cvbench.utils.files import check_output, written_by_cvbench
-    from cvbench.utils.model_file import MAX_INPUT_SIDE, info_file_path
+    from cvbench.utils.model_file import MAX_INPUT_SIDE, info_file_path, require_model_info
 
     model = Path(args.model)
     if not model.exists():  # a FIFO or folder is refused by read_model_info: exit 1
@@ -109,20 +120,17 @@ def handler(args: argparse.Namespace) -> int:
                      is_ours=written_by_cvbench)  # fmt: skip
         check_parent_path(args.output)
         check_writable(args.output)
-        read_model_info(model, max_input_side=side)
+        info = require_model_info(model, max_input_side=side)
+        check_flags_fit(args, info.task, info.num_classes)  # predict's rule
         _check_backend()
         from cvbench.inference import export_for_serving
-        from cvbench.inference.detection import SCORE_THRESHOLD
 
-        threshold = {None: SCORE_THRESHOLD, COCO_THRESHOLD: None}.get(
-            args.score_threshold, args.score_threshold
-        )
         written = export_for_serving(
             model,
             args.output,
             format=args.format,
-            top_k=args.top_k,
-            score_threshold=threshold,
+            top_k=5 if args.top_k is None else args.top_k,
+            score_threshold=_threshold(args),
             overwrite=args.overwrite,
             max_input_side=side,
         )

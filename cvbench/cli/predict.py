@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cvbench.cli.args import add_max_input_side, positive_int
+from cvbench.cli.args import add_max_input_side, positive_int, score_threshold
 from cvbench.cli.errors import CLIError, for_command_line
 from cvbench.utils.errors import BadFileError, CvbenchError
 
@@ -63,16 +63,6 @@ def with_flag_hints(error: ValueError) -> Exception:
     return CLIError(message)
 
 
-def _score_threshold(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text!r}")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds the `predict` subcommand."""
     p = subparsers.add_parser(
@@ -93,7 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--score-threshold",
-        type=_score_threshold,
+        type=score_threshold,
         metavar="T",
         default=None,
         help="detectors: keep boxes scoring above it, in [0, 1) (0.5)",
@@ -140,20 +130,53 @@ def _kept_on_stop(args: argparse.Namespace) -> str:
     return "the files written so far are kept; none is half-written"
 
 
-def _classifier_flags(args: argparse.Namespace) -> list[str]:
-    given = [
+#: The flags that fit one kind of model file only (`ModelInfo.task`), each with the `args`
+#: attribute it sets and its value when not given; `check_flags_fit` refuses one given for
+#: the other kind, in `predict` and `export` alike (a command has the flags of its parser).
+_KIND_FLAGS = {
+    "classification": (("--top-k", "top_k", None),),
+    "detection": (
+        ("--score-threshold", "score_threshold", None),
+        ("--coco-threshold", "coco_threshold", False),
+        ("--coco-json", "coco_json", None),
+        ("--box-format", "box_format", "xyxy"),
+    ),
+}
+
+
+def check_flags_fit(args: argparse.Namespace, task: str, num_classes: int) -> None:
+    """Refuses, before the model is loaded, the flags that do not fit the model file
+    `args.model` of kind `task` (`ModelInfo.task`): a flag of the other kind, and a
+    `--top-k` over a classifier's `num_classes` (the user asked for more classes than
+    the model has: a wrong model file or a typo; an export's `(B, k)` outputs would be
+    narrower than asked). The default top-k (5) is cut to the class count silently.
+
+    Raises:
+        CLIError: naming the flags (exit 2).
+
+    Example:
+        >>> args = argparse.Namespace(model="m.keras", top_k=10)
+        >>> check_flags_fit(args, "classification", 3)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        cvbench.cli.errors.CLIError: --top-k 10: m.keras is a classifier of 3 classes; pass...
+    """
+    wrong = [
         flag
-        for flag, value in (
-            ("--score-threshold", args.score_threshold),
-            ("--coco-json", args.coco_json),
-        )
-        if value is not None
+        for other, flags in _KIND_FLAGS.items()
+        if other != task
+        for flag, dest, unset in flags
+        if getattr(args, dest, unset) != unset
     ]
-    return given + (["--box-format"] if args.box_format != "xyxy" else [])
-
-
-def _detector_flags(args: argparse.Namespace) -> list[str]:
-    return ["--top-k"] if args.top_k is not None else []
+    if wrong:
+        noun = _KINDS[task].noun
+        raise CLIError(f"{args.model} is a {noun}: {', '.join(wrong)} does not apply to it")
+    top_k = getattr(args, "top_k", None)
+    if task == "classification" and top_k is not None and top_k > num_classes:
+        raise CLIError(
+            f"--top-k {top_k}: {args.model} is a classifier of {num_classes} classes; pass "
+            f"--top-k {num_classes} or less"
+        )
 
 
 def _classify(
@@ -198,14 +221,12 @@ class _Kind:
 
     Attributes:
         noun: what such a model is called in messages ("classifier").
-        foreign_flags: the flags given that do not apply to it.
         predict: `(model, files, info, args, reading) -> results` (`reading`: the keyword
             arguments of the image reading both kinds share).
         lines: the table lines of one result, given its printable source name.
     """
 
     noun: str
-    foreign_flags: Callable[[argparse.Namespace], list[str]]
     predict: Callable[..., list]
     lines: Callable[[Any, str], list[str]]
 
@@ -213,15 +234,9 @@ class _Kind:
 #: `cvbench predict` by the model file's kind (`ModelInfo.task`): the one place that tells the
 #: kinds apart.
 _KINDS = {
-    "classification": _Kind("classifier", _classifier_flags, _classify, _classification_lines),
-    "detection": _Kind("detector", _detector_flags, _detect, _detection_lines),
+    "classification": _Kind("classifier", _classify, _classification_lines),
+    "detection": _Kind("detector", _detect, _detection_lines),
 }
-
-
-def _check_flags(args: argparse.Namespace, kind: _Kind) -> None:
-    wrong = kind.foreign_flags(args)
-    if wrong:
-        raise CLIError(f"{args.model} is a {kind.noun}: {', '.join(wrong)} does not apply to it")
 
 
 def _print_table(results: list[Any], kind: _Kind) -> None:
@@ -288,7 +303,7 @@ def _predict(args: argparse.Namespace) -> int:
 
     info = _model_info(args)
     kind = _KINDS[info.task]
-    _check_flags(args, kind)
+    check_flags_fit(args, info.task, info.num_classes)
     max_image_pixels = args.max_image_pixels or MAX_IMAGE_PIXELS
     inputs = image_paths(args.inputs)
     _check_outputs(args, inputs)

@@ -35,7 +35,7 @@ from cvbench.inference.images import (
     predict_batches,
 )
 from cvbench.inference.resolve import resolve_model
-from cvbench.utils.model_file import DISPLAY_SCORE_THRESHOLD, ModelInfo
+from cvbench.utils.model_file import DISPLAY_SCORE_THRESHOLD, ModelInfo, check_score_threshold
 
 #: Default score threshold of `detect`: `cvbench.utils.model_file.DISPLAY_SCORE_THRESHOLD`
 #: (what is worth showing; use a low one, such as 0.001 or `COCO_SCORE_THRESHOLD`, 1e-8, for
@@ -133,8 +133,7 @@ def detect(
             read, is corrupt or is over a limit (unless `skip_corrupt`).
     """
     check_box_format(box_format)
-    if isinstance(score_threshold, bool) or not 0.0 <= float(score_threshold) < 1.0:
-        raise ValueError(f"score_threshold must be in [0, 1); got {score_threshold!r}")
+    score_threshold = check_score_threshold(score_threshold)
     model, info = resolve_model(model, info=info, task="detection")
     read = ReadOptions(batch_size, skip_corrupt, on_skip, max_image_pixels)
     results_of = functools.partial(

@@ -64,6 +64,7 @@ from cvbench.utils.files import (
 from cvbench.utils.model_file import (
     MAX_INPUT_SIDE,
     ModelInfo,
+    check_score_threshold,
     info_file_path,
     load_model,
     require_model_info,
@@ -128,6 +129,7 @@ def export_for_serving(
         )
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}; got {format!r}")
+    checked = _ServingOptions(top_k, score_threshold)  # bad values refused before any work
     label = os.fspath(out)
     out = _checked_destination(label, overwrite=overwrite)
     model, info = _model_and_info(model_or_path, info, max_input_side=max_input_side)
@@ -139,7 +141,7 @@ def export_for_serving(
         score_threshold=score_threshold,
         probabilities=_ends_in_softmax(model),
     )
-    served_info = _as_served(info, score_threshold)
+    served_info = _as_served(info, checked.score_threshold)
     with errors_naming(label):
         _write_export(served, fn, out, format=format, info=served_info, overwrite=overwrite)
     with errors_naming(os.fspath(info_file_path(label))):
@@ -308,11 +310,25 @@ def _appeared(out: Path) -> ValueError:
 
 @dataclass(frozen=True)
 class _ServingOptions:
-    """The export's choices of what the signature returns (each kind reads its own)."""
+    """The export's choices of what the signature returns (each kind reads its own), checked
+    whatever the kind, before any model is loaded: a bad value is an error even where the
+    kind ignores it (`top_k` of a detector, `score_threshold` of a classifier).
+
+    Raises:
+        ValueError: for a `top_k` that is no int >= 1, or a threshold outside `[0, 1)`
+            (`check_score_threshold`), naming the value.
+    """
 
     top_k: int
     score_threshold: float | None
-    probabilities: bool
+    probabilities: bool = False
+
+    def __post_init__(self) -> None:
+        top_k = self.top_k
+        if isinstance(top_k, bool) or not (isinstance(top_k, int) and top_k >= 1):
+            raise ValueError(f"top_k must be an int >= 1; got {top_k!r}")
+        if self.score_threshold is not None:
+            object.__setattr__(self, "score_threshold", check_score_threshold(self.score_threshold))
 
 
 def serving_function(
@@ -341,10 +357,7 @@ def serving_function(
 
 def _serve_classifier(model: Any, info: ModelInfo, options: _ServingOptions) -> Callable:
     """uint8 images -> probabilities (or logits' softmax), top-k indices, scores, names."""
-    top_k = options.top_k
-    if isinstance(top_k, bool) or not (isinstance(top_k, int) and top_k >= 1):
-        raise ValueError(f"top_k must be an int >= 1; got {top_k!r}")
-    k = min(top_k, info.num_classes)
+    k = min(options.top_k, info.num_classes)
     to_input = serving.model_input_function(info)
     names = info.class_names
 
@@ -360,11 +373,8 @@ def _serve_classifier(model: Any, info: ModelInfo, options: _ServingOptions) -> 
 def _serve_detector(model: Any, info: ModelInfo, options: _ServingOptions) -> Callable:
     """uint8 images -> decoded, NMS-ed boxes, scores, classes, counts and class names."""
     post = dict(info.detection["postprocess"])
-    score_threshold = options.score_threshold
-    if score_threshold is not None:
-        if not 0.0 <= float(score_threshold) < 1.0:
-            raise ValueError(f"score_threshold must be in [0, 1); got {score_threshold!r}")
-        post["score_threshold"] = float(score_threshold)
+    if options.score_threshold is not None:
+        post["score_threshold"] = options.score_threshold
     anchors = multiscale_anchors(info.image_size, **info.detection["anchors"])
     scales = tuple(info.detection["scales"])
     to_input = serving.model_input_function(info)

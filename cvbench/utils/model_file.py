@@ -117,6 +117,25 @@ def _as_tuple(value: Any) -> tuple:
     return tuple(value) if isinstance(value, list | tuple) else (value,)
 
 
+def check_score_threshold(value: Any) -> float:
+    """A detector's score threshold (`detect`, `cvbench predict` / `export`, serving exports):
+    detections scoring above it are kept, so it is a number in `[0, 1)` (1 or more would keep
+    nothing; NaN compares false with every score).
+
+    Example:
+        >>> check_score_threshold(0.3)
+        0.3
+        >>> check_score_threshold(2)
+        Traceback (most recent call last):
+        ...
+        ValueError: score_threshold must be in [0, 1); got 2
+    """
+    number = isinstance(value, int | float | np.floating) and not isinstance(value, bool)
+    if not (number and 0.0 <= value < 1.0):
+        raise ValueError(f"score_threshold must be in [0, 1); got {value!r}")
+    return float(value)
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -779,7 +798,7 @@ def read_model_info(
 
         data = read_json(path, limit=MAX_JSON_BYTES, what="model info file")
         return info_from_json(data, path=path, max_input_side=max_input_side)
-    _refuse_a_serving_export(path)
+    refuse_serving_export(path)
     try:
         with open_input(path, what="model file") as f, zipfile.ZipFile(f) as archive:
             _check_members(path, archive, os.fstat(f.fileno()).st_size)
@@ -837,7 +856,7 @@ def load_model(
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no model file {path}")
-    _refuse_a_serving_export(path)
+    refuse_serving_export(path)
     check_regular(path, what="model file")
     info = read_model_info(path, max_input_side=max_input_side)
     try:
@@ -853,10 +872,11 @@ def load_model(
     return model, info
 
 
-def _refuse_a_serving_export(path: Path) -> None:
+def refuse_serving_export(path: str | os.PathLike) -> None:
     """A SavedModel folder or a TFLite file (what `cvbench export` writes for serving) given
-    where a `.keras` model file is read: a `BadFileError` that says so and names the file
-    cvbench reads instead."""
+    where a `.keras` model file (or, to `cvbench eval`, a checkpoint) is read: a
+    `BadFileError` that says so and names the file cvbench reads instead."""
+    path = Path(path)
     kind = None
     if path.is_dir() and (path / "saved_model.pb").is_file():
         kind = "a SavedModel folder"

@@ -73,10 +73,15 @@ def test_a_file_without_model_info_is_an_error(tmp_path, capsys):
     ("flags", "threshold"),
     [([], 0.5), (["--score-threshold", "0.2"], 0.2), (["--coco-threshold"], None)],
 )
-def test_the_threshold_flags(model_file, tmp_path, monkeypatch, flags, threshold):
-    # predict's 0.5 by default; --coco-threshold: the file's own (None to export_for_serving)
+def test_the_threshold_flags(tmp_path, monkeypatch, flags, threshold):
+    # predict's 0.5 by default; --coco-threshold: the file's own (None to export_for_serving);
+    # a detector's flags (a classifier refuses them, as predict: tests/cli/test_s49_kind_flags)
+    from inference_models import constant_detector, detector_info
+
     import cvbench.inference
     import cvbench.inference.export
+
+    model_file = save_model(constant_detector(), tmp_path / "det.keras", detector_info())
 
     seen = {}
 
