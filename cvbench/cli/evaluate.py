@@ -76,10 +76,14 @@ def _kept_on_stop(args: argparse.Namespace) -> str:
 def eval_command(args: argparse.Namespace) -> int:
     """Runs `cvbench eval`."""
     from cvbench.tasks.evaluation import checkpoint_trainer
+    from cvbench.utils.model_file import refuse_serving_export
 
     checkpoint = Path(args.checkpoint)
     if not checkpoint.exists():
         raise CLIError(f"--checkpoint {args.checkpoint!r} does not exist")
+    # predict's and export's rule: a serving export is told as one (exit 1), before the
+    # flags a checkpoint would have stood for (--model) are asked for
+    refuse_serving_export(checkpoint)
     checkpoint = newest_checkpoint(checkpoint)
     if args.json is not None:
         check_results_path(args, checkpoint)
