@@ -13,15 +13,39 @@ from typing import Any
 
 import numpy as np
 
+from cvbench.utils.model_file import MAX_INPUT_SIDE, byte_count
+
+#: The largest image side of a synthetic batch: the bound of a model file's input side and of
+#: a run's `--image-size` (`cvbench.tasks.recipes.resolve.MAX_IMAGE_SIZE`), 8192.
+MAX_SYNTHETIC_SIDE = MAX_INPUT_SIDE
+#: The largest synthetic batch, in bytes of its float32 images (what is drawn, before any
+#: cast): 16 GiB, far over a real batch (256 ResNet-50 images at 224 are 147 MiB), and what a
+#: typo of a size asks for (hundreds of GiB) is refused before anything is allocated.
+MAX_SYNTHETIC_BYTES = 16 << 30
+#: The most classes: the labels are int32.
+MAX_SYNTHETIC_CLASSES = 2**31 - 1
+
 
 def _check(batch_size: int, image_size: int, num_classes: int) -> None:
-    for name, value in (
-        ("batch_size", batch_size),
-        ("image_size", image_size),
-        ("num_classes", num_classes),
+    """Refuses, naming the value, a size that is no positive int, an image side over
+    `MAX_SYNTHETIC_SIDE`, more classes than int32 labels hold, and a batch whose float32
+    images would be over `MAX_SYNTHETIC_BYTES`."""
+    for name, value, most in (
+        ("batch_size", batch_size, None),
+        ("image_size", image_size, MAX_SYNTHETIC_SIDE),
+        ("num_classes", num_classes, MAX_SYNTHETIC_CLASSES),
     ):
         if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if most is not None and value > most:
+            raise ValueError(f"{name} {value} is over {most}, the largest of a synthetic batch")
+    size = int(batch_size) * int(image_size) ** 2 * 3 * 4
+    if size > MAX_SYNTHETIC_BYTES:
+        raise ValueError(
+            f"batch_size {batch_size} of {image_size}x{image_size} images needs "
+            f"{byte_count(size)} of float32, over {byte_count(MAX_SYNTHETIC_BYTES)}, the "
+            "largest synthetic batch: pass a smaller batch_size or image_size"
+        )
 
 
 def synthetic_arrays(
@@ -44,6 +68,11 @@ def synthetic_arrays(
 
     Returns:
         `(images [batch_size, image_size, image_size, 3] dtype, labels [batch_size] int32)`.
+
+    Raises:
+        ValueError: naming the value: a size or seed that is no int (sizes >= 1, the seed
+            >= 0), an `image_size` over `MAX_SYNTHETIC_SIDE` (8192), a batch whose float32
+            images are over `MAX_SYNTHETIC_BYTES` (16 GiB), or a dtype that is not floating.
     """
     _check(batch_size, image_size, num_classes)
     if dtype == "bfloat16":
@@ -57,10 +86,12 @@ def synthetic_arrays(
             raise ValueError(f"dtype must be a NumPy floating dtype name, got {dtype!r}") from None
         if not np.issubdtype(np_dtype, np.floating):
             raise ValueError(f"dtype must be a floating dtype, got {dtype!r}")
+    if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
     rng = np.random.default_rng(seed)
     images = rng.standard_normal((batch_size, image_size, image_size, 3), dtype=np.float32)
     labels = rng.integers(0, num_classes, size=batch_size, dtype=np.int32)
-    return images.astype(np_dtype), labels
+    return images.astype(np_dtype, copy=False), labels
 
 
 def synthetic_batches(
@@ -77,9 +108,15 @@ def synthetic_batches(
     A plain Python iterator: `model.fit(synthetic_batches(...), steps_per_epoch=...)` works on
     every Keras backend.
     """
-    if steps is not None and steps < 0:
-        raise ValueError(f"steps must be >= 0 or None, got {steps}")
+    bad_steps = not isinstance(steps, int | np.integer) or isinstance(steps, bool) or steps < 0
+    if steps is not None and bad_steps:
+        raise ValueError(f"steps must be an int >= 0 or None, got {steps!r}")
+    # drawn (and checked) at the call, not at the first batch the generator yields
     batch = synthetic_arrays(batch_size, image_size, num_classes, seed=seed, dtype=dtype)
+    return _repeated(batch, steps)
+
+
+def _repeated(batch: Any, steps: int | None) -> Iterator[Any]:
     count = 0
     while steps is None or count < steps:
         yield batch
