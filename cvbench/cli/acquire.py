@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cvbench.cli.args import timeout_seconds, worker_count
 from cvbench.cli.errors import CLIError
 
 _COCO_PARTS = ("annotations", "val", "train")
@@ -52,7 +53,7 @@ def _register_download_coco(subparsers: argparse._SubParsersAction) -> None:
         "--retries", type=int, default=5, help="attempts per file, resumes included (default 5)"
     )
     p.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds without data before retrying"
+        "--timeout", type=timeout_seconds, default=60.0, help="seconds without data before retrying"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
@@ -64,7 +65,7 @@ def _register_download_coco(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--workers",
-        type=int,
+        type=worker_count,
         default=None,
         help="with --build-tfrecords: encoding processes (default: all cores)",
     )

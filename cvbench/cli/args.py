@@ -10,6 +10,10 @@ import math
 
 #: The largest seed: NumPy's and TensorFlow's seeds are 32-bit.
 MAX_SEED = 2**32 - 1
+#: The most worker processes a builder starts (`worker_count`).
+MAX_WORKERS = 256
+#: The longest network timeout (`timeout_seconds`): a day.
+MAX_TIMEOUT_SECONDS = 86400
 
 
 def positive_int(text: str) -> int:
@@ -35,6 +39,26 @@ def _int_at_least(text: str, minimum: int, expected: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
     if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+    return value
+
+
+def worker_count(text: str) -> int:
+    """`"8"` -> 8: worker processes of a builder (`--workers`), from 1 to `MAX_WORKERS`
+    (each is a process importing cvbench afresh: `--workers 100000` would start as many as
+    the chunks in flight).
+
+    Example:
+        >>> worker_count("8")
+        8
+        >>> worker_count("0")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: expected an integer from 1 to 256, got 0
+    """
+    expected = f"an integer from 1 to {MAX_WORKERS}"
+    value = _int_at_least(text, 1, expected)
+    if value > MAX_WORKERS:
         raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
     return value
 
@@ -111,6 +135,30 @@ def score_threshold(text: str) -> float:
         return check_score_threshold(float(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text!r}") from None
+
+
+def timeout_seconds(text: str) -> float:
+    """`"60"` -> 60.0: a network timeout in seconds, a finite number > 0 and at most
+    `MAX_TIMEOUT_SECONDS` (a day: more is a typo, and a socket refuses a timeout past its
+    clock's range, `--timeout inf` ended in an `OverflowError`).
+
+    Example:
+        >>> timeout_seconds("0.5")
+        0.5
+        >>> timeout_seconds("inf")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: expected seconds > 0 and at most 86400 (a day), got 'inf'
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_TIMEOUT_SECONDS:  # NaN too
+        raise argparse.ArgumentTypeError(
+            f"expected seconds > 0 and at most {MAX_TIMEOUT_SECONDS} (a day), got {text!r}"
+        )
+    return value
 
 
 def positive_int_list(text: str) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cvbench.cli.args import output_path, positive_int, seed_int, split_name
+from cvbench.cli.args import output_path, positive_int, seed_int, split_name, worker_count
 from cvbench.cli.errors import CLIError
 from cvbench.cli.imagenet import add_max_pixels_argument
 
@@ -114,7 +114,7 @@ def _add_shard_flags(p: argparse.ArgumentParser) -> None:
         "for every split, or once per --split in the same order",
     )
     p.add_argument(
-        "--workers", type=positive_int, default=None, help="encoding processes (all cores)"
+        "--workers", type=worker_count, default=None, help="encoding processes (all cores)"
     )
 
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from cvbench.cli.args import output_path, positive_int
+from cvbench.cli.args import (
+    non_negative_int,
+    output_path,
+    positive_int,
+    seed_int,
+    worker_count,
+)
 from cvbench.cli.errors import CLIError
 from cvbench.data.image_io import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_PIXELS, parse_resize
 
@@ -39,9 +45,9 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images")
     parser.add_argument(
-        "--workers", type=int, default=None, help="worker processes (default: all cores)"
+        "--workers", type=worker_count, default=None, help="worker processes (default: all cores)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the shard shuffle")
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the shard shuffle")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace a different data set in --output-dir"
     )
@@ -155,7 +161,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-width", type=positive_int, default=500)
     parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--image-size", type=positive_int, default=224)
-    parser.add_argument("--warmup-batches", type=int, default=4)
+    parser.add_argument("--warmup-batches", type=non_negative_int, default=4)
     parser.add_argument("--batches", type=positive_int, default=20, help="timed batches per round")
     parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument(
