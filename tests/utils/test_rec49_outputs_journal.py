@@ -112,9 +112,9 @@ def test_an_older_cvbench_list_is_read_appended_to_and_rewritten_as_plain_json(
     assert listing.read_bytes() == old + line("c.json", c.read_bytes())
     assert written_by_cvbench(a) and written_by_cvbench(c) and not written_by_cvbench(b)
     monkeypatch.setattr(files, "_JOURNAL_FLOOR", 0)
-    record_output(b)  # lines of c and b (~2 x 115 bytes) within the base's 234 bytes
+    record_output(b)  # the lines of c and b (2 x 99 bytes) within the base's 234 bytes
     assert listing.read_bytes().startswith(old) and written_by_cvbench(b)
-    record_output(a)  # 3 lines outgrow the base: rewritten, one plain JSON object again
+    record_output(a)  # 3 x 99 > 234: rewritten, one plain JSON object again
     assert json.loads(listing.read_bytes()) == {
         n: entry(n.encode() * 3) for n in ("a.json", "b.json", "c.json")
     }
@@ -223,7 +223,8 @@ def test_a_list_edited_in_place_is_read_again_whole(tmp_path):
 def test_a_list_over_its_limit_claims_nothing_and_the_limit_grows_with_the_folder(
     tmp_path, monkeypatch
 ):
-    """Lines here are about 110 bytes: 3 of them pass a 200-byte floor. With 100 bytes per
+    """Lines here are 98 bytes (`["0.json",{"sha256":"<64 hex>","size":1}]` and a
+    newline): 3 of them, 294, pass a 200-byte floor. With 100 bytes per
     entry of the folder (3 files and the list: 4) the limit is 200 + 400 = 600: read; with
     10 bytes per entry, 240: a list over it claims nothing (a planted giant list is never
     read whole)."""
@@ -232,7 +233,7 @@ def test_a_list_over_its_limit_claims_nothing_and_the_limit_grows_with_the_folde
     paths = [write(tmp_path, f"{i}.json", b"%d" % i) for i in range(3)]
     for path in paths:
         record_output(path)
-    assert 240 < (tmp_path / OUTPUTS_LIST).stat().st_size <= 600
+    assert (tmp_path / OUTPUTS_LIST).stat().st_size == 294
     files._forget_lists()
     assert all(written_by_cvbench(p) for p in paths)
     files._forget_lists()
