@@ -711,18 +711,17 @@ def _set_entry(path: Path, entry: Any) -> Any:
     line = json.dumps([path.name, entry], sort_keys=True, separators=(",", ":")) + "\n"
     for _ in range(_RELOCKS):
         refuse_link(listing)
-        with open_output(listing, "r+b", buffering=0) as f:  # read too: its replay
+        f, writable = _open_list(listing)
+        with f:
             fd = f.fileno()
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
             _lock(fd)
             st = os.fstat(fd)
             if inode_at(listing) != st.st_ino:
                 continue  # rewritten (or removed) while this process waited for its lock
             state = _load(path.parent, fd, st)
             previous = None if state.damaged else state.entries.get(path.name)
-            if state.damaged or st.st_size - state.base + len(line) > max(
-                state.base, _JOURNAL_FLOOR
-            ):
+            grown = st.st_size - state.base + len(line) > max(state.base, _JOURNAL_FLOOR)
+            if grown or state.damaged or not writable:
                 entries = {} if state.damaged else dict(state.entries)
                 _replay_lines(line.encode("ascii"), entries)
                 _rewrite_list(listing, entries)
@@ -731,6 +730,22 @@ def _set_entry(path: Path, entry: Any) -> Any:
                 _append_line(fd, ("\n" if torn else "") + line)
             return previous
     raise BadFileError(f"{listing} was replaced {_RELOCKS} times while cvbench waited to record")
+
+
+def _open_list(listing: Path) -> tuple[IO[bytes], bool]:
+    """The list at `listing` open to read and append (made when missing), and True; where
+    it may not be written in place (a read-only list in a folder cvbench may write), open to
+    read, and False: it is then rewritten whole, by a rename, as an older cvbench did."""
+    try:
+        f = open_output(listing, "r+b", buffering=0)  # read too: its replay
+    except PermissionError as error:
+        try:
+            return open_input(listing, what="output list"), False
+        except FileNotFoundError:
+            raise error from None
+    fd = f.fileno()
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+    return f, True
 
 
 def _lock(fd: int) -> None:

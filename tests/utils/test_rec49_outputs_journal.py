@@ -336,3 +336,34 @@ def test_a_list_replaced_at_every_lock_fails_the_record_after_its_retries(tmp_pa
     monkeypatch.setattr(files, "inode_at", lambda path: -1)  # never the file it locked
     with pytest.raises(BadFileError, match="replaced 3 times"):
         record_output(write(tmp_path, "a.json", b"a"))
+
+
+def test_a_list_that_may_not_be_written_in_place_is_rewritten_whole(tmp_path, monkeypatch):
+    """A read-only list (0o444, copied from a read-only place) in a folder cvbench may
+    write: an older cvbench replaced it by a rename, and so does a record now (its mode
+    kept), where an append would be refused."""
+    a, b = write(tmp_path, "a.json", b"a"), write(tmp_path, "b.json", b"b")
+    record_output(a)
+    listing = tmp_path / OUTPUTS_LIST
+    listing.chmod(0o444)
+    real = files.open_output
+
+    def read_only(path, mode="w", **kwargs):
+        if Path(path) == listing and os.stat(path).st_mode & 0o200 == 0:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path, mode, **kwargs)
+
+    monkeypatch.setattr(files, "open_output", read_only)  # as for a user who is not root
+    record_output(b)
+    assert json.loads(listing.read_bytes()) == {"a.json": entry(b"a"), "b.json": entry(b"b")}
+    assert listing.stat().st_mode & 0o777 == 0o444
+    assert written_by_cvbench(a) and written_by_cvbench(b)
+
+
+def test_a_folder_cvbench_may_not_write_fails_the_record_naming_the_list(tmp_path, monkeypatch):
+    def denied(path, mode="w", **kwargs):
+        raise PermissionError(13, "Permission denied", os.fspath(path))
+
+    monkeypatch.setattr(files, "open_output", denied)
+    with pytest.raises(PermissionError, match=OUTPUTS_LIST):
+        record_output(write(tmp_path, "a.json", b"a"))
