@@ -743,8 +743,12 @@ def _open_list(listing: Path) -> tuple[IO[bytes], bool]:
             return open_input(listing, what="output list"), False
         except FileNotFoundError:
             raise error from None
-    fd = f.fileno()
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+    try:
+        fd = f.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+    except BaseException:
+        f.close()
+        raise
     return f, True
 
 
