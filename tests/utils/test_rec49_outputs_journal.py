@@ -367,3 +367,34 @@ def test_a_folder_cvbench_may_not_write_fails_the_record_naming_the_list(tmp_pat
     monkeypatch.setattr(files, "open_output", denied)
     with pytest.raises(PermissionError, match=OUTPUTS_LIST):
         record_output(write(tmp_path, "a.json", b"a"))
+
+
+def test_a_name_with_a_newline_stays_one_line(tmp_path):
+    path = write(tmp_path, "two\nlines.json", b"x")
+    record_output(path)
+    assert (tmp_path / OUTPUTS_LIST).read_bytes() == line("two\nlines.json", b"x")
+    files._forget_lists()
+    assert written_by_cvbench(path)
+
+
+ANOTHER = """
+import sys
+from pathlib import Path
+import cvbench.utils.files as files
+files._JOURNAL_FLOOR = int(sys.argv[2])
+files.record_output(Path(sys.argv[1]))
+"""
+
+
+def test_records_of_another_process_are_seen_by_a_process_that_read_the_list(tmp_path):
+    """This process keeps the list it replayed; another process's appended line is
+    replayed onward from it, and its rewrite (a new file) read whole."""
+    env = {**os.environ, "PYTHONPATH": str(Path(files.__file__).parents[2])}
+    a, b, c = (write(tmp_path, n, n.encode()) for n in ("a.json", "b.json", "c.json"))
+    record_output(a)
+    assert written_by_cvbench(a) and not written_by_cvbench(b)
+    for path, floor in ((b, 1 << 16), (c, 0)):  # appended; then rewritten
+        inode = (tmp_path / OUTPUTS_LIST).stat().st_ino
+        subprocess.run([sys.executable, "-c", ANOTHER, str(path), str(floor)], env=env, check=True)
+        assert ((tmp_path / OUTPUTS_LIST).stat().st_ino == inode) == (floor > 0)
+        assert all(written_by_cvbench(p) for p in (a, b, c) if p.name <= path.name)
