@@ -476,11 +476,12 @@ def check_output(
 
 #: The list, in each folder cvbench writes single files into, of the files it wrote there
 #: (name -> size and SHA-256): the marker by which `--overwrite` knows its own outputs. It
-#: holds a base, the JSON object an older cvbench rewrote whole, then one JSON line
+#: holds a base, one JSON object (all that an older cvbench wrote), then one JSON line
 #: `[name, entry]` per record since (entry null: removed), each appended under an exclusive
-#: `flock` by one write and an fsync; readers replay the lines over the base. Once the lines
-#: outgrow the base, the recorder rewrites the list as one base, so that recording n files
-#: writes O(n) bytes in all, where rewriting it per record wrote O(n^2).
+#: `flock` by one write and an fsync; readers replay the lines over the base (a torn or
+#: damaged line is passed over, a damaged base claims nothing). Once the lines outgrow the
+#: base, a recorder rewrites the list as one base, so that recording n files into a folder
+#: writes O(n) bytes in all, where rewriting the whole list per record wrote O(n^2).
 OUTPUTS_LIST = ".cvbench-outputs.json"
 #: Bytes of a list read whatever its folder holds (about 100,000 entries); beyond it, a list
 #: may have `_LIST_PER_FILE` bytes per entry of its folder (a base entry and lines of it).
@@ -530,6 +531,7 @@ _CACHE_LOCK = threading.Lock()
 
 
 def _forget_lists() -> None:
+    """Forgets the lists this process replayed (a forked child starts afresh)."""
     global _CACHE_LOCK
     _CACHE.clear()
     _CACHE_LOCK = threading.Lock()  # another thread may have held it at the fork
