@@ -10,6 +10,8 @@ import math
 
 #: The largest seed: NumPy's and TensorFlow's seeds are 32-bit.
 MAX_SEED = 2**32 - 1
+#: The largest image side a flag takes (`image_side`): `cvbench.utils.model_file`'s bound.
+MAX_IMAGE_SIDE = 8192
 #: The most worker processes a builder starts (`worker_count`).
 MAX_WORKERS = 256
 #: The longest network timeout (`timeout_seconds`): a day.
@@ -43,10 +45,29 @@ def _int_at_least(text: str, minimum: int, expected: str) -> int:
     return value
 
 
+def image_side(text: str) -> int:
+    """`"224"` -> 224: an image side in pixels, from 1 to `MAX_IMAGE_SIDE` (8192, the bound of
+    a model file's input side and of a run's `--image-size`: one batch of larger images would
+    not fit in memory).
+
+    Example:
+        >>> image_side("100000")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: expected an integer from 1 to 8192, got 100000
+    """
+    expected = f"an integer from 1 to {MAX_IMAGE_SIDE}"
+    value = _int_at_least(text, 1, expected)
+    if value > MAX_IMAGE_SIDE:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+    return value
+
+
 def worker_count(text: str) -> int:
-    """`"8"` -> 8: worker processes of a builder (`--workers`), from 1 to `MAX_WORKERS`
-    (each is a process importing cvbench afresh: `--workers 100000` would start as many as
-    the chunks in flight).
+    """`"8"` -> 8: worker processes of a builder (`--workers`) or threads of a pipeline
+    (`bench-input --threads`), from 1 to `MAX_WORKERS` (each worker is a process importing
+    cvbench afresh: `--workers 100000` would start as many as the chunks in flight;
+    `--threads 100000` grew to 19 GiB in minutes, before any batch).
 
     Example:
         >>> worker_count("8")

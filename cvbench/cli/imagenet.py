@@ -7,6 +7,7 @@ import argparse
 import tempfile
 
 from cvbench.cli.args import (
+    image_side,
     non_negative_int,
     output_path,
     positive_int,
@@ -157,16 +158,16 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "(generated, the default) or random views of real photographs (photos)",
     )
     parser.add_argument("--num-images", type=positive_int, default=256)
-    parser.add_argument("--image-height", type=positive_int, default=375)
-    parser.add_argument("--image-width", type=positive_int, default=500)
+    parser.add_argument("--image-height", type=image_side, default=375)
+    parser.add_argument("--image-width", type=image_side, default=500)
     parser.add_argument("--batch-size", type=positive_int, default=64)
-    parser.add_argument("--image-size", type=positive_int, default=224)
+    parser.add_argument("--image-size", type=image_side, default=224)
     parser.add_argument("--warmup-batches", type=non_negative_int, default=4)
     parser.add_argument("--batches", type=positive_int, default=20, help="timed batches per round")
     parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument(
         "--threads",
-        type=positive_int,
+        type=worker_count,
         default=None,
         help="threads of each pipeline: tf.data's threadpool and DALI's num_threads (default: "
         "the cores available)",

@@ -2,7 +2,8 @@
 `cvbench.cli.args` with one line naming the flag and the value (exit 2), before any work.
 `download-coco --timeout inf` ended in an `OverflowError` traceback (`nan`: a line naming
 neither); `build-imagenet --workers -1` / `--seed -1` and `bench-input --warmup-batches -1`
-were taken; `--workers 100000` would have started as many processes as chunks in flight."""
+were taken; `--workers 100000` would have started as many processes as chunks in flight;
+`bench-input --image-size 100000` ended in TensorFlow's out-of-memory traceback."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import pytest
 
 from cvbench.cli import build_parser
 from cvbench.cli.args import (
+    MAX_IMAGE_SIDE,
     MAX_TIMEOUT_SECONDS,
     MAX_WORKERS,
+    image_side,
     timeout_seconds,
     worker_count,
 )
@@ -88,3 +91,28 @@ def test_bench_input_warmup_batches(capsys):
         "got -1 (see cvbench bench-input --help)"
     )
     assert build_parser().parse_args(["bench-input", "--warmup-batches", "0"]).warmup_batches == 0
+
+
+def test_image_side_is_the_model_files_bound():
+    from cvbench.utils.model_file import MAX_INPUT_SIDE
+
+    assert MAX_IMAGE_SIDE == MAX_INPUT_SIDE == 8192
+    assert image_side("8192") == 8192
+
+
+@pytest.mark.parametrize("flag", ["--image-size", "--image-height", "--image-width"])
+@pytest.mark.parametrize(("value", "shown"), [("8193", "8193"), ("0", "0"), ("nan", "'nan'")])
+def test_bench_input_image_sides(flag, value, shown, capsys):
+    # --image-size 100000 ended in TensorFlow's ResourceExhaustedError traceback (a 100000 x
+    # 100000 x 3 float tensor)
+    line = _refusal(["bench-input", f"{flag}={value}"], capsys)
+    assert line == (
+        f"cvbench bench-input: error: argument {flag}: expected an integer from 1 to 8192, got "
+        f"{shown} (see cvbench bench-input --help)"
+    )
+
+
+def test_bench_input_threads(capsys):
+    line = _refusal(["bench-input", "--threads=100000"], capsys)
+    assert "argument --threads: expected an integer from 1 to 256, got 100000" in line
+    assert build_parser().parse_args(["bench-input", "--threads", "2"]).threads == 2
