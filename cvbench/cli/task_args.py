@@ -10,6 +10,7 @@ from typing import Any
 
 from cvbench.cli.args import positive_int, seed_int
 from cvbench.cli.errors import CLIError
+from cvbench.data.image_io import DEFAULT_MAX_PIXELS
 
 _PRECISIONS = ("auto", "fp16", "bf16", "fp32")
 #: Each data flag of `add_data_backend` and the readers (--data-backend values) it applies
@@ -82,6 +83,14 @@ def add_model_and_data(p: argparse.ArgumentParser, *, synthetic_help: str) -> No
         "stderr, the total printed at the end) instead of stopping with an error naming the "
         "file and record",
     )
+    p.add_argument(
+        "--max-pixels",
+        type=positive_int,
+        default=DEFAULT_MAX_PIXELS,
+        help="a record's image with more pixels than this (width x height, read from its "
+        "header before decoding) is a corrupt record, as the builders' --max-pixels "
+        f"(default {DEFAULT_MAX_PIXELS:,}: 64 megapixels)",
+    )
 
 
 def task_from_args(args: argparse.Namespace, *, synthetic_steps: int = 100):
@@ -114,6 +123,7 @@ def task_from_args(args: argparse.Namespace, *, synthetic_steps: int = 100):
         num_classes=args.num_classes,
         synthetic_steps=synthetic_steps,
         skip_corrupt=args.skip_corrupt,
+        max_pixels=args.max_pixels,
         settings=settings,
         reasons=reasons,
         reader=record_reader_of(args),

@@ -37,6 +37,7 @@ import contextlib
 import io
 import os
 import re
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -196,6 +197,76 @@ def _without_pillow_limit() -> Iterator[None]:
         yield
     finally:
         Image.MAX_IMAGE_PIXELS = old
+
+
+_WEBP_CHUNKS = (b"VP8X", b"VP8 ", b"VP8L")
+
+
+def header_size(data: bytes) -> tuple[int, int]:
+    """`(height, width)` of the encoded image `data`, read from its header without decoding
+    (a few bytes: no Pillow), for the formats the readers decode: JPEG (the frame header),
+    PNG, GIF (the logical screen), BMP (a negative height is a top-down image) and WebP (the
+    VP8X canvas, a VP8 key frame's or a VP8L header's size); `(0, 0)` for anything else or
+    a header cut short (its decoder refuses it). `cvbench.data.read.image_header.header_size`
+    is the same rule in TensorFlow's graph (tested to agree).
+
+    Example:
+        >>> buf = io.BytesIO()
+        >>> Image.new("RGB", (300, 7)).save(buf, "PNG")
+        >>> header_size(buf.getvalue()), header_size(b"not an image")
+        ((7, 300), (0, 0))
+    """
+    head = data[:32].ljust(32, b"\0")
+    if head[:3] == b"\xff\xd8\xff":
+        return _jpeg_size(data)
+    if head[:8] == b"\x89PNG\r\n\x1a\n":
+        width, height = struct.unpack(">II", head[16:24])
+    elif head[:4] == b"GIF8":
+        width, height = struct.unpack("<HH", head[6:10])
+    elif head[:2] == b"BM":
+        width, height = (abs(v) for v in struct.unpack("<ii", head[18:26]))
+    elif head[:4] == b"RIFF" and head[8:12] == b"WEBP" and head[12:16] in _WEBP_CHUNKS:
+        height, width = _webp_size(head)
+    else:
+        return 0, 0
+    return height, width
+
+
+def _webp_size(head: bytes) -> tuple[int, int]:
+    if head[12:16] == b"VP8X":  # the canvas: 24-bit width - 1, height - 1
+        return int.from_bytes(head[27:30], "little") + 1, int.from_bytes(head[24:27], "little") + 1
+    if head[12:16] == b"VP8 ":  # a key frame: 14-bit width, height (2 bits of scale above)
+        width, height = struct.unpack("<HH", head[26:30])
+        return height % 16384, width % 16384
+    bits = int.from_bytes(head[21:25], "little")  # VP8L: 14 bits width - 1, height - 1
+    return bits // 16384 % 16384 + 1, bits % 16384 + 1
+
+
+#: JPEG markers that start a frame (SOF0-SOF15 but DHT, JPG and DAC), whose header holds the size.
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int]:
+    """The size in the frame header of a JPEG (libjpeg's: markers walked from SOI, fill bytes
+    skipped); `(0, 0)` when none is found."""
+    at = 2
+    while at + 4 <= len(data):
+        if data[at] != 0xFF:
+            at += 1  # stray bytes before a marker (libjpeg skips them with a warning)
+            continue
+        marker = data[at + 1]
+        if marker == 0xFF or 0xD0 <= marker <= 0xD8 or marker == 0x01:
+            at += 1 if marker == 0xFF else 2  # fill byte, or a marker without a length
+            continue
+        if marker in _SOF:
+            if at + 9 > len(data):
+                return 0, 0
+            height, width = struct.unpack(">HH", data[at + 5 : at + 9])
+            return height, width
+        if marker in (0xD9, 0xDA):  # end of image, or scan data before any frame header
+            return 0, 0
+        at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+    return 0, 0
 
 
 def _open_header(data: bytes, max_pixels: int | None) -> Image.Image:

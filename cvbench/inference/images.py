@@ -67,7 +67,7 @@ from typing import Any, TypeVar
 import numpy as np
 from PIL import Image
 
-from cvbench.data.image_io import ImageError, to_rgb
+from cvbench.data.image_io import DEFAULT_MAX_PIXELS, ImageError, to_rgb
 from cvbench.inference.resize import (  # noqa: F401 - re-exported: the resize rules
     Geometry,
     center_crop_geometry,
@@ -80,9 +80,10 @@ from cvbench.utils.model_file import ModelInfo
 
 #: File extensions read from a folder (compared in lower case).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
-#: Largest image file decoded by default, in pixels (width x height): 64 megapixels, a
-#: 192 MB RGB array (768 MB as the float32 the resize works on).
-MAX_IMAGE_PIXELS = 64_000_000
+#: Largest image file decoded by default, in pixels (width x height): the builders' and the
+#: readers' bound (`DEFAULT_MAX_PIXELS`, 64 megapixels), a 192 MB RGB array (768 MB as the
+#: float32 the resize works on).
+MAX_IMAGE_PIXELS = DEFAULT_MAX_PIXELS
 #: Largest image file read, in bytes (a 64-megapixel PNG of noise is about 200 MB).
 MAX_IMAGE_BYTES = 256 << 20
 #: What decoding and resizing one image allocate at most, per pixel, all together: 64

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import keras
 
+from cvbench.data.image_io import DEFAULT_MAX_PIXELS, check_max_pixels
 from cvbench.tasks.recipes import Recipe, resolve_recipe
 from cvbench.utils.model_file import ModelInfo
 
@@ -86,6 +87,9 @@ class TaskOptions:
         synthetic_steps: steps per epoch on synthetic data.
         skip_corrupt: skip and count corrupt records and undecodable images instead of
             stopping with an error naming the file and record (`RecordTask.corrupt_records`).
+        max_pixels: the most pixels a record's image may claim in its header, checked
+            before decoding (`cvbench.data.read.spec.ReadSpec.max_pixels`; more is a corrupt
+            record); the builders' bound by default (64 megapixels); None: none.
         recipe: a named recipe (`cvbench.tasks.recipes`: a `Recipe` or its name, e.g.
             "resnet50_v1.5_90e") for `model`; None: the model's default recipe. After
             construction it is the resolved `Recipe`: `settings` and the fields above applied
@@ -117,6 +121,7 @@ class TaskOptions:
     label_smoothing: float | None = None
     synthetic_steps: int = 100
     skip_corrupt: bool = False
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
     recipe: Recipe | str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
@@ -124,6 +129,7 @@ class TaskOptions:
     data_workers: int = 0
 
     def __post_init__(self) -> None:
+        check_max_pixels(self.max_pixels)
         workers = self.data_workers
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
             raise ValueError(f"data_workers must be an int >= 0, got {workers!r}")
@@ -382,6 +388,7 @@ class RecordTask(abc.ABC):
             shard_index=distribution.rank,
             skip_corrupt=self.options.skip_corrupt,
             corrupt_counter=self._counter(source) if source.counts_corrupt else None,
+            max_pixels=self.options.max_pixels,
             **fields,
         )
         return source.read(self.options.data_dir, spec=spec, **self.dataset_options(), **options)

@@ -14,6 +14,7 @@ from typing import Any
 
 import keras
 
+from cvbench.data.image_io import DEFAULT_MAX_PIXELS
 from cvbench.data.read.model_inputs import ClassifierInputs
 from cvbench.tasks.base import (
     DATA_CLASSES_REASON,
@@ -148,6 +149,8 @@ class ClassificationTask(RecordTask):
             "train_preprocess / eval_preprocess": self._train_preprocess is not None
             or self._eval_preprocess is not None,
             "skip_corrupt": self.options.skip_corrupt,
+            "max_pixels (its decoder has its own limits)": self.options.max_pixels
+            != DEFAULT_MAX_PIXELS,
             f"mixup (alpha {self.mixup_alpha()})": bool(self.mixup_alpha()),
         }
         for what, present in unsupported.items():

@@ -72,6 +72,7 @@ from cvbench.data.grain.records import (
     complete_records,
     parse_example,
 )
+from cvbench.data.image_io import DEFAULT_MAX_PIXELS, header_size
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.model_inputs import ClassifierInputs, attach, class_names_of
 from cvbench.data.read.ranks import eval_steps_of, rank_range, rank_seed
@@ -216,6 +217,8 @@ class _Transform:
     policy: CorruptPolicy = CorruptPolicy()
     #: The rank's records `(lo, hi)` a damaged training record is replaced from; None: all.
     records: tuple[int, int] | None = None
+    #: The most pixels a record's image may claim in its header (`ReadSpec.max_pixels`).
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
 
     def parse(self, item: tuple[int, bytes]) -> tuple[dict, str] | None:
         """`(example, where)` of a record; None for a damaged record the policy skips."""
@@ -231,6 +234,14 @@ class _Transform:
             raise BadFileError(
                 f"{where} ({example['filename']}): label {label} (stored {label + 1}) is "
                 f"outside the model's {self.num_classes} classes"
+            )
+        height, width = header_size(example["encoded"])
+        if self.max_pixels is not None and height * width > self.max_pixels:
+            return self.policy.corrupt(
+                f"{where} ({example['filename']}): image is {height} x {width} = "
+                f"{height * width:,} pixels, over the limit of {self.max_pixels:,} "
+                "(max_pixels, --max-pixels)",
+                key=where,
             )
         return example, where
 
@@ -614,7 +625,7 @@ def imagenet_grain_dataset(
     lo, hi = rank_range(len(source), num_shards, shard_index)
     transform = _Transform(
         source, spec.image_size, p, spec.dtype, num_classes, spec.training, scaled_decode,
-        policy=policy, records=(lo, hi),
+        policy=policy, records=(lo, hi), max_pixels=spec.max_pixels,
     )  # fmt: skip
     data, sampler, mapping, steps = _plan(grain, source, spec, lo, hi, num_shards, shard_index)
     loader = _loader(

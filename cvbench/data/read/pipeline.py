@@ -50,6 +50,7 @@ from typing import Any, Protocol
 import tensorflow as tf
 
 from cvbench.data._distributed import resolve_shards
+from cvbench.data.image_io import DEFAULT_MAX_PIXELS
 from cvbench.data.read.corrupt import (
     CorruptRecordCounter,
     apply_policy,
@@ -58,6 +59,7 @@ from cvbench.data.read.corrupt import (
     no_autograph,
     or_default,
 )
+from cvbench.data.read.image_header import bounded_image, over_limit, over_limit_message
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.preprocessing import preprocess_for_eval, preprocess_for_train
 from cvbench.data.read.ranks import rank_seed
@@ -118,29 +120,40 @@ def _image_and_record(e: dict) -> list:
     return [e["filename"], " (record ", tf.strings.as_string(e["index"]), " of ", e["source"], ")"]
 
 
-def _damage_message(parse: Parse | None) -> Callable[[dict], tf.Tensor]:
+def _damage_message(parse: Parse | None, max_pixels: int | None) -> Callable[[dict], tf.Tensor]:
     """example -> what is wrong with it, for an example the guarded parse + transform failed
     on: `damaged record (record N of FILE): not a tf.train.Example` (or one without the
     features the reader needs), `damaged record NAME (record N of FILE): its bbox coordinate lists
-    differ in length` (or a coordinate not finite), else `undecodable image NAME (record N
-    of FILE)`. It parses the example again to tell (`or_default`): the failure path only."""
+    differ in length` (or a coordinate not finite), `image NAME (record N of FILE) is H x W =
+    P pixels, over the limit of M (max_pixels, --max-pixels)` (`image_header.bounded_image`), else
+    `undecodable image NAME (record N of FILE)`. It parses the example again to tell
+    (`or_default`): the failure path only."""
 
     def parsed(e: dict) -> tuple:
         p = parse(e) if parse is not None else e
         boxes = p.get("boxes", tf.zeros([0, 4]))
         boxes_ok = tf.reduce_all(tf.math.is_finite(boxes))
-        return tf.constant(True), p.get("filename", tf.constant("")), boxes_ok
+        return tf.constant(True), p.get("filename", tf.constant("")), boxes_ok, _too_large(p)
+
+    def _too_large(p: dict) -> tf.Tensor:
+        if max_pixels is None or "encoded" not in p:
+            return tf.constant("")
+        big = or_default(lambda b: over_limit(b, max_pixels), p["encoded"], tf.constant(False))
+        return tf.cond(
+            big, lambda: over_limit_message(p["encoded"], max_pixels), lambda: tf.constant("")
+        )
 
     def message(e: dict) -> tf.Tensor:
         where = [" (record ", tf.strings.as_string(e["index"]), " of ", e["source"], ")"]
         if parse is None:
-            ok, name, boxes_ok = parsed(e)
+            ok, name, boxes_ok, large = parsed(e)
         else:
-            default = (tf.constant(False), tf.constant(""), tf.constant(True))
-            ok, name, boxes_ok = or_default(parsed, e, default)
+            default = (tf.constant(False), tf.constant(""), tf.constant(True), tf.constant(""))
+            ok, name, boxes_ok, large = or_default(parsed, e, default)
         refused = tf.strings.join(["damaged record", *where, ": ", _refused_record(e)])
         boxes = tf.strings.join(["damaged record ", name, *where, ": ", _box_damage(e)])
         image = tf.strings.join(["undecodable image ", name, *where])
+        image = tf.where(large == "", image, tf.strings.join(["image ", name, *where, " ", large]))
         return tf.where(ok, tf.where(boxes_ok, image, boxes), refused)
 
     return message
@@ -246,13 +259,18 @@ def _guarded(
     skip_corrupt: bool,
     counter: CorruptRecordCounter | None,
     deterministic: bool,
+    max_pixels: int | None,
 ) -> tf.data.Dataset:
-    """`parse` then `transform` over examples, as one guarded function: a corrupt example
-    raises (`checked_map`, the fast path) or is skipped (`guarded_map`), named by
-    `_damage_message`; then `check` and `to_element` on the parsed example (unguarded)."""
+    """`parse`, the image's header bound (`image_header.bounded_image`: an image of more than
+    `max_pixels` pixels is corrupt before anything decodes it) and `transform` over
+    examples, as one guarded function: a corrupt example raises (`checked_map`, the fast
+    path) or is skipped (`guarded_map`), named by `_damage_message`; then `check` and
+    `to_element` on the parsed example (unguarded)."""
 
     def parse_and_transform(e: dict) -> tuple:
         parsed = parse(e) if parse is not None else e
+        if max_pixels is not None and "encoded" in parsed:
+            parsed = {**parsed, "encoded": bounded_image(parsed["encoded"], max_pixels)}
         return transform(parsed), parsed
 
     if output_spec is not None:  # the parsed example's spec: a trace of the parse alone
@@ -263,7 +281,7 @@ def _guarded(
         transformed, parsed = out
         return to_element(transformed, check(parsed) if check is not None else parsed)
 
-    message = _damage_message(parse)
+    message = _damage_message(parse, max_pixels)
     if not skip_corrupt:
         mapped = checked_map(
             ds,
@@ -315,6 +333,7 @@ def train_batches(
     output_spec: Any = None,
     parse: Parse | None = None,
     check: Check | None = None,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> tf.data.Dataset:
     """Shuffle, seed, parse and transform (guarded), check, batch dropping the remainder,
     prefetch.
@@ -339,6 +358,8 @@ def train_batches(
             corrupt; None: the examples are parsed already.
         check: parsed example -> the same, raising on one that is not for this model (the
             label check), after the guard: never skipped.
+        max_pixels: the most pixels an example's `encoded` image may claim in its header
+            (`ReadSpec.max_pixels`): more is a corrupt example, found before decoding.
 
     Returns:
         Batches of `to_element`'s structure, each with a leading batch dimension.
@@ -358,6 +379,7 @@ def train_batches(
         skip_corrupt=skip_corrupt,
         counter=counter,
         deterministic=seed is not None,
+        max_pixels=max_pixels,
     )
     ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
     return ds.with_options(_options(seed is not None))
@@ -376,6 +398,7 @@ def eval_batches(
     output_spec: Any = None,
     parse: Parse | None = None,
     check: Check | None = None,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> tf.data.Dataset:
     """Parse and transform (guarded) and check every example once, in order; pad to exactly
     `steps` full batches.
@@ -394,7 +417,7 @@ def eval_batches(
         skip_corrupt: skip and count examples `transform` fails on instead of raising.
         counter: counts them.
         output_spec: the `tf.TensorSpec` nest `transform` returns (traced if None).
-        parse, check: as in `train_batches`.
+        parse, check, max_pixels: as in `train_batches`.
 
     Returns:
         Exactly `steps` batches (the dataset's cardinality) of `to_element`'s structure.
@@ -410,6 +433,7 @@ def eval_batches(
         skip_corrupt=skip_corrupt,
         counter=counter,
         deterministic=True,
+        max_pixels=max_pixels,
     )
     ds = ds.concatenate(tf.data.Dataset.from_tensors(pad).repeat()).take(steps * batch_size)
     ds = ds.batch(batch_size, drop_remainder=True)
@@ -523,6 +547,7 @@ def read_batches(
         "counter": rank.counter,
         "parse": getattr(examples, "parse", None),
         "check": check,
+        "max_pixels": spec.max_pixels,
     }
     if spec.training:
         return train_batches(

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cvbench.data._distributed import check_shards
+from cvbench.data.image_io import DEFAULT_MAX_PIXELS, check_max_pixels
 
 
 def _positive_int(name: str, value: Any, *, optional: bool = False) -> None:
@@ -59,6 +60,11 @@ class ReadSpec:
         shuffle_buffer: training shuffle buffer in records, a positive int; None: the
             reader's default.
         repeat: training only: repeat forever (True) or make one pass (tf.data readers).
+        max_pixels: the most pixels (height x width, read from the header before decoding)
+            of a record's image; a larger one is a corrupt record (named, or skipped with
+            `skip_corrupt`): a 1 MB PNG may claim 20000 x 20000 pixels, gigabytes once
+            decoded. The builders' bound, `DEFAULT_MAX_PIXELS` (64 megapixels); None: none
+            (tf.data and grain readers; DALI's decoder has its own limits).
 
     Raises:
         ValueError: a field with a bad value, named with the value.
@@ -76,8 +82,10 @@ class ReadSpec:
     corrupt_counter: Any = None
     shuffle_buffer: int | None = None
     repeat: bool = True
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
 
     def __post_init__(self) -> None:
+        check_max_pixels(self.max_pixels)
         _positive_int("batch_size", self.batch_size)
         _positive_int("image_size", self.image_size, optional=True)
         _positive_int("shuffle_buffer", self.shuffle_buffer, optional=True)

@@ -25,6 +25,7 @@ def test_fields_are_the_shared_reading_arguments():
         "corrupt_counter",
         "shuffle_buffer",
         "repeat",
+        "max_pixels",
     } == READ_FIELDS
 
 
