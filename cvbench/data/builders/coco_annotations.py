@@ -6,8 +6,11 @@
 
 Skipped and counted (the OD API rules): boxes with zero width or height, boxes outside the
 image (x < 0, y < 0, x + w > width or y + h > height); also annotations naming an unknown
-category or image, and malformed ones (a `bbox` that is not 4 finite numbers, a missing
-`image_id`). Images without boxes are kept (COCOeval counts them) and counted.
+category or image, and malformed ones: a `bbox` that is not 4 finite numbers, an `area`
+that is not a finite number, an `image_id` or `category_id` missing or not an integer by the
+rule of the images' and categories' ids (an int, or a float with no fraction such as `1.0`,
+which some exporters write; not `1.9`, `"1"` or `true`), an `iscrowd` other than 0, 1, false
+or true (`"0"` is not false). Images without boxes are kept (COCOeval counts them) and counted.
 
 Refused (`BadFileError` from `load_coco_annotations`, naming the file and the entry, e.g.
 `instances.json: categories[0]: no 'id' in {"name": "x"}`): a file that is not JSON, no
@@ -220,13 +223,10 @@ def _check_annotation(
     ann: Any, sizes: Mapping[int, tuple[str, int, int]], categories: Mapping[int, str]
 ) -> tuple[str | None, CocoObject | None]:
     """(skip reason, None) or (None, the object) for one annotation."""
-    try:
-        image_id, cat_id = int(ann["image_id"]), int(ann["category_id"])
-        x, y, w, h = (float(v) for v in ann["bbox"])
-    except (KeyError, TypeError, ValueError):
+    fields = _annotation_fields(ann)
+    if fields is None:
         return "malformed", None
-    if not all(math.isfinite(v) for v in (x, y, w, h)):
-        return "malformed", None
+    image_id, cat_id, (x, y, w, h), area, crowd = fields
     if image_id not in sizes:
         return "unknown_image", None
     if cat_id not in categories:
@@ -236,12 +236,40 @@ def _check_annotation(
         return "zero_size", None
     if x < 0 or y < 0 or x + w > width or y + h > height:
         return "outside_image", None
-    try:
-        area = float(ann.get("area", w * h))
-    except (TypeError, ValueError):
-        return "malformed", None
     box = (y / height, x / width, (y + h) / height, (x + w) / width)
-    return None, CocoObject(cat_id, categories[cat_id], box, bool(ann.get("iscrowd", 0)), area)
+    return None, CocoObject(cat_id, categories[cat_id], box, crowd, w * h if area is None else area)
+
+
+def _annotation_fields(
+    ann: Any,
+) -> tuple[int, int, tuple[float, float, float, float], float | None, bool] | None:
+    """(image_id, category_id, bbox, area or None, iscrowd) of an annotation, or None when
+    it is malformed: ids by the images' and categories' rule (`_integer`: an int, or a
+    float with no fraction; never a bool, a string or 1.9), a `bbox` of 4 finite numbers,
+    an `area` (optional) that is a finite number, an `iscrowd` (optional, 0) of 0, 1, false
+    or true. A lax cast would read `"iscrowd": "0"` as a crowd and image 1.9 as image 1."""
+    if not isinstance(ann, Mapping) or "image_id" not in ann or "category_id" not in ann:
+        return None
+    image_id, cat_id = _integer(ann["image_id"]), _integer(ann["category_id"])
+    bbox = ann.get("bbox")
+    if image_id is None or cat_id is None or not isinstance(bbox, list | tuple) or len(bbox) != 4:
+        return None
+    numbers = [_finite(v) for v in bbox]
+    area = _finite(ann["area"]) if "area" in ann else None
+    crowd = ann.get("iscrowd", 0)
+    crowd = crowd if isinstance(crowd, bool) else {0: False, 1: True}.get(_integer(crowd))
+    if None in numbers or ("area" in ann and area is None) or crowd is None:
+        return None
+    x, y, w, h = numbers
+    return image_id, cat_id, (x, y, w, h), area, crowd
+
+
+def _finite(value: Any) -> float | None:
+    """`value` as a float when it is a finite number (an int or a float, not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 def load_coco_annotations(path: str | os.PathLike) -> tuple[list[CocoImage], AnnotationReport]:
