@@ -21,7 +21,6 @@ link (`owned_folder`): either is refused with a `BadFileError` naming it.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -33,6 +32,7 @@ import keras
 from cvbench.training.run_dir import RunFolder
 from cvbench.utils.errors import naming
 from cvbench.utils.files import open_output, owned_folder
+from cvbench.utils.io import json_text
 from cvbench.utils.progress import progress_style
 
 
@@ -89,8 +89,8 @@ class RunLog:
         if self._jsonl is None:
             return
         entry = {"event": event, "time": round(time.time(), 3)}
-        entry.update({k: _jsonable(v) for k, v in fields.items()})
-        line = memoryview((json.dumps(entry, sort_keys=True) + "\n").encode("utf-8"))
+        entry.update(fields)  # a non-finite value as null: `json_text`'s one rule
+        line = memoryview((json_text(entry, sort_keys=True) + "\n").encode("utf-8"))
         with naming(self._path, replace=True):
             while line:  # unbuffered: a short write (a disk filling up) writes the rest
                 line = line[self._jsonl.write(line) :]
@@ -311,15 +311,3 @@ def _summary_writer(directory: Path):
         data_class=summary_pb2.DATA_CLASS_SCALAR,
     ).SerializeToString()
     return tf.summary.create_file_writer(str(directory))
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value

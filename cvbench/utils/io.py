@@ -26,6 +26,7 @@ import contextvars
 import errno
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -337,8 +338,43 @@ def inode_at(path: str | os.PathLike) -> int | None:
         return None
 
 
+def strict_json(obj: Any) -> Any:
+    """`obj` as strict JSON can hold it: every non-finite float (NaN, +-inf; NumPy's too)
+    as None (`null`), NumPy scalars and arrays as Python numbers and lists, tuples as
+    lists. The one rule of cvbench's JSON outputs (`json_text`): RFC 8259 has no NaN,
+    and JavaScript, Go and `json.loads(..., parse_constant=...)` refuse Python's `NaN`.
+
+    Example:
+        >>> import numpy as np
+        >>> strict_json({"loss": float("nan"), "top1": np.float32(0.5), "r": (1, -np.inf)})
+        {'loss': None, 'top1': 0.5, 'r': [1, None]}
+    """
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+        return strict_json(obj.tolist())  # a NumPy (or JAX) scalar or array
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def json_text(obj: Any, **kwargs: Any) -> str:
+    """`json.dumps(strict_json(obj), allow_nan=False, **kwargs)`: what every cvbench JSON
+    output writes (`write_json_atomic`, the run log's lines), valid JSON whatever it holds.
+
+    Example:
+        >>> json_text({"loss": float("inf"), "n": 2}, sort_keys=True)
+        '{"loss": null, "n": 2}'
+    """
+    return json.dumps(strict_json(obj), allow_nan=False, **kwargs)
+
+
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    """Writes `obj` as indented JSON to `path` atomically."""
+    """Writes `obj` as indented JSON to `path` atomically, by `json_text`'s rule (a
+    non-finite float as `null`)."""
+    text = json_text(obj, indent=2, sort_keys=True)
     with atomic_open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write(text)
         f.write("\n")
