@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     links: list[tuple[str, str]] = []
     try:
         with stop_on_signals():
-            links = resolve_outputs(args)
+            links = resolve_outputs(args, parser)
             refuse_outputs_in_data(args)
             with warning_lines(args.command):
                 return int(args.func(args) or 0)
@@ -228,19 +228,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
 
 
-def resolve_outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
+def resolve_outputs(
+    args: argparse.Namespace, parser: argparse.ArgumentParser | None = None
+) -> list[tuple[str, str]]:
     """Resolves, once, each output argument of the command (`OUTPUT_ARGS`) that is a
-    symbolic link (`cvbench.utils.files.user_output`); returns `(given, target)` of each."""
+    symbolic link (`cvbench.utils.files.user_output`); returns `(given, target)` of each.
+    An output that is a stream (`-`, `/dev/stdout`, a FIFO) is refused, naming its option as
+    `parser` (the `cvbench` parser) spells it.
+
+    Raises:
+        ValueError: an output that is a stream (exit 2).
+    """
     from cvbench.utils.files import user_output
 
     links = []
-    for dest in OUTPUT_ARGS.get(getattr(args, "command", None), ()):
+    command = getattr(args, "command", None)
+    for dest in OUTPUT_ARGS.get(command, ()):
         given = getattr(args, dest, None)
-        resolved = user_output(given)
+        resolved = user_output(given, flag=_option_name(parser, command, dest))
         if resolved is not given:
             setattr(args, dest, resolved)
             links.append((os.fspath(given), os.fspath(resolved)))
     return links
+
+
+def _option_name(parser: argparse.ArgumentParser | None, command: str | None, dest: str) -> str:
+    """How `command`'s help names the argument `dest`: its longest option (`--json`), or
+    the positional's metavar (`OUT`); `--<dest>` without a parser."""
+    commands = parser._subparsers._group_actions[0].choices if parser is not None else {}
+    for action in getattr(commands.get(command), "_actions", ()):
+        if action.dest == dest:
+            if action.option_strings:
+                return max(action.option_strings, key=len)
+            return action.metavar or dest.upper()
+    return f"--{dest.replace('_', '-')}"
 
 
 @contextlib.contextmanager

@@ -323,7 +323,60 @@ def owned_folder(root: str | os.PathLike, *parts: str, create: bool = True) -> P
     return path
 
 
-def user_output(path: Any) -> Any:
+#: A path that names an open descriptor of a process, not a file: `/dev/stdout`, `/dev/fd/1`,
+#: `/proc/self/fd/1` (a pipe, a terminal, or whatever the shell redirected it to).
+_DESCRIPTOR_PATH = re.compile(
+    r"/dev/(?:stdin|stdout|stderr|fd/\d+)|/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd/\d+"
+)
+
+
+def _descriptor_path(path: str | os.PathLike) -> str | None:
+    """The descriptor path (`/dev/stdout`, `/proc/self/fd/1`, ...) that `path` is, or that
+    the links at `path` lead through (each followed by one `readlink`), else None."""
+    current = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        if _DESCRIPTOR_PATH.fullmatch(current):
+            return current
+        try:
+            target = os.readlink(current)
+        except (OSError, ValueError):
+            return None
+        current = os.path.normpath(os.path.join(os.path.dirname(current), target))
+    return None
+
+
+def _refuse_stream(path: str | os.PathLike, flag: str) -> None:
+    """Refuses an output that is no path to write: `-`, a standard stream or descriptor
+    (`/dev/stdout`), an existing FIFO, device or socket (`user_output`).
+
+    Raises:
+        ValueError: naming the flag, the path and why (exit 2 in the command).
+    """
+    text, name = os.fspath(path), flag or "the output"
+    why = (
+        f"cvbench writes {name} atomically to the file or folder it names (a command's report "
+        "is on standard output already)"
+    )
+    if text == "-":
+        raise ValueError(
+            f"{name} -: '-' is not standard output here: {why}; name a path (./- for one called -)"
+        )
+    stream = _descriptor_path(text)
+    if stream is not None:
+        seen = "" if stream == os.path.abspath(text) else f" (through {stream})"
+        raise ValueError(
+            f"{name} {text} is an open descriptor of a process{seen}, not a file: {why}; "
+            "name a file"
+        )
+    try:
+        mode = os.stat(text).st_mode
+    except (OSError, ValueError):
+        return  # missing, dangling: the command makes it, or refuses it naming it
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise ValueError(f"{name} {text} is {_kind(mode)}, not a file or folder: {why}")
+
+
+def user_output(path: Any, *, flag: str = "") -> Any:
     """The output path a user named (a command's `--log-dir`, `--json`, `--output`, ...),
     resolved once when it is itself a symbolic link to something that exists; any other
     path as it is, of the same type. The one rule for links and outputs: the path the user
@@ -331,6 +384,15 @@ def user_output(path: Any) -> Any:
     prints its target; a link found inside an output (a planted `run/checkpoints -> ...`)
     is never followed nor written through (`owned_folder`, `open_output`, `check_output`).
     A dangling link is left as it is: the command refuses it, naming it.
+
+    No output is a stream: `-`, `/dev/stdout`, `/dev/fd/N`, `/proc/self/fd/N` (and a link to
+    one), and an existing FIFO, device or socket are refused, naming `flag` (the option:
+    `--json`), since every output is written atomically (a temporary renamed over it) and
+    recorded as cvbench's; a command prints its report on standard output already, and `-`
+    would leave a file named `-`. `./-` names a file called `-`.
+
+    Raises:
+        ValueError: an output that is a stream (exit 2 in the command).
 
     Example:
         >>> import tempfile
@@ -341,9 +403,14 @@ def user_output(path: Any) -> Any:
         True
         >>> user_output(d / "plain") == d / "plain"
         True
+        >>> user_output("-", flag="--json")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: --json -: '-' is not standard output here: cvbench writes --json ...
     """
     if path is None or isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
         return path
+    _refuse_stream(path, flag)
     try:
         is_link = stat.S_ISLNK(os.lstat(path).st_mode)
     except (OSError, ValueError):
