@@ -198,7 +198,8 @@ def evaluate_coco(
 
     Raises:
         ValueError: on an unknown backend, or detections for images absent from `groundtruth`,
-            or malformed detections, or a `detections_path` that is an input.
+            or malformed detections (a `bbox` without 4 numbers, a NaN or infinite `bbox` or
+            `score`: named by index and image), or a `detections_path` that is an input.
         BadFileError: a `detections` or `groundtruth` file that is not a regular file, over
             `MAX_JSON_BYTES`, nested too deep, not JSON, or not of the expected shape.
         ImportError: for `backend="faster"` when `faster-coco-eval` is not installed.
@@ -265,7 +266,7 @@ def _load_detections(
     if not isinstance(detections, Sequence):
         raise ValueError(f"detections must be a list of dicts, got {type(detections).__name__}")
     out = []
-    for d in detections:
+    for index, d in enumerate(detections):
         try:
             bbox = [float(v) for v in d["bbox"]]
             item = {
@@ -278,8 +279,21 @@ def _load_detections(
             raise ValueError(f"malformed detection {d!r}: {e}") from None
         if len(bbox) != 4:
             raise ValueError(f"detection bbox must have 4 numbers [x, y, w, h], got {bbox}")
+        _check_finite(index, item)
         out.append(item)
     return out
+
+
+def _check_finite(index: int, item: Mapping[str, Any]) -> None:
+    """Refuses a detection whose `bbox` or `score` is NaN or infinite: pycocotools' matcher
+    (`if ious[d, g] < iou: continue`) takes a NaN IoU for a match, so a NaN box would score
+    as a perfect one there and as nothing in faster-coco-eval."""
+    for key in ("bbox", "score"):
+        if not np.all(np.isfinite(item[key])):
+            raise ValueError(
+                f"detection {index} (image {item['image_id']}): {key} must be finite, "
+                f"got {item[key]}"
+            )
 
 
 def _load_groundtruth(groundtruth: Mapping[str, Any] | str | os.PathLike) -> dict[str, Any]:

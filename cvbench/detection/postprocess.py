@@ -156,7 +156,10 @@ def postprocess(
         numpy arrays: `"boxes"` float32 `(B, max_total, 4)`, `[ymin, xmin, ymax, xmax]`
         normalized to `[0, 1]` and clipped to it; `"scores"` float32 `(B, max_total)`;
         `"classes"` int32 `(B, max_total)`, class indices in `[0, C)`; `"num_detections"`
-        int32 `(B,)`. Entries past `num_detections` are 0 (boxes, scores) and -1 (classes).
+        int32 `(B,)`; `"nan_anchors"` int32 `(B,)`, the anchors whose box code or a class
+        logit gave NaN (a model's broken outputs: a NaN box is dropped before NMS, a NaN
+        score is never a candidate; neither is ever a detection). Entries past
+        `num_detections` are 0 (boxes, scores) and -1 (classes).
 
     Raises:
         ValueError: for inconsistent shapes.
@@ -165,8 +168,9 @@ def postprocess(
     batch = codes.shape[0]
     with np.errstate(over="ignore", invalid="ignore"):
         decoded = box_coder.decode(codes, anchors, scales=scales, xp=np)
-    scores = _sigmoid(logits)
+    scores, nan_anchors = _finite_candidates(decoded, _sigmoid(logits))
     out = _padded(batch, max_total)
+    out["nan_anchors"] = nan_anchors.sum(axis=1, dtype=np.int32)
     for i in range(batch):
         boxes, kept_scores, classes = multiclass_nms(
             decoded[i],
@@ -182,6 +186,18 @@ def postprocess(
         out["classes"][i, :k] = classes
         out["num_detections"][i] = k
     return out
+
+
+def _finite_candidates(decoded: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, ...]:
+    """`(scores, nan_anchors)`: the scores `(B, N, C)` with every class of an anchor whose
+    decoded box has a NaN set to -inf (never a candidate: clipping keeps NaN, and
+    pycocotools scores a NaN IoU as a match), and the mask `(B, N)` of the anchors with a
+    NaN box or a NaN class score (a NaN score is never a candidate of its class, as
+    `scores > score_threshold` is False). An infinite box code is no NaN: its box is
+    clipped to the image."""
+    nan_box = np.isnan(decoded).any(axis=-1)
+    nan_anchors = nan_box | np.isnan(scores).any(axis=-1)
+    return np.where(nan_box[..., None], -np.inf, scores).astype(np.float32), nan_anchors
 
 
 def _checked_arrays(box_codes: Any, class_logits: Any, anchors: Any) -> tuple[np.ndarray, ...]:
