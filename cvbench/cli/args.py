@@ -45,6 +45,15 @@ def _int_at_least(text: str, minimum: int, expected: str) -> int:
     return value
 
 
+def _int_in_range(text: str, minimum: int, maximum: int) -> int:
+    """`text` as an int from `minimum` to `maximum`; the error names the range and the value."""
+    expected = f"an integer from {minimum} to {maximum}"
+    value = _int_at_least(text, minimum, expected)
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+    return value
+
+
 def image_side(text: str) -> int:
     """`"224"` -> 224: an image side in pixels, from 1 to `MAX_IMAGE_SIDE` (8192, the bound of
     a model file's input side and of a run's `--image-size`: one batch of larger images would
@@ -56,11 +65,7 @@ def image_side(text: str) -> int:
         ...
         argparse.ArgumentTypeError: expected an integer from 1 to 8192, got 100000
     """
-    expected = f"an integer from 1 to {MAX_IMAGE_SIDE}"
-    value = _int_at_least(text, 1, expected)
-    if value > MAX_IMAGE_SIDE:
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
-    return value
+    return _int_in_range(text, 1, MAX_IMAGE_SIDE)
 
 
 def worker_count(text: str) -> int:
@@ -77,11 +82,7 @@ def worker_count(text: str) -> int:
         ...
         argparse.ArgumentTypeError: expected an integer from 1 to 256, got 0
     """
-    expected = f"an integer from 1 to {MAX_WORKERS}"
-    value = _int_at_least(text, 1, expected)
-    if value > MAX_WORKERS:
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
-    return value
+    return _int_in_range(text, 1, MAX_WORKERS)
 
 
 def seed_int(text: str) -> int:
@@ -95,10 +96,7 @@ def seed_int(text: str) -> int:
         ...
         argparse.ArgumentTypeError: expected an integer from 0 to 4294967295, got -1
     """
-    value = _int_at_least(text, 0, f"an integer from 0 to {MAX_SEED}")
-    if value > MAX_SEED:
-        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_SEED}, got {value}")
-    return value
+    return _int_in_range(text, 0, MAX_SEED)
 
 
 def output_path(text: str) -> str:
