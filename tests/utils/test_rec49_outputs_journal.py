@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+from replace_helpers import interrupted_replace
 
 import cvbench.utils.files as files
-from cvbench.utils import io
 from cvbench.utils.errors import BadFileError
 from cvbench.utils.files import OUTPUTS_LIST, record_output, recording, written_by_cvbench
 from cvbench.utils.io import write_json_atomic
@@ -144,17 +144,12 @@ def test_a_removal_line_and_a_restored_entry_are_replayed(tmp_path, monkeypatch)
     target = tmp_path / "r.json"
     with recording(target):
         write_json_atomic(target, [1])
-    real = os.replace
-
-    def interrupted(src, dst, *args, **kwargs):
-        if Path(dst) == target:
-            raise KeyboardInterrupt
-        return real(src, dst, *args, **kwargs)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(io.os, "replace", interrupted)
-        with pytest.raises(KeyboardInterrupt), recording(target):
-            write_json_atomic(target, [2])
+    with (
+        interrupted_replace(monkeypatch, target),
+        pytest.raises(KeyboardInterrupt),
+        recording(target),
+    ):
+        write_json_atomic(target, [2])
     lines = (tmp_path / OUTPUTS_LIST).read_bytes().splitlines(keepends=True)
     first = target.read_bytes()
     # the first record, the second's record before its rename, the first given back
@@ -173,17 +168,8 @@ def test_a_rewrite_interrupted_before_its_rename_leaves_the_list_whole(tmp_path,
     listing = tmp_path / OUTPUTS_LIST
     before = listing.read_bytes()
     monkeypatch.setattr(files, "_JOURNAL_FLOOR", 0)
-    real = os.replace
-
-    def killed(src, dst, *args, **kwargs):
-        if Path(dst) == listing:
-            raise KeyboardInterrupt
-        return real(src, dst, *args, **kwargs)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(io.os, "replace", killed)
-        with pytest.raises(KeyboardInterrupt):
-            record_output(b)
+    with interrupted_replace(monkeypatch, listing), pytest.raises(KeyboardInterrupt):
+        record_output(b)
     assert listing.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [OUTPUTS_LIST, "a.json", "b.json"]
     assert written_by_cvbench(a) and not written_by_cvbench(b)

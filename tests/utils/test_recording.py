@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from replace_helpers import interrupted_replace
 
 import cvbench
 import cvbench.cli
@@ -221,15 +222,10 @@ def test_a_write_stopped_between_its_record_and_its_rename_keeps_the_old_record(
     target = tmp_path / "results.json"
     with recording(target):
         write_json_atomic(target, {"top1": 0.5})
-    real = os.replace
-
-    def interrupted(src, dst, *args, **kwargs):
-        if Path(dst) == target:
-            raise KeyboardInterrupt
-        return real(src, dst, *args, **kwargs)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(io.os, "replace", interrupted)
-        with pytest.raises(KeyboardInterrupt), recording(target):
-            write_json_atomic(target, {"top1": 0.7})
+    with (
+        interrupted_replace(monkeypatch, target),
+        pytest.raises(KeyboardInterrupt),
+        recording(target),
+    ):
+        write_json_atomic(target, {"top1": 0.7})
     assert "0.5" in target.read_text() and written_by_cvbench(target)
