@@ -5,10 +5,16 @@ set, through `cvbench.tasks.evaluation.checkpoint_trainer` and the task's `evalu
 checkpoint, model, recipe, precision) and for a detector `DIR/plots/per_class_ap.png`, then a
 line saying what was written where.
 
+`--log-dir` is never a training run's folder: one whose run lock a live `cvbench train`
+holds (`run_dir.run_holder`: exit 1, as a second training into it), or that holds a run's
+checkpoints, log, export or `results.json` (exit 2), both before anything is loaded.
+
 `--json FILE` is checked before anything is loaded (`cvbench.utils.files.check_output`): it
-is never the checkpoint, the model or the data it reads, nor a link; an existing FILE is
-replaced only when cvbench wrote it (`written_by_cvbench`: an earlier `--json` of eval), and
-each results file written is recorded for that.
+is never the checkpoint, the model or the data it reads, nor a link, nor a training's
+`results.json`; an existing FILE is replaced only when cvbench wrote it
+(`written_by_cvbench`: an earlier `--json` of eval), and each results file written is
+recorded for that. `-` and `/dev/stdout` are refused (`files.user_output`): the results are
+printed on stdout already.
 
 The results are printed (stdout) before either is written: a write that fails (a full disk
 is found only then) ends with one line that says so (`results_printed_above`)."""
@@ -130,8 +136,9 @@ def check_results_folder(args: argparse.Namespace, checkpoint: Path) -> None:
     input, a link, or a file cvbench did not write, or whose `plots/` is a link.
 
     Raises:
-        ValueError: naming the path (exit 2).
+        ValueError: naming the path (exit 2); a training run's folder (`refuse_training_folder`).
         BadFileError: `plots/` is a link or not a folder (exit 1).
+        RunDirInUseError: a training run holds the folder (exit 1).
     """
     from cvbench.training.run_dir import RunFolder
     from cvbench.utils.files import check_output, owned_folder, written_by_cvbench
@@ -141,12 +148,46 @@ def check_results_folder(args: argparse.Namespace, checkpoint: Path) -> None:
         raise CLIError(
             "--log-dir is empty: name the evaluation's folder (--log-dir . for this one)"
         )
+    refuse_training_folder(args.log_dir)
     inputs = [checkpoint, Path(args.checkpoint)]
     if args.data_dir is not None:
         inputs.append(Path(args.data_dir))
     check_output(RunFolder(folder).results, inputs=inputs, overwrite=True,
                  is_ours=written_by_cvbench, flag="--log-dir")  # fmt: skip
     owned_folder(folder, "plots", create=False)  # refuses a link
+
+
+def refuse_training_folder(log_dir: str) -> None:
+    """Refuses a `--log-dir` that is a training run's: one whose run lock a live process
+    holds (`cvbench train` holds it from its start to its `results.json`), or that holds a
+    run (checkpoints, `train_log.jsonl`, `export/`) or a training's `results.json`, which
+    eval's would replace.
+
+    Raises:
+        RunDirInUseError: the lock is held, naming the holder (exit 1, as a second
+            `cvbench train` into the folder).
+        CLIError: a training run's folder (exit 2).
+    """
+    from cvbench.training.run_dir import (
+        RunDirInUseError,
+        RunFolder,
+        existing_run,
+        run_holder,
+        training_results,
+    )
+
+    holder = run_holder(log_dir)
+    if holder is not None:
+        raise RunDirInUseError(
+            f"{log_dir} is in use by a training run ({holder}); give eval another --log-dir"
+        )
+    if training_results(RunFolder(log_dir).results):
+        why = f"its {RunFolder.RESULTS} is the training's"
+    elif existing_run(log_dir):
+        why = f"it holds {', '.join(existing_run(log_dir))}"
+    else:
+        return
+    raise CLIError(f"{log_dir} is a training run's folder ({why}): give eval another --log-dir")
 
 
 def write_eval_results(args, task, trainer, checkpoint: Path, results: dict) -> str:
@@ -180,14 +221,15 @@ def write_eval_results(args, task, trainer, checkpoint: Path, results: dict) -> 
 
 def check_results_path(args: argparse.Namespace, checkpoint: Path) -> None:
     """Refuses, before anything is loaded, a `--json` that is (or holds) the checkpoint, the
-    run folder or the data read, a link, or an existing file cvbench did not write; and a
-    file or a read-only folder in its way.
+    run folder or the data read, a link, an existing file cvbench did not write, or a
+    training's `results.json`; and a file or a read-only folder in its way.
 
     Raises:
         ValueError: naming the path (exit 2).
         OSError: a file where a folder is, a read-only folder (exit 1).
     """
     from cvbench.inference.outputs import check_parent_path, check_writable
+    from cvbench.training.run_dir import training_results
     from cvbench.utils.files import check_output, written_by_cvbench
 
     inputs = [checkpoint, Path(args.checkpoint)]
@@ -196,6 +238,11 @@ def check_results_path(args: argparse.Namespace, checkpoint: Path) -> None:
     check_output(
         args.json, inputs=inputs, overwrite=True, is_ours=written_by_cvbench, flag="--json"
     )
+    if training_results(args.json):
+        raise CLIError(
+            f"--json {args.json} is a training's results file; it is never replaced: give "
+            "eval another --json"
+        )
     # as predict's outputs: a file or a read-only folder in the way, found before evaluating
     check_parent_path(args.json)
     check_writable(args.json)

@@ -189,15 +189,16 @@ def train_command(args: argparse.Namespace) -> int:
     run.final_per_class = True  # a detector's last evaluation: AP per class (results, plots)
     if args.log_dir is None and run.trainer.is_chief:
         print(NO_LOG_DIR, file=sys.stderr, flush=True)
-    # The recipe's run (--epochs is its knob): exactly its planned steps.
-    results = run.fit(
-        steps_per_epoch=args.steps_per_epoch, evaluate=args.eval, eval_count=args.eval_count
-    )
-    if results is not None:
-        print_results(run.trainer, results)
-    report_corrupt(args, task, run.trainer.distribution, log_dir=args.log_dir)
-    if args.log_dir is not None and run.trainer.is_chief:
-        print(write_run_results(run, results), flush=True)
+    with run.holding_log_dir():  # from the start to results.json: no eval writes there
+        # The recipe's run (--epochs is its knob): exactly its planned steps.
+        results = run.fit(
+            steps_per_epoch=args.steps_per_epoch, evaluate=args.eval, eval_count=args.eval_count
+        )
+        if results is not None:
+            print_results(run.trainer, results)
+        report_corrupt(args, task, run.trainer.distribution, log_dir=args.log_dir)
+        if args.log_dir is not None and run.trainer.is_chief:
+            print(write_run_results(run, results), flush=True)
     return 0
 
 

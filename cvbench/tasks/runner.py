@@ -18,9 +18,10 @@ Trainer's ranks, and `TaskRun` trains and evaluates.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,11 @@ from cvbench.tasks.recipes import Recipe, RecipePlan, fit_lengths, plan
 from cvbench.tasks.recipes.plan import loss_scaling, planned_schedule
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import get_distribution
-from cvbench.training.run_dir import RunFolder, check_layout
+from cvbench.training.run_dir import RunFolder, check_layout, foreign_results
 from cvbench.training.run_log import RunLog, read_run_history
 from cvbench.training.trainer import Trainer
+from cvbench.utils.errors import BadFileError
+from cvbench.utils.files import recording
 from cvbench.utils.io import write_json_atomic
 
 EVALUATE_CHOICES = ("end", "epoch", "none")
@@ -100,11 +103,20 @@ class TaskRun:
         metrics as a `results` event of `train_log.jsonl` and as TensorBoard scalars
         `results/<name>` at the run's last step, and `results.json` (`results_record`:
         the metrics, the plan, the precision, the files written), atomically, never through
-        a link. Returns that record ({} on other ranks or without a `log_dir`).
+        a link, recorded as cvbench's (`files.recording`: a later run or `--overwrite` knows
+        it as the training's). Returns that record ({} on other ranks or without a
+        `log_dir`).
+
+        A `results.json` that is not a training's (`run_dir.foreign_results`: another
+        command wrote it while the run trained) is never replaced: the results stay in the
+        run log, and `BadFileError` says so.
 
         Args:
             results: the last evaluation's (`fit`'s return; None: not evaluated).
             plots: the PNG files drawn of the run (listed in the record).
+
+        Raises:
+            BadFileError: `results.json` is another's (exit 1 in the command).
         """
         log_dir = self.trainer.log_dir
         if log_dir is None or not self.trainer.is_chief:
@@ -117,8 +129,28 @@ class TaskRun:
             log.scalars(self.trainer.state["step"], record["metrics"], prefix="results/")
         finally:
             log.close()
-        write_json_atomic(RunFolder(log_dir).results, record)
+        path = RunFolder(log_dir).results
+        why = foreign_results(log_dir)
+        if why is not None:
+            raise BadFileError(
+                f"{path} appeared while the run trained ({why}) and was not replaced; the "
+                f"results are in {RunFolder(log_dir).log} (its results event)"
+            )
+        with recording(path):
+            write_json_atomic(path, record)
         return record
+
+    @contextlib.contextmanager
+    def holding_log_dir(self) -> Iterator[None]:
+        """Holds the run folder's lock (`Trainer.claim_log_dir`, every rank calls it) for
+        the whole block: `cvbench train` holds it from its start to its `results.json`, so
+        that no `cvbench eval --log-dir` (which refuses a held folder) writes there while
+        the run trains, evaluates or ends. `fit` inside the block holds it once more."""
+        self.trainer.claim_log_dir()
+        try:
+            yield
+        finally:
+            self.trainer.release_log_dir()
 
     def fit(
         self,

@@ -10,6 +10,13 @@ which records who holds it (pid, host, start time). A second run into the same f
 it taken and stops at once, naming the holder, without touching anything; the kernel releases
 the lock when the holder ends, even when it is killed, so a lock never has to be removed by
 hand. The lock file stays (a later run takes it again); it does not count as a run.
+`cvbench train` holds it from its start to its `results.json`, the final evaluation
+included (`RunDirectory` counts nested holds), and `cvbench eval --log-dir` refuses a folder
+whose lock is held (`run_holder`) or that holds a training run.
+
+A run folder's `results.json` is the training's (`training_results`): a run refuses, at
+its start, a folder whose `results.json` is another's (an evaluation's, a user's file:
+`foreign_results`), and the run's end never replaces one that appeared meanwhile.
 
 Nothing in the folder is followed through a symbolic link: the lock file is opened with
 `O_NOFOLLOW`, and an entry the run writes (`checkpoints/`, `train_log.jsonl`, `export/`,
@@ -34,7 +41,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cvbench.utils.errors import BadFileError, CvbenchError
-from cvbench.utils.files import owned_folder, refuse_link
+from cvbench.utils.files import owned_folder, read_json, refuse_link, written_by_cvbench
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,10 @@ _OTHER_ENTRIES = {
 }
 #: The lock file's record of the holder is read up to this size.
 _HOLDER_LIMIT = 4096
+#: A `results.json` is read up to this size to tell whose it is (a training's is a few KiB).
+_RESULTS_LIMIT = 16 << 20
+#: The key only a training's `results.json` holds (`cvbench.tasks.runner.results_record`).
+TRAINING_RESULTS_KEY = "plan"
 
 
 class RunDirInUseError(CvbenchError, OSError):
@@ -174,6 +185,65 @@ def check_fresh_run(log_dir: str | os.PathLike) -> None:
         )
 
 
+def training_results(path: str | os.PathLike) -> bool:
+    """Whether the file `path` is a training's `results.json`: written by cvbench and
+    unchanged since (`written_by_cvbench`), and a JSON object holding the run's plan
+    (`TRAINING_RESULTS_KEY`; an evaluation's holds none)."""
+    if not written_by_cvbench(path):
+        return False
+    try:
+        record = read_json(path, limit=_RESULTS_LIMIT, what="results file")
+    except (OSError, BadFileError):
+        return False
+    return isinstance(record, dict) and TRAINING_RESULTS_KEY in record
+
+
+def foreign_results(log_dir: str | os.PathLike) -> str | None:
+    """Why `log_dir/results.json` is not a training's (`training_results`), which a run
+    would replace at its end: "an evaluation's results" or "not written by cvbench"; None
+    when it is a training's or there is none."""
+    path = RunFolder(log_dir).results
+    if not os.path.lexists(path) or training_results(path):
+        return None
+    if written_by_cvbench(path):
+        return "another command's results, written by cvbench"
+    return "it was not written by cvbench"
+
+
+def check_results_file(log_dir: str | os.PathLike) -> None:
+    """Refuses a run into a folder whose `results.json` is not a training's
+    (`foreign_results`): the run's end would replace it.
+
+    Raises:
+        ValueError: naming the file and why (exit 2 in the command).
+    """
+    why = foreign_results(log_dir)
+    if why is not None:
+        raise ValueError(
+            f"{RunFolder(log_dir).results} is not a training's results file ({why}): the "
+            "run would replace it at its end; move it, or train in another log directory"
+        )
+
+
+def run_holder(log_dir: str | os.PathLike) -> str | None:
+    """Who holds `log_dir`'s run lock now ("pid 12 on host h since ..."), or None: no lock
+    file, or one no live process holds. Nothing is created or changed."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(RunFolder(log_dir).lock, flags)
+    except OSError:
+        return None  # none (or a link, a folder: the layout checks refuse those)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _read_holder(fd)
+    except OSError:
+        return None  # a file system without locks: as `_open_locked`, nothing to learn
+    finally:
+        os.close(fd)  # also lets a shared lock taken here go
+    return None
+
+
 def check_layout(log_dir: str | os.PathLike) -> None:
     """Checks that `log_dir` is a folder (or absent) and that the entries a run writes in it
     are of the kind the run writes (a folder `checkpoints/`, a file `train_log.jsonl`, ...).
@@ -216,6 +286,7 @@ class RunDirectory:
     def __init__(self, log_dir: str | os.PathLike) -> None:
         self.log_dir = Path(log_dir)
         self._fd: int | None = None
+        self._holds = 0  # acquires not yet released: the lock goes with the last release
 
     @property
     def held(self) -> bool:
@@ -224,9 +295,11 @@ class RunDirectory:
 
     def acquire(self, *, fresh: bool) -> None:
         """Takes the directory for a run: checks its layout, takes the lock, and for a fresh
-        run (`fresh=True`, not a resume) refuses a folder that holds a run already. A refusal
-        changes nothing in the folder; the folder and the lock file are created only when
-        the run may go ahead.
+        run (`fresh=True`, not a resume) refuses a folder that holds a run already, and any
+        run a folder whose `results.json` is not a training's (`check_results_file`). A
+        refusal changes nothing in the folder; the folder and the lock file are created only
+        when the run may go ahead. Acquiring a held directory holds it once more: the lock
+        goes with the matching `release` (a command holds it around the Trainer's `fit`).
 
         Raises:
             RunDirInUseError: another run holds the lock.
@@ -234,6 +307,7 @@ class RunDirectory:
             OSError: the folder cannot be used (not a folder, read-only, ...), naming the path.
         """
         if self.held:
+            self._holds += 1
             return
         check_layout(self.log_dir)
         lock = RunFolder(self.log_dir).lock
@@ -241,6 +315,7 @@ class RunDirectory:
         try:
             if fresh:
                 check_fresh_run(self.log_dir)
+            check_results_file(self.log_dir)
             if fd is None:
                 self.log_dir.mkdir(parents=True, exist_ok=True)
                 fd = _open_locked(lock, create=True)
@@ -251,7 +326,7 @@ class RunDirectory:
             if fd is not None:
                 os.close(fd)
             raise
-        self._fd = fd
+        self._fd, self._holds = fd, 1
 
     def claim(self, distribution: Any, *, fresh: bool) -> None:
         """`acquire` on rank 0 of `distribution` (a `cvbench.training.distributed.Distribution`),
@@ -273,8 +348,9 @@ class RunDirectory:
             raise _rebuilt(told)
 
     def release(self) -> None:
-        """Lets the lock go (the lock file stays)."""
-        if self._fd is not None:
+        """Ends one hold (`acquire`); the last one lets the lock go (the lock file stays)."""
+        self._holds = max(0, self._holds - 1)
+        if self._fd is not None and self._holds == 0:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing the only descriptor releases the flock
 
