@@ -85,6 +85,45 @@ def is_array_data(data: Any) -> bool:
     return bool(leaves) and all(isinstance(leaf, np.ndarray) for leaf in leaves)
 
 
+def check_array_targets(data: Any, loss: Any, model: keras.Model) -> None:
+    """Checks the targets `y` of array data `(x, y[, sample_weight])` on the host before a
+    step runs, by `loss`'s rule (`cvbench.training.losses.check_loss_targets`) against the
+    width of `model`'s single output: array data has no input pipeline to check its labels,
+    and a loss cannot check inside a step (XLA and JAX drop run-time assertions: labels out
+    of range trained to a loss of 0 under JAX). Other data, a model with several outputs or
+    a loss that cannot say what its targets must be: nothing checked.
+
+    Raises:
+        ValueError: targets the loss would read wrong (e.g. `label 7 of row 0 is outside
+            [0, 3) (the model's 3 outputs)`).
+    """
+    from cvbench.training.losses import check_loss_targets
+
+    if not is_array_data(data) or data[1] is None or keras.tree.is_nested(data[1]):
+        return
+    width = _output_width(model, data[0])
+    if width is not None:
+        check_loss_targets(loss, data[1], width)
+
+
+def _output_width(model: keras.Model, x: Any) -> int | None:
+    """The last dimension of `model`'s output for inputs like `x`, when it has one output of
+    a known width (a functional model's `outputs`, else its output spec), else None."""
+    try:
+        outputs = getattr(model, "outputs", None)  # a functional model's; None when subclassed
+        if not outputs:
+            shaped = keras.tree.map_structure(
+                lambda a: keras.KerasTensor((1, *a.shape[1:]), dtype=a.dtype), x
+            )
+            outputs = model.compute_output_spec(shaped)
+    except Exception:  # a model that cannot say without running: its loss sees the labels
+        return None
+    leaves = keras.tree.flatten(outputs)
+    if len(leaves) != 1 or not leaves[0].shape or leaves[0].shape[-1] is None:
+        return None
+    return int(leaves[0].shape[-1])
+
+
 def _is_tf_dataset(data: Any) -> bool:
     return type(data).__module__.startswith("tensorflow") and hasattr(data, "skip")
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
+import numpy as np
 from keras import ops
 
 
@@ -56,7 +59,9 @@ class SparseCrossEntropy(keras.losses.Loss):
     not check (an assertion inside the train step made TensorFlow's deterministic runs differ
     between processes, and XLA and JAX drop run-time assertions anyway). The input pipeline
     does: `imagenet_dataset(num_classes=C)`, which the classification task always passes,
-    raises an error naming the label, the class count, the file and the record.
+    raises an error naming the label, the class count, the file and the record. Array data has
+    no pipeline: `Trainer.fit` and `Trainer.evaluate` call `check_targets` on its labels, on
+    the host, before the first step (`check_loss_targets`).
     """
 
     def __init__(
@@ -101,6 +106,31 @@ class SparseCrossEntropy(keras.losses.Loss):
         log_probs = ops.log_softmax(logits, axis=-1)
         return -ops.sum(target * log_probs, axis=-1)
 
+    def check_targets(self, y_true: Any, num_outputs: int) -> None:
+        """Checks array labels on the host, as the call reads them against `num_outputs`
+        logits: `[rows, num_outputs]` soft labels pass, integer labels must be integers in
+        `[0, num_outputs)` (`check_sparse_labels`).
+
+        Example:
+            >>> SparseCrossEntropy().check_targets(np.array([2, 7]), 3)
+            Traceback (most recent call last):
+            ...
+            ValueError: label 7 of row 1 is outside [0, 3) (the model's 3 outputs)
+
+        Raises:
+            ValueError: naming the first bad row, its label and the class count; or soft
+                labels whose width is not `num_outputs`.
+        """
+        y_true = np.asarray(y_true)
+        if y_true.ndim >= 2 and y_true.shape[-1] == num_outputs:
+            return  # soft labels (or a [rows, 1] label with one output: the same target)
+        if y_true.ndim >= 2 and y_true.shape[-1] != 1:
+            raise ValueError(
+                f"soft labels must have the logits' {num_outputs} classes, got labels of "
+                f"shape {y_true.shape}"
+            )
+        check_sparse_labels(y_true, num_outputs)
+
     def _spread(self, static_classes, dynamic_classes):
         if self.smoothing_classes is None:
             return ops.cast(dynamic_classes, "float32")
@@ -116,3 +146,67 @@ class SparseCrossEntropy(keras.losses.Loss):
         config["label_smoothing"] = self.label_smoothing
         config["smoothing_classes"] = self.smoothing_classes
         return config
+
+
+def check_sparse_labels(labels: Any, num_classes: int, *, ignore_class: int | None = None) -> None:
+    """Checks integer class labels on the host: each row's label an integer in
+    `[0, num_classes)` (or `ignore_class`). A label out of range one-hot encodes to zeros (a
+    loss of 0 under JAX, a graph error under TensorFlow); a float label such as 1.5 would be
+    cast to 1.
+
+    Args:
+        labels: `[rows]` or `[rows, 1]` labels, any numeric dtype.
+        num_classes: the model's outputs.
+        ignore_class: a label allowed outside the range (Keras' `ignore_class`).
+
+    Raises:
+        ValueError: naming the first offending row (its index in `labels`), its label and
+            `num_classes`.
+    """
+    labels = np.asarray(labels)
+    if labels.ndim == 2 and labels.shape[1] == 1:
+        labels = labels[:, 0]
+    if labels.ndim != 1 or labels.dtype.kind not in "biuf":
+        raise ValueError(
+            f"integer labels must be numbers of shape [rows] or [rows, 1], got {labels.dtype} "
+            f"labels of shape {labels.shape}"
+        )
+    if labels.dtype.kind == "f":
+        bad = ~np.isfinite(labels)
+        bad[~bad] = labels[~bad] != np.round(labels[~bad])
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ValueError(f"label {labels[row].item()} of row {row} is not an integer class")
+    bad = (labels < 0) | (labels >= num_classes)
+    if ignore_class is not None:
+        bad &= labels != ignore_class
+    if bad.any():
+        row = int(np.argmax(bad))
+        label = labels[row].item()
+        raise ValueError(
+            f"label {int(label) if isinstance(label, float) else label} of row {row} is outside "
+            f"[0, {num_classes}) (the model's {num_classes} outputs)"
+        )
+
+
+def check_loss_targets(loss: Any, y_true: Any, num_outputs: int) -> None:
+    """Checks array targets on the host for `loss`, where it can say what they must be: the
+    loss's own `check_targets(y_true, num_outputs)` hook (`SparseCrossEntropy`), or the
+    integer-label rule of `check_sparse_labels` for Keras' `SparseCategoricalCrossentropy`
+    (honouring its `ignore_class`); any other loss: nothing checked.
+
+    Example:
+        >>> sparse = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        >>> check_loss_targets(sparse, np.array([0, -1]), 3)
+        Traceback (most recent call last):
+        ...
+        ValueError: label -1 of row 1 is outside [0, 3) (the model's 3 outputs)
+
+    Raises:
+        ValueError: targets the loss would read wrong, named (first row, label, outputs).
+    """
+    if hasattr(loss, "check_targets"):
+        loss.check_targets(y_true, num_outputs)
+    elif isinstance(loss, keras.losses.SparseCategoricalCrossentropy):
+        ignore = getattr(loss, "_fn_kwargs", {}).get("ignore_class")
+        check_sparse_labels(y_true, num_outputs, ignore_class=ignore)

@@ -32,6 +32,7 @@ from cvbench.training.distributed import Distribution, get_distribution
 from cvbench.training.epoch_loop import LoopState, TrainState, rank_source, run_epochs
 from cvbench.training.evaluation import evaluate_over_ranks
 from cvbench.training.export import adopt_inputs
+from cvbench.training.inputs import check_array_targets
 from cvbench.training.loop_callbacks import (
     Checkpointing,
     KerasCallbacks,
@@ -419,6 +420,7 @@ class Trainer(_TrainerCheckpoints):
     ) -> Any:
         """This rank's batches of `train_data`, with the Trainer prepared for them
         (`prepare`: optimizer, resume or rank sync) and in the run's data order."""
+        check_array_targets(train_data, self.training_model.loss_fn, self.model)
         source, per_rank = rank_source(
             self.train_state, self.distribution, train_data, seed=self.config.seed,
             batch_size=batch_size, steps_per_epoch=steps_per_epoch, shuffle=shuffle,
@@ -522,6 +524,7 @@ class Trainer(_TrainerCheckpoints):
         Returns:
             `{"loss": ..., <metric name>: ...}` as floats, identical on every rank.
         """
+        check_array_targets(data, self.training_model.loss_fn, self.model)
         self.compile_for_inference()
         return evaluate_over_ranks(
             self.training_model, self.distribution, data, steps=steps, batch_size=batch_size
