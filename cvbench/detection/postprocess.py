@@ -24,6 +24,7 @@ pixels are `cvbench.detection.predict`'s (`Decoder`).
 from __future__ import annotations
 
 import heapq
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -198,6 +199,18 @@ def _finite_candidates(decoded: np.ndarray, scores: np.ndarray) -> tuple[np.ndar
     nan_box = np.isnan(decoded).any(axis=-1)
     nan_anchors = nan_box | np.isnan(scores).any(axis=-1)
     return np.where(nan_box[..., None], -np.inf, scores).astype(np.float32), nan_anchors
+
+
+def warn_nan_anchors(count: int, images: int) -> None:
+    """Warns (one `warnings.warn`, one line under the CLI) that `count` anchors of
+    `images` images gave NaN outputs (`postprocess`'s `"nan_anchors"`, summed), which were
+    no detections; nothing when `count` is 0."""
+    if count:
+        warnings.warn(
+            f"{count} anchor(s) of {images} image(s) gave NaN box or class outputs: "
+            "dropped, never detections (the model's outputs are broken)",
+            stacklevel=3,
+        )
 
 
 def _checked_arrays(box_codes: Any, class_logits: Any, anchors: Any) -> tuple[np.ndarray, ...]:

@@ -35,6 +35,7 @@ from cvbench.detection.postprocess import (
     MAX_PER_CLASS,
     MAX_TOTAL,
     postprocess,
+    warn_nan_anchors,
 )
 from cvbench.utils.model_file import COCO_SCORE_THRESHOLD, DetectionSettings, NmsSettings
 
@@ -235,9 +236,11 @@ def predict_coco(
     decoder = Decoder.for_model(model, settings)
     detections: list[dict[str, Any]] = []
     image_ids: list[int] = []
+    nan_anchors = 0
     for images, meta in dataset:
         dets = decoder(model.predict_on_batch(keras.ops.convert_to_numpy(images)))
         valid = np.asarray(meta["valid"], bool)
+        nan_anchors += int(dets["nan_anchors"][valid].sum())
         ids = np.asarray(meta["image_id"])
         detections += detections_to_coco(
             ids,
@@ -250,4 +253,5 @@ def predict_coco(
             valid=valid,
         )
         image_ids += ids[valid].tolist()
+    warn_nan_anchors(nan_anchors, len(image_ids))
     return detections, image_ids

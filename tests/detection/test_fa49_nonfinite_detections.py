@@ -100,3 +100,32 @@ def test_a_nan_box_code_is_no_match_in_either_backend(backend):
     np.testing.assert_allclose(dets[0]["bbox"], [10, 10, 40, 30], atol=1e-4)
     metrics = evaluate_coco(dets, GT, print_fn=None, backend=backend)
     assert metrics["AP"] == pytest.approx(1.0)  # the one real box, found exactly
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_predict_coco_warns_once_with_the_count_of_nan_anchors(batch):
+    from cvbench.detection.predict import predict_coco
+    from tests.inference_models import constant_detector, detector_info
+
+    model = constant_detector()  # 4 disjoint quarter anchors, 2 classes, every score > 1e-8
+    codes = model.get_layer("codes")
+    bias = np.zeros(16, np.float32)
+    bias[:4] = NAN  # anchor 0's box codes (its class 1 scores 0.880797, the best)
+    codes.set_weights([codes.get_weights()[0], bias])
+    images = np.zeros((batch, 64, 64, 3), np.float32)
+    valid = np.arange(batch) < max(batch - 1, 1)  # the last of 3 is padding: not counted
+    meta = {"image_id": np.arange(1, batch + 1), "image_size": np.full((batch, 2), 64),
+            "valid": valid}  # fmt: skip
+    settings = detector_info().detection
+    with pytest.warns(UserWarning) as record:
+        dets, ids = predict_coco(model, [(images, meta)] * 2, [18, 19], settings=settings)
+    real = 2 * int(valid.sum())  # two batches
+    messages = [str(w.message) for w in record if "NaN" in str(w.message)]
+    assert messages == [
+        f"{real} anchor(s) of {real} image(s) gave NaN box or class outputs: dropped, never "
+        "detections (the model's outputs are broken)"
+    ]
+    # anchors 1, 2, 3 x 2 classes, disjoint: 6 detections an image; anchor 0's are gone
+    assert len(dets) == 6 * real and len(ids) == real
+    assert all(np.isfinite(d["bbox"]).all() for d in dets)
+    assert max(d["score"] for d in dets) == pytest.approx(0.731059, abs=1e-6)  # sigmoid(1)
