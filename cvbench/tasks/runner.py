@@ -530,7 +530,9 @@ def run_notes(
 
 def run_settings(task: Task) -> dict[str, Any]:
     """What a resume of a run of `task` must agree on besides the Trainer's own plan: the
-    model, image size, classes, and the recipe with every knob (after overrides). The data's
+    model, image size, classes, and the recipe with every knob (after overrides); and what
+    reads its records (`data_pipeline`: "tf", "grain", "dali"; None on synthetic data),
+    which a resume names in a warning when it changed (`resume.pipeline_change`). The data's
     location is not in it (records may move between runs)."""
     recipe = task.recipe
     return {
@@ -539,6 +541,7 @@ def run_settings(task: Task) -> dict[str, Any]:
         "num_classes": task.num_classes,
         "recipe": recipe.name,
         "knobs": dict(recipe.knobs()),
+        "data_pipeline": task.source().name if task.options.data_dir else None,
     }
 
 

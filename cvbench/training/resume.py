@@ -17,7 +17,8 @@ one class folder shift every label: the resume names the classes that differ (`c
 in the checkpoint, 'wolf' now`) and is refused like any other difference. A changed seed is
 named in a warning (`seed_change`), not refused: the checkpoint restores the weights, the
 optimizer and the data order reached; the new seed only draws the shuffles and augmentations
-of the epochs still to come.
+of the epochs still to come. So is another input pipeline (`pipeline_change`: tf.data,
+grain or DALI, the task's `data_pipeline` setting), whose order and augmentation differ.
 
 A resume whose run folder holds checkpoints none of which is valid is refused
 (`check_resumed`: a `BadFileError` naming them) rather than started again at step 0, which
@@ -48,10 +49,10 @@ from cvbench.training import checkpoint as ckpt
 from cvbench.utils.errors import BadFileError
 from cvbench.utils.model_file import current_setting
 
-#: The settings (`Trainer.run_settings`) that say what the labels mean and where the
-#: randomness starts, compared with messages of their own (`_class_name_differences`,
-#: `seed_change`).
-IDENTITY_KEYS = ("class_names", "seed")
+#: The settings (`Trainer.run_settings`) that say what the labels mean, where the
+#: randomness starts and what reads the data, compared with messages of their own
+#: (`_class_name_differences`, `seed_change`, `pipeline_change`).
+IDENTITY_KEYS = ("class_names", "seed", "data_pipeline")
 
 
 def run_plan(
@@ -234,6 +235,24 @@ def seed_change(meta: dict, now: dict[str, Any]) -> str | None:
     if "seed" not in stored or stored["seed"] == seed:
         return None
     return f"seed {stored['seed']} in the checkpoint, {seed} now"
+
+
+def pipeline_change(meta: dict, now: dict[str, Any]) -> str | None:
+    """`"data pipeline 'tf' in the checkpoint, 'grain' now"` when this run's plan `now`
+    reads its data through another pipeline (the task's `data_pipeline` setting: tf.data,
+    grain, DALI order and augment differently) than the checkpointed run's (`meta`); None
+    when they agree or either side records none (an older checkpoint, a caller's own data).
+
+    Example:
+        >>> pipeline_change({"state": {"settings": {"data_pipeline": "tf"}}},
+        ...                 {"settings": {"data_pipeline": "grain"}})
+        "data pipeline 'tf' in the checkpoint, 'grain' now"
+    """
+    stored = ((meta.get("state") or {}).get("settings") or {}).get("data_pipeline")
+    pipeline = (now.get("settings") or {}).get("data_pipeline")
+    if stored is None or pipeline is None or stored == pipeline:
+        return None
+    return f"data pipeline {stored!r} in the checkpoint, {pipeline!r} now"
 
 
 def _without_identity(plan: dict[str, Any]) -> dict[str, Any]:
@@ -445,6 +464,14 @@ def _refusal(target: ResumeTarget, path: Path, meta: dict) -> str | None:
             f"resuming from {path} with another seed ({seed}): the weights, optimizer and "
             "data order are the checkpoint's; the epochs still to come shuffle and augment "
             "with the new seed",
+            stacklevel=7,
+        )
+    pipeline = pipeline_change(meta, target.plan)
+    if pipeline is not None and target.is_chief:
+        warnings.warn(
+            f"resuming from {path} through another input pipeline ({pipeline}): the rest "
+            "of the run reads its images in another order with another augmentation, so it "
+            "is not the run the checkpoint's would have been",
             stacklevel=7,
         )
     return None
