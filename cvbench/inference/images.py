@@ -6,9 +6,20 @@ Inputs, in the order they are read (`iter_images`):
   case), sorted by name, not recursive; the source of each image is its path (a `str`);
 * a sequence of paths and folders, taken in order;
 * a numpy array: one image `(H, W, 3)` or a batch `(B, H, W, 3)`, RGB in `[0, 255]` (any
-  numeric dtype); a list of such images (sizes may differ); the source is the index;
+  integer or float dtype); a list of such images (sizes may differ); the source is the index;
 * a `tf.data.Dataset` of images `(H, W, 3)` or of batches `(B, H, W, 3)` (elements that are
   tuples or dicts give their first entry or their `"image"` entry); the source is the index.
+
+Arrays (and a dataset's images) are taken as they are, in `[0, 255]` whatever their dtype, as
+Keras gives images (`keras.utils.img_to_array`: float32 in `[0, 255]`) and as `Batch.images`
+holds them; the wide-pixel rule below is for files, whose format says what their values mean.
+An array whose values say it is in another range gets one `UserWarning` per call, naming the
+first such image and its range: a float array in `[0, 1]` (its largest value in `(0, 1]`:
+what `matplotlib.pyplot.imread`, `skimage.img_as_float`, `tf.image.convert_image_dtype` and
+torchvision's `ToTensor` give; multiply by 255) would be classified as a near-black image, and
+values outside `[0, 255]` (a uint16 image of `0..65535`: scale by `255 / 65535`) as a
+saturated one. An array with NaN or infinite values, of complex numbers or of a type that is
+no number (bool, strings, objects) is refused (`ValueError` naming the image's index).
 
 Files are decoded with Pillow (any format it reads; palette, grayscale, CMYK modes to RGB,
 transparent pixels over white) and their EXIF orientation is not applied, as in training.
@@ -376,24 +387,27 @@ def iter_images(
         info: the model's `ModelInfo`, for JPEG files (`read_image`).
 
     Raises:
-        ValueError: for an input of no supported kind, or a folder without images.
+        ValueError: for an input of no supported kind, a folder without images, or an array
+            image with NaN or infinite values, complex values or values that are no numbers
+            (naming its index).
         FileNotFoundError: for a missing path.
         ImageFileError: (a `BadFileError`) for a file that is not an image or is over
             `max_image_pixels`, naming it (unless `skip_corrupt`).
+
+    Warns:
+        UserWarning: once, for the first array image that is not in `[0, 255]` or whose
+            values are floats in `[0, 1]` (module docstring).
     """
     if isinstance(inputs, str | os.PathLike):
         inputs = [inputs]
     if _is_dataset(inputs):
-        yield from enumerate(_dataset_images(inputs))
+        yield from _checked_arrays(_dataset_images(inputs))
     elif isinstance(inputs, np.ndarray):
-        if inputs.ndim == 3:
-            yield 0, inputs
-        elif inputs.ndim == 4:
-            yield from enumerate(inputs)
-        else:
+        if inputs.ndim not in (3, 4):
             raise ValueError(
                 f"an image array must be (H, W, 3) or (B, H, W, 3); got {inputs.shape}"
             )
+        yield from _checked_arrays([inputs] if inputs.ndim == 3 else inputs)
     elif (
         isinstance(inputs, Sequence)
         and inputs
@@ -407,12 +421,67 @@ def iter_images(
             info=info,
         )
     elif isinstance(inputs, Sequence) and inputs and all(isinstance(x, np.ndarray) for x in inputs):
-        yield from enumerate(inputs)
+        yield from _checked_arrays(inputs)
     else:
         raise ValueError(
             "inputs must be image paths or folders, an array (H, W, 3) or (B, H, W, 3), a list "
             f"of arrays or a tf.data.Dataset of images; got {type(inputs).__name__} {inputs!r:.80}"
         )
+
+
+def _checked_arrays(images: Iterable[Any]) -> Iterator[tuple[Source, np.ndarray]]:
+    """`(index, image)` of array images, each checked by `array_range_warning`; its first
+    warning given (one per call, not one per image of a batch)."""
+    warned = False
+    for index, image in enumerate(images):
+        message = array_range_warning(index, image)
+        if message is not None and not warned:
+            warnings.warn(message, UserWarning, stacklevel=2)
+            warned = True
+        yield index, image
+
+
+def array_range_warning(index: int, image: Any) -> str | None:
+    """What is wrong with the range of array image `index` for `[0, 255]` RGB (module
+    docstring), or None.
+
+    Example:
+        >>> array_range_warning(0, np.array([[[0, 128, 255]]], np.uint8)) is None
+        True
+        >>> print(array_range_warning(3, np.full((1, 1, 3), 0.5, np.float32)))  # doctest: +ELLIPSIS
+        image 3: float32 values in [0.5, 0.5]: arrays are read as RGB in [0, 255], as they are; ...
+
+    Raises:
+        ValueError: naming `index`, for NaN or infinite values, complex values, or a type
+            that is no number (bool, strings, objects).
+    """
+    image = np.asarray(image)
+    kind = image.dtype.kind
+    if kind not in "iuf":
+        what = "complex numbers" if kind == "c" else f"{image.dtype} values, not numbers"
+        raise ValueError(f"image {index}: an image array of {what}; give real RGB in [0, 255]")
+    if image.size == 0 or image.dtype == np.uint8:
+        return None  # no pixels (the resize names the shape); uint8 is [0, 255]
+    if kind == "f" and not np.isfinite(image).all():
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(image))[0])
+        raise ValueError(
+            f"image {index}: NaN or infinite pixel values (the first at {where}); an image "
+            "array must hold finite RGB values in [0, 255]"
+        )
+    low, high = image.min().item(), image.max().item()
+    if kind == "f" and 0 < high <= 1.0:
+        hint = (
+            "a [0, 1] image (matplotlib's imread, skimage's img_as_float, torchvision's "
+            "ToTensor) is nearly black so: multiply it by 255"
+        )
+    elif low < 0 or high > 255:
+        hint = "values outside it are out of range: scale it (a 16-bit image by 255 / 65535)"
+    else:
+        return None
+    return (
+        f"image {index}: {image.dtype} values in [{low:g}, {high:g}]: arrays are read as RGB "
+        f"in [0, 255], as they are; {hint}"
+    )
 
 
 def batch_size_within(
