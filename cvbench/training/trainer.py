@@ -454,6 +454,7 @@ class Trainer(_TrainerCheckpoints):
         task's evaluation), else `evaluate` over it; None without `data`."""
         if data is None or callable(data):
             return data
+        check_array_targets(data, self.training_model.loss_fn, self.model)  # before epoch 1
         return functools.partial(self.evaluate, data, steps=steps, batch_size=batch_size)
 
     def _run_loop(

@@ -56,6 +56,7 @@ def test_evaluate_and_validation_refuse_them(bad, row, batch_size):
         trainer.evaluate((x, _labels(bad, row)), batch_size=batch_size)
     with pytest.raises(ValueError, match=rf"^label {bad} of row {row} is outside \[0, 3\)"):
         trainer.fit((x, y), validation_data=(x, _labels(bad, row)), batch_size=batch_size)
+    assert trainer.train_state.step == 0  # refused before training an epoch
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])
