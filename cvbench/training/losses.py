@@ -155,7 +155,8 @@ def check_sparse_labels(labels: Any, num_classes: int, *, ignore_class: int | No
     cast to 1.
 
     Args:
-        labels: `[rows]` or `[rows, 1]` labels, any numeric dtype.
+        labels: `[rows, ...]` labels (`[rows]`, `[rows, 1]`, or one per pixel), any integer,
+            bool or float dtype.
         num_classes: the model's outputs.
         ignore_class: a label allowed outside the range (Keras' `ignore_class`).
 
@@ -164,28 +165,28 @@ def check_sparse_labels(labels: Any, num_classes: int, *, ignore_class: int | No
             `num_classes`.
     """
     labels = np.asarray(labels)
-    if labels.ndim == 2 and labels.shape[1] == 1:
-        labels = labels[:, 0]
-    if labels.ndim != 1 or labels.dtype.kind not in "biuf":
+    if labels.ndim < 1 or labels.dtype.kind not in "biuf":
         raise ValueError(
-            f"integer labels must be numbers of shape [rows] or [rows, 1], got {labels.dtype} "
-            f"labels of shape {labels.shape}"
+            f"integer labels must be numbers, one row per example, got {labels.dtype} labels "
+            f"of shape {labels.shape}"
         )
     if labels.dtype.kind == "f":
         bad = ~np.isfinite(labels)
         bad[~bad] = labels[~bad] != np.round(labels[~bad])
         if bad.any():
-            row = int(np.argmax(bad))
-            raise ValueError(f"label {labels[row].item()} of row {row} is not an integer class")
+            where = tuple(np.argwhere(bad)[0])
+            raise ValueError(
+                f"label {labels[where].item()} of row {where[0]} is not an integer class"
+            )
     bad = (labels < 0) | (labels >= num_classes)
     if ignore_class is not None:
         bad &= labels != ignore_class
     if bad.any():
-        row = int(np.argmax(bad))
-        label = labels[row].item()
+        where = tuple(np.argwhere(bad)[0])
+        label = labels[where].item()
         raise ValueError(
-            f"label {int(label) if isinstance(label, float) else label} of row {row} is outside "
-            f"[0, {num_classes}) (the model's {num_classes} outputs)"
+            f"label {int(label) if isinstance(label, float) else label} of row {where[0]} is "
+            f"outside [0, {num_classes}) (the model's {num_classes} outputs)"
         )
 
 

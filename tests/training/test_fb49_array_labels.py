@@ -96,8 +96,18 @@ def test_float_labels_must_be_whole_and_finite():
         check_sparse_labels(np.array([np.nan, 1.0]), 3)
     with pytest.raises(ValueError, match=r"^label 3 of row 0 is outside \[0, 3\)"):
         check_sparse_labels(np.array([3.0]), 3)
-    with pytest.raises(ValueError, match="must be numbers of shape"):
+    with pytest.raises(ValueError, match="^integer labels must be numbers, one row per"):
         check_sparse_labels(np.array([["a"]]), 3)
+    with pytest.raises(ValueError, match="^integer labels must be numbers, one row per"):
+        check_sparse_labels(np.array(1), 3)
+
+
+def test_labels_of_more_dimensions_name_their_row():
+    per_pixel = np.zeros((3, 2, 2), "int32")  # Keras' SparseCategoricalCrossentropy takes these
+    check_sparse_labels(per_pixel, 3)
+    per_pixel[2, 1, 0] = 5  # row 2 is the first with a bad label
+    with pytest.raises(ValueError, match=r"^label 5 of row 2 is outside \[0, 3\)"):
+        check_sparse_labels(per_pixel, 3)
 
 
 def test_keras_ignore_class_is_allowed_and_other_losses_are_not_checked():
