@@ -204,7 +204,7 @@ def _classification_lines(r: Any, source: str) -> list[str]:
     top = " | ".join(
         f"{name} {score:.3f}" for name, score in zip(r.class_names, r.scores, strict=True)
     )
-    return [f"{source}  {top}"]
+    return [f"{source}  {top or 'no class (the model output NaN or infinite logits)'}"]
 
 
 def _detection_lines(r: Any, source: str) -> list[str]:

@@ -43,7 +43,9 @@ class Classification:
 
     Attributes:
         source: the image's path, or its index in an array or dataset input.
-        class_ids: class indices, by decreasing probability (ties: lower index first).
+        class_ids: class indices, by decreasing probability (ties: lower index first);
+            empty when the model's logits for the image were not all finite (NaN or
+            infinite: a broken output ranks no class, as evaluation counts it wrong).
         class_names: their names (`ModelInfo.class_names`).
         scores: their probabilities (softmax of the logits over all classes).
         image_size: `(height, width)` of the original image in pixels.
@@ -82,9 +84,10 @@ def finite_or_none(value: float) -> float | None:
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Softmax over the last axis, in float64 (stable: the maximum is subtracted first)."""
     logits = np.asarray(logits, dtype=np.float64)
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):  # a row with NaN or inf: NaN (`classify` ranks none)
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        exp = np.exp(shifted)
+        return exp / exp.sum(axis=-1, keepdims=True)
 
 
 def top_k_indices(probabilities: np.ndarray, k: int) -> np.ndarray:
@@ -153,6 +156,8 @@ def _classifications(logits: Any, batch: Batch, *, info: ModelInfo, k: int) -> l
             f"{info.num_classes} class names; got {logits.shape}"
         )
     probabilities = softmax(logits)
+    ranked = top_k_indices(probabilities, k)
+    finite = np.isfinite(logits).all(axis=-1)  # a row with NaN or inf ranks no class
     return [
         Classification(
             source=batch.sources[row],
@@ -161,5 +166,5 @@ def _classifications(logits: Any, batch: Batch, *, info: ModelInfo, k: int) -> l
             scores=tuple(float(probabilities[row, i]) for i in ids),
             image_size=batch.geometries[row].original_size,
         )
-        for row, ids in enumerate(top_k_indices(probabilities, k))
+        for row, ids in enumerate(r if ok else r[:0] for r, ok in zip(ranked, finite, strict=True))
     ]

@@ -234,12 +234,8 @@ class ClassificationTask(RecordTask):
     def metrics(self) -> list:
         if self._metrics is not None:
             return self._metrics()
-        if self.mixup_alpha():  # soft training labels: score their dominant class
-            return [top_k_accuracy(1, "top1"), top_k_accuracy(5, "top5")]
-        return [
-            keras.metrics.SparseCategoricalAccuracy(name="top1"),
-            keras.metrics.SparseTopKCategoricalAccuracy(k=5, name="top5"),
-        ]
+        # integer and soft (mixup) labels alike; a non-finite logit row is never correct
+        return [top_k_accuracy(1, "top1"), top_k_accuracy(5, "top5")]
 
     def synthetic_batch(self, batch_size: int, seed: int) -> tuple[Any, Any]:
         """NumPy `(images float32 [B, S, S, 3] ~ N(0, 1), labels int32 [B])`."""
@@ -332,7 +328,10 @@ class ClassificationTask(RecordTask):
     def evaluate(self, trainer: Any, *, batch_size: int) -> dict[str, float]:
         """Loss, top-1 and top-5 over the whole validation split, identical on every rank."""
         data = self.evaluation_data(batch_size=batch_size, distribution=trainer.distribution)
-        return trainer.evaluate(data)
+        results = trainer.evaluate(data)
+        if trainer.is_chief:
+            warn_nonfinite_outputs(trainer.metrics)
+        return results
 
     # ----------------------------------------------------------------- model files
     def model_info(self) -> ModelInfo:
@@ -494,13 +493,72 @@ def _hard_labels(y_true: Any, y_pred: Any) -> Any:
 
 def top_k_accuracy(k: int, name: str) -> keras.metrics.Metric:
     """Top-`k` accuracy that takes integer labels and soft (mixed) ones alike (the Sparse
-    metrics refuse soft labels, the Categorical ones score integer labels as 0)."""
+    metrics refuse soft labels, the Categorical ones score integer labels as 0); a row of
+    logits with a NaN or infinite value is never correct, on every backend (Keras' own
+    metrics score a NaN row as class 0 on TensorFlow and, for top-k, as a hit on JAX).
+    `nonfinite` counts those rows (weighted as the accuracy: padding rows not).
 
-    def accuracy(y_true: Any, y_pred: Any) -> Any:
+    Example:
+        >>> import numpy as np
+        >>> m = top_k_accuracy(1, "top1")
+        >>> m.update_state(np.array([0, 1, 0]), np.array([[2.0, 1], [0, 3], [np.nan, 0]]))
+        >>> float(m.result()), int(m.nonfinite.value)  # rows 0, 1 right; 2 never right
+        (0.6666666865348877, 1)
+    """
+    return FiniteTopKAccuracy(k=k, name=name)
+
+
+class FiniteTopKAccuracy(keras.metrics.Metric):
+    """`top_k_accuracy`'s metric: the weighted mean of "the label is among the `k` best
+    logits and every logit of the row is finite" (k = 1: the arg max, ties to the lowest
+    class, as `SparseCategoricalAccuracy`; k > 1: `SparseTopKCategoricalAccuracy`'s rule)."""
+
+    def __init__(self, k: int, name: str, dtype: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
+        self.k = int(k)
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+        self.nonfinite = self.add_variable(shape=(), initializer="zeros", name="nonfinite")
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        ops = keras.ops
+        y_pred = ops.cast(y_pred, "float32")
         labels = _hard_labels(y_true, y_pred)
-        return keras.metrics.sparse_top_k_categorical_accuracy(labels, y_pred, k=k)
+        if self.k == 1:
+            hit = keras.metrics.sparse_categorical_accuracy(labels, y_pred)
+        else:
+            hit = keras.metrics.sparse_top_k_categorical_accuracy(labels, y_pred, k=self.k)
+        hit = ops.reshape(ops.cast(hit, "float32"), (-1,))
+        finite = ops.all(ops.isfinite(y_pred), axis=-1)
+        weight = ops.ones_like(hit) if sample_weight is None else sample_weight
+        weight = ops.reshape(ops.cast(weight, "float32"), (-1,))
+        self.total.assign_add(ops.sum(ops.where(finite, hit, 0.0) * weight))
+        self.count.assign_add(ops.sum(weight))
+        self.nonfinite.assign_add(ops.sum(ops.where(finite, 0.0, ops.cast(weight > 0, "float32"))))
 
-    return keras.metrics.MeanMetricWrapper(accuracy, name=name)
+    def result(self) -> Any:
+        return keras.ops.divide_no_nan(self.total, self.count)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"k": self.k, "name": self.name, "dtype": self.dtype}
+
+
+def warn_nonfinite_outputs(metrics: Any) -> None:
+    """Warns (one line under the CLI: `cvbench eval: warning: ...`) when the evaluation
+    just run by metrics `metrics` saw images whose logits were not all finite (the first
+    `FiniteTopKAccuracy`'s count, summed over ranks); they counted as wrong."""
+    import warnings
+
+    for metric in metrics:
+        if isinstance(metric, FiniteTopKAccuracy):
+            count = int(round(float(keras.ops.convert_to_numpy(metric.nonfinite.value))))
+            if count:
+                warnings.warn(
+                    f"{count} image(s) had NaN or infinite logits: counted as wrong "
+                    "predictions (the model's outputs are broken)",
+                    stacklevel=2,
+                )
+            return
 
 
 def _chosen_source(
