@@ -130,7 +130,7 @@ def parse_coco_annotations(data: Mapping[str, Any]) -> tuple[list[CocoImage], An
         if reason:
             report.skip(reason, ann.get("id") if isinstance(ann, Mapping) else None)
         else:
-            objects[int(ann["image_id"])].append(obj)
+            objects[coco_integer(ann["image_id"])].append(obj)
             report.num_boxes += 1
 
     images = [
@@ -162,8 +162,15 @@ def _jsonable(value: Any) -> bool:
     return True
 
 
-def _integer(value: Any) -> int | None:
-    """`value` as an int when it is one (an int, or a float with no fraction), else None."""
+def coco_integer(value: Any) -> int | None:
+    """`value` as an int when it is one (an int, or a float with no fraction, as some
+    exporters write ids), else None: the one rule for a COCO id (images', categories' and
+    annotations' ids; `iscrowd` by `coco_flag`).
+
+    Example:
+        >>> [coco_integer(v) for v in (3, 3.0, 1.9, "3", True, None)]
+        [3, 3, None, None, None, None]
+    """
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -171,6 +178,19 @@ def _integer(value: Any) -> int | None:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return None
+
+
+def coco_flag(value: Any) -> bool | None:
+    """A COCO 0/1 field (`iscrowd`) as a bool: 0, 1 (`coco_integer`), false or true; else None
+    (`"0"` is no flag: `bool("0")` is True).
+
+    Example:
+        >>> [coco_flag(v) for v in (0, 1, 1.0, False, True, "0", 2, None)]
+        [False, True, True, False, True, None, None, None]
+    """
+    if isinstance(value, bool):
+        return value
+    return {0: False, 1: True}.get(coco_integer(value))
 
 
 def _categories(data: Mapping[str, Any]) -> dict[int, str]:
@@ -182,7 +202,7 @@ def _categories(data: Mapping[str, Any]) -> dict[int, str]:
             raise ValueError(f"{where}: expected an object with an 'id', got {_short(cat)}")
         if "id" not in cat:
             raise ValueError(f"{where}: no 'id' in {_short(cat)}")
-        cat_id = _integer(cat["id"])
+        cat_id = coco_integer(cat["id"])
         if cat_id is None or not 1 <= cat_id <= MAX_CATEGORY_ID:
             raise ValueError(
                 f"{where}: category id {_short(cat['id'])} is not an integer in "
@@ -202,7 +222,7 @@ def _image_entry(img: Any, where: str) -> tuple[int, str, int, int]:
     missing = [k for k in ("id", "file_name", "height", "width") if k not in img]
     if missing:
         raise ValueError(f"{where}: no {', '.join(repr(k) for k in missing)} in {_short(img)}")
-    image_id, height, width = (_integer(img[k]) for k in ("id", "height", "width"))
+    image_id, height, width = (coco_integer(img[k]) for k in ("id", "height", "width"))
     name = img["file_name"]
     if image_id is None:
         raise ValueError(f"{where}: image id {_short(img['id'])} is not an integer")
@@ -244,20 +264,19 @@ def _annotation_fields(
     ann: Any,
 ) -> tuple[int, int, tuple[float, float, float, float], float | None, bool] | None:
     """(image_id, category_id, bbox, area or None, iscrowd) of an annotation, or None when
-    it is malformed: ids by the images' and categories' rule (`_integer`: an int, or a
+    it is malformed: ids by the images' and categories' rule (`coco_integer`: an int, or a
     float with no fraction; never a bool, a string or 1.9), a `bbox` of 4 finite numbers,
     an `area` (optional) that is a finite number, an `iscrowd` (optional, 0) of 0, 1, false
     or true. A lax cast would read `"iscrowd": "0"` as a crowd and image 1.9 as image 1."""
     if not isinstance(ann, Mapping) or "image_id" not in ann or "category_id" not in ann:
         return None
-    image_id, cat_id = _integer(ann["image_id"]), _integer(ann["category_id"])
+    image_id, cat_id = coco_integer(ann["image_id"]), coco_integer(ann["category_id"])
     bbox = ann.get("bbox")
     if image_id is None or cat_id is None or not isinstance(bbox, list | tuple) or len(bbox) != 4:
         return None
     numbers = [_finite(v) for v in bbox]
     area = _finite(ann["area"]) if "area" in ann else None
-    crowd = ann.get("iscrowd", 0)
-    crowd = crowd if isinstance(crowd, bool) else {0: False, 1: True}.get(_integer(crowd))
+    crowd = coco_flag(ann.get("iscrowd", 0))
     if None in numbers or ("area" in ann and area is None) or crowd is None:
         return None
     x, y, w, h = numbers

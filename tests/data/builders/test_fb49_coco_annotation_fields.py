@@ -2,7 +2,7 @@
 cast read `"iscrowd": "0"` as a crowd box, `image_id` 1.9 as image 1 and `category_id` 1.5 or
 `true` as category 1, with exit 0 and no word. They are malformed annotations now, skipped and
 counted; an id that is a float with no fraction (`1.0`) is an id, as for images and
-categories (`coco_annotations._integer`, the one rule for a COCO id)."""
+categories (`coco_annotations.coco_integer`, the one rule for a COCO id)."""
 
 from __future__ import annotations
 
