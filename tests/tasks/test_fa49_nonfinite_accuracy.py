@@ -118,7 +118,8 @@ def test_cvbench_eval_of_nan_logits_warns_and_scores_zero(nan_classifier, tmp_pa
     out = tmp_path / "r.json"
     argv = ["eval", "--checkpoint", str(path), "--data-dir", str(data), "--batch-size", batch,
             "--model", "resnet18", "--num-classes", "3", "--image-size", "8",
-            "--precision", "fp32", "--json", str(out)]  # fmt: skip
+            "--precision", "fp32", "--json", str(out),
+            "--log-dir", str(tmp_path / "ev")]  # fmt: skip
     with pytest.warns(UserWarning) as record:
         assert cli.main(argv) == 0
     printed, _ = capsys.readouterr()
@@ -134,8 +135,7 @@ def test_cvbench_eval_of_nan_logits_warns_and_scores_zero(nan_classifier, tmp_pa
     def refuse(name):
         raise ValueError(name)
 
-    assert json.loads(out.read_text(), parse_constant=refuse) == {
-        "loss": None,  # NaN: strict JSON (probe fa49 #3)
-        "top1": 0.0,
-        "top5": 0.0,
-    }
+    expected = {"loss": None, "top1": 0.0, "top5": 0.0}  # NaN: strict JSON (probe fa49 #3)
+    assert json.loads(out.read_text(), parse_constant=refuse) == expected
+    record = json.loads((tmp_path / "ev" / "results.json").read_text(), parse_constant=refuse)
+    assert record["metrics"] == expected
