@@ -69,14 +69,18 @@ def test_served_info_carries_the_threshold_of_detectors_only():
 
 # Not backend_agnostic: the serving export needs TensorFlow (these run in the TensorFlow
 # part of `make test` only).
-def test_each_kind_checks_its_own_options():
-    # A classifier ignores the detector's threshold, a detector the classifier's top_k.
-    export.serving_function(channel_classifier(), classifier_info(), score_threshold=2.0)
-    export.serving_function(constant_detector(), detector_info(), top_k=0)
-    with pytest.raises(ValueError, match="top_k must be an int >= 1; got 0"):
-        export.serving_function(channel_classifier(), classifier_info(), top_k=0)
-    with pytest.raises(ValueError, match=r"score_threshold must be in \[0, 1\); got 1.0"):
-        export.serving_function(constant_detector(), detector_info(), score_threshold=1.0)
+def test_each_kind_checks_both_options():
+    # A bad value is refused whatever the model's kind (the one rule of `top_k` and
+    # `score_threshold`, `model_file.check_score_threshold`): a classifier once ignored a
+    # threshold of 2.0, a detector a top_k of 0. A valid one of the other kind is unused.
+    export.serving_function(channel_classifier(), classifier_info(), score_threshold=0.3)
+    export.serving_function(constant_detector(), detector_info(), top_k=3)
+    for model, info in [(channel_classifier(), classifier_info()),
+                        (constant_detector(), detector_info())]:  # fmt: skip
+        with pytest.raises(ValueError, match="top_k must be an int >= 1; got 0"):
+            export.serving_function(model, info, top_k=0)
+        with pytest.raises(ValueError, match=r"score_threshold must be in \[0, 1\); got 1.0"):
+            export.serving_function(model, info, score_threshold=1.0)
 
 
 def test_serving_outputs_of_each_kind():
