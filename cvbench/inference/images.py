@@ -400,6 +400,9 @@ def iter_images(
     """
     if isinstance(inputs, str | os.PathLike):
         inputs = [inputs]
+    inputs = _as_array(inputs)
+    if isinstance(inputs, list | tuple):
+        inputs = [_as_array(x) for x in inputs]
     if _is_dataset(inputs):
         yield from _checked_arrays(_dataset_images(inputs))
     elif isinstance(inputs, np.ndarray):
@@ -424,9 +427,19 @@ def iter_images(
         yield from _checked_arrays(inputs)
     else:
         raise ValueError(
-            "inputs must be image paths or folders, an array (H, W, 3) or (B, H, W, 3), a list "
-            f"of arrays or a tf.data.Dataset of images; got {type(inputs).__name__} {inputs!r:.80}"
+            "inputs must be image paths or folders, an array (H, W, 3) or (B, H, W, 3) (NumPy, "
+            "or a tensor: anything with __array__), a list of arrays or a tf.data.Dataset of "
+            f"images; got {type(inputs).__name__} {inputs!r:.80}"
         )
+
+
+def _as_array(value: Any) -> Any:
+    """A tensor of another framework (a `jax.Array`, a `tf.Tensor`, a CPU `torch.Tensor`:
+    anything with `__array__`) as the NumPy array it holds, what a notebook of either Keras
+    backend passes; anything else as it is."""
+    if isinstance(value, np.ndarray | str | bytes | os.PathLike) or not hasattr(value, "__array__"):
+        return value
+    return np.asarray(value)
 
 
 def _checked_arrays(images: Iterable[Any]) -> Iterator[tuple[Source, np.ndarray]]:
