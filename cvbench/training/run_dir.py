@@ -189,8 +189,10 @@ def training_results(path: str | os.PathLike) -> bool:
     """Whether the file `path` is a training's `results.json`: written by cvbench and
     unchanged since (`written_by_cvbench`), and a JSON object holding the run's plan
     (`TRAINING_RESULTS_KEY`; an evaluation's holds none)."""
-    if not written_by_cvbench(path):
-        return False
+    return written_by_cvbench(path) and _holds_a_plan(path)
+
+
+def _holds_a_plan(path: str | os.PathLike) -> bool:
     try:
         record = read_json(path, limit=_RESULTS_LIMIT, what="results file")
     except (OSError, BadFileError):
@@ -201,9 +203,14 @@ def training_results(path: str | os.PathLike) -> bool:
 def foreign_results(log_dir: str | os.PathLike) -> str | None:
     """Why `log_dir/results.json` is not a training's (`training_results`), which a run
     would replace at its end: "an evaluation's results" or "not written by cvbench"; None
-    when it is a training's or there is none."""
+    when it is a training's or there is none. An older cvbench's training recorded none of
+    its results: an unrecorded one holding a plan beside the run's `train_log.jsonl` is that
+    run's (a resume of it goes on)."""
     path = RunFolder(log_dir).results
     if not os.path.lexists(path) or training_results(path):
+        return None
+    older = not written_by_cvbench(path) and RunFolder(log_dir).log.is_file()
+    if older and _holds_a_plan(path):
         return None
     if written_by_cvbench(path):
         return "another command's results, written by cvbench"
