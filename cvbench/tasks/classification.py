@@ -114,6 +114,7 @@ class ClassificationTask(RecordTask):
             )
         self.options = options
         self.num_classes, self.class_names = _classes(options)
+        _check_two_classes(self.num_classes, options)
         recipe = fit_classes(options.recipe, self.num_classes, reason=DATA_CLASSES_REASON)
         if weights is not None:
             recipe = recipe.with_overrides({"model.weights": weights}, reason="weights")
@@ -585,6 +586,21 @@ def _chosen_source(
     if data_backend == "grain":
         return GrainSource(options.data_workers)
     return None
+
+
+def _check_two_classes(num_classes: int, options: TaskOptions) -> None:
+    """A classifier of one class is refused: its softmax is 1 whatever the image, so its
+    loss is 0, nothing is learned and every accuracy is 1.0 (a run that looks perfect)."""
+    if num_classes >= 2:
+        return
+    where = f"num_classes={num_classes}"
+    if options.data_dir is not None and options.num_classes is None:
+        where = f"the records in {options.data_dir} hold {num_classes} class"
+    raise ValueError(
+        f"a classifier needs at least 2 classes; got {num_classes} ({where}): the softmax of "
+        "one class is 1 for any image, so nothing would be learned and every accuracy would "
+        "read 1.0"
+    )
 
 
 def _classes(options: TaskOptions) -> tuple[int, tuple[str, ...] | None]:
