@@ -5,6 +5,12 @@ step, or a compiled forward pass) in windows of steps; `Trainer.benchmark` uses 
 timing (`cvbench.training.throughput.measure_throughput`). Under `horovodrun` every rank
 runs the command; only rank 0 prints. On the JAX backend training runs on every local device
 (`--devices N`: the first N, through `keras.distribution` even for N = 1), as `cvbench train`.
+
+`--json FILE` is eval's `--json` (`cvbench.cli.evaluate`): checked before the model is built
+(`cvbench.utils.files.check_output`), it is never the data read, a link, a file cvbench did
+not write, or a training's `results.json`; an earlier results file of cvbench (a benchmark's
+or an eval's `--json`) is replaced, and the file written is recorded for that
+(`files.recording`). A write that fails says the results were printed above.
 """
 
 from __future__ import annotations
@@ -58,7 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--latency-calls", type=positive_int, default=20, help="timed calls per size (20)"
     )
-    p.add_argument("--json", default=None, help="also write the result to this JSON file")
+    p.add_argument(
+        "--json",
+        default=None,
+        help="also write the result to this JSON file (replacing only an earlier results file "
+        "of cvbench, never an input)",
+    )
     add_backend_flags(p)
     p.set_defaults(func=benchmark_command)
 
@@ -70,6 +81,8 @@ def benchmark_command(args: argparse.Namespace) -> int:
         raise CLIError("--devices is for --mode train (inference runs on one device per rank)")
     # First: --backend must be set before Keras starts, jax.distributed before JAX runs.
     distribution = distribution_from_args(args)
+    if args.json is not None:
+        check_json(args)
     from cvbench.benchmark.run import benchmark_latency
     from cvbench.training.distributed import get_distribution
     from cvbench.utils.cpu import describe_cpu
@@ -102,9 +115,38 @@ def benchmark_command(args: argparse.Namespace) -> int:
         say(latency_table([latency]))
     skipped = report_corrupt(args, task, dist)
     if dist.is_chief and args.json:
+        from cvbench.cli.evaluate import results_printed_above
+
         where = {"ranks": dist.size, "devices": devices, "cpu": cpu}
-        _write_summary(args.json, result, latency, where=where, skipped=skipped)
+        with results_printed_above():  # a full disk now loses no result
+            _write_summary(args.json, result, latency, where=where, skipped=skipped)
     return 0
+
+
+def check_json(args: argparse.Namespace) -> None:
+    """Refuses, before the model is built, a `--json` that is (or holds) the data read, a
+    link, an existing file cvbench did not write, or a training's `results.json`; and a file
+    or a read-only folder in its way (eval's `--json` rule, `check_results_path`).
+
+    Raises:
+        ValueError: naming the path (exit 2).
+        OSError: a file where a folder is, a read-only folder (exit 1).
+    """
+    from cvbench.inference.outputs import check_parent_path, check_writable
+    from cvbench.training.run_dir import training_results
+    from cvbench.utils.files import check_output, written_by_cvbench
+
+    inputs = [] if args.data_dir is None else [args.data_dir]
+    check_output(
+        args.json, inputs=inputs, overwrite=True, is_ours=written_by_cvbench, flag="--json"
+    )
+    if training_results(args.json):
+        raise CLIError(
+            f"--json {args.json} is a training's results file; it is never replaced: give "
+            "benchmark another --json"
+        )
+    check_parent_path(args.json)
+    check_writable(args.json)
 
 
 def _throughput(
@@ -143,6 +185,7 @@ def _write_summary(
     """The --json file: the result, NVIDIA's summary fields, where it ran (`where`: ranks,
     devices, cpu), the latencies, and with --skip-corrupt the corrupt records skipped."""
     from cvbench.benchmark.results import jsonable
+    from cvbench.utils.files import recording
     from cvbench.utils.io import write_json_atomic
 
     measured = result.throughput
@@ -159,4 +202,5 @@ def _write_summary(
     }
     if skipped is not None:
         summary["corrupt_records"] = skipped
-    write_json_atomic(path, jsonable(summary))
+    with recording(path):  # cvbench's own: a rerun may replace it
+        write_json_atomic(path, jsonable(summary))
