@@ -14,6 +14,9 @@ The other two ends of an evaluation live elsewhere: the model loop that makes th
 is `cvbench.detection.predict.predict_coco`; the ground truth rebuilt from TFRecords (when the
 annotation file is missing) is `cvbench.data.coco_schema.groundtruth_from_records`.
 
+Ids and flags are read by build-coco's one rule (`cvbench.data.builders.coco_annotations`:
+`coco_integer`, `coco_flag`) and the values handed to the evaluator are plain ints.
+
 Detections and ground truth given as paths are read through `cvbench.utils.files.read_json`:
 regular files of at most `MAX_JSON_BYTES` (2 GiB; COCO 2017's training annotations have 448
 MB), nested at most `MAX_JSON_DEPTH` deep; a file that is not, or is no COCO file, is a
@@ -32,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from cvbench.data.builders.coco_annotations import coco_flag, coco_integer
 from cvbench.detection import box_ops
 from cvbench.utils.errors import BadFileError
 from cvbench.utils.files import check_output, read_json
@@ -198,10 +202,17 @@ def evaluate_coco(
 
     Raises:
         ValueError: on an unknown backend, or detections for images absent from `groundtruth`,
-            or malformed detections (a `bbox` without 4 numbers, a NaN or infinite `bbox` or
-            `score`: named by index and image), or a `detections_path` that is an input.
+            or malformed detections (an `image_id` or `category_id` that is no integer by
+            build-coco's rule, `coco_integer`: 1.0 is 1, 1.9, "1" and true are refused; a
+            `bbox` without 4 numbers, a NaN or infinite `bbox` or `score`: named by index and
+            value), malformed ground truth likewise (ids by the same rule, an `iscrowd` other
+            than 0, 1, false or true by `coco_flag`, a `bbox` that is not 4 finite numbers:
+            named by list and index), a non-integer `image_ids` entry, or a `detections_path`
+            that is an input.
         BadFileError: a `detections` or `groundtruth` file that is not a regular file, over
-            `MAX_JSON_BYTES`, nested too deep, not JSON, or not of the expected shape.
+            `MAX_JSON_BYTES`, nested too deep, not JSON, not of the expected shape, or
+            holding a malformed detection or ground-truth entry (the `ValueError`'s line after
+            the file's name).
         ImportError: for `backend="faster"` when `faster-coco-eval` is not installed.
 
     Example:
@@ -224,14 +235,15 @@ def evaluate_coco(
     if detections_path is not None:
         with atomic_open(detections_path, "w", encoding="utf-8") as f:
             json.dump(dets, f)
-    gt_image_ids = {int(img["id"]) for img in gt_dict["images"]}
-    unknown = sorted({int(d["image_id"]) for d in dets} - gt_image_ids)
+    gt_image_ids = {img["id"] for img in gt_dict["images"]}
+    unknown = sorted({d["image_id"] for d in dets} - gt_image_ids)
     if unknown:
         raise ValueError(
             f"{len(unknown)} detection image ids are not in the ground truth, e.g. {unknown[:5]}"
         )
     if image_ids is not None:
-        missing = sorted({int(i) for i in image_ids} - gt_image_ids)
+        image_ids = [_checked_id(i, f"image_ids[{k}]") for k, i in enumerate(image_ids)]
+        missing = sorted(set(image_ids) - gt_image_ids)
         if missing:
             raise ValueError(f"image_ids not in the ground truth, e.g. {missing[:5]}")
 
@@ -265,23 +277,41 @@ def _load_detections(
             raise BadFileError(f"{path}: {e}") from None
     if not isinstance(detections, Sequence):
         raise ValueError(f"detections must be a list of dicts, got {type(detections).__name__}")
-    out = []
-    for index, d in enumerate(detections):
-        try:
-            bbox = [float(v) for v in d["bbox"]]
-            item = {
-                "image_id": int(d["image_id"]),
-                "category_id": int(d["category_id"]),
-                "bbox": bbox,
-                "score": float(d["score"]),
-            }
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"malformed detection {d!r}: {e}") from None
-        if len(bbox) != 4:
-            raise ValueError(f"detection bbox must have 4 numbers [x, y, w, h], got {bbox}")
-        _check_finite(index, item)
-        out.append(item)
-    return out
+    return [_detection(index, d) for index, d in enumerate(detections)]
+
+
+def _coco_id(value: Any) -> int | None:
+    """`coco_integer` (the one rule for a COCO id: an int, or a float with no fraction) of a
+    JSON value or of a NumPy scalar (in-memory detections and image ids), else None."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    return coco_integer(value)
+
+
+def _checked_id(value: Any, where: str) -> int:
+    """`value` as an id by `_coco_id`; else a `ValueError` naming `where` and the value."""
+    checked = _coco_id(value)
+    if checked is None:
+        raise ValueError(f"{where} must be an integer, got {value!r}")
+    return checked
+
+
+def _detection(index: int, d: Any) -> dict[str, Any]:
+    """Detection `index` as plain numbers: integer ids (`_checked_id`), 4 finite bbox numbers
+    and a finite score; else a `ValueError` naming its index and the value."""
+    try:
+        bbox = [float(v) for v in d["bbox"]]
+        item = {"image_id": d["image_id"], "category_id": d["category_id"], "bbox": bbox,
+                "score": float(d["score"])}  # fmt: skip
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"malformed detection {d!r:.200}: {e}") from None
+    item["image_id"] = _checked_id(item["image_id"], f"detection {index}: image_id")
+    where = f"detection {index} (image {item['image_id']})"
+    item["category_id"] = _checked_id(item["category_id"], f"{where}: category_id")
+    if len(bbox) != 4:
+        raise ValueError(f"{where}: bbox must have 4 numbers [x, y, w, h], got {bbox}")
+    _check_finite(index, item)
+    return item
 
 
 def _check_finite(index: int, item: Mapping[str, Any]) -> None:
@@ -299,18 +329,76 @@ def _check_finite(index: int, item: Mapping[str, Any]) -> None:
 def _load_groundtruth(groundtruth: Mapping[str, Any] | str | os.PathLike) -> dict[str, Any]:
     if isinstance(groundtruth, str | os.PathLike):
         path = os.fspath(groundtruth)
-        groundtruth = read_json(path, limit=MAX_JSON_BYTES, what="ground-truth file")
-        if not isinstance(groundtruth, dict) or not all(
-            isinstance(groundtruth.get(k), list) for k in ("images", "annotations", "categories")
+        content = read_json(path, limit=MAX_JSON_BYTES, what="ground-truth file")
+        if not isinstance(content, dict) or not all(
+            isinstance(content.get(k), list) for k in ("images", "annotations", "categories")
         ):
             raise BadFileError(
                 f"{path} is not a COCO annotation file: it needs the lists 'images', "
                 "'annotations' and 'categories'"
             )
+        try:
+            return _load_groundtruth(content)
+        except ValueError as e:  # the file's content: a bad input file, named
+            raise BadFileError(f"{path}: {e}") from None
     missing = [k for k in ("images", "annotations", "categories") if k not in groundtruth]
     if missing:
         raise ValueError(f"ground truth is not a COCO annotation dict: missing keys {missing}")
-    return {**groundtruth, "annotations": [_with_area(a) for a in groundtruth["annotations"]]}
+    return {
+        **groundtruth,
+        "images": [_with_id(img, f"ground truth images[{i}]", "id")
+                   for i, img in enumerate(groundtruth["images"])],
+        "categories": [_with_id(cat, f"ground truth categories[{i}]", "id")
+                       for i, cat in enumerate(groundtruth["categories"])],
+        "annotations": [_annotation(i, a) for i, a in enumerate(groundtruth["annotations"])],
+    }  # fmt: skip
+
+
+def _with_id(entry: Any, where: str, *keys: str) -> dict[str, Any]:
+    """The `images` or `categories` entry (or annotation) with its `keys`, each required
+    (COCOeval indexes by them), as integer ids (`_checked_id`, naming `where`)."""
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{where}: expected an object, got {entry!r:.200}")
+    out = dict(entry)
+    for key in keys:
+        if key not in out:
+            raise ValueError(f"{where}: no {key!r} in {out!r:.200}")
+        out[key] = _checked_id(out[key], f"{where}: {key}")
+    return out
+
+
+def _annotation(index: int, annotation: Any) -> dict[str, Any]:
+    """Ground-truth annotation `index`, checked as the detections are: integer ids, `iscrowd`
+    a COCO flag (`coco_flag`: 0, 1, false, true; pycocotools took `"0"` for a crowd and
+    ignored the box), a `bbox` of 4 finite numbers (a NaN one was never refused), and an
+    `area` (`_with_area`)."""
+    where = f"ground truth annotations[{index}]"
+    out = _with_area(_with_id(annotation, where, "id", "image_id", "category_id"))
+    if "iscrowd" in out:
+        flag = coco_flag(out["iscrowd"])
+        if flag is None:
+            raise ValueError(
+                f"{where}: iscrowd must be 0, 1, false or true, got {out['iscrowd']!r}"
+            )
+        out["iscrowd"] = int(flag)
+    if "bbox" in out:
+        box = out["bbox"]
+        if not _finite_numbers(box, 4):
+            raise ValueError(
+                f"{where}: bbox must be 4 finite numbers [x, y, w, h], got {box!r:.200}"
+            )
+        out["bbox"] = [float(v) for v in box]
+    return out
+
+
+def _finite_numbers(values: Any, count: int) -> bool:
+    """Whether `values` is a list of `count` finite numbers (no bools, no strings)."""
+    if not isinstance(values, list | tuple | np.ndarray) or len(values) != count:
+        return False
+    numbers = [v.item() if isinstance(v, np.generic) else v for v in values]
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers) and bool(
+        np.all(np.isfinite(np.asarray(numbers, dtype=np.float64)))
+    )
 
 
 def _with_area(annotation: Mapping[str, Any]) -> dict[str, Any]:
@@ -366,7 +454,7 @@ def _run_cocoeval(
         coco_dt.createIndex()
         coco_eval = make_eval(coco_gt, coco_dt)
         if image_ids is not None:
-            coco_eval.params.imgIds = sorted({int(i) for i in image_ids})
+            coco_eval.params.imgIds = sorted(set(image_ids))
         coco_eval.evaluate()
         coco_eval.accumulate()
         coco_eval.summarize()

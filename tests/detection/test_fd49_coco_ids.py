@@ -1,0 +1,129 @@
+"""`evaluate_coco` reads ids and flags by build-coco's one rule (`coco_integer`,
+`coco_flag`): an id is an int or a float with no fraction (1.0 is 1; 1.9, "1" and true are
+refused, where `int()` made 1.9 image 1 and true category 1), `iscrowd` is 0, 1, false or
+true (pycocotools took "0" for a crowd box and ignored it: AP -1.0), and a ground-truth
+bbox is 4 finite numbers (a NaN one was never refused). A malformed detection or
+ground-truth entry is a `ValueError` naming its index and value; in a file, a
+`BadFileError` naming the file too. On both COCO backends."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from cvbench.detection.coco_eval import evaluate_coco
+from cvbench.utils.errors import BadFileError
+
+pytestmark = pytest.mark.backend_agnostic
+
+BACKENDS = ("pycocotools", "faster")
+GT = {
+    "images": [{"id": 1, "width": 100, "height": 80}],
+    "categories": [{"id": 18, "name": "dog"}],
+    "annotations": [
+        {"id": 1, "image_id": 1, "category_id": 18, "iscrowd": 0, "bbox": [10, 10, 40, 30],
+         "area": 1200}
+    ],
+}  # fmt: skip
+BOX = "ground truth annotations[0]: bbox must be 4 finite numbers [x, y, w, h], got "
+GOOD = {"image_id": 1, "category_id": 18, "bbox": [10, 10, 40, 30], "score": 0.9}
+
+
+def _gt(**changes):
+    """`GT` with its annotation's fields changed."""
+    gt = copy.deepcopy(GT)
+    gt["annotations"][0].update(changes)
+    return gt
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("field", "value", "shown"),
+    [
+        ("image_id", 1.9, "detection 1: image_id must be an integer, got 1.9"),
+        ("image_id", "1", "detection 1: image_id must be an integer, got '1'"),
+        ("image_id", True, "detection 1: image_id must be an integer, got True"),
+        ("category_id", True, "detection 1 (image 1): category_id must be an integer, got True"),
+        ("category_id", 18.5, "detection 1 (image 1): category_id must be an integer, got 18.5"),
+    ],
+)
+def test_a_detection_with_a_non_integer_id_is_refused(backend, field, value, shown):
+    bad = {**GOOD, field: value}
+    with pytest.raises(ValueError) as info:
+        evaluate_coco([GOOD, bad], GT, print_fn=None, backend=backend)
+    assert str(info.value) == shown  # index 1: the second detection
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_whole_float_and_numpy_ids_are_the_ids(backend):
+    # 1.0 is image 1 and 18.0 category 18 (some exporters write floats), as NumPy scalars
+    # are: the one box found exactly, AP 1.0 as with plain ints
+    dets = [{**GOOD, "image_id": 1.0, "category_id": np.int64(18)}]
+    gt = copy.deepcopy(GT)
+    gt["images"][0]["id"] = 1.0
+    gt["annotations"][0].update(image_id=np.int32(1), category_id=18.0, iscrowd=False)
+    metrics = evaluate_coco(dets, gt, print_fn=None, backend=backend, image_ids=[np.int64(1)])
+    assert metrics["AP"] == pytest.approx(1.0)
+    assert gt["images"][0]["id"] == 1.0 and isinstance(gt["images"][0]["id"], float)  # untouched
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("iscrowd", "ap"), [(0, 1.0), (False, 1.0), (0.0, 1.0), (1, -1.0),
+                                             (True, -1.0)])  # fmt: skip
+def test_iscrowd_is_a_coco_flag(backend, iscrowd, ap):
+    # not crowd: the one box found exactly (AP 1.0); crowd: the only ground truth is ignored
+    # (and the detection on it too), so no cell has ground truth: -1.0
+    metrics = evaluate_coco([GOOD], _gt(iscrowd=iscrowd), print_fn=None, backend=backend)
+    assert metrics["AP"] == pytest.approx(ap)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("gt", "shown"),
+    [
+        (_gt(iscrowd="0"), "ground truth annotations[0]: iscrowd must be 0, 1, false or true, "
+                           "got '0'"),
+        (_gt(iscrowd=2), "ground truth annotations[0]: iscrowd must be 0, 1, false or true, got 2"),
+        (_gt(image_id=1.9), "ground truth annotations[0]: image_id must be an integer, got 1.9"),
+        (_gt(category_id=True), "ground truth annotations[0]: category_id must be an integer, "
+                                "got True"),
+        (_gt(bbox=[float("nan"), 10, 40, 30]), BOX + "[nan, 10, 40, 30]"),
+        (_gt(bbox=[10, 10, float("inf"), 30]), BOX + "[10, 10, inf, 30]"),
+        (_gt(bbox=[10, 10, "40", 30]), BOX + "[10, 10, '40', 30]"),
+        (_gt(bbox=[10, 10, 40]), BOX + "[10, 10, 40]"),
+        ({**GT, "images": [{"id": "1", "width": 100, "height": 80}]},
+         "ground truth images[0]: id must be an integer, got '1'"),
+        ({**GT, "categories": [{"id": 18.5, "name": "dog"}]},
+         "ground truth categories[0]: id must be an integer, got 18.5"),
+        ({**GT, "images": [{"width": 100, "height": 80}]},
+         "ground truth images[0]: no 'id' in {'width': 100, 'height': 80}"),
+    ],
+)  # fmt: skip
+def test_malformed_ground_truth_is_refused(backend, gt, shown):
+    with pytest.raises(ValueError) as info:
+        evaluate_coco([GOOD], gt, print_fn=None, backend=backend)
+    assert str(info.value) == shown
+
+
+def test_a_non_integer_image_ids_argument_is_refused():
+    with pytest.raises(ValueError) as info:
+        evaluate_coco([GOOD], GT, print_fn=None, image_ids=[1, 1.5])
+    assert str(info.value) == "image_ids[1] must be an integer, got 1.5"
+
+
+def test_malformed_files_are_bad_files_naming_them(tmp_path):
+    dets, gt = tmp_path / "dets.json", tmp_path / "gt.json"
+    dets.write_text(json.dumps([{**GOOD, "image_id": 1.9}]))
+    gt.write_text(json.dumps(GT))
+    with pytest.raises(BadFileError) as info:
+        evaluate_coco(dets, gt, print_fn=None)
+    assert str(info.value) == f"{dets}: detection 0: image_id must be an integer, got 1.9"
+    gt.write_text(json.dumps(_gt(iscrowd="0")))
+    with pytest.raises(BadFileError) as info:
+        evaluate_coco([GOOD], gt, print_fn=None)
+    assert str(info.value) == (
+        f"{gt}: ground truth annotations[0]: iscrowd must be 0, 1, false or true, got '0'"
+    )
