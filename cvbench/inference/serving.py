@@ -28,7 +28,9 @@ counts no padding as a detection; candidates scoring strictly above the threshol
 box is dropped when its IoU with a kept one is above the threshold; ties: lower anchor first),
 at most `max_per_class`; then `tf.math.top_k` over the classes' results concatenated in class
 order (ties: lower class, then lower anchor, first), the `max_total` best; the kept boxes are
-clipped. That is `postprocess` exactly, ties included (tests/inference/test_export_ssd.py).
+clipped. That is `postprocess` exactly, ties included (tests/inference/test_export_ssd.py),
+and so is its rule for broken outputs (`_finite_candidates`): an anchor whose decoded box has a
+NaN, or a class whose score is NaN, is never a candidate, so no NaN box is ever a detection.
 `tf.image.combined_non_max_suppression` was tried and rejected: it orders equal scores
 differently (within a class and across classes), so a cut at `max_per_class` or `max_total`
 among tied boxes kept other boxes than the numpy path; it also converts to TFLite only as a
@@ -103,7 +105,8 @@ def detections(
     max_total: int,
     scales: Sequence[float] = box_coder.DEFAULT_SCALES,
 ) -> dict[str, Any]:
-    """In-graph `postprocess`: decode, sigmoid, per-class NMS, clip, pad (module docstring).
+    """In-graph `postprocess`: decode, sigmoid, drop NaN boxes and scores
+    (`_finite_candidates`), per-class NMS, clip, pad (module docstring).
 
     Args:
         box_codes: `(B, N, 4)` float32 box codes.
@@ -130,9 +133,10 @@ def detections(
     anchors = tf.constant(anchors, tf.float32)
     boxes = box_coder.decode(box_codes, anchors, scales=scales, xp=tf)
     num_classes = class_logits.shape[-1]
+    boxes, scores = _finite_candidates(boxes, _sigmoid(class_logits))
     out_boxes, out_scores, out_classes, counts = tf.map_fn(
         lambda args: _image_detections(*args, nms=nms, num_classes=num_classes),
-        (boxes, _sigmoid(class_logits)),
+        (boxes, scores),
         fn_output_signature=(
             tf.TensorSpec((max_total, 4), tf.float32),
             tf.TensorSpec((max_total,), tf.float32),
@@ -146,6 +150,21 @@ def detections(
         "detection_classes": out_classes,
         "num_detections": counts,
     }
+
+
+def _finite_candidates(boxes: Any, scores: Any) -> tuple[Any, Any]:
+    """`postprocess`'s NaN rule in the graph (`cvbench.detection.postprocess`'s
+    `_finite_candidates`): every class of an anchor whose decoded box `(B, N, 4)` has a NaN
+    scores -inf, never an NMS candidate (TensorFlow's and TFLite's NMS passed a NaN box on
+    as a detection: its IoU with any box is no overlap), and so does a NaN score `(B, N, C)`
+    (never above the threshold in numpy either); the NaN boxes are zeroed, so that no NaN
+    reaches the NMS kernels at all. An infinite box code is no NaN: its box is clipped."""
+    import tensorflow as tf
+
+    nan_box = tf.reduce_any(tf.math.is_nan(boxes), axis=-1, keepdims=True)
+    never = tf.constant(-float("inf"), scores.dtype)
+    scores = tf.where(nan_box | tf.math.is_nan(scores), never, scores)
+    return tf.where(nan_box, tf.zeros_like(boxes), boxes), scores
 
 
 def _class_candidates(boxes: Any, scores: Any, *, nms: NmsSettings, num_classes: int):
