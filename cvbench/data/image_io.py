@@ -202,34 +202,44 @@ def _without_pillow_limit() -> Iterator[None]:
 _WEBP_CHUNKS = (b"VP8X", b"VP8 ", b"VP8L")
 
 
-def header_size(data: bytes) -> tuple[int, int]:
-    """`(height, width)` of the encoded image `data`, read from its header without decoding
-    (a few bytes: no Pillow), for the formats the readers decode: JPEG (the frame header),
-    PNG, GIF (the logical screen), BMP (a negative height is a top-down image) and WebP (the
-    VP8X canvas, a VP8 key frame's or a VP8L header's size); `(0, 0)` for anything else or
-    a header cut short (its decoder refuses it). `cvbench.data.read.image_header.header_size`
-    is the same rule in TensorFlow's graph (tested to agree).
+def header_shape(data: bytes) -> tuple[int, int, int]:
+    """`(frames, height, width)` the decoders allocate for the encoded image `data`, read
+    from its headers without decoding (no Pillow), for the formats the readers decode: JPEG
+    (the frame header, markers walked as libjpeg does), PNG, GIF (every frame: libgif reads
+    them all, at the largest extent of the screen and the frames), BMP (the info header or
+    OS/2's core header; a negative height is a top-down image) and WebP (the VP8X canvas, a
+    VP8 key frame's or a VP8L header's size); `(0, 0, 0)` for anything else or a header cut
+    short (its decoder refuses it). The readers bound `frames * height * width` before
+    decoding (`cvbench.data.read.image_header` in tf.data, grain's reader).
 
     Example:
         >>> buf = io.BytesIO()
         >>> Image.new("RGB", (300, 7)).save(buf, "PNG")
-        >>> header_size(buf.getvalue()), header_size(b"not an image")
-        ((7, 300), (0, 0))
+        >>> header_shape(buf.getvalue()), header_shape(b"not an image")
+        ((1, 7, 300), (0, 0, 0))
     """
     head = data[:32].ljust(32, b"\0")
     if head[:3] == b"\xff\xd8\xff":
-        return _jpeg_size(data)
-    if head[:8] == b"\x89PNG\r\n\x1a\n":
+        height, width = _jpeg_size(data)
+    elif head[:8] == b"\x89PNG\r\n\x1a\n":
         width, height = struct.unpack(">II", head[16:24])
     elif head[:4] == b"GIF8":
-        width, height = struct.unpack("<HH", head[6:10])
+        return _gif_shape(data)
     elif head[:2] == b"BM":
-        width, height = (abs(v) for v in struct.unpack("<ii", head[18:26]))
+        height, width = _bmp_size(head)
     elif head[:4] == b"RIFF" and head[8:12] == b"WEBP" and head[12:16] in _WEBP_CHUNKS:
         height, width = _webp_size(head)
     else:
-        return 0, 0
-    return height, width
+        return 0, 0, 0
+    return (1, height, width) if height and width else (0, 0, 0)
+
+
+def _bmp_size(head: bytes) -> tuple[int, int]:
+    if int.from_bytes(head[14:18], "little") == 12:  # OS/2's core header: 16-bit sides
+        width, height = struct.unpack("<HH", head[18:22])
+        return height, width
+    width, height = struct.unpack("<ii", head[18:26])
+    return abs(height), abs(width)
 
 
 def _webp_size(head: bytes) -> tuple[int, int]:
@@ -242,31 +252,79 @@ def _webp_size(head: bytes) -> tuple[int, int]:
     return bits // 16384 % 16384 + 1, bits % 16384 + 1
 
 
+def _gif_shape(data: bytes) -> tuple[int, int, int]:
+    """`(frames, height, width)` of a GIF: its image descriptors counted, the largest extent
+    of the logical screen and of every frame (a frame may be larger than the screen: libgif
+    and Pillow decode it at its own size)."""
+    if len(data) < 13:
+        return 0, 0, 0
+    width, height, flags = struct.unpack("<HHB", data[6:11])
+    at = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)  # the global colour table
+    frames = 0
+    while at < len(data) and data[at] != 0x3B:  # up to the trailer
+        if data[at] == 0x21:  # an extension: its label, then data sub-blocks
+            at = _after_sub_blocks(data, at + 2)
+        elif data[at] == 0x2C and at + 10 <= len(data):  # an image descriptor
+            left, top, w, h, flags = struct.unpack("<HHHHB", data[at + 1 : at + 10])
+            frames += 1
+            height, width = max(height, top + h), max(width, left + w)
+            at += 10 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)  # a local colour table
+            at = _after_sub_blocks(data, at + 1)  # the LZW code size, then the image data
+        else:
+            break
+    return (max(frames, 1), height, width) if height and width else (0, 0, 0)
+
+
+def _after_sub_blocks(data: bytes, at: int) -> int:
+    """The position after the data sub-blocks starting at `at` (sizes, up to a 0 size)."""
+    while at < len(data):
+        size = data[at]
+        at += 1 + size
+        if size == 0:
+            break
+    return at
+
+
 #: JPEG markers that start a frame (SOF0-SOF15 but DHT, JPG and DAC), whose header holds the size.
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def _jpeg_size(data: bytes) -> tuple[int, int]:
-    """The size in the frame header of a JPEG (libjpeg's: markers walked from SOI, fill bytes
-    skipped); `(0, 0)` when none is found."""
+    """The size in the frame header of a JPEG, markers walked from SOI as libjpeg's
+    `next_marker` does (stray bytes, fill bytes and `FF 00` skipped); `(0, 0)` when none is
+    found."""
     at = 2
-    while at + 4 <= len(data):
-        if data[at] != 0xFF:
-            at += 1  # stray bytes before a marker (libjpeg skips them with a warning)
-            continue
+    while True:
+        at = data.find(b"\xff", at)  # stray bytes before a marker: skipped, as libjpeg warns
+        if at < 0 or at + 4 > len(data):
+            return 0, 0
         marker = data[at + 1]
-        if marker == 0xFF or 0xD0 <= marker <= 0xD8 or marker == 0x01:
-            at += 1 if marker == 0xFF else 2  # fill byte, or a marker without a length
-            continue
-        if marker in _SOF:
+        if marker == 0xFF:  # a fill byte
+            at += 1
+        elif marker == 0x00 or 0xD0 <= marker <= 0xD8 or marker == 0x01:
+            at += 2  # a stuffed zero, or a marker without a length
+        elif marker in _SOF:
             if at + 9 > len(data):
                 return 0, 0
             height, width = struct.unpack(">HH", data[at + 5 : at + 9])
             return height, width
-        if marker in (0xD9, 0xDA):  # end of image, or scan data before any frame header
+        elif marker in (0xD9, 0xDA):  # end of image, or scan data before any frame header
             return 0, 0
-        at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
-    return 0, 0
+        else:
+            at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+
+
+def header_pixels(data: bytes) -> int:
+    """The pixels the decoders allocate for `data` (`header_shape`: frames x height x width)."""
+    frames, height, width = header_shape(data)
+    return frames * height * width
+
+
+def describe_shape(frames: int, height: int, width: int) -> str:
+    """`"20000 x 20000 = 400,000,000 pixels"`, or for frames of an animation `"3 frames of
+    100 x 50 = 15,000 pixels"`: the words of a refusal by the pixel bound."""
+    size = f"{height} x {width}" if frames == 1 else f"{frames} frames of {height} x {width}"
+    return f"{size} = {frames * height * width:,} pixels"
 
 
 def _open_header(data: bytes, max_pixels: int | None) -> Image.Image:

@@ -72,7 +72,7 @@ from cvbench.data.grain.records import (
     complete_records,
     parse_example,
 )
-from cvbench.data.image_io import DEFAULT_MAX_PIXELS, header_size
+from cvbench.data.image_io import DEFAULT_MAX_PIXELS, describe_shape, header_shape
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
 from cvbench.data.read.model_inputs import ClassifierInputs, attach, class_names_of
 from cvbench.data.read.ranks import eval_steps_of, rank_range, rank_seed
@@ -235,12 +235,11 @@ class _Transform:
                 f"{where} ({example['filename']}): label {label} (stored {label + 1}) is "
                 f"outside the model's {self.num_classes} classes"
             )
-        height, width = header_size(example["encoded"])
-        if self.max_pixels is not None and height * width > self.max_pixels:
+        shape = header_shape(example["encoded"])
+        if self.max_pixels is not None and shape[0] * shape[1] * shape[2] > self.max_pixels:
             return self.policy.corrupt(
-                f"{where} ({example['filename']}): image is {height} x {width} = "
-                f"{height * width:,} pixels, over the limit of {self.max_pixels:,} "
-                "(max_pixels, --max-pixels)",
+                f"{where} ({example['filename']}): image is {describe_shape(*shape)}, over "
+                f"the limit of {self.max_pixels:,} (max_pixels, --max-pixels)",
                 key=where,
             )
         return example, where

@@ -6,9 +6,12 @@ made `cvbench eval` take 15 GB of memory, and at 20000 x 20000 an error line and
 (probe p49, finding 1): `tf.io.decode_image` decoded the whole image, and the evaluation view
 made a float32 copy, per parallel map call. grain decoded 16000 x 16000 JPEGs whole too.
 
-The header rule exists twice, in Python (`image_io.header_size`, grain's) and in TensorFlow's
-graph (`image_header.header_size`, tf.data's): both are checked here against each other and
-against the decoded size, per format.
+The header rule is `image_io.header_shape` (frames, height, width), grain's and tf.data's
+(`image_header.image_shape`: TensorFlow's `extract_jpeg_shape` for a JPEG, the Python rule
+through `tf.numpy_function` for the other formats): both are checked against the decoded size,
+per format, on images Pillow writes and on crafted ones (a GIF frame larger than its screen,
+an animation, `FF 00` and stray bytes before a JPEG marker, OS/2's BMP core header: the
+review's cases).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from cvbench.benchmark.input_bench import tfrecord_frame
 from cvbench.cli.errors import known_error
 from cvbench.data.coco_schema import CocoImage, CocoObject, coco_example
 from cvbench.data.grain.dataset import imagenet_grain_dataset
-from cvbench.data.image_io import DEFAULT_MAX_PIXELS, header_size
+from cvbench.data.image_io import DEFAULT_MAX_PIXELS, header_shape
 from cvbench.data.read import coco, image_header
 from cvbench.data.read.corrupt import CorruptRecordCounter
 from cvbench.data.read.imagenet import imagenet_dataset
@@ -54,6 +57,10 @@ FORMATS = {
 }
 
 
+def _both(data: bytes) -> tuple[tuple[int, int, int], list[int]]:
+    return header_shape(data), image_header.image_shape(tf.constant(data)).numpy().tolist()
+
+
 @pytest.mark.parametrize("size", [(1, 1), (300, 7), (7, 300), (129, 65)])
 @pytest.mark.parametrize("kind", FORMATS)
 def test_both_header_rules_read_the_decoded_size(kind, size):
@@ -62,16 +69,58 @@ def test_both_header_rules_read_the_decoded_size(kind, size):
     width, height = size
     decoded = tf.io.decode_image(data, channels=3, expand_animations=False).shape[:2]
     assert tuple(decoded) == (height, width)
-    assert header_size(data) == (height, width)
-    assert image_header.header_size(tf.constant(data)).numpy().tolist() == [height, width]
+    python, graph = _both(data)
+    assert python == (1, height, width) and graph == [1, height, width]
 
 
 def test_a_top_down_bmp_reads_its_height_as_positive():
     data = bytearray(_encode(3, 5, "BMP"))
     data[22:26] = struct.pack("<i", -5)  # the same rows, stored top-down
     assert tf.io.decode_image(bytes(data)).shape[:2] == (5, 3)
-    assert header_size(bytes(data)) == (5, 3)
-    assert image_header.header_size(tf.constant(bytes(data))).numpy().tolist() == [5, 3]
+    assert _both(bytes(data)) == ((1, 5, 3), [1, 5, 3])
+
+
+def test_an_os2_core_header_bmp_reads_its_16_bit_sides():
+    # OS/2's 12-byte core header: uint16 width and height at bytes 18 and 20 (the int32
+    # reading gave 1572865 x 5242980 and refused a valid 100 x 80 image)
+    rows = b"".join(bytes([i % 256] * 300) for i in range(80))  # 100 px x 3 bytes, 4-aligned
+    header = struct.pack("<2sIHHI", b"BM", 26 + len(rows), 0, 0, 26)
+    data = header + struct.pack("<IHHHH", 12, 100, 80, 1, 24) + rows
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.size == (100, 80)
+    assert header_shape(data) == (1, 80, 100)
+
+
+def _gif_frame_larger_than_its_screen() -> bytes:
+    """A GIF whose screen is 1 x 1 and whose one frame is 40 x 30 (Pillow and TensorFlow
+    decode the frame at its own size)."""
+    data = bytearray(_encode(40, 30, "GIF"))
+    data[6:10] = struct.pack("<HH", 1, 1)
+    return bytes(data)
+
+
+def test_a_gif_frame_larger_than_its_screen_is_read_at_its_own_size():
+    data = _gif_frame_larger_than_its_screen()
+    assert tf.io.decode_image(data, channels=3, expand_animations=False).shape[:2] == (30, 40)
+    assert _both(data) == ((1, 30, 40), [1, 30, 40])
+
+
+def test_every_frame_of_an_animation_counts():
+    frames = [Image.new("RGB", (20, 10), (50 * i, 0, 0)) for i in range(3)]
+    buf = io.BytesIO()
+    frames[0].save(buf, "GIF", save_all=True, append_images=frames[1:], optimize=False)
+    data = buf.getvalue()
+    assert tf.io.decode_gif(data).shape == (3, 10, 20, 3)  # libgif reads every frame
+    assert _both(data) == ((3, 10, 20), [3, 10, 20])
+
+
+@pytest.mark.parametrize("junk", [b"\xff\x00", b"\x00\x00\x00", b"\xff\xff\xff"])
+def test_a_jpeg_with_bytes_before_a_marker_reads_as_libjpeg_does(junk):
+    # after APP0 (bytes 2 + 2 + 16 = 20): a stuffed zero, stray bytes, fill bytes
+    clean = _encode(130, 70, "JPEG")
+    data = clean[:20] + junk + clean[20:]
+    assert tf.io.decode_image(data, channels=3).shape[:2] == (70, 130)
+    assert _both(data) == ((1, 70, 130), [1, 70, 130])
 
 
 def _png_claiming(width: int, height: int) -> bytes:
@@ -92,20 +141,19 @@ def _png_claiming(width: int, height: int) -> bytes:
     ids=["empty", "png_cut", "gif_cut", "bmp_cut", "webp_cut", "jpeg_cut", "text"],
 )
 def test_a_header_cut_short_or_unknown_reads_as_nothing_in_python(data):
-    assert header_size(data) == (0, 0)
+    assert header_shape(data) == (0, 0, 0)
 
 
 @pytest.mark.parametrize(
     "data", [b"", b"\x89PNG", b"GIF8", b"BM", b"RIFF\0\0\0\0WEBP", b"plain text"]
 )
 def test_a_header_cut_short_or_unknown_reads_as_nothing_in_the_graph(data):
-    assert image_header.header_size(tf.constant(data)).numpy().tolist() == [0, 0]
+    assert image_header.image_shape(tf.constant(data)).numpy().tolist() == [0, 0, 0]
 
 
 def test_a_claimed_size_is_read_without_decoding():
     data = _png_claiming(20000, 20000)
-    assert header_size(data) == (20000, 20000)
-    assert image_header.header_size(tf.constant(data)).numpy().tolist() == [20000, 20000]
+    assert _both(data) == ((1, 20000, 20000), [1, 20000, 20000])
 
 
 def _write(path, records: list[bytes]) -> str:
@@ -153,7 +201,7 @@ def test_an_image_claiming_more_than_the_default_is_named_before_decoding(tmp_pa
     # 20000 * 20000 = 400,000,000 pixels; without the bound: "undecodable image 3.JPEG ..."
     assert (line, code) == (
         f"cvbench eval: error: image 3.JPEG (record 2 of {path}) is 20000 x 20000 = "
-        "400000000 pixels, over the limit of 64,000,000 (max_pixels, --max-pixels); "
+        "400,000,000 pixels, over the limit of 64,000,000 (max_pixels, --max-pixels); "
         "pass --skip-corrupt to skip corrupt records",
         1,
     )
@@ -267,3 +315,24 @@ def test_dali_refuses_a_bound_it_would_not_apply(tmp_path):
     options = TaskOptions(model="resnet18", data_dir=str(tmp_path), num_classes=4, max_pixels=600)
     with pytest.raises(ValueError, match=r"the DALI data backend does not support max_pixels"):
         ClassificationTask(options, data_backend="dali")
+
+
+@pytest.mark.parametrize("reader", ["tf", "grain"])
+def test_a_gif_frame_larger_than_its_screen_is_refused_by_both_readers(tmp_path, reader):
+    # the frame: 30 x 40 = 1,200 pixels, over 600 (its 1 x 1 screen got past the bound)
+    path = _imagenet_files(tmp_path, _gif_frame_larger_than_its_screen())
+    if reader == "tf":
+        ds = imagenet_dataset(
+            tmp_path, "validation", training=False, batch_size=1, image_size=16, max_pixels=600
+        )
+        message = str(_error(ds, 4))
+    else:
+        data = imagenet_grain_dataset(
+            tmp_path, "validation", batch_size=1, training=False, image_size=16,
+            num_classes=4, max_pixels=600,
+        )  # fmt: skip
+        with pytest.raises(BadFileError) as caught:
+            list(zip(range(4), data, strict=False))
+        message = str(caught.value)
+    assert f"{path}" in message and "record 2" in message
+    assert "is 30 x 40 = 1,200 pixels, over the limit of 600 (max_pixels, --max-pixels)" in message
