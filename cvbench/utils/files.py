@@ -775,7 +775,8 @@ def _set_entry(path: Path, entry: Any) -> Any:
     The list is locked (`flock`) while the line is appended, or while it is rewritten whole
     once its lines outgrow its base (or its base is damaged): a recorder that waited for a
     rewrite's lock finds another file at the list's name and locks that one, so no record of
-    a concurrent process is lost. A link in the list's place is refused (`open_output`)."""
+    a concurrent process is lost. An entry the list holds already is not written again. A
+    link in the list's place is refused (`open_output`)."""
     listing = path.parent / OUTPUTS_LIST
     line = json.dumps([path.name, entry], sort_keys=True, separators=(",", ":")) + "\n"
     for _ in range(_RELOCKS):
@@ -789,6 +790,8 @@ def _set_entry(path: Path, entry: Any) -> Any:
                 continue  # rewritten (or removed) while this process waited for its lock
             state = _load(path.parent, fd, st)
             previous = None if state.damaged else state.entries.get(path.name)
+            if not state.damaged and previous == entry:
+                return previous  # recorded so already (a rerun writing the same bytes)
             grown = st.st_size - state.base + len(line) > max(state.base, _JOURNAL_FLOOR)
             if grown or state.damaged or not writable:
                 entries = {} if state.damaged else dict(state.entries)

@@ -114,12 +114,15 @@ def test_an_older_cvbench_list_is_read_appended_to_and_rewritten_as_plain_json(
     monkeypatch.setattr(files, "_JOURNAL_FLOOR", 0)
     record_output(b)  # the lines of c and b (2 x 99 bytes) within the base's 234 bytes
     assert listing.read_bytes().startswith(old) and written_by_cvbench(b)
-    record_output(a)  # 3 x 99 > 234: rewritten, one plain JSON object again
+    record_output(a)  # a's entry is in the base already: nothing appended
+    assert listing.read_bytes().startswith(old) and listing.read_bytes().count(b"\n") == 12
+    d = write(tmp_path, "d.json", b"d.jsond.jsond.json")
+    record_output(d)  # 3 x 99 > 234: rewritten, one plain JSON object again
     assert json.loads(listing.read_bytes()) == {
-        n: entry(n.encode() * 3) for n in ("a.json", "b.json", "c.json")
+        n: entry(n.encode() * 3) for n in ("a.json", "b.json", "c.json", "d.json")
     }
     assert listing.read_bytes().count(b"\n") == 1
-    assert all(written_by_cvbench(p) for p in (a, b, c))
+    assert all(written_by_cvbench(p) for p in (a, b, c, d))
 
 
 def test_a_torn_last_line_is_passed_over_and_the_next_record_starts_its_own(tmp_path):
@@ -384,3 +387,19 @@ def test_records_of_another_process_are_seen_by_a_process_that_read_the_list(tmp
         subprocess.run([sys.executable, "-c", ANOTHER, str(path), str(floor)], env=env, check=True)
         assert ((tmp_path / OUTPUTS_LIST).stat().st_ino == inode) == (floor > 0)
         assert all(written_by_cvbench(p) for p in (a, b, c) if p.name <= path.name)
+
+
+def test_recording_the_same_file_again_leaves_the_list_unchanged(tmp_path):
+    # a rerun that writes the same bytes (build-coco's annotation copy, the demo's second
+    # prepare) records the entry the list holds already: nothing is appended
+    target = tmp_path / "a.json"
+    with recording(target):
+        write_json_atomic(target, [1])
+    listing = (tmp_path / OUTPUTS_LIST).read_bytes()
+    with recording(target):
+        write_json_atomic(target, [1])
+    assert (tmp_path / OUTPUTS_LIST).read_bytes() == listing and written_by_cvbench(target)
+    with recording(target):
+        write_json_atomic(target, [2])  # other bytes: one more line
+    assert len((tmp_path / OUTPUTS_LIST).read_bytes()) > len(listing)
+    assert written_by_cvbench(target)
