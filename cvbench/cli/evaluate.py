@@ -103,6 +103,8 @@ def eval_command(args: argparse.Namespace) -> int:
     results = task.evaluate(trainer, batch_size=task.recipe.run.batch_per_gpu)
     print_results(trainer, results)
     skipped = report_corrupt(args, task, trainer.distribution)
+    if trainer.is_chief and args.log_dir:
+        refuse_training_folder(args.log_dir, evaluated=True)  # a training started meanwhile
     with results_printed_above():  # a full disk now loses no result
         if trainer.is_chief and args.json:
             from cvbench.utils.files import recording
@@ -157,11 +159,13 @@ def check_results_folder(args: argparse.Namespace, checkpoint: Path) -> None:
     owned_folder(folder, "plots", create=False)  # refuses a link
 
 
-def refuse_training_folder(log_dir: str) -> None:
+def refuse_training_folder(log_dir: str, *, evaluated: bool = False) -> None:
     """Refuses a `--log-dir` that is a training run's: one whose run lock a live process
     holds (`cvbench train` holds it from its start to its `results.json`), or that holds a
     run (checkpoints, `train_log.jsonl`, `export/`) or a training's `results.json`, which
-    eval's would replace.
+    eval's would replace. Checked before anything is loaded, and again before the results
+    are written (`evaluated=True`: a training started in the folder while eval ran; the
+    message then says the results were printed above).
 
     Raises:
         RunDirInUseError: the lock is held, naming the holder (exit 1, as a second
@@ -176,10 +180,11 @@ def refuse_training_folder(log_dir: str) -> None:
         training_results,
     )
 
+    after = f" (a training started in it while eval ran); {RESULTS_PRINTED}" if evaluated else ""
     holder = run_holder(log_dir)
     if holder is not None:
         raise RunDirInUseError(
-            f"{log_dir} is in use by a training run ({holder}); give eval another --log-dir"
+            f"{log_dir} is in use by a training run ({holder}); give eval another --log-dir" + after
         )
     if training_results(RunFolder(log_dir).results):
         why = f"its {RunFolder.RESULTS} is the training's"
@@ -187,7 +192,9 @@ def refuse_training_folder(log_dir: str) -> None:
         why = f"it holds {', '.join(existing_run(log_dir))}"
     else:
         return
-    raise CLIError(f"{log_dir} is a training run's folder ({why}): give eval another --log-dir")
+    raise CLIError(
+        f"{log_dir} is a training run's folder ({why}): give eval another --log-dir" + after
+    )
 
 
 def write_eval_results(args, task, trainer, checkpoint: Path, results: dict) -> str:
