@@ -374,7 +374,8 @@ def json_text(obj: Any, **kwargs: Any) -> str:
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """Writes `obj` as indented JSON to `path` atomically, by `json_text`'s rule (a
     non-finite float as `null`)."""
-    text = json_text(obj, indent=2, sort_keys=True)
+    encoder = json.JSONEncoder(allow_nan=False, indent=2, sort_keys=True)
     with atomic_open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+        for chunk in encoder.iterencode(strict_json(obj)):  # streamed: no whole text in memory
+            f.write(chunk)
         f.write("\n")
