@@ -126,27 +126,16 @@ def benchmark_command(args: argparse.Namespace) -> int:
 def check_json(args: argparse.Namespace) -> None:
     """Refuses, before the model is built, a `--json` that is (or holds) the data read, a
     link, an existing file cvbench did not write, or a training's `results.json`; and a file
-    or a read-only folder in its way (eval's `--json` rule, `check_results_path`).
+    or a read-only folder in its way (the `--json` rule of eval, `check_json_path`).
 
     Raises:
         ValueError: naming the path (exit 2).
         OSError: a file where a folder is, a read-only folder (exit 1).
     """
-    from cvbench.inference.outputs import check_parent_path, check_writable
-    from cvbench.training.run_dir import training_results
-    from cvbench.utils.files import check_output, written_by_cvbench
+    from cvbench.cli.evaluate import check_json_path
 
     inputs = [] if args.data_dir is None else [args.data_dir]
-    check_output(
-        args.json, inputs=inputs, overwrite=True, is_ours=written_by_cvbench, flag="--json"
-    )
-    if training_results(args.json):
-        raise CLIError(
-            f"--json {args.json} is a training's results file; it is never replaced: give "
-            "benchmark another --json"
-        )
-    check_parent_path(args.json)
-    check_writable(args.json)
+    check_json_path(args.json, inputs=inputs, command="benchmark")
 
 
 def _throughput(

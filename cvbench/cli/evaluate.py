@@ -228,8 +228,23 @@ def write_eval_results(args, task, trainer, checkpoint: Path, results: dict) -> 
 
 def check_results_path(args: argparse.Namespace, checkpoint: Path) -> None:
     """Refuses, before anything is loaded, a `--json` that is (or holds) the checkpoint, the
-    run folder or the data read, a link, an existing file cvbench did not write, or a
-    training's `results.json`; and a file or a read-only folder in its way.
+    run folder or the data read (`check_json_path`).
+
+    Raises:
+        ValueError: naming the path (exit 2).
+        OSError: a file where a folder is, a read-only folder (exit 1).
+    """
+    inputs = [checkpoint, Path(args.checkpoint)]
+    if args.data_dir is not None:
+        inputs.append(Path(args.data_dir))
+    check_json_path(args.json, inputs=inputs, command="eval")
+
+
+def check_json_path(path: str, *, inputs: list, command: str) -> None:
+    """The one rule of a command's `--json` results file (eval, benchmark), checked before
+    anything is loaded: not (or holding) one of `inputs`, not a link, not an existing file
+    cvbench did not write, not a training's `results.json`; no file or read-only folder in
+    its way.
 
     Raises:
         ValueError: naming the path (exit 2).
@@ -239,20 +254,15 @@ def check_results_path(args: argparse.Namespace, checkpoint: Path) -> None:
     from cvbench.training.run_dir import training_results
     from cvbench.utils.files import check_output, written_by_cvbench
 
-    inputs = [checkpoint, Path(args.checkpoint)]
-    if args.data_dir is not None:
-        inputs.append(Path(args.data_dir))
-    check_output(
-        args.json, inputs=inputs, overwrite=True, is_ours=written_by_cvbench, flag="--json"
-    )
-    if training_results(args.json):
+    check_output(path, inputs=inputs, overwrite=True, is_ours=written_by_cvbench, flag="--json")
+    if training_results(path):
         raise CLIError(
-            f"--json {args.json} is a training's results file; it is never replaced: give "
-            "eval another --json"
+            f"--json {path} is a training's results file; it is never replaced: give "
+            f"{command} another --json"
         )
-    # as predict's outputs: a file or a read-only folder in the way, found before evaluating
-    check_parent_path(args.json)
-    check_writable(args.json)
+    # as predict's outputs: a file or a read-only folder in the way, found before the work
+    check_parent_path(path)
+    check_writable(path)
 
 
 def newest_checkpoint(path: Path) -> Path:

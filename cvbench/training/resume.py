@@ -458,23 +458,27 @@ def _refusal(target: ResumeTarget, path: Path, meta: dict) -> str | None:
             f"({differences}), as force_resume=True asks",
             stacklevel=7,
         )
-    seed = seed_change(meta, target.plan)
-    if seed is not None and target.is_chief:
-        warnings.warn(
-            f"resuming from {path} with another seed ({seed}): the weights, optimizer and "
-            "data order are the checkpoint's; the epochs still to come shuffle and augment "
-            "with the new seed",
-            stacklevel=7,
-        )
-    pipeline = pipeline_change(meta, target.plan)
-    if pipeline is not None and target.is_chief:
-        warnings.warn(
-            f"resuming from {path} through another input pipeline ({pipeline}): the rest "
-            "of the run reads its images in another order with another augmentation, so it "
-            "is not the run the checkpoint's would have been",
-            stacklevel=7,
-        )
+    for change, words in _NAMED_CHANGES:
+        changed = change(meta, target.plan)
+        if changed is not None and target.is_chief:
+            warnings.warn(f"resuming from {path} {words.format(changed)}", stacklevel=7)
     return None
+
+
+#: The changes a resume names in a warning, not refused: what tells each, and its words.
+_NAMED_CHANGES = (
+    (
+        seed_change,
+        "with another seed ({}): the weights, optimizer and data order are the "
+        "checkpoint's; the epochs still to come shuffle and augment with the new seed",
+    ),
+    (
+        pipeline_change,
+        "through another input pipeline ({}): the rest of the run reads its images in "
+        "another order with another augmentation, so it is not the run the checkpoint's "
+        "would have been",
+    ),
+)
 
 
 def _record_world_size(
