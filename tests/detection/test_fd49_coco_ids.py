@@ -13,21 +13,13 @@ import json
 
 import numpy as np
 import pytest
+from test_fa49_nonfinite_detections import BACKENDS, GT  # one image, one dog box
 
 from cvbench.detection.coco_eval import evaluate_coco
 from cvbench.utils.errors import BadFileError
 
 pytestmark = pytest.mark.backend_agnostic
 
-BACKENDS = ("pycocotools", "faster")
-GT = {
-    "images": [{"id": 1, "width": 100, "height": 80}],
-    "categories": [{"id": 18, "name": "dog"}],
-    "annotations": [
-        {"id": 1, "image_id": 1, "category_id": 18, "iscrowd": 0, "bbox": [10, 10, 40, 30],
-         "area": 1200}
-    ],
-}  # fmt: skip
 BOX = "ground truth annotations[0]: bbox must be 4 finite numbers [x, y, w, h], got "
 GOOD = {"image_id": 1, "category_id": 18, "bbox": [10, 10, 40, 30], "score": 0.9}
 
