@@ -65,6 +65,15 @@ def image_shape(encoded: tf.Tensor) -> tf.Tensor:
     return shape
 
 
+#: The largest bound compared in the graph (int64): more pixels than any image can claim
+#: (GIF: 65535 x 65535 per frame), so a larger `max_pixels` bounds the same.
+_GRAPH_LIMIT = 2**62
+
+
+def _graph_limit(max_pixels: int) -> int:
+    return min(max_pixels, _GRAPH_LIMIT)
+
+
 def bounded_image(encoded: tf.Tensor, max_pixels: int | None) -> tf.Tensor:
     """`encoded`, once its header is checked: an image of more than `max_pixels` pixels
     (`image_shape`: frames x height x width) raises `InvalidArgumentError` when read,
@@ -73,14 +82,14 @@ def bounded_image(encoded: tf.Tensor, max_pixels: int | None) -> tf.Tensor:
     if max_pixels is None:
         return encoded
     pixels = tf.reduce_prod(image_shape(encoded))
-    check = tf.debugging.Assert(pixels <= max_pixels, ["image over max_pixels"])
+    check = tf.debugging.Assert(pixels <= _graph_limit(max_pixels), ["image over max_pixels"])
     with tf.control_dependencies([check]):
         return tf.identity(encoded)
 
 
 def over_limit(encoded: tf.Tensor, max_pixels: int) -> tf.Tensor:
     """Whether the header of `encoded` claims more than `max_pixels` pixels (a bool scalar)."""
-    return tf.reduce_prod(image_shape(encoded)) > max_pixels
+    return tf.reduce_prod(image_shape(encoded)) > _graph_limit(max_pixels)
 
 
 def _describe(encoded: bytes | np.ndarray) -> bytes:

@@ -336,3 +336,17 @@ def test_a_gif_frame_larger_than_its_screen_is_refused_by_both_readers(tmp_path,
         message = str(caught.value)
     assert f"{path}" in message and "record 2" in message
     assert "is 30 x 40 = 1,200 pixels, over the limit of 600 (max_pixels, --max-pixels)" in message
+
+
+@pytest.mark.parametrize("max_pixels", [2**63, 10**23])
+def test_a_bound_past_int64_reads_every_image(tmp_path, max_pixels):
+    # the graph compares in int64: a bound past it (--max-pixels 99999999999999999999999)
+    # was an OverflowError traceback; it bounds as 2**62 does, more than any image claims
+    _imagenet_files(tmp_path, _png_claiming(20000, 20000))
+    ds = imagenet_dataset(
+        tmp_path, "validation", training=False, batch_size=4, image_size=16,
+        max_pixels=max_pixels, skip_corrupt=True,
+    )  # fmt: skip
+    # the claimed PNG passes the bound and is skipped as undecodable (it holds no rows)
+    (_, labels, weights), = ds.as_numpy_iterator()  # fmt: skip
+    assert weights.tolist() == [1.0, 1.0, 1.0, 0.0]
