@@ -4,33 +4,19 @@ from its own sums of the steps before the stop (slow: two processes under horovo
 `test_t49_horovod_worker.py`)."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from training_helpers import run_two_ranks
 
 from cvbench.training.epoch_loop import RANK_SUMS
 
 WORKER = Path(__file__).with_name("test_t49_horovod_worker.py")
-HOROVODRUN = Path(sys.executable).with_name("horovodrun")
 
 
 @pytest.mark.slow
 def test_a_resumed_epoch_under_horovod_records_what_the_uninterrupted_one_does(tmp_path):
-    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(__file__).parents[2]), str(Path(__file__).parent), env.get("PYTHONPATH", "")]
-    ).rstrip(os.pathsep)
-    command = [str(HOROVODRUN), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]
-    run = subprocess.run(
-        [*command, str(WORKER), "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=400,
-    )
+    run = run_two_ranks(WORKER, tmp_path, extra_path=Path(__file__).parent)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for record in records:

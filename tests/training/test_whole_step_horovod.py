@@ -1,33 +1,19 @@
 """Whole-step semantics under Horovod: a non-finite step on one rank is skipped on every rank
 (slow: two processes under horovodrun, `whole_step_worker.py`)."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from training_helpers import run_two_ranks
 
 WORKER = Path(__file__).with_name("whole_step_worker.py")
-HOROVODRUN = Path(sys.executable).with_name("horovodrun")
 
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:precision mixed_float16 without a GPU")
 def test_a_non_finite_batch_on_one_rank_skips_the_step_on_every_rank(tmp_path):
-    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(__file__).parents[2]), env.get("PYTHONPATH", "")]
-    ).rstrip(os.pathsep)
-    command = [str(HOROVODRUN), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]
-    run = subprocess.run(
-        [*command, str(WORKER), "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=400,
-    )
+    run = run_two_ranks(WORKER, tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     for precision, scale in (("float32", -1.0), ("mixed_float16", 512.0)):
         ranks = [np.load(tmp_path / f"{precision}-rank{r}.npz") for r in (0, 1)]

@@ -60,3 +60,23 @@ def make_trainer(log_dir=None, *, metrics=(), **config):
         metrics=list(metrics),
         config=TrainConfig(**settings),
     )
+
+
+def run_two_ranks(worker, out, *, timeout: int = 400, extra_path=None):
+    """Runs the script `worker --out OUT` as 2 Horovod ranks on localhost (`horovodrun
+    --gloo`, TensorFlow backend, the repository and `extra_path` importable); returns the
+    finished `subprocess.CompletedProcess` (stdout and stderr as text)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    paths = [str(Path(__file__).parents[2]), *([str(extra_path)] if extra_path else [])]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    horovodrun = Path(sys.executable).with_name("horovodrun")
+    command = [str(horovodrun), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]
+    return subprocess.run(
+        [*command, str(worker), "--out", str(out)],
+        capture_output=True, text=True, env=env, timeout=timeout,
+    )  # fmt: skip
