@@ -971,3 +971,36 @@ def remove_dead_staging(folder: str | os.PathLike, prefix: str) -> list[Path]:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
+
+
+def tree_written_by_cvbench(folder: str | os.PathLike) -> bool:
+    """Whether the folder `folder` holds only real folders and files cvbench wrote there and
+    nobody changed since (`record_tree`, `written_by_cvbench`); a link, another kind of file
+    or a file of anyone else's makes it not cvbench's.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> (d / "sub").mkdir()
+        >>> _ = (d / "sub" / "a.pb").write_bytes(b"x")
+        >>> tree_written_by_cvbench(d)
+        False
+        >>> record_tree(d)
+        >>> tree_written_by_cvbench(d)
+        True
+        >>> _ = (d / "notes.txt").write_text("mine")
+        >>> tree_written_by_cvbench(d)
+        False
+    """
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        return False
+    for root, dirs, names in os.walk(folder):
+        if any(os.path.islink(os.path.join(root, name)) for name in dirs):
+            return False
+        for name in names:
+            path = Path(root, name)
+            if name == OUTPUTS_LIST and stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            if not written_by_cvbench(path):
+                return False
+    return True
