@@ -18,7 +18,10 @@ The files are written in a temporary folder inside the export folder,
 `.export-<pid>-...`, and renamed into place; the folder is removed however the export ends
 (an error, SIGTERM or Ctrl-C: `finally`), and one left by a process killed outright (SIGKILL)
 is removed by the next export into the same folder, once that process is gone. An entry of
-the export folder that is a symbolic link is refused (`BadFileError`), never written through.
+the export folder that is a symbolic link is refused (`BadFileError`), never written through,
+and one that cvbench did not write (a user's `model.keras`, a file a user put in
+`keras_saved_model/`) is refused (`ValueError`) before anything is written: an export
+replaces only an earlier cvbench export, unchanged.
 """
 
 from __future__ import annotations
@@ -36,11 +39,14 @@ from typing import Any
 import keras
 
 from cvbench.utils.files import (
+    check_output,
     record_tree,
     recording,
     refuse_link,
     remove_dead_staging,
     staging_folder,
+    tree_written_by_cvbench,
+    written_by_cvbench,
 )
 from cvbench.utils.model_file import (
     DATASET_ATTRIBUTE,
@@ -86,6 +92,8 @@ def export_trained_model(
     info_path = info_file_path(keras_path)
     for path in (keras_path, final, info_path):
         refuse_link(path)
+    _check_replaceable(keras_path, info_path if info is not None else None,
+                       final if keras.config.backend() == "tensorflow" else None)  # fmt: skip
     remove_stale_export_staging(directory)
     staging = staging_folder(directory, _STAGING)
     written = {}
@@ -110,6 +118,20 @@ def export_trained_model(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return written
+
+
+def _check_replaceable(*paths: Path | None) -> None:
+    """Refuses, before anything is written, to replace a file or folder of the export that
+    cvbench did not write (a user's `model.keras`, notes in `keras_saved_model/`): only an
+    earlier cvbench export, unchanged, is replaced.
+
+    Raises:
+        ValueError: naming the path (`cvbench.utils.files.check_output`).
+    """
+    for path in paths:
+        if path is not None:
+            is_ours = tree_written_by_cvbench if path.is_dir() else written_by_cvbench
+            check_output(path, overwrite=True, is_ours=is_ours, flag="Trainer.export")
 
 
 #: The folder of Keras' own SavedModel of the exported model (`model.keras`'s contract; a
