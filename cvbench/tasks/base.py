@@ -468,6 +468,34 @@ class RecordTask(abc.ABC):
         shuffle or prefetch buffer are not counted yet."""
         return 0 if self._corrupt_counter is None else self._corrupt_counter.count
 
+    def check_evaluated(self, evaluated: int, split: str, distribution: Any) -> None:
+        """Refuses an evaluation that scored no record of `split` (`evaluated`: the records
+        scored over all ranks, so every rank calls this, as it sums the skipped counts):
+        every record skipped as corrupt (`skip_corrupt`), or a split that holds none. Its
+        numbers (top-1 0, loss 0, AP -1) would otherwise read as a measured model. Both
+        tasks' `evaluate` call it, so `cvbench eval` and training validation refuse alike.
+
+        Raises:
+            BadFileError: naming the split, the data folder and how many records were
+                skipped (exit 1 in the command; nothing is written).
+        """
+        if evaluated > 0 or self.options.data_dir is None:
+            return
+        import numpy as np
+
+        from cvbench.utils.errors import BadFileError
+
+        mine = np.array([self.corrupt_records()], np.float64)
+        skipped = int(distribution.sum_arrays([mine])[0][0])
+        where = f"the {split} split of {self.options.data_dir}"
+        if skipped:
+            records, were = ("record", "was") if skipped == 1 else ("records", "were")
+            raise BadFileError(
+                f"all {skipped} {records} of {where} {were} skipped as corrupt "
+                "(--skip-corrupt): nothing was evaluated"
+            )
+        raise BadFileError(f"{where} holds no records: nothing was evaluated")
+
     def train_data(self, *, batch_size: int, distribution: Any, seed: int | None) -> TrainData:
         """This rank's training batches, a new order each epoch, and the steps per epoch
         (synthetic: `options.synthetic_steps` copies of `synthetic_batch`)."""

@@ -328,8 +328,17 @@ class ClassificationTask(RecordTask):
 
     def evaluate(self, trainer: Any, *, batch_size: int) -> dict[str, float]:
         """Loss, top-1 and top-5 over the whole validation split, identical on every rank."""
+        from cvbench.training.evaluation import evaluated_rows
+
+        if self.options.data_dir is not None and self._count("validation") == 0:
+            # no batch at all (Keras on JAX cannot even start): refused before evaluating
+            self.check_evaluated(0, "validation", trainer.distribution)
         data = self.evaluation_data(batch_size=batch_size, distribution=trainer.distribution)
         results = trainer.evaluate(data)
+        # every record skipped as corrupt, or none there: refused, not "top-1 0"
+        self.check_evaluated(
+            evaluated_rows(trainer.training_model), "validation", trainer.distribution
+        )
         if trainer.is_chief:
             warn_nonfinite_outputs(trainer.metrics)
         return results

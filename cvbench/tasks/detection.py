@@ -296,6 +296,7 @@ class DetectionTask(RecordTask):
         )
         rows = dist.allgather_rows(_detections_to_rows(dets))
         all_ids = dist.allgather_rows(np.asarray(image_ids, np.float64).reshape(-1, 1))
+        self.check_evaluated(len(all_ids), "val", dist)  # not AP -1 over no image
         metrics: dict[str, float] | None = None
         if dist.is_chief:
             ids = all_ids[:, 0].astype(np.int64)

@@ -51,6 +51,14 @@ def evaluate_over_ranks(
     return {k: float(keras.ops.convert_to_numpy(v)) for k, v in results.items()}
 
 
+def evaluated_rows(model: keras.Model) -> int:
+    """The examples the last `evaluate_over_ranks` of the compiled `model` (a
+    `TrainingModel`) scored, over all ranks: its loss tracker's count, which weighs each
+    batch by its real rows (padding rows weigh 0). 0 when no batch was evaluated."""
+    count = model._loss_tracker.count
+    return int(round(float(keras.ops.convert_to_numpy(count))))
+
+
 def _padded_for_global_steps(distribution: Any, part: tuple, batch_size: int) -> tuple:
     """This rank's rows padded to as many full batches as the rank with most batches has,
     the padding weighing 0: every step of a global-array engine (JAX data parallelism) then
