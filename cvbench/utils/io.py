@@ -10,7 +10,8 @@ existing file of the same kind keeps that file's mode (a file the user made 0o60
 0o600), as rewriting it in place with `open(path, "w")` would.
 
 A temporary is named `.<final name>.cvbench-<host>-<pid>-<random>.tmp<final suffix>`
-(`<host>`: `HOST_TAG`, 8 hex digits of this machine's name and process-id namespace), so
+(`<host>`: `HOST_TAG`, 8 hex digits of this machine's name and process-id namespace; a final
+name too long for that within the file system's 255 bytes is shortened, `temporary_stem`), so
 that one left by a writer killed outright (a SIGKILL runs no `finally`) is recognized: the
 first `atomic_path` of a process into a directory removes there the temporaries of that
 naming whose writer ran where this process runs and no longer runs
@@ -206,9 +207,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     _make_parents(path)
     _sweep_once(path.parent)
-    prefix = f".{path.name}.cvbench-{HOST_TAG}-{os.getpid()}-"
+    stem = temporary_stem(path.name, name_max=_name_max(path.parent))
+    prefix = f".{stem}.cvbench-{HOST_TAG}-{os.getpid()}-"
     try:
-        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=f".tmp{path.suffix}", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(
+            prefix=prefix, suffix=f".tmp{Path(stem).suffix}", dir=path.parent
+        )
     except OSError as error:  # a read-only or full folder: say so of the file asked for
         raise _naming_destination(error, path) from None
     os.close(fd)
@@ -231,6 +235,48 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         if isinstance(error, OSError):
             raise _naming_destination(error, path) from None
         raise
+
+
+#: The bytes a file name may have where `pathconf` cannot say (Linux's NAME_MAX).
+NAME_MAX = 255
+#: The bytes of an `atomic_path` temporary's name besides the final name's: ".", then
+#: ".cvbench-", the host tag, "-", a pid of up to 10 digits, "-", mkstemp's 8 characters,
+#: ".tmp" (the suffix is counted with the name).
+_TEMPORARY_OVERHEAD = 1 + 9 + 8 + 1 + 10 + 1 + 8 + 4
+#: The longest suffix a shortened temporary keeps (writers such as `model.save` check it).
+_KEPT_SUFFIX = 16
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return NAME_MAX
+
+
+def temporary_stem(name: str, *, name_max: int = NAME_MAX) -> str:
+    """The final name `name` as an `atomic_path` temporary carries it: whole where the
+    temporary's name fits in `name_max` bytes, else its first bytes (dots made `_`), `~`,
+    8 hex digits of its SHA-256 and its suffix (up to 16 bytes; a longer one is dropped), so
+    that any name the file system takes can be written atomically.
+
+    Example:
+        >>> temporary_stem("results.json")
+        'results.json'
+        >>> long = "r" * 215 + ".json"  # 220 bytes: legal, but its temporary would be 274
+        >>> stem = temporary_stem(long)
+        >>> stem.startswith("r" * 100) and stem.endswith(".json"), len(stem) + 5 + 42 <= 255
+        (True, True)
+    """
+    raw, suffix = os.fsencode(name), Path(name).suffix
+    # the suffix is in the temporary's name twice: with the name, and after ".tmp"
+    if len(raw) + len(os.fsencode(suffix)) + _TEMPORARY_OVERHEAD <= name_max:
+        return name
+    kept = suffix if len(os.fsencode(suffix)) <= _KEPT_SUFFIX else ""
+    digest = hashlib.sha256(raw).hexdigest()[:8]
+    room = name_max - _TEMPORARY_OVERHEAD - 2 * len(os.fsencode(kept)) - 9  # "~", 8 digits
+    head = os.fsdecode(raw[: max(room, 1)]).replace(".", "_")
+    return f"{head}~{digest}{kept}"
 
 
 def _make_parents(path: Path) -> None:
@@ -258,7 +304,8 @@ def _naming_destination(error: OSError, path: Path) -> OSError:
     named = error.filename
     if named is not None:
         name = os.path.basename(os.fsdecode(named))
-        if not name.startswith(f".{path.name}.cvbench-"):
+        stem = temporary_stem(path.name, name_max=_name_max(path.parent))
+        if not name.startswith(f".{stem}.cvbench-"):
             return error
     return type(error)(error.errno, error.strerror, os.fspath(path))
 
