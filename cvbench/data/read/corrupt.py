@@ -22,11 +22,16 @@ damaged records are dropped, a line is printed to stderr for each, and a
 `CorruptRecordCounter` counts them. Each damaged record is printed and counted *once*, told
 by its message (which names the file and the record): a training stream repeats its files,
 and its read-ahead (shuffle and prefetch buffers) can meet the same damaged record hundreds
-of times before a step has run.
+of times before a step has run. A repeating stream whose every record is damaged would
+filter forever without yielding (the process spinning, deaf to SIGTERM): past a bound on the
+damaged elements in a row that a stream with a sound record never reaches (`apply_policy`),
+it stops with `ALL_DAMAGED` naming a record, as grain's reader does after
+`REPLACEMENT_TRIES` damaged records in a row.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -126,6 +131,32 @@ def _fail_unless(ok: tf.Tensor, message: tf.Tensor, value: Any) -> Any:
         return tf.nest.map_structure(tf.identity, value)
 
 
+#: `apply_policy`'s bound on a repeating stream with no sound record: a run of damaged
+#: elements in a row stops the pipeline once it is longer than this ...
+MIN_RUN = 64
+#: ... and has met the run's first record again this many times (plus `reorder_laps`).
+LAPS = 2
+#: What the stop says (the CLI tells the error by it): skipping left nothing to read.
+ALL_DAMAGED = "every record met was damaged"
+
+
+def reorder_laps(deterministic: bool | None) -> int:
+    """The passes a sound element can fall behind damaged ones in `guarded_map` (added to
+    `LAPS`): 0 in input order (`deterministic`); else its parallel interleave hands out
+    whichever element is ready, and a sound one (a slower decode than a failing one) is
+    overtaken until every one of its current and prefetched slots (twice its width, the
+    CPU count) holds a sound element, each from a pass of its own at worst.
+
+    Example:
+        >>> reorder_laps(True)
+        0
+        >>> import os
+        >>> reorder_laps(False) == 2 * (os.cpu_count() or 1)
+        True
+    """
+    return 0 if deterministic else 2 * (os.cpu_count() or 1)
+
+
 def apply_policy(
     ds: tf.data.Dataset,
     ok_fn: Callable[[Any], tf.Tensor],
@@ -134,8 +165,28 @@ def apply_policy(
     skip_corrupt: bool,
     counter: CorruptRecordCounter | None,
     weight_fn: Callable[[Any], tf.Tensor] | None = None,
+    reorder: int = 0,
 ) -> tf.data.Dataset:
     """Raises on, or drops and counts, the elements for which `ok_fn` is False.
+
+    Skipping stops a stream that holds no sound element, instead of filtering it forever (a
+    repeating training stream of damaged records only never yields, and its filter spins
+    without end): a run of damaged elements in a row that is longer than `MIN_RUN` and has
+    met its first record (told by its message) again `LAPS + reorder` times raises
+    `InvalidArgumentError` `ALL_DAMAGED: N damaged records in a row, <first record's message> K
+    times among them; ...`.
+    It cannot fire on a stream with a sound record: a repeating stream's passes come one
+    after the other (the readers repeat one pass, shuffled within itself when it fits the
+    shuffle buffer), each holding every record once, so a run without a sound record spans
+    parts of two passes at most and meets its first record at most once again; `reorder`
+    covers the passes by which a parallel map before this may hand out damaged elements
+    ahead of a sound one (`reorder_laps`). (A set larger than the shuffle buffer is
+    shuffled after the repeat: there a run of three passes without a sound record means
+    the buffer held back every copy of every sound record for two passes, which with a few
+    sound records among them does not happen.) On a stream of damaged records only it stops
+    after `LAPS + reorder + 1` passes (at least `MIN_RUN` elements). The run is state of
+    each iterator (a `scan`): two iterators of one dataset do not share it. A sound element
+    costs a comparison and a reset of that state.
 
     Args:
         ds: the dataset.
@@ -145,6 +196,8 @@ def apply_policy(
         counter: counts the dropped records (skip mode); None to only print them.
         weight_fn: element -> int64 number of records the element stands for (a lost-records
             marker stands for several); default 1.
+        reorder: passes a sound element may fall behind damaged ones upstream
+            (`reorder_laps` of a `guarded_map` before this); 0: `ds` is in input order.
     """
     if not skip_corrupt:
         return ds.map(
@@ -155,32 +208,61 @@ def apply_policy(
             )
         )
 
+    if isinstance(reorder, bool) or not isinstance(reorder, int) or reorder < 0:
+        raise ValueError(f"reorder must be a non-negative int, got {reorder!r}")
     first_report = counter.first_report if counter is not None else _Reported().first
+    laps_bound = LAPS + int(reorder)
 
-    def count_and_report(*e: Any) -> Any:
-        element = _one(e)
-        bad = tf.logical_not(ok_fn(element))
+    def report_once(element: Any, message: tf.Tensor) -> tf.Tensor:
+        # A repeating stream meets a damaged record again on every pass (and its read-ahead
+        # many passes at once): only the first meeting is counted and printed.
         n = weight_fn(element) if weight_fn is not None else tf.constant(1, tf.int64)
+        first = tf.numpy_function(first_report, [message], tf.bool, stateful=True)
 
-        def report_once() -> tf.Tensor:
-            # A repeating stream meets a damaged record again on every pass (and its
-            # read-ahead many passes at once): only the first meeting is counted and printed.
+        def report() -> tf.Tensor:
+            if counter is not None:
+                counter.variable.assign_add(n)
+            tf.print("cvbench: skipped corrupt input:", message, output_stream=sys.stderr)
+            return tf.constant(True)
+
+        return tf.cond(tf.reshape(first, []), report, lambda: tf.constant(True))
+
+    def step(state: tuple, *e: Any) -> tuple:
+        element = _one(e)
+        run, first, laps = state
+
+        def damaged() -> tuple:
             message = message_fn(element)
-            first = tf.numpy_function(first_report, [message], tf.bool, stateful=True)
+            reported = report_once(element, message)
+            starts = tf.equal(run, 0)
+            first_now = tf.where(starts, message, first)
+            again = tf.cast(
+                tf.logical_and(tf.logical_not(starts), tf.equal(message, first)), tf.int64
+            )
+            laps_now = laps + again
+            stuck = tf.logical_and(run + 1 > MIN_RUN, laps_now >= laps_bound)
+            stop = tf.strings.join(
+                [
+                    f"{ALL_DAMAGED}: ",
+                    tf.strings.as_string(run + 1),
+                    " damaged records in a row, ",
+                    first_now,
+                    " ",
+                    tf.strings.as_string(laps_now + 1),
+                    " times among them; no sound record to read: check or rebuild the data",
+                ]
+            )
+            check = tf.debugging.Assert(tf.logical_not(stuck), [stop], name="all_damaged")
+            with tf.control_dependencies([reported, check]):
+                return tf.identity(run + 1), tf.identity(first_now), tf.identity(laps_now)
 
-            def report() -> tf.Tensor:
-                if counter is not None:
-                    counter.variable.assign_add(n)
-                tf.print("cvbench: skipped corrupt input:", message, output_stream=sys.stderr)
-                return tf.constant(True)
+        def sound() -> tuple:
+            return tf.constant(0, tf.int64), tf.constant(""), tf.constant(0, tf.int64)
 
-            return tf.cond(tf.reshape(first, []), report, lambda: tf.constant(True))
+        return tf.cond(ok_fn(element), sound, damaged), element
 
-        done = tf.cond(bad, report_once, lambda: tf.constant(False))
-        with tf.control_dependencies([done]):
-            return tf.nest.map_structure(tf.identity, element)
-
-    return ds.map(no_autograph(count_and_report)).filter(no_autograph(lambda *e: ok_fn(_one(e))))
+    start = (tf.constant(0, tf.int64), tf.constant(""), tf.constant(0, tf.int64))
+    return ds.scan(start, no_autograph(step)).filter(no_autograph(lambda *e: ok_fn(_one(e))))
 
 
 def _one(args: tuple) -> Any:

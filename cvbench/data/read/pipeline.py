@@ -58,6 +58,7 @@ from cvbench.data.read.corrupt import (
     guarded_map,
     no_autograph,
     or_default,
+    reorder_laps,
 )
 from cvbench.data.read.image_header import bounded_image, over_limit, over_limit_message
 from cvbench.data.read.image_preprocessing import ImagePreprocessing
@@ -300,6 +301,7 @@ def _guarded(
         lambda t: message(t[2]),
         skip_corrupt=skip_corrupt,
         counter=counter,
+        reorder=reorder_laps(deterministic),
     )
     return checked.map(lambda out, ok, e: element(out), num_parallel_calls=tf.data.AUTOTUNE)
 
