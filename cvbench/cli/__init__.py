@@ -30,13 +30,13 @@ import os
 import re
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from cvbench.cli.errors import SIGNAL_EXIT, CLIError, for_command_line, known_error
 from cvbench.cli.tf_startup import quiet_tensorflow_startup
+from cvbench.utils.signals import STOP_SIGNALS, StopHandlers
 
 __all__ = ["CLIError", "StopSignalReceived", "build_parser", "main"]
 
@@ -127,8 +127,6 @@ OUTPUT_ARGS = {
 #: may be that folder or lie inside it (`refuse_outputs_in_data`).
 DATA_READERS = ("train", "eval", "benchmark")
 
-#: The signals that stop a command, and their names in its line.
-_STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
 #: What a command stopped by a signal keeps, unless it says (`kept_on_stop` in its defaults).
 _KEPT_BY_DEFAULT = "what it had finished is kept"
 
@@ -145,7 +143,7 @@ class StopSignalReceived(BaseException):
     """
 
     def __init__(self, signum: int) -> None:
-        super().__init__(f"{_STOP_SIGNALS.get(signum, f'signal {signum}')} received")
+        super().__init__(f"{STOP_SIGNALS.get(signum, f'signal {signum}')} received")
         self.signum = signum
 
     @property
@@ -160,22 +158,22 @@ def stop_on_signals() -> Iterator[None]:
     `StopSignalReceived`; after the first, a second SIGTERM is ignored (the cleanup runs) and
     a second SIGINT raises `KeyboardInterrupt` (a user who does not want to wait). A process
     forked inside the block (a builder's worker) gets the signal's default action instead.
+    The handler is installed with `cvbench.utils.signals.StopHandlers`: what it raises is
+    never lost (raised while a garbage-collection callback such as JAX's runs, Python drops
+    it: it is raised again), and a block that ends normally after a stop signal raises it
+    as it ends, so a command never exits 0 after one.
 
     Example:
-        >>> with stop_on_signals():
-        ...     try:
+        >>> try:
+        ...     with stop_on_signals():
         ...         os.kill(os.getpid(), signal.SIGTERM)
-        ...     except StopSignalReceived as e:
-        ...         print(e, e.exit_code)
+        ... except StopSignalReceived as e:
+        ...     print(e, e.exit_code)
         SIGTERM received 143
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     owner, received = os.getpid(), []
 
-    def handle(signum: int, frame: object) -> None:
-        del frame
+    def handle(signum: int) -> None:
         if os.getpid() != owner:  # a forked worker: the signal's default action
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
@@ -187,12 +185,8 @@ def stop_on_signals() -> Iterator[None]:
         received.append(signum)
         raise StopSignalReceived(signum)
 
-    previous = {signum: signal.signal(signum, handle) for signum in _STOP_SIGNALS}
-    try:
+    with StopHandlers(handle):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 @quiet_tensorflow_startup()  # TensorFlow's C++ start-up messages, unless TF_CPP_MIN_LOG_LEVEL

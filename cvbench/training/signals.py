@@ -10,7 +10,12 @@ ended. `--resume` then continues at the next step. A second SIGINT while the fir
 handled stops at once (`KeyboardInterrupt`), for a user who does not want to wait.
 
 Handlers can only be installed from the main thread; elsewhere (a `fit` in a worker thread)
-the process' own handlers stay, and the signals act as they would without cvbench.
+the process' own handlers stay, and the signals act as they would without cvbench. They are
+installed with `cvbench.utils.signals.StopHandlers`, as the command's own: a second Ctrl-C's
+`KeyboardInterrupt` that Python drops (raised while a garbage-collection callback such as
+JAX's runs) is raised again, never lost. A signal that comes after the last step the run
+could stop at (the request is still open when `fit`'s loop ends) is passed on to the handler
+that was there before, which acts on it: the command stops, never exits 0.
 
 Outside `fit`'s epochs (building the model, the final evaluation and export, and every other
 command) the `cvbench` command's own handler stops at once (`cvbench.cli.stop_on_signals`:
@@ -22,12 +27,10 @@ from __future__ import annotations
 
 import signal
 import threading
-from types import FrameType
+from types import TracebackType
 
 from cvbench.utils.errors import CvbenchError
-
-#: The signals a run stops on, and their names in messages.
-STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
+from cvbench.utils.signals import STOP_SIGNALS, StopHandlers
 
 
 class TrainingInterruptedError(CvbenchError):
@@ -59,33 +62,43 @@ class StopRequest:
 
     Example:
         >>> import os
-        >>> with StopRequest() as request:
-        ...     os.kill(os.getpid(), signal.SIGTERM)
-        ...     request.signum == signal.SIGTERM
+        >>> try:
+        ...     with StopRequest() as request:
+        ...         os.kill(os.getpid(), signal.SIGTERM)  # recorded: the step goes on
+        ...         print(request.signum == signal.SIGTERM)
+        ...         raise TrainingInterruptedError(request.signum, 7, None)  # at its end
+        ... except TrainingInterruptedError as e:
+        ...     print(e.exit_code, request.signum)  # handlers put back, request cleared
         True
-        >>> request.signum is None  # handlers put back, request cleared
-        True
+        143 None
     """
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self._previous: dict[int, object] = {}
+        self._handlers = StopHandlers(self._handle)
 
     def __enter__(self) -> StopRequest:
         self.signum = None
-        if threading.current_thread() is threading.main_thread():
-            for signum in STOP_SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handle)
+        self._handlers.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-        self.signum = None
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        signum, self.signum = self.signum, None
+        self._handlers.__exit__(kind, error, traceback)  # raises a dropped KeyboardInterrupt
+        if error is None and signum is not None and self._installed():
+            # asked after the last step the run could stop at: the handler put back acts
+            signal.raise_signal(signum)
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        del frame
+    @staticmethod
+    def _installed() -> bool:
+        return threading.current_thread() is threading.main_thread()
+
+    def _handle(self, signum: int) -> None:
         if self.signum is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now
         if self.signum is None:
