@@ -13,13 +13,15 @@ from cvbench.cli.errors import CLIError
 from cvbench.data.image_io import DEFAULT_MAX_PIXELS
 
 _PRECISIONS = ("auto", "fp16", "bf16", "fp32")
-#: Each data flag of `add_data_backend` and the readers (--data-backend values) it applies
-#: to: given with another reader, or with --synthetic data (no reader), it would have no
-#: effect, so it is refused (exit 2) naming the flag and these readers. The reader is the
-#: one the run uses: --data-backend, or by default tf (grain on JAX without TensorFlow).
+#: Each data flag (of `add_data_backend`, and `--max-pixels`) and the readers (--data-backend
+#: values) it applies to: given with another reader, or with --synthetic data (no reader), it
+#: would have no effect, so it is refused (exit 2) naming the flag and these readers. The
+#: reader is the one the run uses: --data-backend, or by default tf (grain on JAX without
+#: TensorFlow).
 DATA_FLAGS = {
     "--data-workers": ("grain",),  # grain's worker processes (tf.data and DALI: threads)
     "--dali-device": ("dali",),  # where DALI decodes
+    "--max-pixels": ("tf", "grain"),  # the header bound of records (DALI decodes unbounded)
 }
 #: What each reader is called in a refusal.
 _READER_NAMES = {"tf": "tf.data", "grain": "grain", "dali": "DALI", None: "--synthetic data"}
@@ -86,10 +88,11 @@ def add_model_and_data(p: argparse.ArgumentParser, *, synthetic_help: str) -> No
     p.add_argument(
         "--max-pixels",
         type=positive_int,
-        default=DEFAULT_MAX_PIXELS,
+        default=None,  # None: not given (refused where it has no effect: DATA_FLAGS)
         help="a record's image with more pixels than this (width x height, read from its "
         "header before decoding) is a corrupt record, as the builders' --max-pixels "
-        f"(default {DEFAULT_MAX_PIXELS:,}: 64 megapixels)",
+        f"(default {DEFAULT_MAX_PIXELS:,}: 64 megapixels); --data-dir records read by tf.data "
+        "or grain only: refused with --synthetic data and --data-backend dali",
     )
 
 
@@ -110,6 +113,8 @@ def task_from_args(args: argparse.Namespace, *, synthetic_steps: int = 100):
         if usage_error is not None:
             usage_error(message)  # exits 2 with the usage, as argparse's own errors
         raise CLIError(message)
+    if args.data_dir is None:  # --synthetic data: no reader for a data flag to apply to
+        check_data_flags(args, None)
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise CLIError(f"--data-dir {args.data_dir!r} is not a directory")
     settings, reasons = recipe_settings(args)
@@ -123,7 +128,7 @@ def task_from_args(args: argparse.Namespace, *, synthetic_steps: int = 100):
         num_classes=args.num_classes,
         synthetic_steps=synthetic_steps,
         skip_corrupt=args.skip_corrupt,
-        max_pixels=args.max_pixels,
+        max_pixels=DEFAULT_MAX_PIXELS if args.max_pixels is None else args.max_pixels,
         settings=settings,
         reasons=reasons,
         reader=record_reader_of(args),
@@ -206,7 +211,9 @@ def add_data_backend(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="with --data-backend grain: worker processes per rank that decode and augment "
-        "(default 0: in the training process; the batches are the same for any number); "
+        "(default 0: in the training process; each worker batches the records dealt to it, so "
+        "which training records share a batch depends on the number, the order and each "
+        "record's augmentation do not); "
         "refused with another reader, where it would have no effect",
     )
     p.add_argument(

@@ -22,8 +22,10 @@ anything is written or deleted.
 Nothing is half-written: a run works in `.partial/` inside the output folder and moves its
 results into place only once everything succeeded (`metrics.json` last); an interrupted run
 (Ctrl-C) removes `.partial/` and leaves the previous results as they were; a killed one leaves
-`.partial/`, which the next run removes. Under Horovod every rank trains and evaluates; only
-rank 0 writes files and prints.
+`.partial/`, which the next run removes. Rank 0 holds a lock on the folder for the whole run
+(`LOCK`, an `flock` as a training run's): a second demo into the same folder is refused, one
+line naming the first one's process, and deletes nothing. Under Horovod every rank trains and
+evaluates; only rank 0 writes files and prints.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Any
 from cvbench.demo.config import DemoConfig, demo_precision
 from cvbench.demo.data import DemoData, prepare_data
 from cvbench.demo.shapes import SHAPE_NAMES
-from cvbench.training.run_dir import RunFolder
+from cvbench.training.run_dir import RunDirInUseError, RunFolder, hold_lock
 from cvbench.training.run_log import read_run_history
 from cvbench.utils.io import write_json_atomic
 from cvbench.utils.model_file import save_model
@@ -49,6 +51,10 @@ from cvbench.utils.model_file import save_model
 STAGING = ".partial"
 #: The file that marks a folder as the demo's output folder (written first, never removed).
 MARKER = ".cvbench-demo.json"
+#: The lock file rank 0 holds (`flock`) for the whole run: a second demo into the same
+#: folder is refused, one line, instead of deleting the first one's `.partial/`.
+LOCK = ".cvbench-demo.lock"
+_ELSEWHERE = "choose another --output-dir"
 RESULTS = ("logs", "classifier.keras", "ssd.keras", "curves.png", "detections.png")
 METRICS = "metrics.json"
 COCO_KEYS = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
@@ -218,8 +224,28 @@ def run_demo(
     start = time.perf_counter()
     out = Path(output_dir)
     distribution = get_distribution("auto")
+    lock: list[int] = []
+    try:
+        data = _claimed_data(
+            out, config, distribution, prepare=prepare, progress=progress, lock=lock
+        )
+        return _run_stages(out, config, data, distribution, precision, print_fn, start)
+    finally:
+        for fd in lock:
+            os.close(fd)  # lets the folder go (module docstring)
+
+
+def _run_stages(
+    out: Path,
+    config: DemoConfig,
+    data: DemoData,
+    distribution: Any,
+    precision: str | None,
+    print_fn: Callable[[str], None],
+    start: float,
+) -> dict[str, Any]:
+    """`run_demo`'s training, evaluation and outputs, once rank 0 holds `out`."""
     chief = distribution.rank == 0
-    data = _claimed_data(out, config, distribution, prepare=prepare, progress=progress)
     timings: dict[str, float] = {"data": time.perf_counter() - start}
     precision = precision or demo_precision()
 
@@ -266,28 +292,39 @@ def _train_models(
 
 
 def _claimed_data(
-    out: Path, config: DemoConfig, distribution: Any, *, prepare: bool, progress: bool
+    out: Path,
+    config: DemoConfig,
+    distribution: Any,
+    *,
+    prepare: bool,
+    progress: bool,
+    lock: list[int],
 ) -> DemoData:
     """The demo's data under `out/data`, built by rank 0 (`prepare`) once it has claimed
-    `out`; every rank waits for it, and raises rank 0's refusal of `out`.
+    `out` and taken its lock (`LOCK`, appended to `lock`: the caller closes it at the end);
+    every rank waits for it, and raises rank 0's refusal of `out`.
 
     Raises:
         ValueError: `out` is a folder the demo did not write (`claim_output_dir`).
+        RunDirInUseError: another demo run holds `out`.
     """
     chief = distribution.rank == 0
     refusal = None
     if chief:
         try:  # without `prepare`, the Horovod launcher has just built `data/` in it
-            claim_output_dir(out, allow=() if prepare else ("data",))
+            claim_output_dir(out, allow=() if prepare else ("data", LOCK))
+            lock.append(hold_lock(out / LOCK, user="demo run", instead=_ELSEWHERE))
+        except RunDirInUseError as e:
+            refusal = ("in_use", str(e))
         except ValueError as e:
-            refusal = str(e)
+            refusal = ("value", str(e))
     if chief and prepare and refusal is None:
         data = prepare_data(out / "data", config, progress=progress)
     else:
         data = DemoData.under(out / "data")
     refusal = distribution.broadcast_object(refusal)  # every rank waits for the data
     if refusal is not None:
-        raise ValueError(refusal)
+        raise (RunDirInUseError if refusal[0] == "in_use" else ValueError)(refusal[1])
     return data
 
 

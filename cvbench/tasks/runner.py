@@ -12,8 +12,8 @@ Trainer's ranks, and `TaskRun` trains and evaluates.
     ...                   config=TrainConfig(log_every=0, progress_bar=False, export=False))
     cvbench: recipe resnet18_cvbench: global batch 4 = 1 x 4, peak LR 0.004 (0.256 x 4 / 256), ...
     >>> run.train.steps_per_epoch, sorted(run.fit(epochs=1, evaluate="end"))
-    epoch 1: loss ... top1 ... top5 ... skipped 0 of 2 steps (0 in the run)
-    (2, ['loss', 'top1', 'top5'])
+    epoch 1: loss ... top1 ... skipped 0 of 2 steps (0 in the run)
+    (2, ['loss', 'top1'])
 """
 
 from __future__ import annotations
@@ -531,17 +531,21 @@ def run_notes(
 def run_settings(task: Task) -> dict[str, Any]:
     """What a resume of a run of `task` must agree on besides the Trainer's own plan: the
     model, image size, classes, and the recipe with every knob (after overrides); and what
-    reads its records (`data_pipeline`: "tf", "grain", "dali"; None on synthetic data),
-    which a resume names in a warning when it changed (`resume.pipeline_change`). The data's
+    reads its records (`data_pipeline`: "tf", "grain", "dali"; None on synthetic data) and,
+    for grain, with how many workers (`data_workers`), which a resume names in a warning
+    when they changed (`resume.pipeline_change`). The data's
     location is not in it (records may move between runs)."""
     recipe = task.recipe
+    pipeline = task.source().name if task.options.data_dir else None
     return {
         "model": task.options.model,
         "image_size": task.image_size,
         "num_classes": task.num_classes,
         "recipe": recipe.name,
         "knobs": dict(recipe.knobs()),
-        "data_pipeline": task.source().name if task.options.data_dir else None,
+        "data_pipeline": pipeline,
+        # grain's workers batch the records dealt to them: their number changes the batches
+        **({"data_workers": task.options.data_workers or 0} if pipeline == "grain" else {}),
     }
 
 

@@ -52,7 +52,7 @@ from cvbench.utils.model_file import current_setting
 #: The settings (`Trainer.run_settings`) that say what the labels mean, where the
 #: randomness starts and what reads the data, compared with messages of their own
 #: (`_class_name_differences`, `seed_change`, `pipeline_change`).
-IDENTITY_KEYS = ("class_names", "seed", "data_pipeline")
+IDENTITY_KEYS = ("class_names", "seed", "data_pipeline", "data_workers")
 
 
 def run_plan(
@@ -240,19 +240,30 @@ def seed_change(meta: dict, now: dict[str, Any]) -> str | None:
 def pipeline_change(meta: dict, now: dict[str, Any]) -> str | None:
     """`"data pipeline 'tf' in the checkpoint, 'grain' now"` when this run's plan `now`
     reads its data through another pipeline (the task's `data_pipeline` setting: tf.data,
-    grain, DALI order and augment differently) than the checkpointed run's (`meta`); None
-    when they agree or either side records none (an older checkpoint, a caller's own data).
+    grain, DALI order and augment differently) than the checkpointed run's (`meta`), or
+    through grain with another number of workers (`data_workers`: each grain worker batches
+    the records dealt to it, so which records share a batch depends on it); None when they
+    agree or either side records none (an older checkpoint, a caller's own data).
 
     Example:
         >>> pipeline_change({"state": {"settings": {"data_pipeline": "tf"}}},
         ...                 {"settings": {"data_pipeline": "grain"}})
         "data pipeline 'tf' in the checkpoint, 'grain' now"
+        >>> pipeline_change({"state": {"settings": {"data_pipeline": "grain", "data_workers": 0}}},
+        ...                 {"settings": {"data_pipeline": "grain", "data_workers": 2}})
+        'grain with 0 data workers in the checkpoint, 2 now'
     """
-    stored = ((meta.get("state") or {}).get("settings") or {}).get("data_pipeline")
-    pipeline = (now.get("settings") or {}).get("data_pipeline")
-    if stored is None or pipeline is None or stored == pipeline:
+    stored = (meta.get("state") or {}).get("settings") or {}
+    settings = now.get("settings") or {}
+    before, pipeline = stored.get("data_pipeline"), settings.get("data_pipeline")
+    if before is None or pipeline is None:
         return None
-    return f"data pipeline {stored!r} in the checkpoint, {pipeline!r} now"
+    if before != pipeline:
+        return f"data pipeline {before!r} in the checkpoint, {pipeline!r} now"
+    workers_before, workers = stored.get("data_workers"), settings.get("data_workers")
+    if workers_before is None or workers is None or workers_before == workers:
+        return None
+    return f"{pipeline} with {workers_before} data workers in the checkpoint, {workers} now"
 
 
 def _without_identity(plan: dict[str, Any]) -> dict[str, Any]:
@@ -475,8 +486,8 @@ _NAMED_CHANGES = (
     (
         pipeline_change,
         "through another input pipeline ({}): the rest of the run reads its images in "
-        "another order with another augmentation, so it is not the run the checkpoint's "
-        "would have been",
+        "another order, another augmentation or other batches, so it is not the run the "
+        "checkpoint's would have been",
     ),
 )
 

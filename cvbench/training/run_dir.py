@@ -384,7 +384,40 @@ def _rebuilt(told: tuple) -> OSError | ValueError:
     return ValueError(told[1])
 
 
-def _open_locked(path: Path, *, create: bool) -> int | None:
+def hold_lock(path: Path, *, user: str, instead: str) -> int:
+    """A descriptor of the lock file `path` (created) holding its exclusive lock, this
+    process recorded as its holder: the lock `RunDirectory` takes, for other commands that
+    own a folder for their whole run (`cvbench demo`). Closing the descriptor, or the end of
+    the process, lets it go.
+
+    Args:
+        path: the lock file.
+        user: what holds such a lock, for the refusal ("training run").
+        instead: what to do then ("train in another log directory").
+
+    Raises:
+        RunDirInUseError: another process holds it: "<folder> is in use by another <user>
+            (pid N on host H since T): wait for it to end, or <instead>".
+        BadFileError: `path` is a link or not a regular file.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> fd = hold_lock(d / ".lock", user="demo run", instead="use another folder")
+        >>> os.close(fd)  # let it go
+    """
+    fd = _open_locked(path, create=True, user=user, instead=instead)
+    _write_holder(fd)
+    return fd
+
+
+def _open_locked(
+    path: Path,
+    *,
+    create: bool,
+    user: str = "training run",
+    instead: str = "train in another log directory",
+) -> int | None:
     """A descriptor of `path` holding its exclusive lock; None when `path` does not exist and
     `create` is False.
 
@@ -412,8 +445,8 @@ def _open_locked(path: Path, *, create: bool) -> int | None:
         holder = _read_holder(fd)
         os.close(fd)
         raise RunDirInUseError(
-            f"{path.parent} is in use by another training run ({holder}): wait for it to end, "
-            "or train in another log directory"
+            f"{path.parent} is in use by another {user} ({holder}): wait for it to end, or "
+            f"{instead}"
         ) from None
     except BaseException:
         os.close(fd)

@@ -66,7 +66,8 @@ def test_results_replace_the_previous_run(tmp_path, fake_stages):
     metrics = run.run_demo(tmp_path, config=DemoConfig.quick(), precision="float32",
                            print_fn=lines.append)  # fmt: skip
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == sorted([*run.RESULTS, "metrics.json", run.MARKER])  # prepare_data is faked
+    # prepare_data is faked; the lock file stays (an flock: the file alone holds nothing)
+    assert names == sorted([*run.RESULTS, "metrics.json", run.MARKER, run.LOCK])
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["classifier", "ssd"]
     assert not (tmp_path / "logs" / "ssd" / "checkpoints").exists()  # not published
     saved = json.loads((tmp_path / "metrics.json").read_text())
@@ -91,9 +92,40 @@ def test_interrupt_leaves_the_previous_results(tmp_path, fake_stages, monkeypatc
     monkeypatch.setattr(detect, "train_detector", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run.run_demo(tmp_path, config=DemoConfig.quick(), precision="float32")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [run.MARKER, "logs", "metrics.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        run.MARKER, run.LOCK, "logs", "metrics.json"]  # fmt: skip
     assert (tmp_path / "metrics.json").read_text() == '{"old": true}'
     assert list((tmp_path / "logs" / "classifier").iterdir()) == []
+
+
+def test_a_second_demo_into_a_folder_in_use_is_refused_and_deletes_nothing(
+    tmp_path, fake_stages, capsys
+):
+    # probe p50 #3: the second run deleted the first's .partial/ while it trained; both
+    # exited 0 and the published folder mixed the two, its logs lost
+    import os
+
+    from cvbench.training.run_dir import RunDirInUseError, hold_lock
+
+    run.claim_output_dir(tmp_path)
+    first = hold_lock(tmp_path / run.LOCK, user="demo run", instead="-")  # the first run
+    (tmp_path / run.STAGING / "logs").mkdir(parents=True)
+    (tmp_path / run.STAGING / "logs" / "ckpt").write_text("the first run's")
+    try:
+        with pytest.raises(
+            RunDirInUseError, match=rf"in use by another demo run \(pid {os.getpid()}"
+        ):
+            run.run_demo(tmp_path, config=DemoConfig.quick(), precision="float32")
+        assert (tmp_path / run.STAGING / "logs" / "ckpt").read_text() == "the first run's"
+        from cvbench.cli import main  # the command: one line, exit 1
+
+        assert main(["demo", "--quick", "--output-dir", str(tmp_path)]) == 1
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("cvbench demo: error: ") and "choose another --output-dir" in line
+    finally:
+        os.close(first)
+    run.run_demo(tmp_path, config=DemoConfig.quick(), precision="float32")  # now free
+    assert (tmp_path / "metrics.json").exists() and not (tmp_path / run.STAGING).exists()
 
 
 def test_a_folder_the_demo_did_not_write_is_refused(tmp_path, fake_stages):

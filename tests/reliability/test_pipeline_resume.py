@@ -55,6 +55,30 @@ def test_the_same_pipeline_resumes_without_the_warning(records, tmp_path):
     assert not [w for w in caught if "input pipeline" in str(w.message)]
 
 
+@pytest.mark.backend_agnostic
+def test_a_resume_with_another_number_of_grain_workers_is_named(records, tmp_path):
+    # probe p50 #5: grain's workers batch the records dealt to them, so --data-workers 2
+    # trains on other batches than 0 (epoch 1 loss 0.7358 against 0.6694); a resume with
+    # another count was silently a third run, and --help said the batches were the same
+    run = tmp_path / "run"
+    assert _train(records, run, "grain", 1) == 0
+    (checkpoint,) = sorted((run / "checkpoints").glob("ckpt-*.npz"))
+    assert read_checkpoint_meta(checkpoint)["state"]["settings"]["data_workers"] == 0
+    message = r"\(grain with 0 data workers in the checkpoint, 1 now\): .* other batches"
+    with pytest.warns(UserWarning, match=message):
+        assert _train(records, run, "grain", 1, "--resume", "--data-workers", "1") == 0
+
+
+def test_data_workers_are_recorded_for_grain_only():
+    tf_plan, grain_plan = ({"data_pipeline": p, "data_workers": 2} for p in ("tf", "grain"))
+    meta = {"state": {"settings": {"data_pipeline": "grain", "data_workers": 0}}}
+    assert pipeline_change(meta, {"settings": grain_plan}) == (
+        "grain with 0 data workers in the checkpoint, 2 now")  # fmt: skip
+    assert "data pipeline 'grain'" in pipeline_change(meta, {"settings": tf_plan})
+    older = {"state": {"settings": {"data_pipeline": "grain"}}}  # before data_workers
+    assert pipeline_change(older, {"settings": grain_plan}) is None
+
+
 @pytest.mark.parametrize(
     "stored, now",
     [({}, "grain"), ({"data_pipeline": None}, "grain"), ({"data_pipeline": "tf"}, None)],
