@@ -90,14 +90,27 @@ def check_regular(path: str | os.PathLike, *, what: str = "file") -> os.stat_res
 def open_input(path: str | os.PathLike, *, what: str = "file") -> IO[bytes]:
     """Opens `path` for binary reading once it is known to be a regular file.
 
-    The check is made on the opened descriptor (`fstat`), so a file swapped between a check
-    and the open cannot slip through, and the open itself never blocks (`O_NONBLOCK`: opening
-    a FIFO for reading would wait for a writer).
+    The type is checked twice: first by `stat`, before any open (opening a socket fails with
+    "No such device or address", which names no kind; a device may act on being opened), then
+    on the opened descriptor (`fstat`), so a file swapped between the check and the open
+    cannot slip through; the open itself never blocks (`O_NONBLOCK`: opening a FIFO for
+    reading would wait for a writer).
 
     Raises:
         FileNotFoundError, PermissionError: as `open` would.
         BadFileError: not a regular file.
+
+    Example:
+        >>> import socket, tempfile
+        >>> sock = Path(tempfile.mkdtemp(), "s")
+        >>> with socket.socket(socket.AF_UNIX) as s:
+        ...     s.bind(str(sock))
+        >>> open_input(sock, what="image")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        cvbench.utils.errors.BadFileError: image .../s is a socket, not a regular file
     """
+    check_regular(path, what=what)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
