@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from cvbench.data.coco_labels import MAX_CATEGORY_ID
-from cvbench.utils.errors import BadFileError
+from cvbench.utils.errors import BadFileError, check_utf8
 from cvbench.utils.files import read_json
 from cvbench.utils.io import write_json_atomic
 
@@ -77,6 +77,13 @@ class ClassInfo:
     id: str | int
     name: str | None = None
     images: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # the model's class names: refused here, at the build or the read, not at the export
+        if isinstance(self.id, str):
+            check_utf8(self.id, what="class")
+        if isinstance(self.name, str):
+            check_utf8(self.name, what="class name")
 
     @property
     def display_name(self) -> str:

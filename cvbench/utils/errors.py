@@ -111,3 +111,32 @@ def printable(text: str) -> str:
         ('a\\nforged 1.000.jpg', 'caf\\udce9.jpg')
     """
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def check_utf8(text: str, *, what: str) -> str:
+    r"""`text`, refused when it is not valid UTF-8 text: a name read from bytes that are not
+    UTF-8 (Python decodes a folder name holding the byte 0xff into the surrogate `\udcff`)
+    or from a JSON `\ud800` escape. Such a name cannot be written where text is UTF-8 (a
+    TensorFlow string tensor of an exported model, a terminal, another tool's JSON reader),
+    so it is refused where it enters (a class name: `ClassInfo`, `ModelInfo`), one line
+    naming it as `ascii()` writes it.
+
+    Raises:
+        ValueError: naming `what` and the text.
+
+    Example:
+        >>> check_utf8("caf\u00e9", what="class name")
+        'café'
+        >>> check_utf8("b\udcff", what="class name")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: class name 'b\udcff' is not valid UTF-8 (...); rename it
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{what} {ascii(text)} is not valid UTF-8 (each \\udcXX is a byte XX that is not "
+            "UTF-8, e.g. in a folder name); rename it"
+        ) from None
+    return text

@@ -37,10 +37,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import math
 import os
+import shutil
 import tempfile
+import threading
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -48,8 +51,14 @@ from typing import IO, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from cvbench.utils.errors import BadFileError
-from cvbench.utils.files import check_regular, loads_json, open_input
+from cvbench.utils.errors import BadFileError, check_utf8
+from cvbench.utils.files import (
+    check_regular,
+    loads_json,
+    open_input,
+    remove_dead_staging,
+    staging_folder,
+)
 
 #: The archive entry holding the `ModelInfo`.
 INFO_ENTRY = "cvbench.json"
@@ -489,6 +498,8 @@ class ModelInfo:
         names = _as_tuple(self.class_names)
         if not names or not all(isinstance(n, str) for n in names):
             raise ValueError(f"class_names must be a non-empty sequence of str; got {names!r}")
+        for name in names:  # an exported model holds them as UTF-8 strings
+            check_utf8(name, what="class name")
         object.__setattr__(self, "class_names", names)
         inputs = InputSettings(**{name: getattr(self, name) for name in INPUT_FIELDS})
         object.__setattr__(self, "inputs", inputs)
@@ -608,7 +619,8 @@ def save_model(model: Any, path: str | os.PathLike, info: ModelInfo | None = Non
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        model.save(tmp)
+        with keras_temporaries(path, "write"):
+            model.save(tmp)
         if info is not None:
             with zipfile.ZipFile(tmp, "a") as archive:
                 archive.writestr(INFO_ENTRY, json.dumps(info.to_dict(), indent=1))
@@ -860,7 +872,8 @@ def load_model(
     check_regular(path, what="model file")
     info = read_model_info(path, max_input_side=max_input_side)
     try:
-        model = keras.saving.load_model(path, compile=compile, safe_mode=True)
+        with keras_temporaries(path, "unpack"):
+            model = keras.saving.load_model(path, compile=compile, safe_mode=True)
     except OSError as err:
         if err.errno is not None:  # the disk, not the file's content
             raise
@@ -870,6 +883,65 @@ def load_model(
     if info is not None:
         check_model_matches_info(model, info, path=path)
     return model, info
+
+
+#: The prefix of the folder `keras_temporaries` makes in the temporary folder (TMPDIR).
+KERAS_TEMPORARIES_PREFIX = ".cvbench-keras-"
+#: One `keras_temporaries` at a time: it switches the process's temporary folder.
+_TEMPORARIES_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def keras_temporaries(model_file: str | os.PathLike, action: str) -> Iterator[Path]:
+    """A private folder in the temporary folder (`tempfile.gettempdir()`: TMPDIR) for the
+    files Keras writes while it loads or saves `model_file` (it unpacks a `.keras` archive
+    with more than its weights, such as cvbench's `cvbench.json`, into a `tempfile.mkdtemp()`
+    folder), removed at the end whatever happens: Keras leaves a partial folder behind when
+    the unpacking fails. Keras' `mkdtemp` lands in it because `tempfile.tempdir` points
+    there meanwhile (restored after; a lock keeps two of these from interleaving). Folders of
+    a process killed outright (no `finally`) are removed by the next call
+    (`remove_dead_staging`).
+
+    Args:
+        model_file: the model file, named in the message of a full disk.
+        action: what Keras does to it, for that message ("unpack", "write").
+
+    Raises:
+        OSError: ENOSPC (or EDQUOT), whose one line names the temporary folder that filled
+            up and says to free space there or set TMPDIR to a folder with room.
+
+    Example:
+        >>> import tempfile
+        >>> base = tempfile.gettempdir()
+        >>> with keras_temporaries("m.keras", "unpack") as folder:
+        ...     inside = Path(tempfile.mkdtemp())  # what Keras does
+        ...     print(inside.parent == folder, folder.parent == Path(base))
+        True True
+        >>> folder.exists(), inside.exists(), tempfile.gettempdir() == base
+        (False, False, True)
+    """
+    with _TEMPORARIES_LOCK:
+        base = tempfile.gettempdir()
+        before = tempfile.tempdir
+        folder = None
+        try:
+            remove_dead_staging(base, KERAS_TEMPORARIES_PREFIX)
+            folder = staging_folder(base, KERAS_TEMPORARIES_PREFIX)
+            tempfile.tempdir = os.fspath(folder)
+            yield folder
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise OSError(
+                e.errno,
+                f"the temporary folder {base} is full ({os.strerror(e.errno)}) while Keras "
+                f"{action}s {os.fspath(model_file)} there; free space in it or set TMPDIR to "
+                "a folder with room",
+            ) from e
+        finally:
+            tempfile.tempdir = before
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def refuse_serving_export(path: str | os.PathLike) -> None:
