@@ -16,19 +16,25 @@ from cvbench.cli.errors import CLIError
 from cvbench.cli.task_args import DATA_FLAGS, check_data_flags
 
 # flag -> a value that is not its default
-_VALUES = {"--data-workers": "2", "--dali-device": "mixed"}
+_VALUES = {"--data-workers": "2", "--dali-device": "mixed", "--max-pixels": "100"}
 _ALL_READERS = ("tf", "grain", "dali", None)  # None: --synthetic data
 
 
 def _args(flag, backend):
-    args = argparse.Namespace(data_backend=backend, data_workers=None, dali_device=None)
+    args = argparse.Namespace(
+        data_backend=backend, data_workers=None, dali_device=None, max_pixels=None
+    )
     setattr(args, flag[2:].replace("-", "_"), _VALUES[flag])
     return args
 
 
 def test_the_table_names_every_data_flag_of_the_commands():
     assert set(DATA_FLAGS) == set(_VALUES)
-    assert DATA_FLAGS == {"--data-workers": ("grain",), "--dali-device": ("dali",)}
+    assert DATA_FLAGS == {
+        "--data-workers": ("grain",),
+        "--dali-device": ("dali",),
+        "--max-pixels": ("tf", "grain"),
+    }
 
 
 @pytest.mark.parametrize("flag", sorted(_VALUES))
@@ -46,7 +52,9 @@ def test_each_flag_is_accepted_only_with_its_readers(flag, reader):
 
 
 def test_no_data_flag_given_is_never_refused():
-    args = argparse.Namespace(data_backend=None, data_workers=None, dali_device=None)
+    args = argparse.Namespace(
+        data_backend=None, data_workers=None, dali_device=None, max_pixels=None
+    )
     for reader in _ALL_READERS:
         check_data_flags(args, reader)
 
