@@ -292,7 +292,9 @@ def _checked_id(value: Any, where: str) -> int:
     """`value` as an id by `_coco_id`; else a `ValueError` naming `where` and the value."""
     checked = _coco_id(value)
     if checked is None:
-        raise ValueError(f"{where} must be an integer, got {value!r}")
+        raise ValueError(
+            f"{where} must be an integer of at most 2**53 - 1 in magnitude, got {value!r}"
+        )
     return checked
 
 

@@ -23,6 +23,9 @@ pytestmark = pytest.mark.backend_agnostic
 BOX = "ground truth annotations[0]: bbox must be 4 finite numbers [x, y, w, h], got "
 GOOD = {"image_id": 1, "category_id": 18, "bbox": [10, 10, 40, 30], "score": 0.9}
 
+#: What a refused id is told (`coco_eval._checked_id`).
+INT = "must be an integer of at most 2**53 - 1 in magnitude, got"
+
 
 def _gt(**changes):
     """`GT` with its annotation's fields changed."""
@@ -35,11 +38,13 @@ def _gt(**changes):
 @pytest.mark.parametrize(
     ("field", "value", "shown"),
     [
-        ("image_id", 1.9, "detection 1: image_id must be an integer, got 1.9"),
-        ("image_id", "1", "detection 1: image_id must be an integer, got '1'"),
-        ("image_id", True, "detection 1: image_id must be an integer, got True"),
-        ("category_id", True, "detection 1 (image 1): category_id must be an integer, got True"),
-        ("category_id", 18.5, "detection 1 (image 1): category_id must be an integer, got 18.5"),
+        ("image_id", 1.9, f"detection 1: image_id {INT} 1.9"),
+        ("image_id", "1", f"detection 1: image_id {INT} '1'"),
+        ("image_id", True, f"detection 1: image_id {INT} True"),
+        ("category_id", True, f"detection 1 (image 1): category_id {INT} True"),
+        ("category_id", 18.5, f"detection 1 (image 1): category_id {INT} 18.5"),
+        # probe p50 #1: 2**53 + 1 went through float64 as 2**53, another image's id
+        ("image_id", 2**53 + 1, f"detection 1: image_id {INT} 9007199254740993"),
     ],
 )
 def test_a_detection_with_a_non_integer_id_is_refused(backend, field, value, shown):
@@ -79,17 +84,16 @@ def test_iscrowd_is_a_coco_flag(backend, iscrowd, ap):
         (_gt(iscrowd="0"), "ground truth annotations[0]: iscrowd must be 0, 1, false or true, "
                            "got '0'"),
         (_gt(iscrowd=2), "ground truth annotations[0]: iscrowd must be 0, 1, false or true, got 2"),
-        (_gt(image_id=1.9), "ground truth annotations[0]: image_id must be an integer, got 1.9"),
-        (_gt(category_id=True), "ground truth annotations[0]: category_id must be an integer, "
-                                "got True"),
+        (_gt(image_id=1.9), f"ground truth annotations[0]: image_id {INT} 1.9"),
+        (_gt(category_id=True), f"ground truth annotations[0]: category_id {INT} True"),
         (_gt(bbox=[float("nan"), 10, 40, 30]), BOX + "[nan, 10, 40, 30]"),
         (_gt(bbox=[10, 10, float("inf"), 30]), BOX + "[10, 10, inf, 30]"),
         (_gt(bbox=[10, 10, "40", 30]), BOX + "[10, 10, '40', 30]"),
         (_gt(bbox=[10, 10, 40]), BOX + "[10, 10, 40]"),
         ({**GT, "images": [{"id": "1", "width": 100, "height": 80}]},
-         "ground truth images[0]: id must be an integer, got '1'"),
+         f"ground truth images[0]: id {INT} '1'"),
         ({**GT, "categories": [{"id": 18.5, "name": "dog"}]},
-         "ground truth categories[0]: id must be an integer, got 18.5"),
+         f"ground truth categories[0]: id {INT} 18.5"),
         ({**GT, "images": [{"width": 100, "height": 80}]},
          "ground truth images[0]: no 'id' in {'width': 100, 'height': 80}"),
     ],
@@ -103,7 +107,7 @@ def test_malformed_ground_truth_is_refused(backend, gt, shown):
 def test_a_non_integer_image_ids_argument_is_refused():
     with pytest.raises(ValueError) as info:
         evaluate_coco([GOOD], GT, print_fn=None, image_ids=[1, 1.5])
-    assert str(info.value) == "image_ids[1] must be an integer, got 1.5"
+    assert str(info.value) == f"image_ids[1] {INT} 1.5"
 
 
 def test_malformed_files_are_bad_files_naming_them(tmp_path):
@@ -112,7 +116,7 @@ def test_malformed_files_are_bad_files_naming_them(tmp_path):
     gt.write_text(json.dumps(GT))
     with pytest.raises(BadFileError) as info:
         evaluate_coco(dets, gt, print_fn=None)
-    assert str(info.value) == f"{dets}: detection 0: image_id must be an integer, got 1.9"
+    assert str(info.value) == f"{dets}: detection 0: image_id {INT} 1.9"
     gt.write_text(json.dumps(_gt(iscrowd="0")))
     with pytest.raises(BadFileError) as info:
         evaluate_coco([GOOD], gt, print_fn=None)

@@ -164,20 +164,29 @@ def _jsonable(value: Any) -> bool:
 
 def coco_integer(value: Any) -> int | None:
     """`value` as an int when it is one (an int, or a float with no fraction, as some
-    exporters write ids), else None: the one rule for a COCO id (images', categories' and
-    annotations' ids; `iscrowd` by `coco_flag`).
+    exporters write ids) of at most `MAX_COCO_INTEGER` in magnitude, else None: the one rule
+    for a COCO id (images', categories' and annotations' ids; `iscrowd` by `coco_flag`).
 
     Example:
         >>> [coco_integer(v) for v in (3, 3.0, 1.9, "3", True, None)]
         [3, 3, None, None, None, None]
+        >>> coco_integer(2**53 - 1), coco_integer(2**53 + 1), coco_integer(1e300)
+        (9007199254740991, None, None)
     """
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
+        value = int(value)
+    if isinstance(value, int) and abs(value) <= MAX_COCO_INTEGER:
+        return value
     return None
+
+
+#: The largest id `coco_integer` takes, 2**53 - 1: every integer up to it is carried exactly
+#: by a float64 (evaluation gathers image ids over ranks as float64 rows, JSON readers of
+#: other languages read numbers as doubles) and by the records' int64 `image/source_id`;
+#: 2**53 + 1 read as 2**53 made an image's detections another image's (probe p50 #1).
+MAX_COCO_INTEGER = 2**53 - 1
 
 
 def coco_flag(value: Any) -> bool | None:
@@ -225,7 +234,10 @@ def _image_entry(img: Any, where: str) -> tuple[int, str, int, int]:
     image_id, height, width = (coco_integer(img[k]) for k in ("id", "height", "width"))
     name = img["file_name"]
     if image_id is None:
-        raise ValueError(f"{where}: image id {_short(img['id'])} is not an integer")
+        raise ValueError(
+            f"{where}: image id {_short(img['id'])} is not an integer of at most 2**53 - 1 "
+            "in magnitude (what evaluation carries exactly); renumber the images"
+        )
     if height is None or width is None or height <= 0 or width <= 0:
         raise ValueError(
             f"{where} (id {image_id}): size {_short(img['height'])}x{_short(img['width'])} is "

@@ -147,6 +147,16 @@ _IMAGE = {"id": 1, "file_name": "a.jpg", "height": 4, "width": 4}
         ({"images": [{"file_name": "a.jpg"}]}, "images[0]: no 'id', 'height', 'width' in"),
         ({"images": [None]}, "images[0]: expected an image object, got null"),
         ({"images": [{**_IMAGE, "id": "x"}]}, 'images[0]: image id "x" is not an integer'),
+        # probe p50 #1: ids evaluation cannot carry exactly (2**53 + 1 came back as 2**53)
+        # or that overflow the records' int64 (read back as an "undecodable image")
+        (
+            {"images": [{**_IMAGE, "id": 2**53 + 1}]},
+            "images[0]: image id 9007199254740993 is not an integer of at most 2**53 - 1",
+        ),
+        (
+            {"images": [{**_IMAGE, "id": 10**23}]},
+            "images[0]: image id 100000000000000000000000 is not an integer of at most",
+        ),
         ({"images": [{**_IMAGE, "height": 0}]}, "images[0] (id 1): size 0x4 is not two positive"),
         (
             {"images": [{**_IMAGE, "file_name": "../../etc/passwd"}]},
