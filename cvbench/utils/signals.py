@@ -12,9 +12,9 @@ program:
 
 - an exception of the handler that Python drops is raised again soon after, outside that
   function: the block's `sys.unraisablehook` knows it (and prints nothing for it) and a
-  thread sends the signal to the main thread again (every 10 ms, until it is raised there),
-  whose handler then raises the same exception instead of calling `handle` (a handler never
-  takes its own signal, sent again, for a second one);
+  thread sends the signal to the main thread again (once more each time it comes where it
+  cannot be raised), whose handler then raises the same exception instead of calling
+  `handle` (a handler never takes its own signal, sent again, for a second one);
 - if the block still ends normally after the handler raised (code caught the exception and
   did not raise it again, or the block ended before the signal came again), the exception
   is raised as the block ends: a stopped command never exits 0.
@@ -69,7 +69,8 @@ class StopHandlers:
         self._previous_hook: Callable[..., object] | None = None
         self._raised: list[tuple[BaseException, int]] = []  # by `handle`, and its signal
         self._dropped: list[tuple[BaseException, int]] = []  # of those, to raise again
-        self._sending = False  # a thread sends the signal of `_dropped[0]` again
+        self._again = threading.Event()  # asks the sending thread to send once more
+        self._sending = False  # that thread runs
 
     def __enter__(self) -> StopHandlers:
         if threading.current_thread() is not threading.main_thread():
@@ -135,25 +136,33 @@ class StopHandlers:
         self._send_again()
 
     def _send_again(self) -> None:
-        """Starts a thread that sends the signal of the first exception to raise again to
-        the main thread, every 10 ms until it is raised (outside this object's code) or the
-        block ends, unless one runs."""
+        """Asks a thread (started unless one runs) to send the signal of the first exception
+        to raise again to the main thread, 10 ms from now (once this code has returned),
+        unless the block has ended. It is sent once per ask: a long call into C in the main
+        thread is not flooded with signals while it runs."""
+        if not self._dropped:
+            return
+        self._again.set()
         with self._lock:
-            if self._sending or not self._dropped:
+            if self._sending:
                 return
             self._sending = True
-        main = threading.main_thread().ident
+        threading.Thread(target=self._sender, name="cvbench-signal-again", daemon=True).start()
 
-        def send() -> None:
-            while True:
-                time.sleep(0.01)
+    def _sender(self) -> None:
+        main = threading.main_thread().ident
+        while True:
+            if not self._again.wait(timeout=1.0):
                 with self._lock:
-                    if not (self._open and self._dropped):
+                    if not self._again.is_set():  # nothing asked for a second: done
                         self._sending = False
                         return
+                continue
+            time.sleep(0.01)
+            self._again.clear()
+            with self._lock:
+                if self._open and self._dropped:
                     signal.pthread_kill(main, self._dropped[0][1])
-
-        threading.Thread(target=send, name="cvbench-signal-again", daemon=True).start()
 
     def _in_own_code(self, frame: FrameType | None) -> bool:
         """Whether the handler runs inside this object's `__enter__`, `__exit__` or hook."""
