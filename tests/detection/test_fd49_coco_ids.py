@@ -23,6 +23,8 @@ pytestmark = pytest.mark.backend_agnostic
 BOX = "ground truth annotations[0]: bbox must be 4 finite numbers [x, y, w, h], got "
 GOOD = {"image_id": 1, "category_id": 18, "bbox": [10, 10, 40, 30], "score": 0.9}
 
+ANN = GT["annotations"][0]
+
 #: What a refused id is told (`coco_eval._checked_id`).
 INT = "must be an integer of at most 2**53 - 1 in magnitude, got"
 
@@ -94,6 +96,12 @@ def test_iscrowd_is_a_coco_flag(backend, iscrowd, ap):
          f"ground truth images[0]: id {INT} '1'"),
         ({**GT, "categories": [{"id": 18.5, "name": "dog"}]},
          f"ground truth categories[0]: id {INT} 18.5"),
+        # probe p50 #6: pycocotools indexes by id, a later entry replaced an earlier one
+        ({**GT, "annotations": [*GT["annotations"], {**ANN, "bbox": [0, 0, 5, 5]}]},
+         "ground truth annotations[1]: duplicate id 1"),
+        ({**GT, "images": GT["images"] * 2}, "ground truth images[1]: duplicate id 1"),
+        ({**GT, "categories": [*GT["categories"], {"id": 18.0, "name": "cat"}]},
+         "ground truth categories[1]: duplicate id 18"),
         ({**GT, "images": [{"width": 100, "height": 80}]},
          "ground truth images[0]: no 'id' in {'width': 100, 'height': 80}"),
     ],

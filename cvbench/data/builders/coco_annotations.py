@@ -17,7 +17,7 @@ Refused (`BadFileError` from `load_coco_annotations`, naming the file and the en
 `images` list, `categories` or `annotations` that are not lists, an image without an integer
 `id`, positive `height`/`width` or a `file_name` that stays inside the image folder (no
 absolute path, no `..`), a category without an integer `id` in 1..`MAX_CATEGORY_ID`
-(`cvbench.data.coco_labels`), duplicate image or category ids; also a file that is not a
+(`cvbench.data.coco_labels`), duplicate image, category or annotation ids; also a file that is not a
 regular file (a FIFO, a device), one over `MAX_ANNOTATIONS_BYTES` (2 GiB: COCO 2017's
 `instances_train2017.json` has 448 MB), or JSON nested deeper than
 `cvbench.utils.files.MAX_JSON_DEPTH` (COCO needs 4 levels), all before parsing.
@@ -109,7 +109,8 @@ def parse_coco_annotations(data: Mapping[str, Any]) -> tuple[list[CocoImage], An
             list, `categories` or `annotations` that are not lists, an image without
             `id`/`file_name`/`height`/`width`, with a non-positive size or a `file_name`
             that leaves the image folder (absolute, or with `..`), a category without an
-            integer `id` in 1..`MAX_CATEGORY_ID`, duplicate image or category ids.
+            integer `id` in 1..`MAX_CATEGORY_ID`, duplicate image, category or annotation
+            ids.
     """
     if not isinstance(data, Mapping) or not isinstance(data.get("images"), list):
         raise ValueError("not a COCO annotation file: no 'images' list")
@@ -125,7 +126,14 @@ def parse_coco_annotations(data: Mapping[str, Any]) -> tuple[list[CocoImage], An
     objects: dict[int, list[CocoObject]] = {i: [] for i in sizes}
     annotations = _list_field(data, "annotations")
     report.num_annotations = len(annotations)
-    for ann in annotations:
+    annotation_ids: set[int] = set()
+    for index, ann in enumerate(annotations):
+        ann_id = coco_integer(ann.get("id")) if isinstance(ann, Mapping) else None
+        if ann_id is not None and ann_id in annotation_ids:
+            # pycocotools indexes boxes by id: a later one replaces an earlier one in the
+            # evaluation's ground truth (perfect detections scored AP 0.25)
+            raise ValueError(f"annotations[{index}]: duplicate annotation id {ann_id}")
+        annotation_ids.add(ann_id)
         reason, obj = _check_annotation(ann, sizes, categories)
         if reason:
             report.skip(reason, ann.get("id") if isinstance(ann, Mapping) else None)

@@ -168,6 +168,16 @@ _IMAGE = {"id": 1, "file_name": "a.jpg", "height": 4, "width": 4}
             'images[0] (id 1): file_name "/etc/passwd" is not a relative path',
         ),
         ({"images": [{**_IMAGE, "file_name": 7}]}, "images[0] (id 1): file_name 7 is not a"),
+        # probe p50 #6: two boxes with one id; pycocotools kept one (perfect detections AP 0.25)
+        (
+            {
+                "annotations": [
+                    {"id": 7, "image_id": 1, "category_id": 1, "bbox": [0, 0, 2, 2]},
+                    {"id": 7.0, "image_id": 1, "category_id": 1, "bbox": [1, 1, 2, 2]},
+                ]
+            },
+            "annotations[1]: duplicate annotation id 7",
+        ),  # fmt: skip
     ],
 )
 def test_a_malformed_file_is_refused_naming_the_file_and_the_entry(tmp_path, change, message):
