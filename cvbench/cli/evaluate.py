@@ -45,12 +45,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds `eval` to the `cvbench` command."""
     p = subparsers.add_parser(
         "eval",
-        help="evaluate a checkpoint over the whole validation set (classifiers: top-1 and "
-        "top-5 accuracy; SSD320: COCO box AP)",
+        help="evaluate a checkpoint over the whole validation set (classifiers: top-1 and, "
+        "over 5 classes, top-5 accuracy; SSD320: COCO box AP)",
         description=(
             "Evaluate --checkpoint (a checkpoint .npz, a run directory whose newest valid "
             "checkpoint is used, or an exported .keras model) on every validation image "
-            "(classifiers: loss, top-1 and top-5 accuracy; SSD320: the 12 COCO box AP/AR "
+            "(classifiers: loss, top-1 and, for more than 5 classes, top-5 accuracy; SSD320: "
+            "the 12 COCO box AP/AR "
             "numbers), "
             "with the recipe the checkpoint's run used (its model, image size and "
             "preprocessing; a .keras file: its model at its image size), else the model's "

@@ -1,5 +1,6 @@
 """`ClassificationTask`: ResNets and Inception V3 on ImageNet-format TFRecords (or synthetic
-data): sparse cross-entropy with label smoothing, top-1 / top-5 over the whole validation set.
+data): sparse cross-entropy with label smoothing, top-1 / top-5 over the whole validation set
+(top-5 only for more than 5 classes: `accuracy_metrics`).
 
 Every knob comes from the task's recipe (`TaskOptions.recipe`, the model's default unless
 named: `cvbench.tasks.recipes`): model knobs, input size, input pipeline, loss, mixup, and
@@ -53,7 +54,8 @@ class ClassificationTask(RecordTask):
         train_preprocess: `(image_bytes, boxes, seed[2]) -> image` replacing the NVIDIA
             training augmentation of `imagenet_dataset` (e.g. the demo's flip-only one).
         eval_preprocess: `image_bytes -> image` replacing the evaluation resize and crop.
-        metrics: Keras metrics instead of top-1 and top-5.
+        metrics: Keras metrics instead of `accuracy_metrics(num_classes)` (top-1, and top-5
+            for more than 5 classes).
         weights: weights to start from (the builder's `weights`: a file, or "imagenet"
             where published): sets the recipe's `model.weights` (a deviation). Weights
             trained on another input normalization bring theirs (`pretrained_start`).
@@ -235,8 +237,7 @@ class ClassificationTask(RecordTask):
     def metrics(self) -> list:
         if self._metrics is not None:
             return self._metrics()
-        # integer and soft (mixup) labels alike; a non-finite logit row is never correct
-        return [top_k_accuracy(1, "top1"), top_k_accuracy(5, "top5")]
+        return accuracy_metrics(self.num_classes)
 
     def synthetic_batch(self, batch_size: int, seed: int) -> tuple[Any, Any]:
         """NumPy `(images float32 [B, S, S, 3] ~ N(0, 1), labels int32 [B])`."""
@@ -327,7 +328,8 @@ class ClassificationTask(RecordTask):
         )  # fmt: skip
 
     def evaluate(self, trainer: Any, *, batch_size: int) -> dict[str, float]:
-        """Loss, top-1 and top-5 over the whole validation split, identical on every rank."""
+        """Loss, top-1 and (more than 5 classes) top-5 over the whole validation split,
+        identical on every rank."""
         from cvbench.training.evaluation import evaluated_rows
 
         if self.options.data_dir is not None and self._count("validation") == 0:
@@ -499,6 +501,24 @@ def _hard_labels(y_true: Any, y_pred: Any) -> Any:
     if len(y_true.shape) == len(y_pred.shape) and y_true.shape[-1] == y_pred.shape[-1]:
         return keras.ops.argmax(y_true, axis=-1)
     return y_true
+
+
+#: The top-k accuracies a classifier reports (`accuracy_metrics`), each where k < its classes.
+TOP_K = (1, 5)
+
+
+def accuracy_metrics(num_classes: int) -> list[keras.metrics.Metric]:
+    """The accuracies a classifier of `num_classes` classes reports, `top{k}` for each k of
+    `TOP_K` below `num_classes`: top-5 of 5 classes or fewer is 1.0 whatever the model, so
+    it is not applicable and left out (no `top5` key in eval's results, `--json`,
+    `results.json`, the training's progress and validation logs). Each one
+    `top_k_accuracy`'s (integer and soft labels; a non-finite row is never correct).
+
+    Example:
+        >>> [m.name for m in accuracy_metrics(1000)], [m.name for m in accuracy_metrics(5)]
+        (['top1', 'top5'], ['top1'])
+    """
+    return [top_k_accuracy(k, f"top{k}") for k in TOP_K if k < num_classes]
 
 
 def top_k_accuracy(k: int, name: str) -> keras.metrics.Metric:

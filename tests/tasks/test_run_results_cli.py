@@ -37,7 +37,7 @@ def test_train_writes_results_plots_and_says_where(tmp_path, capsys):
     assert record["files"]["plots"] == ["plots/training.png"]
     assert (run / "plots/training.png").read_bytes()[:8] == PNG
     # The printed results are the recorded ones; the last line says where everything is.
-    assert out[-4:-1] == [f"{k}: {record['metrics'][k]:.6g}" for k in ("loss", "top1", "top5")]
+    assert out[-3:-1] == [f"{k}: {record['metrics'][k]:.6g}" for k in ("loss", "top1")]  # 3 classes
     assert out[-1] == written_line(run, record)
     assert "model " + ", ".join(f"{run}/{name}" for name in model) in out[-1]
 

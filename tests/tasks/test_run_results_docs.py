@@ -81,7 +81,7 @@ def _train_eval_help(capsys) -> str:
 def test_eval_help_names_what_each_task_reports(capsys, model, reports):
     # What the task reports: the classifiers' metrics top1/top5, SSD320's COCO numbers.
     options = TaskOptions(model=model, image_size=64 if model == "ssd320" else 32,
-                          num_classes=3, synthetic_steps=1)  # fmt: skip
+                          num_classes=10, synthetic_steps=1)  # fmt: skip
     kwargs = {"backbone_weights": None} if model == "ssd320" else {}
     task = make_task(options, **kwargs)
     if model == "ssd320":

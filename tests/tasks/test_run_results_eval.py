@@ -45,8 +45,8 @@ def test_eval_log_dir_writes_results_and_says_where(tmp_path, checkpoint, capsys
     assert cli.main(argv) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     record = json.loads((out_dir / "results.json").read_text())
-    assert set(record["metrics"]) == {"loss", "top1", "top5"}
-    assert lines[-4:-1] == [f"{k}: {record['metrics'][k]:.6g}" for k in ("loss", "top1", "top5")]
+    assert set(record["metrics"]) == {"loss", "top1"}  # 3 classes: no top-5 (1.0 by construction)
+    assert lines[-3:-1] == [f"{k}: {record['metrics'][k]:.6g}" for k in ("loss", "top1")]
     assert record["checkpoint"] == str(checkpoint.resolve())
     assert (record["model"], record["recipe"], record["task"], record["precision"]) == (
         "resnet18", "resnet18_cvbench", "classification", "float32")  # fmt: skip
