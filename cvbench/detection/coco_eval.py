@@ -356,6 +356,10 @@ def _load_groundtruth(groundtruth: Mapping[str, Any] | str | os.PathLike) -> dic
     }  # fmt: skip
     for key in ("images", "categories", "annotations"):
         _refuse_duplicate_ids(checked[key], f"ground truth {key}")
+    # pycocotools records a match as the matched box's id, 0 meaning none: a box of id 0 (the
+    # first box of many converters' files) was never found (perfect detections AP 0.25).
+    # Boxes are known to it by id alone, so they are numbered 1.. in file order here.
+    checked["annotations"] = [dict(a, id=i + 1) for i, a in enumerate(checked["annotations"])]
     return checked
 
 
@@ -390,13 +394,11 @@ def _annotation(index: int, annotation: Any) -> dict[str, Any]:
     `area` (`_with_area`)."""
     where = f"ground truth annotations[{index}]"
     out = _with_area(_with_id(annotation, where, "id", "image_id", "category_id"))
-    if "iscrowd" in out:
-        flag = coco_flag(out["iscrowd"])
-        if flag is None:
-            raise ValueError(
-                f"{where}: iscrowd must be 0, 1, false or true, got {out['iscrowd']!r}"
-            )
-        out["iscrowd"] = int(flag)
+    # COCO's iscrowd is optional (0, as build-coco reads it); pycocotools needs it: KeyError
+    flag = coco_flag(out.get("iscrowd", 0))
+    if flag is None:
+        raise ValueError(f"{where}: iscrowd must be 0, 1, false or true, got {out['iscrowd']!r}")
+    out["iscrowd"] = int(flag)
     if "bbox" in out:
         box = out["bbox"]
         if not _finite_numbers(box, 4):

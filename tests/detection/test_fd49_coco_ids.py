@@ -131,3 +131,35 @@ def test_malformed_files_are_bad_files_naming_them(tmp_path):
     assert str(info.value) == (
         f"{gt}: ground truth annotations[0]: iscrowd must be 0, 1, false or true, got '0'"
     )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "gt",
+    [
+        # probe p50 #7: pycocotools records a match by the box's id, 0 meaning none, so a
+        # box of id 0 was never found: the exact detection scored AP 0.0
+        _gt(id=0),
+        # probe p50 #8: iscrowd is optional (build-coco reads a missing one as 0);
+        # pycocotools raised KeyError: 'iscrowd'
+        {**GT, "annotations": [{k: v for k, v in ANN.items() if k != "iscrowd"}]},
+    ],
+    ids=["box_id_0", "no_iscrowd"],
+)
+def test_an_exact_detection_scores_ap_1(backend, gt):
+    # one image, one box, the detection on it exactly: AP 1.0 at every IoU threshold
+    stats = evaluate_coco([GOOD], gt, print_fn=None, backend=backend)
+    assert stats["AP"] == pytest.approx(1.0) and stats["AP75"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_boxes_numbered_from_0_are_all_found(backend):
+    # two images, one box each, ids 0 and 1: both exact detections are found (AP 1.0; with
+    # the box of id 0 never matched, half the boxes were missed and one detection false)
+    gt = {
+        "images": [{"id": 1, "width": 100, "height": 80}, {"id": 2, "width": 100, "height": 80}],
+        "categories": GT["categories"],
+        "annotations": [{**ANN, "id": 0}, {**ANN, "id": 1, "image_id": 2}],
+    }
+    dets = [GOOD, {**GOOD, "image_id": 2}]
+    assert evaluate_coco(dets, gt, print_fn=None, backend=backend)["AP"] == pytest.approx(1.0)
