@@ -4,6 +4,10 @@ data / models / detection packages below and the Trainer above them.
 - `ClassificationTask` (ResNets, Inception V3; `classification.py`) and `DetectionTask`
   (SSD; `detection.py`), both on the protocol of `base.py` (`Task`, `TaskOptions`,
   `TrainData`).
+- `top_k_accuracy(k, name)`: the accuracy metric of eval and training validation (a row of
+  non-finite logits is wrong on every backend; integer and soft labels), for a `Trainer`'s
+  `metrics` too; `accuracy_metrics(num_classes)`: the classifiers' top-1 and (over 5
+  classes) top-5.
 - `task_for_model(name)` / `make_task(options)`: the task of a model, from the model table's
   task tag (`cvbench.zoo.task_of`), so a new kind of model means a new task class and one
   `TASKS.register` line here.
@@ -24,7 +28,7 @@ from typing import Any
 
 from cvbench.registry import Registry
 from cvbench.tasks.base import Task, TaskOptions, TrainData
-from cvbench.tasks.classification import ClassificationTask
+from cvbench.tasks.classification import ClassificationTask, accuracy_metrics, top_k_accuracy
 from cvbench.tasks.detection import DetectionTask
 from cvbench.tasks.runner import TaskRun, build_trainer, prepare_run
 from cvbench.zoo import CLASSIFICATION, DETECTION, task_of
@@ -61,4 +65,6 @@ __all__ = [
     "make_task",
     "prepare_run",
     "task_for_model",
+    "accuracy_metrics",
+    "top_k_accuracy",
 ]
