@@ -45,6 +45,8 @@ from cvbench.demo.data import DemoData, prepare_data
 from cvbench.demo.shapes import SHAPE_NAMES
 from cvbench.training.run_dir import RunDirInUseError, RunFolder, hold_lock
 from cvbench.training.run_log import read_run_history
+from cvbench.training.signals import STOP_SIGNALS, TrainingInterruptedError
+from cvbench.utils.errors import CvbenchError
 from cvbench.utils.io import write_json_atomic
 from cvbench.utils.model_file import save_model
 
@@ -151,7 +153,9 @@ def claim_output_dir(out: str | os.PathLike, *, allow: tuple[str, ...] = ()) -> 
     if not marker.is_symlink():
         with contextlib.suppress(OSError, BadFileError):
             if read_json(marker, limit=4096, what="demo marker") == {"cvbench_demo": 1}:
+                _refuse_links(out)
                 return out
+    _refuse_links(out)
     names = sorted(os.listdir(out)) if out.is_dir() else []
     others = [name for name in names if name not in allow]
     if others:
@@ -163,6 +167,32 @@ def claim_output_dir(out: str | os.PathLike, *, allow: tuple[str, ...] = ()) -> 
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(marker, {"cvbench_demo": 1})
     return out
+
+
+def _refuse_links(out: Path) -> None:
+    """A `ValueError` when an entry the demo writes in `out` (its data, `.partial/`, results,
+    lock) is a symbolic link: the demo would build or write through it, outside `out`."""
+    for name in ("data", STAGING, *RESULTS, METRICS, LOCK):
+        if (out / name).is_symlink():
+            raise ValueError(
+                f"--output-dir {out}: {name} is a symbolic link; the demo never writes through "
+                "a link: remove it; nothing was changed"
+            )
+
+
+class DemoInterruptedError(TrainingInterruptedError):
+    """A demo stopped by SIGTERM or SIGINT: its partial work is removed and the previous
+    results stay (the demo has no resume), so the line says that, not a training's "rerun
+    with --resume"."""
+
+    def __init__(self, stopped: TrainingInterruptedError, out: Path) -> None:
+        name = STOP_SIGNALS.get(stopped.signum, f"signal {stopped.signum}")
+        CvbenchError.__init__(
+            self,
+            f"{name} received: stopped; the results already in {out} are kept (this run's "
+            "partial work was removed): run the demo again to start over",
+        )
+        self.signum, self.step, self.checkpoint = stopped.signum, stopped.step, None
 
 
 def _summary_lines(metrics: dict[str, Any]) -> list[str]:
@@ -264,10 +294,12 @@ def _run_stages(
             for line in _summary_lines(metrics):
                 print_fn(line)
             print_fn(f"results in {out}/ (tensorboard --logdir {out / 'logs'})")
-    except BaseException:
+    except BaseException as error:
         if chief:
             with contextlib.suppress(OSError):
                 shutil.rmtree(staging)
+        if isinstance(error, TrainingInterruptedError):
+            raise DemoInterruptedError(error, out) from None
         raise
     metrics["timings_s"] = timings
     return metrics

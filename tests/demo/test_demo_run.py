@@ -308,3 +308,39 @@ def test_curves_leave_out_the_steps_a_resume_made_again(tmp_path):
     log.write_text("".join(json.dumps(e) + "\n" for e in events))
     steps, losses = _curve_panels(tmp_path)["classifier: training loss"]["loss"]
     assert steps == [1, 2, 3, 4] and losses == [11.0, 12.0, 23.0, 24.0]
+
+
+@pytest.mark.parametrize("name", ["data", run.STAGING, "logs", "metrics.json"])
+def test_a_link_among_the_demos_entries_is_refused_and_nothing_written(tmp_path, name):
+    # probe p50 #10: OUT/data -> a user's folder: the demo built its images, records and
+    # manifests there (and a later demo with other settings deleted them there)
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    victim.mkdir()
+    (victim / "notes.txt").write_text("mine")
+    run.claim_output_dir(out)  # an earlier demo's folder
+    (out / name).symlink_to(victim, target_is_directory=True)
+    with pytest.raises(ValueError, match=f"{name} is a symbolic link; the demo never writes"):
+        run.run_demo(out, config=DemoConfig.quick(), precision="float32")
+    assert [p.name for p in victim.iterdir()] == ["notes.txt"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([run.MARKER, name])
+
+
+def test_a_stopped_demo_says_its_own_words(tmp_path, fake_stages, monkeypatch):
+    # probe p50 #11: it printed the Trainer's "checkpoint .partial/.../ckpt-1.npz written;
+    # rerun with --resume" of a checkpoint it had just deleted, and demo has no --resume
+    import signal
+
+    from cvbench.training.signals import TrainingInterruptedError
+
+    def stopped(*args, **kwargs):
+        kwargs["log_dir"].mkdir(parents=True)
+        raise TrainingInterruptedError(signal.SIGTERM, 1, str(kwargs["log_dir"] / "ckpt-1.npz"))
+
+    monkeypatch.setattr(detect, "train_detector", stopped)
+    with pytest.raises(TrainingInterruptedError) as info:
+        run.run_demo(tmp_path, config=DemoConfig.quick(), precision="float32")
+    assert str(info.value) == (
+        f"SIGTERM received: stopped; the results already in {tmp_path} are kept (this run's "
+        "partial work was removed): run the demo again to start over"
+    )
+    assert info.value.exit_code == 143 and not (tmp_path / run.STAGING).exists()
