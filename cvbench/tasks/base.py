@@ -106,7 +106,10 @@ class TaskOptions:
             cannot be imported, else "tf" (`record_reader`).
         data_workers: grain: worker processes per rank decoding and augmenting (0: in the
             process; they re-import `__main__`, so a script needs `if __name__ ==
-            "__main__":`). The batches do not depend on it. tf.data sizes its own threads.
+            "__main__":`). The record order and each record's augmentation do not depend on
+            it; which training records share a batch does (each worker batches the records
+            dealt to it), so a resume with another number is named in a warning. tf.data
+            sizes its own threads.
 
     Raises:
         ValueError: a bad size or count; an unknown recipe or setting; a recipe for another
