@@ -119,8 +119,8 @@ def _add_eval_flags(p: argparse.ArgumentParser) -> None:
         "--eval",
         choices=("end", "epoch", "none"),
         default="end",
-        help="evaluate on the validation set (classifiers: top-1/top-5 accuracy; SSD320: COCO "
-        "box AP) at the end (default), after every epoch, or never",
+        help="evaluate on the validation set (classifiers: top-1 and, for more than 5 classes, "
+        "top-5 accuracy; SSD320: COCO box AP) at the end (default), after every epoch, or never",
     )
     p.add_argument(
         "--eval-count",
