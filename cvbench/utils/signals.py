@@ -63,13 +63,13 @@ class StopHandlers:
 
     def __init__(self, handle: Callable[[int], None]) -> None:
         self._handle = handle
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the sender's check and send, against `__exit__`
         self._open = False
         self._previous: dict[int, object] = {}
         self._previous_hook: Callable[..., object] | None = None
         self._raised: list[tuple[BaseException, int]] = []  # by `handle`, and its signal
         self._dropped: list[tuple[BaseException, int]] = []  # of those, to raise again
-        self._again = threading.Event()  # asks the sending thread to send once more
+        self._asked = False  # the sending thread is asked to send once more
         self._sending = False  # that thread runs
 
     def __enter__(self) -> StopHandlers:
@@ -77,8 +77,7 @@ class StopHandlers:
             return self
         self._raised, self._dropped = [], []
         self._previous_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
-        with self._lock:
-            self._open = True
+        self._open = True
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._on_signal)
         return self
@@ -137,32 +136,27 @@ class StopHandlers:
 
     def _send_again(self) -> None:
         """Asks a thread (started unless one runs) to send the signal of the first exception
-        to raise again to the main thread, 10 ms from now (once this code has returned),
+        to raise again to the main thread, within 10 ms (once this code has returned),
         unless the block has ended. It is sent once per ask: a long call into C in the main
-        thread is not flooded with signals while it runs."""
+        thread is not flooded with signals while it runs. No lock here: the handler may run
+        inside this code (it runs in the main thread, between any two bytecodes)."""
         if not self._dropped:
             return
-        self._again.set()
-        with self._lock:
-            if self._sending:
-                return
+        self._asked = True
+        if not self._sending:
             self._sending = True
-        threading.Thread(target=self._sender, name="cvbench-signal-again", daemon=True).start()
+            threading.Thread(target=self._sender, name="cvbench-signal-again", daemon=True).start()
 
     def _sender(self) -> None:
         main = threading.main_thread().ident
-        while True:
-            if not self._again.wait(timeout=1.0):
-                with self._lock:
-                    if not self._again.is_set():  # nothing asked for a second: done
-                        self._sending = False
-                        return
-                continue
+        while self._open:
             time.sleep(0.01)
-            self._again.clear()
-            with self._lock:
-                if self._open and self._dropped:
-                    signal.pthread_kill(main, self._dropped[0][1])
+            if self._asked:
+                self._asked = False
+                with self._lock:
+                    if self._open and self._dropped:
+                        signal.pthread_kill(main, self._dropped[0][1])
+        self._sending = False
 
     def _in_own_code(self, frame: FrameType | None) -> bool:
         """Whether the handler runs inside this object's `__enter__`, `__exit__` or hook."""
