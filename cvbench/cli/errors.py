@@ -55,6 +55,9 @@ _API_HINTS = (
 #: The hint of the corrupt-record check (`cvbench.data.read.corrupt.SKIP_HINT`), when that
 #: module is not loaded.
 _SKIP_MARKER = "pass skip_corrupt=True to skip corrupt records"
+#: The start of the stop of a --skip-corrupt stream whose every record is damaged
+#: (`cvbench.data.read.corrupt.ALL_DAMAGED`), where that module is not loaded.
+_ALL_DAMAGED = "every record met was damaged"
 #: The label check of the input pipeline (`cvbench.data.read.pipeline.check_labels`).
 _LABEL_ERROR = re.compile(r"is outside \[0, \d+\) for num_classes=\d+")
 #: A terminal's colour and style codes (`\x1b[1m`), which Keras puts in its messages.
@@ -162,10 +165,13 @@ def _data_error(error: BaseException) -> str | None:
         return None
     corrupt = sys.modules.get("cvbench.data.read.corrupt")  # loaded by every pipeline
     marker = corrupt.SKIP_HINT.removeprefix("; ") if corrupt is not None else _SKIP_MARKER
+    # a --skip-corrupt stream whose every record is damaged stops with this (corrupt.py)
+    stop = corrupt.ALL_DAMAGED if corrupt is not None else _ALL_DAMAGED
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        ours = marker in str(error) or _LABEL_ERROR.search(str(error))
+        text = str(error)
+        ours = marker in text or stop in text or _LABEL_ERROR.search(text)
         if isinstance(error, tf.errors.DataLossError) or (
             isinstance(error, tf.errors.InvalidArgumentError) and ours
         ):
