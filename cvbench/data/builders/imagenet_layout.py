@@ -22,12 +22,14 @@ A flat validation folder needs a label file (given, or found under one of its us
 * one class name per line, for the images in file-name order (TensorFlow's
   `imagenet_2012_validation_synset_labels.txt`);
 * `<file name> <class> ...` per line, separated by spaces or a comma, with an optional header
-  (Kaggle's `LOC_val_solution.csv`); the file name may omit its extension.
+  (Kaggle's `LOC_val_solution.csv`); the file name may omit its extension. A line without
+  a class, or an image given two different classes, is a `BadFileError` naming the line(s).
 
 Optional extra files: class texts (`<class><tab or space><text>` per line; ImageNet's
 `imagenet_metadata.txt` or Kaggle's `LOC_synset_mapping.txt`) and bounding boxes
 (`<file name>,<xmin>,<ymin>,<xmax>,<ymax>` per line, normalized: the output of TensorFlow's
-`process_bounding_boxes.py`, `imagenet_2012_bounding_boxes.csv`).
+`process_bounding_boxes.py`, `imagenet_2012_bounding_boxes.csv`); a line that is not that, a
+`nan` or `inf` coordinate included, is a `BadFileError` naming the line.
 
 Each of these files is read through `cvbench.utils.files.read_input`: a regular file (a FIFO
 or a link to `/dev/zero` is refused at once, naming it) of at most its limit
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -307,8 +310,14 @@ def _read_text(path: str | os.PathLike, *, limit: int, what: str, newline: str |
     return io.StringIO(text, newline=newline)
 
 
+def _numbered_lines(path: Path, *, limit: int, what: str) -> list[tuple[int, str]]:
+    """(line number from 1, stripped line) of each line of `path` that is not blank."""
+    lines = enumerate(_read_text(path, limit=limit, what=what), start=1)
+    return [(number, line.strip()) for number, line in lines if line.strip()]
+
+
 def _data_lines(path: Path, *, limit: int, what: str) -> list[str]:
-    return [line.strip() for line in _read_text(path, limit=limit, what=what) if line.strip()]
+    return [line for _, line in _numbered_lines(path, limit=limit, what=what)]
 
 
 def read_validation_labels(path: str | os.PathLike, filenames: list[str]) -> list[str]:
@@ -323,25 +332,36 @@ def read_validation_labels(path: str | os.PathLike, filenames: list[str]) -> lis
 
     Raises:
         ValueError: when the file does not cover the images exactly.
+        BadFileError: naming the file and the line(s): a `<file name> <class>` line without a
+            class, or an image given two classes (by two lines, or by its name and its name
+            without extension); the same class twice is accepted.
     """
     path = Path(path)
-    lines = _data_lines(path, limit=MAX_LABELS_BYTES, what="validation label file")
-    if lines and lines[0].lower().startswith(("imageid", "filename", "file_name")):
-        lines = lines[1:]
+    numbered = _numbered_lines(path, limit=MAX_LABELS_BYTES, what="validation label file")
+    if numbered and numbered[0][1].lower().startswith(("imageid", "filename", "file_name")):
+        numbered = numbered[1:]
+    lines = [line for _, line in numbered]
     if not lines:
         raise ValueError(f"validation label file {path} is empty")
-    tokens = re.split(r"[,\s]+", lines[0])
-    if len(tokens) >= 2:
-        by_name: dict[str, str] = {}
-        for line in lines:
-            name, label = re.split(r"[,\s]+", line)[:2]
-            by_name[name] = label
+    if len(_label_fields(lines[0])) >= 2:
+        by_name: dict[str, tuple[str, int]] = {}  # name -> (class, line number)
+        for number, line in numbered:
+            fields = _label_fields(line)
+            if len(fields) < 2:
+                raise BadFileError(f"{path} line {number}: expected 'file class', got {line!r}")
+            name, label = fields[:2]
+            earlier = by_name.setdefault(name, (label, number))
+            if earlier[0] != label:
+                raise _labelled_twice(path, name, earlier, (label, number))
         out, missing = [], []
         for f in filenames:
-            label = by_name.get(f, by_name.get(os.path.splitext(f)[0]))
-            if label is None:
+            # By its name or its name without extension: two lines may name one image.
+            given = sorted({by_name[n] for n in (f, os.path.splitext(f)[0]) if n in by_name})
+            if len(given) == 2 and given[0][0] != given[1][0]:
+                raise _labelled_twice(path, f, *sorted(given, key=lambda g: g[1]))
+            if not given:
                 missing.append(f)
-            out.append(label)
+            out.append(given[0][0] if given else None)
         if missing:
             raise ValueError(
                 f"{path} has no label for {len(missing)} of the {len(filenames)} validation "
@@ -360,6 +380,18 @@ def read_validation_labels(path: str | os.PathLike, filenames: list[str]) -> lis
         except KeyError as e:
             raise ValueError(f"{path}: ILSVRC2012_ID {e.args[0]} is not in meta.mat") from None
     return lines
+
+
+def _label_fields(line: str) -> list[str]:
+    """The fields of a `<file name> <class> ...` line (separated by spaces or commas)."""
+    return [t for t in re.split(r"[,\s]+", line) if t]
+
+
+def _labelled_twice(path: Path, name: str, first: tuple[str, int], second: tuple[str, int]):
+    return BadFileError(
+        f"{path}: {name} is labelled twice: {first[0]} (line {first[1]}) and {second[0]} "
+        f"(line {second[1]})"
+    )
 
 
 def read_devkit_synsets(meta_mat: str | os.PathLike) -> dict[int, str]:
@@ -405,7 +437,8 @@ def read_boxes(path: str | os.PathLike) -> dict[str, list[Box]]:
     Coordinates are clipped to [0, 1]; boxes with no area after clipping are dropped.
 
     Raises:
-        BadFileError: naming the line that is not `name,xmin,ymin,xmax,ymax` (a bad input
+        BadFileError: naming the line that is not `name,xmin,ymin,xmax,ymax` of finite
+            numbers (`nan` or `inf` included, even on the first line; a bad input
             file: exit 1 in the command), or a file that is not a regular UTF-8 file of at
             most `MAX_BOXES_BYTES`.
     """
@@ -416,13 +449,21 @@ def read_boxes(path: str | os.PathLike) -> dict[str, list[Box]]:
                 continue
             try:
                 name = row[0].strip()
-                xmin, ymin, xmax, ymax = (min(1.0, max(0.0, float(v))) for v in row[1:5])
+                values = [float(v) for v in row[1:5]]
+                if len(values) != 4:
+                    raise ValueError(row)
             except ValueError:
                 if number == 1:  # a header line
                     continue
                 raise BadFileError(
                     f"{path}:{number}: expected name,xmin,ymin,xmax,ymax, got {row!r}"
                 ) from None
+            if not all(math.isfinite(v) for v in values):  # nan would clip to 0.0, inf to 1.0
+                raise BadFileError(
+                    f"{path}:{number}: expected name,xmin,ymin,xmax,ymax (finite numbers), "
+                    f"got {row!r}"
+                )
+            xmin, ymin, xmax, ymax = (min(1.0, max(0.0, v)) for v in values)
             if xmax > xmin and ymax > ymin:
                 boxes.setdefault(name, []).append((xmin, ymin, xmax, ymax))
     return boxes
