@@ -266,6 +266,9 @@ def _check_outputs(args: argparse.Namespace, inputs: list[Path]) -> None:
             _check_replaced(path, args)
         check_writable(args.draw, folder=True)
     if args.coco_json is not None:
+        from cvbench.inference.coco_results import image_ids_from_names
+
+        image_ids_from_names([str(p) for p in inputs])  # two files of one id: before predicting
         check_output_files(
             [args.coco_json], input_files=inputs, overwrite=args.overwrite, what="--coco-json file"
         )

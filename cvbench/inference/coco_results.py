@@ -5,8 +5,9 @@ The format `pycocotools.coco.COCO.loadRes` reads and the COCO evaluation server 
 `box_format` of the detections).
 
 * image ids: the number a file's name is (`000000397133.jpg` -> 397133, as COCO names its
-  images) when every path source is one, else the position of the image in the results
-  (0, 1, ...); or the ids you pass.
+  images) when every path source is one (ASCII digits), else the position of the image in
+  the results (0, 1, ...); or the ids you pass. Two files of one number (`a/1.jpg`,
+  `b/1.jpg`) are refused: their detections would be one image's.
 * category ids: where every class name of the model is a COCO 2017 category name, its COCO id
   (`cvbench.data.coco_labels.COCO_2017_CATEGORIES`; "person" -> 1, "dog" -> 18); else the
   ids you pass, one per class index; else class index + 1 (COCO numbers from 1).
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from cvbench.data.builders.coco_annotations import MAX_COCO_INTEGER
 from cvbench.data.coco_labels import COCO_2017_CATEGORIES
 from cvbench.inference.box_formats import from_yxyx, to_yxyx
 from cvbench.inference.detection import Detection
@@ -32,11 +34,46 @@ from cvbench.utils.io import write_json_atomic
 
 
 def default_image_ids(detections: Sequence[Detection]) -> list[int]:
-    """The COCO image id of each result (module docstring)."""
-    stems = [Path(d.source).stem if isinstance(d.source, str) else "" for d in detections]
-    if stems and all(s.isdigit() for s in stems):
-        return [int(s) for s in stems]
-    return list(range(len(detections)))
+    """The COCO image id of each result (module docstring).
+
+    Raises:
+        ValueError: two files whose names are the same number (module docstring).
+    """
+    ids = image_ids_from_names([d.source for d in detections])
+    return ids if ids is not None else list(range(len(detections)))
+
+
+def image_ids_from_names(sources: Sequence[Any]) -> list[int] | None:
+    """The number each file's name is (`000000397133.jpg` -> 397133) when every source is a
+    path whose stem is ASCII digits (`"²"` is a digit to `str.isdigit`, not to `int`) of at
+    most `MAX_COCO_INTEGER`, else None.
+
+    Raises:
+        ValueError: two files with one number (`a/1.jpg`, `b/1.jpg`): their detections would
+            be one image's.
+
+    Example:
+        >>> image_ids_from_names(["val/000000397133.jpg", "val/7.png"])
+        [397133, 7]
+        >>> image_ids_from_names(["a.jpg", "7.png"]) is None, image_ids_from_names(["².jpg"])
+        (True, None)
+    """
+    stems = [Path(s).stem if isinstance(s, str | os.PathLike) else "" for s in sources]
+    if not stems or not all(s.isascii() and s.isdigit() for s in stems):
+        return None
+    ids = [int(s) for s in stems]
+    if max(ids) > MAX_COCO_INTEGER:
+        return None
+    first: dict[int, Any] = {}
+    for image_id, source in zip(ids, sources, strict=True):
+        if image_id in first:
+            raise ValueError(
+                f"{os.fspath(first[image_id])} and {os.fspath(source)} are both COCO image "
+                f"{image_id} by their names: a results file would give both images' "
+                "detections to one; rename one, or predict them separately"
+            )
+        first[image_id] = source
+    return ids
 
 
 def default_category_ids(class_names: Sequence[str]) -> list[int]:

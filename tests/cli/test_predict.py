@@ -127,3 +127,32 @@ def test_a_bad_score_threshold_is_a_usage_error(tmp_path, images, capsys):
         "cvbench predict: error: argument --score-threshold: must be in [0, 1), got '2' "
         "(see cvbench predict --help)"
     )
+
+
+def test_two_files_of_one_coco_id_are_refused_before_predicting(tmp_path, images, capsys):
+    # probe p50 #9: a/1.jpg and b/1.jpg both became image 1 in --coco-json (their
+    # detections merged, exit 0)
+    model = save_model(constant_detector(), tmp_path / "det.keras", detector_info())
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "1.png").write_bytes((images / "000000000042.png").read_bytes())
+    coco = tmp_path / "results.json"
+    argv = ["predict", str(model), str(tmp_path / "a"), str(tmp_path / "b")]
+    code, out, err = _main([*argv, "--coco-json", str(coco)], capsys)
+    assert (code, out) == (2, "")  # refused before anything is predicted or printed
+    assert err.strip() == (
+        f"cvbench: error: {tmp_path / 'a' / '1.png'} and {tmp_path / 'b' / '1.png'} are both "
+        "COCO image 1 by their names: a results file would give both images' detections to "
+        "one; rename one, or predict them separately"
+    )
+    assert not coco.exists()
+
+
+def test_a_name_of_unicode_digits_is_no_coco_id(tmp_path, images, capsys):
+    # probe p50 #9: "².png" passed str.isdigit, then int() failed after predicting
+    model = save_model(constant_detector(), tmp_path / "det.keras", detector_info())
+    (images / "000000000042.png").rename(images / "².png")
+    coco = tmp_path / "results.json"
+    code, _, err = _main(["predict", str(model), str(images), "--coco-json", str(coco)], capsys)
+    assert code == 0, err
+    assert {r["image_id"] for r in json.loads(coco.read_text())} == {0}  # its position
