@@ -812,9 +812,24 @@ def _set_entry(path: Path, entry: Any) -> Any:
                 _rewrite_list(listing, entries)
             else:
                 torn = st.st_size > 0 and _read_span(fd, st.st_size - 1, st.st_size) != b"\n"
-                _append_line(fd, ("\n" if torn else "") + line)
+                try:
+                    _append_line(fd, ("\n" if torn else "") + line)
+                except OSError:
+                    if st.st_size == 0:  # a list this record made: a full disk leaves none
+                        _remove_if_empty(listing, fd)
+                    raise
             return previous
     raise BadFileError(f"{listing} was replaced {_RELOCKS} times while cvbench waited to record")
+
+
+def _remove_if_empty(listing: Path, fd: int) -> None:
+    """Removes the list open (and locked) as `fd` when it is still at `listing` and empty:
+    an empty list claims nothing, and a record that failed on a full disk leaves no file
+    behind (as the whole-list rewrite of an older cvbench did not)."""
+    with contextlib.suppress(OSError):
+        st = os.fstat(fd)
+        if st.st_size == 0 and inode_at(listing) == st.st_ino:
+            os.unlink(listing)
 
 
 def _open_list(listing: Path) -> tuple[IO[bytes], bool]:
