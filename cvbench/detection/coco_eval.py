@@ -30,6 +30,7 @@ import copy
 import io
 import json
 import os
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -497,8 +498,12 @@ def _as_result_annotations(dets: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _per_category_ap(coco_eval: Any, gt_dict: dict[str, Any]) -> dict[str, float]:
-    """AP@[.5:.95], area all, 100 detections, for each category of the evaluation."""
+    """AP@[.5:.95], area all, 100 detections, for each category of the evaluation, by its
+    name; a name two categories share is told apart by the id (`"dog (id 18)"`), where one
+    category's AP replaced the other's."""
     names = {int(c["id"]): str(c.get("name", c["id"])) for c in gt_dict["categories"]}
+    counts = Counter(names.values())
+    names = {i: n if counts[n] == 1 else f"{n} (id {i})" for i, n in names.items()}
     precision = np.asarray(coco_eval.eval["precision"])  # [T, R, K, A, M]
     out = {}
     for k, cat_id in enumerate(coco_eval.params.catIds):

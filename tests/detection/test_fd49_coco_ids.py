@@ -163,3 +163,19 @@ def test_boxes_numbered_from_0_are_all_found(backend):
     }
     dets = [GOOD, {**GOOD, "image_id": 2}]
     assert evaluate_coco(dets, gt, print_fn=None, backend=backend)["AP"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_categories_of_one_name_keep_both_aps(backend):
+    # probe p50 #15: per_category=True keyed APs by name: one of two "dog"s was dropped.
+    # Category 18's box is found exactly (AP 1.0); category 19 has a box and no detection
+    # (AP 0.0)
+    gt = {
+        **GT,
+        "categories": [{"id": 18, "name": "dog"}, {"id": 19, "name": "dog"}],
+        "annotations": [ANN, {**ANN, "id": 2, "category_id": 19, "bbox": [50, 40, 20, 20]}],
+    }
+    stats = evaluate_coco([GOOD], gt, print_fn=None, backend=backend, per_category=True)
+    assert stats["AP/dog (id 18)"] == pytest.approx(1.0)
+    assert stats["AP/dog (id 19)"] == pytest.approx(0.0)
+    assert "AP/dog" not in stats
