@@ -39,6 +39,8 @@ from cvbench.utils.errors import (  # noqa: F401 - BadFileError: re-exported, it
     BadFileError,
     CvbenchError,
     describe_os_error,
+    missing_tensorflow_line,
+    tensorflow_import_failure,
 )
 
 #: Exit codes over this one are a shell's code for a signal (128 + its number): a stop that
@@ -96,6 +98,9 @@ def known_error(error: BaseException, *, command: str) -> tuple[str, int] | None
         code = USAGE_ERROR
     elif (message := _data_error(error)) is not None:
         return f"cvbench {command}: error: {for_command_line(message)}", RUN_ERROR
+    elif tensorflow_import_failure(error):  # a path that did not say what needed it
+        line = missing_tensorflow_line("this command", error)
+        return f"cvbench {command}: error: {for_command_line(line)}", RUN_ERROR
     elif isinstance(error, OSError):
         code = RUN_ERROR
     else:

@@ -140,3 +140,52 @@ def check_utf8(text: str, *, what: str) -> str:
             "UTF-8, e.g. in a folder name); rename it"
         ) from None
     return text
+
+
+class TensorFlowMissingError(CvbenchError, ImportError):
+    """What needs TensorFlow (writing TFRecords, tf.data, SavedModel) where `import
+    tensorflow` fails: the message says what needed it and why the import failed (exit 1)."""
+
+
+def tensorflow_import_failure(error: BaseException) -> bool:
+    """Whether `error` is `import tensorflow` failing: a missing module named `tensorflow...`,
+    or an `ImportError` raised from inside TensorFlow's own package (a broken or blocked
+    install).
+
+    Example:
+        >>> tensorflow_import_failure(ModuleNotFoundError("No module", name="tensorflow"))
+        True
+        >>> tensorflow_import_failure(ModuleNotFoundError("No module", name="grain"))
+        False
+    """
+    if not isinstance(error, ImportError):
+        return False
+    if (error.name or "").split(".")[0] == "tensorflow":
+        return True
+    tb, last = error.__traceback__, None
+    while tb is not None:
+        last, tb = tb.tb_frame.f_code.co_filename, tb.tb_next
+    return last is not None and f"{os.sep}tensorflow{os.sep}" in last
+
+
+def require_tensorflow(what: str) -> None:
+    """Imports TensorFlow, or raises `TensorFlowMissingError` saying that `what` needs it,
+    before any work (a builder writes nothing, not even its manifest).
+
+    Example:
+        >>> require_tensorflow("writing TFRecords")  # installed here: nothing happens
+    """
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError as error:
+        if not tensorflow_import_failure(error):
+            raise
+        raise TensorFlowMissingError(missing_tensorflow_line(what, error)) from None
+
+
+def missing_tensorflow_line(what: str, error: BaseException) -> str:
+    """The line of a failed `import tensorflow` that `what` needed."""
+    return (
+        f"{what} needs TensorFlow, which cannot be imported here ({error}): install "
+        "tensorflow, or on the JAX backend read the records with --data-backend grain"
+    )

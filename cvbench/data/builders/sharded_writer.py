@@ -88,7 +88,7 @@ from cvbench.data.builders.manifest import (
 )
 from cvbench.data.safe_paths import check_split_name, make_dir
 from cvbench.data.worker_pool import ParallelMap, default_num_workers, parallel_map
-from cvbench.utils.errors import CvbenchError, printable
+from cvbench.utils.errors import CvbenchError, printable, require_tensorflow
 from cvbench.utils.io import atomic_path, write_json_atomic
 from cvbench.utils.progress import progress_bar
 
@@ -425,6 +425,7 @@ def write_sharded(
                 f"one) to run in worker processes: {e}"
             ) from None
 
+    require_tensorflow("writing TFRecords")  # before the folder, its lock or its manifest
     with build_lock(out_dir) as out:
         return _write_locked(
             out, splits, encode_fn, start, dataset, options, metadata, item_key, describe,
