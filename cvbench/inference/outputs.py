@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from cvbench.utils.errors import BadFileError, naming
-from cvbench.utils.files import OUTPUTS_LIST, read_json, written_by_cvbench
+from cvbench.utils.files import OUTPUTS_LIST, read_json, tree_written_by_cvbench, written_by_cvbench
 
 #: The file in a SavedModel folder that says cvbench exported it (TF Serving ignores it).
 EXPORT_MARKER = "cvbench_export.json"
@@ -57,22 +56,6 @@ def check_writable(path: str | os.PathLike, *, folder: bool = False) -> None:
         raise OSError(e.errno, e.strerror, given) from None
     os.close(fd)
     os.unlink(probe)
-
-
-def _tree_is_ours(folder: Path) -> bool:
-    """Whether every entry under `folder` is a real folder or a file cvbench wrote there and
-    nobody changed (`record_tree`); links and other kinds make it not ours."""
-    for root, dirs, names in os.walk(folder):
-        for name in dirs:
-            if os.path.islink(os.path.join(root, name)):
-                return False
-        for name in names:
-            path = Path(root, name)
-            if name == OUTPUTS_LIST and stat.S_ISREG(os.lstat(path).st_mode):
-                continue
-            if not written_by_cvbench(path):
-                return False
-    return True
 
 
 def check_folder_path(path: str | os.PathLike) -> None:
@@ -207,7 +190,11 @@ def is_cvbench_export(path: str | os.PathLike) -> bool:
         marker = read_json(path / EXPORT_MARKER, limit=_MARKER_LIMIT, what="export marker")
     except (OSError, BadFileError):
         return False
-    return isinstance(marker, dict) and marker.get("cvbench_export") == 1 and _tree_is_ours(path)
+    return (
+        isinstance(marker, dict)
+        and marker.get("cvbench_export") == 1
+        and tree_written_by_cvbench(path)
+    )
 
 
 def check_replaceable(out: Path, *, overwrite: bool, label: str | None = None) -> None:
