@@ -275,7 +275,9 @@ def temporary_stem(name: str, *, name_max: int = NAME_MAX) -> str:
     kept = suffix if len(os.fsencode(suffix)) <= _KEPT_SUFFIX else ""
     digest = hashlib.sha256(raw).hexdigest()[:8]
     room = name_max - _TEMPORARY_OVERHEAD - 2 * len(os.fsencode(kept)) - 9  # "~", 8 digits
-    head = os.fsdecode(raw[: max(room, 1)]).replace(".", "_")
+    # whole characters only: a cut UTF-8 character is a surrogate that TensorFlow's writers
+    # (and any UTF-8 encoder) refuse; bytes that are no UTF-8 are left out of the head
+    head = raw[: max(room, 1)].decode("utf-8", "ignore").replace(".", "_")
     return f"{head}~{digest}{kept}"
 
 
