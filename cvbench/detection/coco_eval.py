@@ -370,9 +370,10 @@ def _refuse_duplicate_ids(entries: list[dict[str, Any]], where: str) -> None:
     one (two boxes with one id: perfect detections scored AP 0.25)."""
     seen: set[int] = set()
     for index, entry in enumerate(entries):
-        if entry["id"] in seen:
-            raise ValueError(f"{where}[{index}]: duplicate id {entry['id']}")
-        seen.add(entry["id"])
+        entry_id = coco_integer(entry.get("id"))  # a box's own id may be absent or anything
+        if entry_id is not None and entry_id in seen:
+            raise ValueError(f"{where}[{index}]: duplicate id {entry_id}")
+        seen.add(entry_id)
 
 
 def _with_id(entry: Any, where: str, *keys: str) -> dict[str, Any]:
@@ -394,7 +395,9 @@ def _annotation(index: int, annotation: Any) -> dict[str, Any]:
     ignored the box), a `bbox` of 4 finite numbers (a NaN one was never refused), and an
     `area` (`_with_area`)."""
     where = f"ground truth annotations[{index}]"
-    out = _with_area(_with_id(annotation, where, "id", "image_id", "category_id"))
+    # its own "id" is not needed (the boxes are numbered anew: `_load_groundtruth`), as
+    # build-coco, which keeps boxes without one, or of any id, does not need it
+    out = _with_area(_with_id(annotation, where, "image_id", "category_id"))
     # COCO's iscrowd is optional (0, as build-coco reads it); pycocotools needs it: KeyError
     flag = coco_flag(out.get("iscrowd", 0))
     if flag is None:
@@ -503,7 +506,10 @@ def _per_category_ap(coco_eval: Any, gt_dict: dict[str, Any]) -> dict[str, float
     category's AP replaced the other's."""
     names = {int(c["id"]): str(c.get("name", c["id"])) for c in gt_dict["categories"]}
     counts = Counter(names.values())
-    names = {i: n if counts[n] == 1 else f"{n} (id {i})" for i, n in names.items()}
+    keys = {i: n if counts[n] == 1 else f"{n} (id {i})" for i, n in names.items()}
+    if len(set(keys.values())) < len(keys):  # a name that is another's key ("dog (id 2)")
+        keys = {i: f"{n} (id {i})" for i, n in names.items()}
+    names = keys
     precision = np.asarray(coco_eval.eval["precision"])  # [T, R, K, A, M]
     out = {}
     for k, cat_id in enumerate(coco_eval.params.catIds):

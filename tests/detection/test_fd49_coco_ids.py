@@ -143,8 +143,13 @@ def test_malformed_files_are_bad_files_naming_them(tmp_path):
         # probe p50 #8: iscrowd is optional (build-coco reads a missing one as 0);
         # pycocotools raised KeyError: 'iscrowd'
         {**GT, "annotations": [{k: v for k, v in ANN.items() if k != "iscrowd"}]},
+        # review V F6: build-coco keeps a box of any id, or none: evaluation (which numbers
+        # the boxes anew) refused the same file
+        _gt(id=2**53 + 1),
+        _gt(id="x"),
+        {**GT, "annotations": [{k: v for k, v in ANN.items() if k != "id"}]},
     ],
-    ids=["box_id_0", "no_iscrowd"],
+    ids=["box_id_0", "no_iscrowd", "box_id_past_2_53", "box_id_text", "no_box_id"],
 )
 def test_an_exact_detection_scores_ap_1(backend, gt):
     # one image, one box, the detection on it exactly: AP 1.0 at every IoU threshold
@@ -179,3 +184,14 @@ def test_two_categories_of_one_name_keep_both_aps(backend):
     assert stats["AP/dog (id 18)"] == pytest.approx(1.0)
     assert stats["AP/dog (id 19)"] == pytest.approx(0.0)
     assert "AP/dog" not in stats
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_name_that_is_another_categorys_key_keeps_every_ap(backend):
+    # review V F4: "dog", "dog" and "dog (id 18)" gave two keys: one AP was lost
+    cats = [{"id": 18, "name": "dog"}, {"id": 19, "name": "dog"}, {"id": 20, "name": "dog (id 18)"}]
+    gt = {**GT, "categories": cats}
+    stats = evaluate_coco([GOOD], gt, print_fn=None, backend=backend, per_category=True)
+    aps = {k: v for k, v in stats.items() if k.startswith("AP/")}
+    assert sorted(aps) == ["AP/dog (id 18)", "AP/dog (id 18) (id 20)", "AP/dog (id 19)"]
+    assert aps["AP/dog (id 18)"] == pytest.approx(1.0)
