@@ -88,8 +88,12 @@ class StopRequest:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        signum, self.signum = self.signum, None
-        self._handlers.__exit__(kind, error, traceback)  # raises a dropped KeyboardInterrupt
+        try:
+            self._handlers.__exit__(kind, error, traceback)  # raises a dropped KeyboardInterrupt
+        finally:
+            # read once the handlers are put back: a signal while they were being put back
+            # is recorded here, one after goes to the handler put back (review V F2)
+            signum, self.signum = self.signum, None
         if error is None and signum is not None and self._installed():
             # asked after the last step the run could stop at: the handler put back acts
             signal.raise_signal(signum)
