@@ -51,7 +51,7 @@ from typing import IO, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from cvbench.utils.errors import BadFileError, check_utf8
+from cvbench.utils.errors import BadFileError, check_utf8, naming
 from cvbench.utils.files import (
     check_regular,
     loads_json,
@@ -619,7 +619,7 @@ def save_model(model: Any, path: str | os.PathLike, info: ModelInfo | None = Non
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        with keras_temporaries(path, "write"):
+        with naming(path), keras_temporaries(path, "write"):  # a full disk here: `path`
             model.save(tmp)
         if info is not None:
             with zipfile.ZipFile(tmp, "a") as archive:
@@ -891,6 +891,23 @@ KERAS_TEMPORARIES_PREFIX = ".cvbench-keras-"
 _TEMPORARIES_LOCK = threading.Lock()
 
 
+def _temporaries_full(error: OSError, base: str) -> bool:
+    """Whether the full disk of `error` is the temporary folder `base`'s: the file it names
+    is in `base`, or it names none and `base`'s file system has (almost) no room left."""
+    if error.filename is not None:
+        named = os.path.abspath(os.fsdecode(error.filename))
+        return os.path.commonpath([named, os.path.abspath(base)]) == os.path.abspath(base)
+    try:
+        st = os.statvfs(base)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < _ROOM
+
+
+#: Free bytes under which a temporary folder counts as full (an error naming no file).
+_ROOM = 1 << 20
+
+
 @contextlib.contextmanager
 def keras_temporaries(model_file: str | os.PathLike, action: str) -> Iterator[Path]:
     """A private folder in the temporary folder (`tempfile.gettempdir()`: TMPDIR) for the
@@ -930,8 +947,8 @@ def keras_temporaries(model_file: str | os.PathLike, action: str) -> Iterator[Pa
             tempfile.tempdir = os.fspath(folder)
             yield folder
         except OSError as e:
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT) or not _temporaries_full(e, base):
+                raise  # another disk filled up: the destination of a save (review V F5)
             raise OSError(
                 e.errno,
                 f"the temporary folder {base} is full ({os.strerror(e.errno)}) while Keras "

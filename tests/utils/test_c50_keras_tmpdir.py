@@ -89,3 +89,17 @@ def test_keras_temporaries_restores_the_temporary_folder_after_an_error(tmp_path
         assert tempfile.gettempdir() == str(folder)
         raise RuntimeError("Keras failed")
     assert tempfile.tempdir == str(tmp_path) and not folder.exists()
+
+
+def test_a_full_destination_is_not_blamed_on_the_temporary_folder(tmp_path):
+    # review V F5: save_model into a full folder said "the temporary folder /tmp is full
+    # ... set TMPDIR" though TMPDIR had room: the error names the file it could not write
+    disk = SmallDisk(tmp_path / "dest")
+    try:
+        full = disk.mount(8 * 1024)
+        with pytest.raises(OSError) as e:
+            save_model(channel_classifier(), full / "m.keras", classifier_info())
+        assert "temporary folder" not in str(e.value) and "TMPDIR" not in str(e.value)
+        assert str(full) in str(e.value)  # the destination is named
+    finally:
+        disk.unmount()
