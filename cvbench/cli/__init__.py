@@ -211,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = known_error(e, command=args.command)
         # --debug keeps the traceback of an error; a signal's stop is not one (it was asked)
         if known is None or (_debug(args) and known[1] <= SIGNAL_EXIT):
+            _release_frames(e)
             raise
         line, code = known
         for given, resolved in links:  # the line names the target: say whose it is
@@ -220,6 +221,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(printable(line), file=sys.stderr)  # one line: a file name's newline escaped
         return code
+
+
+def _release_frames(error: BaseException) -> None:
+    """Clears the local variables of the finished frames of `error`'s traceback (and of the
+    errors it chains), then collects: what they held (a `tf.data` iterator and its threads)
+    is released now, not while the interpreter shuts down, where TensorFlow's iterator
+    threads sometimes hung it for good after the traceback was printed (`--debug` of a
+    corrupt record: 1 run in 4 on 2 busy cores). The traceback still prints in full (file,
+    line and code; no locals)."""
+    import gc
+    import traceback
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        error = error.__cause__ or error.__context__
+    gc.collect()
 
 
 def resolve_outputs(
