@@ -24,6 +24,22 @@ decoding and converting a 13000 x 13000 PNG takes gigabytes); a larger image is 
 `ImageError` too, which the builders skip and list like a corrupt file (`--max-pixels` raises
 the limit). This check replaces Pillow's own (`Image.MAX_IMAGE_PIXELS`) during the call.
 
+Pixels wider than 8 bits are brought to `[0, 255]` by one rule, `to_rgb_array`'s, which the
+builders (`to_rgb`, before the JPEG encoding) and inference (`cvbench predict`, `classify`,
+`detect`: `cvbench.inference.images.read_image`) both use, so a file gives the same pixels in
+training, evaluation and prediction:
+
+* float (Pillow mode "F", e.g. a float32 TIFF): taken to be in `[0, 1]`, multiplied by 255 and
+  clipped to `[0, 255]` (NaN gives 0);
+* unsigned 16-bit ("I;16", "I;16B", ...: 16-bit PNG and TIFF): scaled from the full range of
+  the type, `v * 255 / 65535`;
+* 32-bit and signed integers ("I", "I;16S", ...: int32 TIFF), whose type range says nothing
+  about the data: kept as they are when every value is in `[0, 255]`, scaled by
+  `255 / 65535` when every value is in `[0, 65535]`, else scaled from the image's own
+  minimum and maximum to `[0, 255]`;
+
+then rounded to uint8 (one grey channel repeated to RGB), a block of rows at a time.
+
 `read_image_file` reads only a regular file (a FIFO named `x.JPEG` would block forever, a link
 to `/dev/zero` never ends) of at most `max_bytes` (default `DEFAULT_MAX_IMAGE_BYTES`, 256 MiB:
 no camera or scanner image comes near; `--max-image-bytes` raises it), through
@@ -41,6 +57,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 from PIL import Image
 
 from cvbench.utils.errors import USAGE_ERROR, BadFileError, CvbenchError
@@ -58,6 +75,10 @@ MAX_STRAY_JPEG_BYTES = 16
 _STRAY_BYTES = re.compile(
     r"^Corrupt JPEG data: (\d+) extraneous bytes before marker 0x[0-9a-f]{2}$"
 )
+#: Rows of wide (float, 16/32-bit) pixels converted at a time (`to_rgb_array`).
+_ROWS_PER_BLOCK = 256
+#: Pillow's modes of unsigned 16-bit pixels.
+_UNSIGNED_16 = ("I;16", "I;16B", "I;16L", "I;16N")
 #: The libjpeg output colour space for each Pillow mode of a JPEG (RGB for the others).
 _JPEG_COLORSPACE = {"L": "GRAY", "CMYK": "CMYK"}
 
@@ -440,15 +461,80 @@ def _check_jpeg_data(data: bytes, mode: str, target: tuple[int, int]) -> None:
 
 def to_rgb(image: Image.Image) -> Image.Image:
     """A decoded Pillow image as 8-bit RGB: the first frame of an animation, transparent
-    pixels over white (as a viewer shows them), 16-bit and integer grey scaled down to 8 bits.
+    pixels over white (as a viewer shows them), pixels wider than 8 bits brought to
+    `[0, 255]` by `to_rgb_array`'s rule (module docstring), the rule inference uses.
+
+    Example:
+        >>> to_rgb(Image.fromarray(np.full((1, 2), 0.5, np.float32), mode="F")).getpixel((0, 0))
+        (128, 128, 128)
     """
     if getattr(image, "n_frames", 1) > 1:
         image.seek(0)
+    grey = _wide_to_grey(image)
+    if grey is not None:
+        return Image.fromarray(grey).convert("RGB")
     if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
         rgba = image.convert("RGBA")
         rgb = Image.new("RGB", rgba.size, (255, 255, 255))
         rgb.paste(rgba, mask=rgba.getchannel("A"))
         return rgb
-    if image.mode.startswith("I;16") or image.mode in ("I", "F"):
-        return image.convert("I").point(lambda v: v * (1 / 256)).convert("L").convert("RGB")
     return image.convert("RGB")
+
+
+def to_rgb_array(image: Image.Image) -> np.ndarray:
+    """A decoded Pillow image as `(H, W, 3)` uint8 RGB, wide pixels brought to `[0, 255]` by
+    the rule of the module docstring: the pixels of `to_rgb`, which the builders encode.
+
+    Example:
+        >>> to_rgb_array(Image.fromarray(np.full((1, 2), 0.5, np.float32), mode="F"))[0, 0]
+        array([128, 128, 128], dtype=uint8)
+        >>> to_rgb_array(Image.fromarray(np.array([[0, 65535]], np.uint16)))[0, :, 0]
+        array([  0, 255], dtype=uint8)
+        >>> to_rgb_array(Image.fromarray(np.array([[7, 200]], np.int32), mode="I"))[0, :, 0]
+        array([  7, 200], dtype=uint8)
+    """
+    if getattr(image, "n_frames", 1) > 1:
+        image.seek(0)
+    grey = _wide_to_grey(image)
+    if grey is None:
+        return np.asarray(to_rgb(image), dtype=np.uint8)
+    return np.repeat(grey[..., None], 3, axis=-1)
+
+
+def _wide_to_grey(image: Image.Image) -> np.ndarray | None:
+    """The `(H, W)` uint8 grey of an image of float, 16-bit or 32-bit pixels by the rule of
+    the module docstring, a block of rows at a time; None for an image of another mode."""
+    mode = image.mode
+    if mode == "F":
+        rule = "float"
+    elif mode in _UNSIGNED_16:
+        rule = "16-bit"
+    elif mode == "I" or mode.startswith("I;"):
+        rule = "integer"
+        image = image if mode == "I" else image.convert("I")
+        low, high = (float(v) for v in image.getextrema())
+    else:
+        return None
+    width, height = image.size
+    grey = np.empty((height, width), np.uint8)
+    for top in range(0, height, _ROWS_PER_BLOCK):
+        bottom = min(top + _ROWS_PER_BLOCK, height)
+        block = np.asarray(image.crop((0, top, width, bottom)), dtype=np.float64)
+        if rule == "float":
+            block = np.nan_to_num(block, nan=0.0) * 255.0
+        elif rule == "16-bit":
+            block = block * (255.0 / 65535.0)
+        else:
+            block = _integer_to_255(block, low, high)
+        grey[top:bottom] = np.clip(block, 0.0, 255.0).round()
+    return grey
+
+
+def _integer_to_255(values: np.ndarray, low: float, high: float) -> np.ndarray:
+    """32-bit and signed integers to `[0, 255]` by the rule of the module docstring, given
+    the whole image's minimum `low` and maximum `high`."""
+    if low >= 0 and high <= 255:
+        return values
+    if low >= 0 and high <= 65535:
+        return values * (255.0 / 65535.0)
+    return (values - low) * (255.0 / (high - low))

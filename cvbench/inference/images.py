@@ -32,18 +32,17 @@ checks them equal; Pillow's differ by a few levels, up to 14 against DLE's optio
 which TensorFlow decodes too) goes to Pillow; any other libjpeg complaint (scan data cut short
 or garbled behind a valid header: "premature end of data segment", thousands of "extraneous
 bytes", a truncated file) makes it a corrupt image, never classified: Pillow would fill the
-missing rows and say nothing. Pixels wider than 8 bits are brought to `[0, 255]` by a fixed rule:
+missing rows and say nothing. Pixels wider than 8 bits are brought to `[0, 255]` by the rule
+the builders use too (`to_rgb_array`, from `cvbench.data.image_io`, whose docstring states it),
+so a file gives the pixels a model was trained on:
 
-* float (Pillow mode "F", e.g. a float32 TIFF): taken to be in `[0, 1]`, multiplied by 255 and
-  clipped to `[0, 255]` (NaN gives 0);
-* unsigned 16-bit ("I;16", "I;16B", ...: 16-bit PNG and TIFF): scaled from the full range of
-  the type, `v * 255 / 65535`;
-* 32-bit and signed integers ("I", "I;16S", ...: int32 TIFF), whose type range says nothing
-  about the data: kept as they are when every value is in `[0, 255]`, scaled by
-  `255 / 65535` when every value is in `[0, 65535]`, else scaled from the image's own
-  minimum and maximum to `[0, 255]`;
+* float (Pillow mode "F", e.g. a float32 TIFF): taken to be in `[0, 1]`, times 255, clipped;
+* unsigned 16-bit ("I;16", ...: 16-bit PNG and TIFF): `v * 255 / 65535`;
+* 32-bit and signed integers ("I", "I;16S", ...: int32 TIFF): kept when every value is in
+  `[0, 255]`, scaled by `255 / 65535` when every value is in `[0, 65535]`, else from the
+  image's own minimum and maximum;
 
-then rounded to uint8 (one grey channel repeated to RGB), a block of rows at a time. A file
+then rounded to uint8 (one grey channel repeated to RGB). A file
 must be a regular file of at most `MAX_IMAGE_BYTES` (a FIFO, a device such as `/dev/zero`, a
 2 GiB sparse file are refused before a byte is read); its width and height are read from its
 header and checked against `max_image_pixels` (`MAX_IMAGE_PIXELS`, 64 megapixels) before it is
@@ -78,7 +77,7 @@ from typing import Any, TypeVar
 import numpy as np
 from PIL import Image
 
-from cvbench.data.image_io import DEFAULT_MAX_PIXELS, ImageError, to_rgb
+from cvbench.data.image_io import DEFAULT_MAX_PIXELS, ImageError, to_rgb_array
 from cvbench.inference.resize import (  # noqa: F401 - re-exported: the resize rules
     Geometry,
     center_crop_geometry,
@@ -105,8 +104,6 @@ IMAGE_BYTES_PER_PIXEL = 20
 #: Stray bytes before a JPEG marker accepted as harmless (libjpeg's "extraneous bytes" warning;
 #: TensorFlow's decoder ignores it); more mean scan data that did not decode as written.
 MAX_STRAY_JPEG_BYTES = 16
-#: Rows of wide (float, 16/32-bit) pixels converted at a time.
-_ROWS_PER_BLOCK = 256
 _STRAY_BYTES = re.compile(
     r"^Corrupt JPEG data: (\d+) extraneous bytes before marker 0x[0-9a-f]{2}$"
 )
@@ -238,56 +235,6 @@ def _open_header(data: bytes) -> Image.Image:
             return Image.open(io.BytesIO(data))
         finally:
             Image.MAX_IMAGE_PIXELS = saved
-
-
-def to_rgb_array(image: Image.Image) -> np.ndarray:
-    """A decoded Pillow image as `(H, W, 3)` uint8 RGB, wide pixels brought to `[0, 255]` by
-    the rule of the module docstring.
-
-    Example:
-        >>> to_rgb_array(Image.fromarray(np.full((1, 2), 0.5, np.float32), mode="F"))[0, 0]
-        array([128, 128, 128], dtype=uint8)
-        >>> to_rgb_array(Image.fromarray(np.array([[0, 65535]], np.uint16)))[0, :, 0]
-        array([  0, 255], dtype=uint8)
-        >>> to_rgb_array(Image.fromarray(np.array([[7, 200]], np.int32), mode="I"))[0, :, 0]
-        array([  7, 200], dtype=uint8)
-    """
-    if getattr(image, "n_frames", 1) > 1:
-        image.seek(0)
-    mode = image.mode
-    if mode == "F":
-        rule = "float"
-    elif mode in ("I;16", "I;16B", "I;16L", "I;16N"):
-        rule = "16-bit"
-    elif mode == "I" or mode.startswith("I;"):
-        rule = "integer"
-        image = image if mode == "I" else image.convert("I")
-        low, high = (float(v) for v in image.getextrema())
-    else:
-        return np.asarray(to_rgb(image), dtype=np.uint8)
-    width, height = image.size
-    grey = np.empty((height, width), np.uint8)
-    for top in range(0, height, _ROWS_PER_BLOCK):
-        bottom = min(top + _ROWS_PER_BLOCK, height)
-        block = np.asarray(image.crop((0, top, width, bottom)), dtype=np.float64)
-        if rule == "float":
-            block = np.nan_to_num(block, nan=0.0) * 255.0
-        elif rule == "16-bit":
-            block = block * (255.0 / 65535.0)
-        else:
-            block = _integer_to_255(block, low, high)
-        grey[top:bottom] = np.clip(block, 0.0, 255.0).round()
-    return np.repeat(grey[..., None], 3, axis=-1)
-
-
-def _integer_to_255(values: np.ndarray, low: float, high: float) -> np.ndarray:
-    """32-bit and signed integers to `[0, 255]` by the rule of the module docstring, given
-    the whole image's minimum `low` and maximum `high`."""
-    if low >= 0 and high <= 255:
-        return values
-    if low >= 0 and high <= 65535:
-        return values * (255.0 / 65535.0)
-    return (values - low) * (255.0 / (high - low))
 
 
 def list_image_files(folder: str | os.PathLike) -> list[Path]:

@@ -69,7 +69,8 @@ def test_sixteen_bit_png_is_scaled_to_eight_bits():
     gray16 = (np.arange(40 * 56, dtype=np.uint16).reshape(40, 56) * 29).astype(np.uint16)
     out = to_rgb_jpeg(encode(gray16, "PNG"), quality=100)
     decoded = _decode(out.data)
-    # Pixel 16-bit value v becomes v // 256: the last pixel is 2239 * 29 = 64931 -> 253.
+    # Pixel 16-bit value v becomes round(v * 255 / 65535): the last pixel is 2239 * 29 = 64931
+    # -> 252.65 -> 253.
     assert abs(decoded[-1, -1, 0] - 253) <= 3
     assert abs(decoded[0, 0, 0] - 0) <= 3
 
