@@ -4,6 +4,11 @@ the tests named in `heavy_tests.txt` are marked `heavy` (`make test` deselects t
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
+import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -46,12 +51,78 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.heavy)
 
 
+# The suite's process grew by 20 GB over CI's TensorFlow run (killed at 24 GiB, 61%). The
+# cause: `tf.custom_gradient` in graph mode (TensorFlow's own all-reduce in every Keras train
+# step traced under TensorFlow) registers a gradient function in TensorFlow's global gradient
+# registry for good, and it holds the traced step's graph and, through its captures, the
+# model's variables: every `fit` of a test kept its model's weights alive. After each test
+# the entries it added are dropped (its graphs are traced; nothing differentiates them
+# again); the graphs are then reference cycles that only a full collection frees, and glibc
+# keeps the freed pages. A collection costs 0.2-0.6 s, too much after each of ~3000 tests,
+# so one runs when the resident size has grown this much since the last
+# (tests/test_conftest_memory.py).
+COLLECT_AFTER_GROWTH = 256 * 2**20
+
+
+def _gradient_registry() -> dict | None:
+    """TensorFlow's registry of gradient functions by op type, where TensorFlow is loaded."""
+    ops = sys.modules.get("tensorflow.python.framework.ops")
+    registry = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
+    return registry if isinstance(registry, dict) else None
+
+
+def _custom_gradients() -> set[str]:
+    registry = _gradient_registry()
+    return {k for k in registry if k.startswith("CustomGradient-")} if registry else set()
+
+
+def drop_custom_gradients(keep: set[str]) -> int:
+    """Removes the `tf.custom_gradient` entries not in `keep`; returns how many."""
+    registry = _gradient_registry()
+    dropped = _custom_gradients() - keep
+    for key in dropped:
+        del registry[key]
+    return len(dropped)
+
+
+def _resident_bytes() -> int:
+    """This process' resident set size (Linux /proc; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def _give_back_memory() -> None:
+    """A full collection, then glibc's free pages back to the system (malloc_trim)."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+_collected_at = [_resident_bytes()]
+
+
+def collect_if_grown(limit: int = COLLECT_AFTER_GROWTH) -> bool:
+    """Collects when the resident size grew by `limit` bytes since the last collection;
+    True when it did."""
+    if _resident_bytes() - _collected_at[0] < limit:
+        return False
+    _give_back_memory()
+    _collected_at[0] = _resident_bytes()
+    return True
+
+
 @pytest.fixture(autouse=True)
 def _fresh_keras_state() -> Iterator[None]:
     keras.utils.set_random_seed(0)
+    gradients = _custom_gradients()
     yield
     keras.config.set_dtype_policy("float32")
     keras.backend.clear_session(free_memory=False)
+    drop_custom_gradients(gradients)
+    collect_if_grown()
 
 
 def _randomize(model: keras.Model, seed: int) -> None:

@@ -52,8 +52,14 @@ def _workspace(block: Block, tmp_path_factory, doc_data) -> Workspace:
     if before.id not in _WORKSPACES:
         ws = _workspace(before, tmp_path_factory, doc_data)
         exercise(before, ws, doc_data, _docker_tags())
-        _WORKSPACES[before.id] = ws
-    return _WORKSPACES[before.id]
+        return ws
+    return _WORKSPACES.pop(before.id)
+
+
+def _continued(block: Block) -> bool:
+    """Whether the next block of the same file runs in this one's namespace."""
+    after = [b for b in BLOCKS if b.path == block.path and b.line > block.line]
+    return bool(after) and "continue" in after[0].directive.flags
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
@@ -83,4 +89,14 @@ def test_doc_block(block, tmp_path_factory, doc_data, request, monkeypatch):
         monkeypatch.setattr(coco_download, "COCO_2017_FILES", files)
     workspace = _workspace(block, tmp_path_factory, doc_data)
     exercise(block, workspace, doc_data, _docker_tags())
-    _WORKSPACES[block.id] = workspace
+    # Kept only for the block that continues it: a namespace holds the block's models and
+    # tensors, and every block's kept to the end of the session grew the suite by gigabytes.
+    if _continued(block):
+        _WORKSPACES[block.id] = workspace
+
+
+def test_only_namespaces_a_later_block_continues_are_kept():
+    # Runs after the blocks above (pytest keeps a file's order): a kept namespace holds its
+    # block's models, so one no block continues is memory held to the end of the session.
+    by_id = {b.id: b for b in BLOCKS}
+    assert all(_continued(by_id[i]) for i in _WORKSPACES)
