@@ -18,7 +18,11 @@ in the checkpoint, 'wolf' now`) and is refused like any other difference. A chan
 named in a warning (`seed_change`), not refused: the checkpoint restores the weights, the
 optimizer and the data order reached; the new seed only draws the shuffles and augmentations
 of the epochs still to come. So is another input pipeline (`pipeline_change`: tf.data,
-grain or DALI, the task's `data_pipeline` setting), whose order and augmentation differ.
+grain or DALI, the task's `data_pipeline` setting), whose order and augmentation differ;
+another Keras backend (`backend_change`: a TensorFlow run resumed under JAX computes and
+draws its random numbers differently); and other training records (`records_change`: the
+`train_records` setting, the identity of the training shard set: a rebuilt or resharded
+folder puts other records in the batches the restored data position counts).
 
 A resume whose run folder holds checkpoints none of which is valid is refused
 (`check_resumed`: a `BadFileError` naming them) rather than started again at step 0, which
@@ -50,9 +54,12 @@ from cvbench.utils.errors import BadFileError
 from cvbench.utils.model_file import current_setting
 
 #: The settings (`Trainer.run_settings`) that say what the labels mean, where the
-#: randomness starts and what reads the data, compared with messages of their own
-#: (`_class_name_differences`, `seed_change`, `pipeline_change`).
-IDENTITY_KEYS = ("class_names", "seed", "data_pipeline", "data_workers")
+#: randomness starts, what reads the data, what computes the steps and which records the
+#: data position counts, compared with messages of their own (`_class_name_differences`,
+#: `seed_change`, `pipeline_change`, `backend_change`, `records_change`).
+IDENTITY_KEYS = (
+    "class_names", "seed", "data_pipeline", "data_workers", "keras_backend", "train_records"
+)  # fmt: skip
 
 
 def run_plan(
@@ -187,17 +194,25 @@ def describe(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str, sort_keys=True))
 
 
-def run_identity(*, seed: int | None, class_names: Any) -> dict[str, Any]:
+def run_identity(
+    *, seed: int | None, class_names: Any, keras_backend: str | None = None
+) -> dict[str, Any]:
     """The run's seed and class names (index -> name) as the Trainer records them among its
-    settings (`IDENTITY_KEYS`); `class_names` None (a model without names) is recorded as
+    settings (`IDENTITY_KEYS`), and with `keras_backend` the Keras backend that runs the
+    steps ("tensorflow", "jax"); `class_names` None (a model without names) is recorded as
     None.
 
     Example:
         >>> run_identity(seed=0, class_names=("cat", "dog"))
         {'class_names': ['cat', 'dog'], 'seed': 0}
+        >>> run_identity(seed=0, class_names=None, keras_backend="jax")["keras_backend"]
+        'jax'
     """
     names = None if class_names is None else [str(name) for name in class_names]
-    return {"class_names": names, "seed": seed}
+    identity: dict[str, Any] = {"class_names": names, "seed": seed}
+    if keras_backend is not None:
+        identity["keras_backend"] = keras_backend
+    return identity
 
 
 def _class_name_differences(stored: dict, now: dict) -> list[str]:
@@ -264,6 +279,67 @@ def pipeline_change(meta: dict, now: dict[str, Any]) -> str | None:
     if workers_before is None or workers is None or workers_before == workers:
         return None
     return f"{pipeline} with {workers_before} data workers in the checkpoint, {workers} now"
+
+
+def backend_change(meta: dict, now: dict[str, Any]) -> str | None:
+    """`"tensorflow in the checkpoint, jax now"` when this run's plan `now` runs its steps
+    on another Keras backend (the `keras_backend` setting) than the checkpointed run's
+    (`meta`): its kernels round differently and its random numbers (initial values,
+    dropout, in-model augmentation) are other numbers; None when they agree or either side
+    records none (a checkpoint written before the backend was recorded).
+
+    Example:
+        >>> backend_change({"state": {"settings": {"keras_backend": "tensorflow"}}},
+        ...                {"settings": {"keras_backend": "jax"}})
+        'tensorflow in the checkpoint, jax now'
+        >>> backend_change({"state": {"settings": {}}}, {"settings": {"keras_backend": "jax"}})
+    """
+    stored = (meta.get("state") or {}).get("settings") or {}
+    before, backend = stored.get("keras_backend"), (now.get("settings") or {}).get("keras_backend")
+    if before is None or backend is None or before == backend:
+        return None
+    return f"{before} in the checkpoint, {backend} now"
+
+
+def records_change(meta: dict, now: dict[str, Any]) -> str | None:
+    """`"2 shards, 16 records, 24,352 bytes in the checkpoint, 1 shard, 16 records, 24,300
+    bytes now"` when this run's training records (the `train_records` setting: the
+    identity of the shard set, `cvbench.data.read.splits.records_identity`) are another
+    build or sharding than the checkpointed run's (`meta`); the data position a checkpoint
+    restores counts batches of its own records. `"other shard files (...)"` when only their
+    names or sizes differ. None when they agree or either side records none (an older
+    checkpoint, synthetic data, a caller's own data). Records moved to another folder keep
+    their identity.
+
+    Example:
+        >>> old = {"shards": 2, "records": 16, "bytes": 24352, "files_sha256": "ab"}
+        >>> new = {"shards": 1, "records": 16, "bytes": 24300, "files_sha256": "cd"}
+        >>> print(records_change({"state": {"settings": {"train_records": old}}},
+        ...                      {"settings": {"train_records": new}}))
+        2 shards, 16 records, 24,352 bytes in the checkpoint, 1 shard, 16 records, 24,300 bytes now
+        >>> records_change({"state": {"settings": {"train_records": old}}},
+        ...                {"settings": {"train_records": dict(old, files_sha256="cd")}})
+        'other shard files (2 shards, 16 records, 24,352 bytes in both)'
+    """
+    stored = (meta.get("state") or {}).get("settings") or {}
+    before, records = stored.get("train_records"), (now.get("settings") or {}).get("train_records")
+    if not isinstance(before, dict) or not isinstance(records, dict) or before == records:
+        return None
+    old, new = _records_words(before), _records_words(records)
+    if old == new:
+        return f"other shard files ({old} in both)"
+    return f"{old} in the checkpoint, {new} now"
+
+
+def _records_words(identity: dict) -> str:
+    """`"2 shards, 16 records, 24,352 bytes"` of a `train_records` identity (the records
+    left out when unknown)."""
+    parts = []
+    for key, noun in (("shards", "shard"), ("records", "record"), ("bytes", "byte")):
+        value = identity.get(key)
+        if isinstance(value, int):
+            parts.append(f"{value:,} {noun}{'' if value == 1 else 's'}")
+    return ", ".join(parts) or "unknown records"
 
 
 def _without_identity(plan: dict[str, Any]) -> dict[str, Any]:
@@ -488,6 +564,18 @@ _NAMED_CHANGES = (
         "through another input pipeline ({}): the rest of the run reads its images in "
         "another order, another augmentation or other batches, so it is not the run the "
         "checkpoint's would have been",
+    ),
+    (
+        backend_change,
+        "on another Keras backend ({}): the weights and optimizer are the checkpoint's, but "
+        "the steps still to come compute and draw their random numbers differently, so the "
+        "rest of the run is not the run the checkpoint's would have been",
+    ),
+    (
+        records_change,
+        "with other training records ({}): the data position restored counts batches of the "
+        "checkpoint's records, so the rest of the run reads other batches: it is not the run "
+        "the checkpoint's would have been",
     ),
 )
 

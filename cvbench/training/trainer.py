@@ -102,8 +102,9 @@ class Trainer(_TrainerCheckpoints):
             checkpoint's together with the optimizer and schedule: `prepare_run` sets the
             task's (model, image size, classes, label smoothing, recipe knobs); empty by
             default. Reading it adds the run's identity (`resume.run_identity`): the seed
-            (`config.seed`) and the class names of `model_info`, which a resume compares
-            too (records rebuilt with other class folders shift every label).
+            (`config.seed`), the class names of `model_info` and the Keras backend, which
+            a resume compares too (records rebuilt with other class folders shift every
+            label; another seed or backend is named in a warning).
 
     Raises:
         ValueError: for inconsistent settings (named in the message).
@@ -304,9 +305,11 @@ class Trainer(_TrainerCheckpoints):
     @property
     def run_settings(self) -> dict[str, Any]:
         """What else a resume must agree on: the settings the task layer set, with the run's
-        seed and class names (`resume.run_identity`)."""
+        seed, class names and Keras backend (`resume.run_identity`)."""
         names = self.model_info.class_names if self.model_info is not None else None
-        identity = resume.run_identity(seed=self.config.seed, class_names=names)
+        identity = resume.run_identity(
+            seed=self.config.seed, class_names=names, keras_backend=keras.config.backend()
+        )
         return {**self._run_settings, **identity}
 
     @run_settings.setter

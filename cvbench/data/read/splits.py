@@ -12,16 +12,23 @@
   shard recorded so is read (it holds no records).
 
 `every_split_files(data_dir)` lists every split of a folder so (what `cvbench dali-index`
-indexes). The files a `file_pattern` names are the caller's choice (one shard of a set, another
-writer's file that holds no records) and are not checked.
+indexes). The files a `file_pattern` names are the caller's choice (one shard of a set,
+another writer's file that holds no records) and are not checked.
+
+`records_identity(files)` tells one shard set from another build or sharding of the records
+without reading them (what a resume compares: the data position it restores counts batches
+of its own records).
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from cvbench.data.read.raw_data import raw_data_message
 from cvbench.data.safe_paths import check_split_name
@@ -157,3 +164,60 @@ def every_split_files(data_dir: str | os.PathLike) -> list[str]:
     if not splits:
         raise FileNotFoundError(f"no TFRecord shards named <split>-NNNNN-of-NNNNN in {root}")
     return sorted(f for split in splits for f in list_split_files(root, split))
+
+
+def records_identity(files: Sequence[str | os.PathLike]) -> dict[str, Any]:
+    """What tells the shard set `files` (a split's, `list_split_files`) from another build
+    or sharding of the records, cheaply (one `stat` per file and the build manifest; no
+    record read): `{"shards", "bytes", "records", "files_sha256"}`: the number of files,
+    their total size, the records the build manifest of their folder counts for them (None
+    when it does not record every one of them), and the SHA-256 over each file's name and
+    size in order. Records copied or moved to another folder keep it.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> for name, size in (("train-00000-of-00002", 3), ("train-00001-of-00002", 5)):
+        ...     _ = (d / name).write_bytes(b"r" * size)
+        >>> identity = records_identity(list_split_files(d, "train"))
+        >>> identity["shards"], identity["bytes"], identity["records"]
+        (2, 8, None)
+    """
+    digest = hashlib.sha256()
+    sizes = []
+    for path in files:
+        size = os.stat(path).st_size
+        sizes.append(size)
+        name = os.path.basename(os.fspath(path))
+        digest.update(f"{name}\t{size}\n".encode("utf-8", "surrogateescape"))
+    return {
+        "shards": len(sizes),
+        "bytes": sum(sizes),
+        "records": _manifest_records(files),
+        "files_sha256": digest.hexdigest(),
+    }
+
+
+def _manifest_records(files: Sequence[str | os.PathLike]) -> int | None:
+    """The records the build manifest of the folder of `files` counts for them, or None
+    (files in several folders, no readable manifest, or one of them not recorded)."""
+    folders = {os.path.dirname(os.path.abspath(os.fspath(p))) for p in files}
+    if len(folders) != 1:
+        return None
+    try:
+        manifest = read_json(
+            Path(folders.pop()) / BUILD_MANIFEST, limit=MAX_BUILD_MANIFEST_BYTES, what="manifest"
+        )
+    except (OSError, BadFileError):
+        return None
+    shards = manifest.get("shards") if isinstance(manifest, dict) else None
+    if not isinstance(shards, dict):
+        return None
+    total = 0
+    for path in files:
+        entry = shards.get(os.path.basename(os.fspath(path)))
+        records = entry.get("records") if isinstance(entry, dict) else None
+        if not isinstance(records, int) or isinstance(records, bool) or records < 0:
+            return None
+        total += records
+    return total
