@@ -25,6 +25,8 @@ from cvbench.cli.task_args import add_model_and_data, report_corrupt, task_from_
 
 #: `cvbench benchmark`'s steps per timed window (one progress line each).
 DEFAULT_WINDOW_STEPS = 10
+#: Timed calls per batch size of `--latency-batch-sizes`.
+DEFAULT_LATENCY_CALLS = 20
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,7 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_and_data(p, synthetic_help="one random batch on the device: times the model")
     p.add_argument("--steps", type=positive_int, default=100, help="measured steps (100)")
     p.add_argument(
-        "--burn-in", type=non_negative_int, default=20, help="unmeasured steps, at least 1 (20)"
+        "--burn-in",
+        type=positive_int,
+        default=20,
+        help="unmeasured steps, at least 1: the first compiles (20)",
     )
     p.add_argument("--mode", choices=("train", "inference"), default="train", help="what to time")
     p.add_argument(
@@ -62,7 +67,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "1,8,64,256, and print p50/p90/p95/p99 (SSD320 with post-processing)",
     )
     p.add_argument(
-        "--latency-calls", type=positive_int, default=20, help="timed calls per size (20)"
+        "--latency-calls",
+        type=positive_int,
+        default=None,
+        help=f"with --latency-batch-sizes: timed calls per size ({DEFAULT_LATENCY_CALLS})",
     )
     p.add_argument(
         "--json",
@@ -79,6 +87,7 @@ def benchmark_command(args: argparse.Namespace) -> int:
     of `benchmarks/train_throughput.py`."""
     if args.devices is not None and args.mode != "train":
         raise CLIError("--devices is for --mode train (inference runs on one device per rank)")
+    check_latency_flags(args)
     # First: --backend must be set before Keras starts, jax.distributed before JAX runs.
     distribution = distribution_from_args(args)
     if args.json is not None:
@@ -106,9 +115,10 @@ def benchmark_command(args: argparse.Namespace) -> int:
     say(measured.format())
     say("-" * 64)
     latency = None
-    if args.mode == "inference" and args.latency_batch_sizes:
+    if args.latency_batch_sizes:
+        calls = args.latency_calls or DEFAULT_LATENCY_CALLS
         latency = benchmark_latency(
-            task, batch_sizes=args.latency_batch_sizes, calls=args.latency_calls, **model
+            task, batch_sizes=args.latency_batch_sizes, calls=calls, **model
         )
         from cvbench.benchmark.table import latency_table
 
@@ -121,6 +131,26 @@ def benchmark_command(args: argparse.Namespace) -> int:
         with results_printed_above():  # a full disk now loses no result
             _write_summary(args.json, result, latency, where=where, skipped=skipped)
     return 0
+
+
+def check_latency_flags(args: argparse.Namespace) -> None:
+    """Refuses a latency flag given where it has no effect (the rule of the data flags,
+    `task_args.check_data_flags`): `--latency-batch-sizes` without `--mode inference`, and
+    `--latency-calls` without `--latency-batch-sizes` (no latency is timed).
+
+    Raises:
+        CLIError: naming the flag and what it needs (exit 2).
+    """
+    if args.latency_batch_sizes and args.mode != "inference":
+        raise CLIError(
+            f"--latency-batch-sizes needs --mode inference: it has no effect with --mode "
+            f"{args.mode}"
+        )
+    if args.latency_calls is not None and not args.latency_batch_sizes:
+        raise CLIError(
+            "--latency-calls needs --latency-batch-sizes (and --mode inference): no latency "
+            "is timed without it"
+        )
 
 
 def check_json(args: argparse.Namespace) -> None:
@@ -158,7 +188,7 @@ def _throughput(
         task,
         mode=args.mode,
         batch_size=batch_size,
-        warmup_steps=max(1, args.burn_in),
+        warmup_steps=args.burn_in,
         steps=args.steps,
         window_steps=args.log_every or DEFAULT_WINDOW_STEPS,
         batches=batches,

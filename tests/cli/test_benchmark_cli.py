@@ -37,7 +37,7 @@ def test_flags_reach_benchmark_cvbench(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(run_module, "benchmark_cvbench", fake)
     monkeypatch.setattr(cpu_module, "describe_cpu", lambda: "AMD EPYC, 2 cores, flags: avx2")
     path = tmp_path / "bench.json"
-    argv = ["benchmark", *TINY, "--steps", "10", "--burn-in", "0", "--log-every", "5"]
+    argv = ["benchmark", *TINY, "--steps", "10", "--burn-in", "3", "--log-every", "5"]
     assert cli.main([*argv, "--seed", "7", "--json", str(path)]) == 0
     # The task `cvbench train` would make of the same flags: the model's recipe, resolved.
     task = seen["model"]
@@ -45,8 +45,10 @@ def test_flags_reach_benchmark_cvbench(monkeypatch, tmp_path, capsys):
     assert seen["mode"] == "train" and seen["batches"] is None
     assert (seen["batch_size"], task.image_size, task.num_classes) == (2, 32, 4)
     assert (seen["precision"], seen["seed"]) == ("fp32", 7)
-    # --burn-in 0 still runs one (compiling) step; --log-every is the window.
-    assert (seen["warmup_steps"], seen["steps"], seen["window_steps"]) == (1, 10, 5)
+    # --burn-in steps (the first compiles), then --steps in windows of --log-every; the
+    # synthetic data holds every step run
+    assert (seen["warmup_steps"], seen["steps"], seen["window_steps"]) == (3, 10, 5)
+    assert task.options.synthetic_steps == 13
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == ["  step      img/s", "     3       10.0 img/s"]
     assert out[3] == "cpu: AMD EPYC, 2 cores, flags: avx2"  # a figure names its machine
@@ -86,6 +88,50 @@ def test_bad_latency_flags_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["benchmark", *TINY, *argv])
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_burn_in_0_is_refused(capsys):
+    # probe p51 F3: --burn-in 0 was accepted and run as 1 (help: "at least 1"), and the
+    # synthetic data counted one step fewer than ran
+    with pytest.raises(SystemExit) as e:
+        cli.main(["benchmark", *TINY, "--burn-in", "0"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert err.splitlines()[-1] == (
+        "cvbench benchmark: error: argument --burn-in: expected a positive integer, got 0 "
+        "(see cvbench benchmark --help)"
+    )
+
+
+SIZES_NEED_INFERENCE = (
+    "--latency-batch-sizes needs --mode inference: it has no effect with --mode train"
+)
+CALLS_NEED_SIZES = (
+    "--latency-calls needs --latency-batch-sizes (and --mode inference): no latency is timed "
+    "without it"
+)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--latency-batch-sizes", "1,2"], SIZES_NEED_INFERENCE),
+        (["--latency-batch-sizes", "1", "--latency-calls", "3"], SIZES_NEED_INFERENCE),
+        (["--latency-calls", "3"], CALLS_NEED_SIZES),
+        (["--mode", "inference", "--latency-calls", "3"], CALLS_NEED_SIZES),
+    ],
+    ids=["sizes_with_train", "both_with_train", "calls_alone", "calls_without_sizes"],
+)
+def test_latency_flags_where_they_have_no_effect_are_refused(flags, message, monkeypatch, capsys):
+    # probe p51 F2: --latency-batch-sizes / --latency-calls without --mode inference were
+    # silently ignored (the training table only, exit 0); refused as --data-workers without
+    # grain is, before the model is built
+    def never(*args, **kwargs):
+        raise AssertionError("the benchmark ran")
+
+    monkeypatch.setattr(run_module, "benchmark_cvbench", never)
+    assert cli.main(["benchmark", *TINY, *flags]) == 2
+    assert capsys.readouterr().err == f"cvbench: error: {message}\n"
 
 
 def test_unknown_model_is_one_line(capsys):
