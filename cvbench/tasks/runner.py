@@ -7,11 +7,11 @@ Trainer's ranks, and `TaskRun` trains and evaluates.
     >>> from cvbench.tasks import TaskOptions, make_task, prepare_run
     >>> from cvbench.training import TrainConfig
     >>> task = make_task(TaskOptions(model="resnet18", image_size=32, num_classes=4,
-    ...                              synthetic_steps=2))
+    ...                              synthetic_steps=2, settings={"epochs": 1}))
     >>> run = prepare_run(task, batch_size=4, precision="fp32",
     ...                   config=TrainConfig(log_every=0, progress_bar=False, export=False))
     cvbench: recipe resnet18_cvbench: global batch 4 = 1 x 4, peak LR 0.004 (0.256 x 4 / 256), ...
-    >>> run.train.steps_per_epoch, sorted(run.fit(epochs=1, evaluate="end"))
+    >>> run.train.steps_per_epoch, sorted(run.fit(evaluate="end"))  # the plan's 1 epoch
     epoch 1: loss ... top1 ... skipped 0 of 2 steps (0 in the run)
     (2, ['loss', 'top1'])
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,8 @@ from cvbench.utils.files import recording
 from cvbench.utils.io import write_json_atomic
 
 EVALUATE_CHOICES = ("end", "epoch", "none")
+#: `RunNotes.callers_own`'s entry for an optimizer (and schedule) `prepare_run` was given.
+CALLERS_SCHEDULE = "optimizer and schedule"
 #: `optimizer` may be a function of the run's size: `(steps_per_epoch, global_batch) -> opt`.
 OptimizerFactory = Callable[[int, int], keras.optimizers.Optimizer]
 
@@ -71,6 +74,7 @@ class TaskRun:
     notes: RunNotes
     history: keras.callbacks.History | None = None
     final_per_class: bool = False
+    _length_checked: bool = dataclasses.field(default=False, init=False, repr=False)
 
     def evaluate(self, *, final: bool = False) -> dict[str, float]:
         """The task's evaluation over the whole validation set (identical on every rank);
@@ -163,6 +167,17 @@ class TaskRun:
     ) -> dict[str, float] | None:
         """Trains `epochs` epochs and evaluates as asked.
 
+        The run's length is the plan's (`prepare_run`, from the recipe's `run.epochs`): call
+        `fit()` without `epochs`, as `cvbench train` does, and plan another length on the
+        recipe, `TaskOptions(settings={"epochs": N})` (`--epochs N`). With the recipe's
+        schedule, `epochs` (or `steps_per_epoch`) that make another length than the plan's
+        train that many steps, but the schedule is not replanned: it ends with them and keeps
+        the plan's peak rate and warmup (a 2-epoch `fit` of a 90-epoch plan never leaves
+        its warmup), and the banner and `results.json` keep the plan's length; the first
+        such `fit` of the run warns once, in one line, saying so (`length_warning`). A
+        schedule of the caller's (`prepare_run(optimizer=...)`) is laid over `fit`'s length
+        as asked, without a warning.
+
         Args:
             epochs: epochs to train (a resumed run continues); default: the recipe's run
                 (`fit_lengths(plan)`: exactly its total steps).
@@ -181,9 +196,16 @@ class TaskRun:
         """
         if evaluate not in EVALUATE_CHOICES:
             raise ValueError(f"evaluate must be one of {EVALUATE_CHOICES}, got {evaluate!r}")
+        asked = (epochs, steps_per_epoch)
         if epochs is None:
             epochs, planned_steps = fit_lengths(self.plan)
             steps_per_epoch = steps_per_epoch or planned_steps
+        steps_per_epoch = steps_per_epoch or self.train.steps_per_epoch
+        if not self._length_checked:
+            self._length_checked = True  # the first fit lays the schedule out
+            warning = length_warning(self, *asked, epochs * steps_per_epoch)
+            if warning and self.trainer.is_chief:
+                warnings.warn(warning, UserWarning, stacklevel=2)
         trainer, final_epoch = self.trainer, epochs
         chosen = range(1, epochs + 1)
         if eval_count is not None:
@@ -201,7 +223,7 @@ class TaskRun:
         self.history = self.trainer.fit(
             self.train.data,
             epochs=epochs,
-            steps_per_epoch=steps_per_epoch or self.train.steps_per_epoch,
+            steps_per_epoch=steps_per_epoch,
             batch_size=self.batch_size,
             validation_data=validation if evaluate == "epoch" else None,
             callbacks=callbacks,
@@ -212,6 +234,46 @@ class TaskRun:
             last = {k: v[-1] for k, v in self.history.history.items() if k.startswith("val_")}
             return {k[len("val_") :]: float(v) for k, v in last.items()}
         return None
+
+
+def length_warning(
+    run: TaskRun, epochs: int | None, steps_per_epoch: int | None, total: int
+) -> str | None:
+    """What `TaskRun.fit(epochs=epochs, steps_per_epoch=steps_per_epoch)` training `total`
+    steps warns of, or None: a run of the recipe's schedule whose length is not the plan's
+    (the schedule is not replanned for it: it keeps the plan's warmup); says how to plan the
+    run instead. None with the caller's schedule, or at the plan's length."""
+    planned = run.plan
+    if planned is None or run.notes is None:  # a run put together without a plan
+        return None
+    if not run.notes.recipes_schedule or total == planned.total_steps:
+        return None
+    recipe = run.task.recipe
+    call = ", ".join(
+        f"{name}={value}"
+        for name, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch))
+        if value is not None
+    )
+    if recipe.run.epochs is not None:
+        length = f"{recipe.run.epochs:g} epochs"
+    else:
+        length = f"{recipe.run.images} images"
+    rises = " (as long as the run or longer: the rate only rises)"
+    rises = rises if planned.warmup_steps >= total else ""
+    message = (
+        f"fit({call}) trains {total} steps, not the {planned.total_steps} steps {recipe.name} "
+        f"is planned for ({length}): the schedule ends with these {total} steps but keeps "
+        f"the plan's peak LR {planned.peak_lr:g} and {planned.warmup_steps}-step "
+        f"warmup{rises}; to plan the run"
+    )
+    if epochs is not None:
+        message += (
+            f', make the task with TaskOptions(settings={{"epochs": {epochs}}}) (cvbench '
+            f"train --epochs {epochs})"
+        )
+    if steps_per_epoch is not None and steps_per_epoch != planned.steps_per_epoch:
+        message += f", pass steps_per_epoch={steps_per_epoch} to prepare_run"
+    return message + " and call fit()"
 
 
 #: The run folder's results file (`TaskRun.write_results`).
@@ -516,7 +578,7 @@ def run_notes(
     recipe = task.recipe
     callers_own = tuple(getattr(task, "callers_own", tuple)())
     if own_optimizer:
-        callers_own = ("optimizer and schedule", *callers_own)
+        callers_own = (CALLERS_SCHEDULE, *callers_own)
     changed, devices = overrides(recipe), devices_note(dist, batch_size)
     used = resolve_precision(precision)
     return RunNotes(
@@ -592,11 +654,19 @@ class RunNotes:
     callers_own: tuple[str, ...] = ()
     devices: str = ""
 
+    @property
+    def recipes_schedule(self) -> bool:
+        """Whether the run's optimizer and schedule are the recipe's (not the caller's)."""
+        return CALLERS_SCHEDULE not in self.callers_own
+
     def banner(self, recipe: Recipe, run: RecipePlan) -> list[str]:
         """The lines rank 0 prints: `cvbench: recipe R: <plan>, precision P (why)` with the
-        caller's parts, then `cvbench: overrides: ...` when there are any."""
+        caller's parts, then `cvbench: overrides: ...` when there are any. With the caller's
+        optimizer and schedule the plan is only the batch and the steps per epoch: the rate,
+        warmup and length the recipe would plan are not the run's."""
         devices = f" ({self.devices})" if self.devices else ""
-        first = f"cvbench: recipe {recipe.name}: {run.describe()}{devices}, precision "
+        plan_line = run.describe(schedule=self.recipes_schedule)
+        first = f"cvbench: recipe {recipe.name}: {plan_line}{devices}, precision "
         first += self.precision
         first += f" ({self.precision_reason})"
         if self.callers_own:

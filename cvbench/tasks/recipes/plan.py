@@ -54,12 +54,17 @@ class RecipePlan:
     lr_rule: str = ""
     warmup_capped_from: int | None = None
 
-    def describe(self) -> str:
-        """One line for the run's log, e.g. `global batch 2048 = 8 x 256, ...`."""
+    def describe(self, *, schedule: bool = True) -> str:
+        """One line for the run's log, e.g. `global batch 2048 = 8 x 256, ...`; without
+        `schedule` (a run whose optimizer and schedule are the caller's, which fix its rate
+        and, with `TaskRun.fit`'s epochs, its length) only the batch and the steps per epoch:
+        `global batch 16 = 1 x 16, 9 steps per epoch`."""
+        batch = f"global batch {self.global_batch} = {self.num_gpus} x {self.batch_per_gpu}"
+        if not schedule:
+            return f"{batch}, {self.steps_per_epoch} steps per epoch"
         rule = f" ({self.lr_rule})" if self.lr_rule else ""
         return (
-            f"global batch {self.global_batch} = {self.num_gpus} x {self.batch_per_gpu}, "
-            f"peak LR {self.peak_lr:g}{rule}, {self.steps_per_epoch} steps per epoch, "
+            f"{batch}, peak LR {self.peak_lr:g}{rule}, {self.steps_per_epoch} steps per epoch, "
             f"{self.total_steps} steps, warmup {self.warmup_steps} steps from "
             f"{self.warmup_start_lr:g}{self.warmup_note()}"
         )
@@ -92,10 +97,13 @@ def plan(
         `int(steps_per_epoch * warmup_epochs)` steps (DLE's and nvcnn's rule) or
         `round(warmup_fraction * total_steps)` (the SSD configurations: 12,500 / 1,000 at 8 x
         32, 100,000 / 8,000 at 1 x 32); a warmup longer than the run (a short run on small
-        data) is capped at half the run (`capped_warmup`), stated in `describe()`.
+        data) is capped at half the run (`capped_warmup`), stated in `describe()`: the
+        recipe's own warmup only; one set away from the named recipe (`--warmup-epochs`) is
+        refused instead (`check_explicit_warmup`).
 
     Raises:
-        ValueError: a count below 1, or a global batch larger than the training split.
+        ValueError: a count below 1, a global batch larger than the training split, or a
+            warmup set away from the named recipe that is longer than the run.
     """
     batch = recipe.run.batch_per_gpu if batch_per_gpu is None else batch_per_gpu
     for name, value in (("num_gpus", num_gpus), ("train_images", train_images), ("batch", batch)):
@@ -121,6 +129,8 @@ def plan(
     if total < 1:
         raise ValueError(f"plan({recipe.name!r}): the run has no training step ({total})")
     peak = schedule.peak_lr(global_batch)
+    if warmup > total:
+        check_explicit_warmup(recipe, warmup, total, steps_per_epoch)
     capped = capped_warmup(warmup, total)
     return RecipePlan(
         num_gpus=num_gpus,
@@ -133,6 +143,37 @@ def plan(
         warmup_start_lr=schedule.warmup_start_factor * peak,
         lr_rule=lr_rule(schedule, global_batch),
         warmup_capped_from=warmup if capped != warmup else None,
+    )
+
+
+def check_explicit_warmup(recipe: Recipe, warmup: int, total: int, steps_per_epoch: int) -> None:
+    """Refuses a warmup of `warmup` steps, longer than the run's `total`, that was set away
+    from the named recipe (`--warmup-epochs`, `settings={"warmup_epochs": ...}`): an asked
+    warmup is not cut to half the run without a word, as the recipe's own is
+    (`capped_warmup`). The message names the setting as its deviation records it (the flag).
+
+    Raises:
+        ValueError: e.g. `--warmup-epochs 5 is longer than the run's 1 epoch (20 warmup
+            steps, 4 in the run): ...`.
+    """
+    from cvbench.tasks.recipes.registered import get_recipe
+
+    knob = "schedule.warmup_epochs"
+    value = recipe.value(knob)
+    try:
+        named = get_recipe(recipe.name).value(knob)
+    except (KeyError, ValueError):  # a recipe that is not registered: its own warmup
+        return
+    if value == named:
+        return
+    deviation = recipe.deviation(knob)
+    reason = deviation.reason if deviation is not None else knob
+    epochs = recipe.run.epochs if recipe.run.epochs is not None else total / steps_per_epoch
+    raise ValueError(
+        f"{reason} {value:g} is longer than the run's {epochs:g} "
+        f"epoch{'' if epochs == 1 else 's'} ({warmup} warmup steps, {total} in the run): "
+        f"set it to at most {total / steps_per_epoch:g}, or leave it out (the recipe's "
+        "warmup is then capped at half a run it is longer than)"
     )
 
 
