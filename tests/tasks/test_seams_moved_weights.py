@@ -44,7 +44,7 @@ def test_eval_and_resume_of_a_weights_file_run_after_the_file_moved(tmp_path, ca
     capsys.readouterr()
     assert cli.main(evaluate) == 0
     before = _results(capsys)
-    assert len(before) == 3
+    assert len(before) == 2  # loss and top1: no top-5 for a classifier of 3 classes
     shutil.move(weights, tmp_path / "elsewhere.weights.h5")  # the file moved away
     assert cli.main(evaluate) == 0
     assert _results(capsys) == before  # the same weights: the checkpoint's
