@@ -28,13 +28,14 @@ def checkpoint_trainer(
     """The Trainer of `task` holding the model saved at `path` (see the module docstring).
 
     Raises:
-        ValueError: a model for another task or another number of classes; a checkpoint
-            of another model.
+        ValueError: a model for another task, another number of classes or other class
+            names (`check_class_names`); a checkpoint of another model.
         FileNotFoundError: no valid checkpoint in a run folder.
     """
     from cvbench.training.checkpoint import find_checkpoint
 
     path = Path(path)
+    check_class_names(path, task)
     config = TrainConfig(progress_bar=False, log_every=0, seed=seed)
     model = None
     if path.suffix == ".keras":
@@ -168,6 +169,55 @@ def check_classes(model_classes: int | None, task: Task, source: Path) -> None:
         data = f"the task has {task.num_classes}"
         hint = f"pass --num-classes {model_classes}"
     raise ValueError(f"{source} holds a model for {model_classes} classes but {data}; {hint}")
+
+
+def saved_class_names(path: Path) -> tuple[str, ...] | None:
+    """The class names (model index -> name) the model saved at `path` was trained with: a
+    `.keras` file's `ModelInfo.class_names`, a checkpoint's (or a run folder's newest
+    checkpoint's) run identity (`class_names`, what `--resume` compares); None when the
+    file records none (an older file, a `.keras` without `ModelInfo`).
+
+    Raises:
+        FileNotFoundError: a run folder without a valid checkpoint.
+        ValueError: a damaged checkpoint; a `.keras` file with an unreadable `ModelInfo`.
+    """
+    if path.suffix == ".keras":
+        from cvbench.utils.model_file import read_model_info
+
+        info = read_model_info(path)
+        return None if info is None else tuple(info.class_names)
+    from cvbench.training.checkpoint import find_checkpoint, read_checkpoint_meta
+
+    settings = read_checkpoint_meta(find_checkpoint(path)).get("state", {}).get("settings")
+    names = (settings or {}).get("class_names")
+    return None if names is None else tuple(names)
+
+
+def check_class_names(path: Path, task: Task) -> None:
+    """A one-line error, before anything is built or evaluated, when the model saved at
+    `path` was trained on other classes than the task's records hold (its
+    `dataset_info.json`): same count, other names, so every label means another class and
+    the metrics would be a confident wrong number (top-1 0). The rule of `--resume`
+    (`cvbench.utils.model_file.class_name_differences`): records or models without names
+    (older files, synthetic data, `--num-classes` only) are not compared.
+
+    Raises:
+        ValueError: naming the first differing classes, the model file and the records'
+            `dataset_info.json`.
+    """
+    from cvbench.data.dataset_info import DATASET_INFO_NAME
+    from cvbench.utils.model_file import class_name_differences
+
+    if task.class_names is None or task.options.data_dir is None:
+        return
+    info = Path(task.options.data_dir) / DATASET_INFO_NAME
+    where = ("in the model", f"in {info}")
+    difference = class_name_differences(saved_class_names(path), task.class_names, where=where)
+    if difference is not None:
+        raise ValueError(
+            f"{path} holds a model for other classes than the data in {task.options.data_dir} "
+            f"({difference}); evaluate it on the records it was trained on"
+        )
 
 
 def load_checkpoint_weights(trainer: Any, path: Path, task: Task) -> None:

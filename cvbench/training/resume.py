@@ -51,7 +51,7 @@ import numpy as np
 
 from cvbench.training import checkpoint as ckpt
 from cvbench.utils.errors import BadFileError
-from cvbench.utils.model_file import current_setting
+from cvbench.utils.model_file import class_name_differences, current_setting
 
 #: The settings (`Trainer.run_settings`) that say what the labels mean, where the
 #: randomness starts, what reads the data, what computes the steps and which records the
@@ -216,24 +216,17 @@ def run_identity(
 
 
 def _class_name_differences(stored: dict, now: dict) -> list[str]:
-    """The class names that differ between the settings `stored` in a checkpoint and `now`;
-    not compared when the checkpoint lacks them (written before they were recorded).
+    """The class names that differ between the settings `stored` in a checkpoint and `now`
+    (`model_file.class_name_differences`, the rule `cvbench eval` applies too); not
+    compared when the checkpoint lacks them (written before they were recorded).
 
     Example:
         >>> stored = {"class_names": ["cat", "dog", "eel"]}
         >>> _class_name_differences(stored, {"class_names": ["cat", "wolf", "eel"]})
         ["class names: 1 of 3 differ (class 1 'dog' in the checkpoint, 'wolf' now)"]
     """
-    old, new = stored.get("class_names"), now.get("class_names")
-    if old is None or new is None or old == new:
-        return []
-    if len(old) != len(new):
-        return [f"class names: {len(old)} in the checkpoint, {len(new)} now"]
-    changed = [i for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
-    shown = "; ".join(f"class {i} {old[i]!r} in the checkpoint, {new[i]!r} now"
-                      for i in changed[:3])  # fmt: skip
-    more = "; ..." if len(changed) > 3 else ""
-    return [f"class names: {len(changed)} of {len(old)} differ ({shown}{more})"]
+    difference = class_name_differences(stored.get("class_names"), now.get("class_names"))
+    return [] if difference is None else [difference]
 
 
 def seed_change(meta: dict, now: dict[str, Any]) -> str | None:

@@ -1017,6 +1017,44 @@ def class_names_or_default(info: ModelInfo | None, num_classes: int) -> Sequence
     return tuple(str(i) for i in range(num_classes))
 
 
+def class_name_differences(
+    before: Sequence[str] | None,
+    after: Sequence[str] | None,
+    *,
+    where: tuple[str, str] = ("in the checkpoint", "now"),
+) -> str | None:
+    """How two lists of class names (model index -> name) differ, each side named by
+    `where`: the one rule of `--resume` (a checkpoint's classes and the records' now) and of
+    `cvbench eval` (a model's classes and the records'). Records rebuilt after renaming one
+    class folder shift every label, so a name that differs means other labels.
+
+    None when they agree, or when a side has no names to compare: None (a file written
+    before the names were recorded, records without `dataset_info.json`, synthetic data) or
+    the indices `"0"`, `"1"`, ... (`class_names_or_default`: a model trained on records
+    without names, `--num-classes` only). The first three differing classes are named.
+
+    Example:
+        >>> class_name_differences(["cat", "dog", "eel"], ["cat", "wolf", "eel"])
+        "class names: 1 of 3 differ (class 1 'dog' in the checkpoint, 'wolf' now)"
+        >>> class_name_differences(["a", "b"], ["a", "b", "c"], where=("in m", "in d"))
+        'class names: 2 in m, 3 in d'
+        >>> class_name_differences(["0", "1"], ["cat", "dog"]) is None  # no names
+        True
+    """
+    if before is None or after is None:
+        return None
+    old, new = [str(n) for n in before], [str(n) for n in after]
+    if old == new or any(names == [str(i) for i in range(len(names))] for names in (old, new)):
+        return None
+    first, second = where
+    if len(old) != len(new):
+        return f"class names: {len(old)} {first}, {len(new)} {second}"
+    changed = [i for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
+    shown = "; ".join(f"class {i} {old[i]!r} {first}, {new[i]!r} {second}" for i in changed[:3])
+    more = "; ..." if len(changed) > 3 else ""
+    return f"class names: {len(changed)} of {len(old)} differ ({shown}{more})"
+
+
 def check_npz(
     path: str | os.PathLike,
     file: IO[bytes],
