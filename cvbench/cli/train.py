@@ -164,6 +164,8 @@ def train_command(args: argparse.Namespace) -> int:
     from cvbench.training import TrainConfig
 
     task = task_from_args(args, synthetic_steps=args.steps_per_epoch or 100)
+    check_evaluation_split(args, task)
+    fresh = args.resume and args.log_dir is not None and not holds_checkpoints(args.log_dir)
     config = TrainConfig(
         log_dir=args.log_dir,
         checkpoint_every=args.checkpoint_every,
@@ -189,6 +191,8 @@ def train_command(args: argparse.Namespace) -> int:
     run.final_per_class = True  # a detector's last evaluation: AP per class (results, plots)
     if args.log_dir is None and run.trainer.is_chief:
         print(NO_LOG_DIR, file=sys.stderr, flush=True)
+    if fresh and run.trainer.is_chief:  # requeue scripts pass --resume from the first run on
+        print(nothing_to_resume(args.log_dir), file=sys.stderr, flush=True)
     with run.holding_log_dir():  # from the start to results.json: no eval writes there
         # The recipe's run (--epochs is its knob): exactly its planned steps.
         results = run.fit(
@@ -200,6 +204,60 @@ def train_command(args: argparse.Namespace) -> int:
         if args.log_dir is not None and run.trainer.is_chief:
             print(write_run_results(run, results), flush=True)
     return 0
+
+
+#: The split each task evaluates on (`ClassificationTask.evaluation_data`,
+#: `DetectionTask.evaluate`) and the shard-name prefix of its records.
+EVALUATION_SPLITS = {"classification": ("validation", None), "detection": ("val", "coco")}
+
+
+def check_evaluation_split(args: argparse.Namespace, task) -> None:
+    """Refuses, before the first step, a run that evaluates (`--eval end` or `epoch`,
+    `--eval-count`) on records without the split the task evaluates on: found only when
+    evaluating, the whole run was trained before exit 2. A damaged split (missing shards, a
+    0-byte shard) is named now too (`list_split_files`).
+
+    Raises:
+        CLIError: naming the folder, what the listing found and `--eval none` (exit 2).
+    """
+    if args.data_dir is None or args.eval == "none":
+        return
+    from cvbench.data.coco_schema import record_prefix
+    from cvbench.data.read.splits import list_split_files
+
+    split, kind = EVALUATION_SPLITS.get(task.name, (None, None))
+    if split is None:
+        return
+    try:
+        list_split_files(args.data_dir, record_prefix(split) if kind == "coco" else split)
+    except FileNotFoundError as error:
+        when, drop = f"--eval {args.eval}", ""
+        if args.eval_count is not None:
+            when, drop = f"--eval-count {args.eval_count}", " without --eval-count"
+        raise CLIError(
+            f"{args.data_dir} has no {split} split to evaluate on ({error}): {when} evaluates "
+            f"on it; pass --eval none{drop} to train without evaluating"
+        ) from None
+
+
+def holds_checkpoints(log_dir: str) -> bool:
+    """Whether the run folder `log_dir` holds a checkpoint file (valid or not: a resume
+    from invalid ones is refused, `resume.check_resumed`)."""
+    from cvbench.training.checkpoint import CheckpointManager
+    from cvbench.training.run_dir import RunFolder
+
+    return bool(CheckpointManager(RunFolder(log_dir).checkpoints).checkpoints())
+
+
+def nothing_to_resume(log_dir: str) -> str:
+    """The warning of `--resume` into a folder without a checkpoint (a typo, or the first
+    run of a requeued job): the run starts from step 0, as without --resume.
+
+    Example:
+        >>> nothing_to_resume("runs/a")
+        'cvbench train: warning: --resume: runs/a holds no checkpoint; starting a new run'
+    """
+    return f"cvbench train: warning: --resume: {log_dir} holds no checkpoint; starting a new run"
 
 
 def write_run_results(run, results: dict[str, float] | None) -> str:
