@@ -351,6 +351,13 @@ class RecordTask(abc.ABC):
     def count_records(self, split: str) -> int:
         """The number of records of `split` in `options.data_dir`."""
 
+    def split_files(self, split: str) -> list[str]:
+        """The shard files of `split` in `options.data_dir`, in order
+        (`cvbench.data.read.splits.list_split_files`; named `<split>-NNNNN-of-NNNNN`)."""
+        from cvbench.data.read.splits import list_split_files
+
+        return list_split_files(self.options.data_dir, split)
+
     @abc.abstractmethod
     def synthetic_batch(self, batch_size: int, seed: int) -> tuple:
         """One random NumPy batch `(x, y)` shaped as the records' batches."""

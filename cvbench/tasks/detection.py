@@ -243,6 +243,13 @@ class DetectionTask(RecordTask):
 
         return num_examples(self.options.data_dir, split, skip_corrupt=self.options.skip_corrupt)
 
+    def split_files(self, split: str) -> list[str]:
+        """The shard files of `split` (`coco_<split>.record-NNNNN-of-NNNNN`)."""
+        from cvbench.data.coco_schema import record_prefix
+        from cvbench.data.read.splits import list_split_files
+
+        return list_split_files(self.options.data_dir, record_prefix(split))
+
     def dataset_options(self) -> dict[str, Any]:
         return {"label_map": self.label_map}
 

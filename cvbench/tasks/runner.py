@@ -595,10 +595,15 @@ def run_settings(task: Task) -> dict[str, Any]:
     model, image size, classes, and the recipe with every knob (after overrides); and what
     reads its records (`data_pipeline`: "tf", "grain", "dali"; None on synthetic data) and,
     for grain, with how many workers (`data_workers`), which a resume names in a warning
-    when they changed (`resume.pipeline_change`). The data's
-    location is not in it (records may move between runs)."""
+    when they changed (`resume.pipeline_change`), and which training shards the data
+    position counts batches of (`train_records`, `splits.records_identity`; a resume names
+    another build or sharding, `resume.records_change`). The data's location is not in it
+    (records may move between runs)."""
+    from cvbench.data.read.splits import records_identity
+
     recipe = task.recipe
     pipeline = task.source().name if task.options.data_dir else None
+    records = {"train_records": records_identity(task.split_files("train"))} if pipeline else {}
     return {
         "model": task.options.model,
         "image_size": task.image_size,
@@ -608,6 +613,7 @@ def run_settings(task: Task) -> dict[str, Any]:
         "data_pipeline": pipeline,
         # grain's workers batch the records dealt to them: their number changes the batches
         **({"data_workers": task.options.data_workers or 0} if pipeline == "grain" else {}),
+        **records,
     }
 
 
