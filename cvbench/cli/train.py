@@ -194,10 +194,9 @@ def train_command(args: argparse.Namespace) -> int:
     if fresh and run.trainer.is_chief:  # requeue scripts pass --resume from the first run on
         print(nothing_to_resume(args.log_dir), file=sys.stderr, flush=True)
     with run.holding_log_dir():  # from the start to results.json: no eval writes there
-        # The recipe's run (--epochs is its knob): exactly its planned steps.
-        results = run.fit(
-            steps_per_epoch=args.steps_per_epoch, evaluate=args.eval, eval_count=args.eval_count
-        )
+        # The recipe's run (--epochs and --steps-per-epoch are its knobs, planned by
+        # prepare_run): exactly its planned steps.
+        results = run.fit(evaluate=args.eval, eval_count=args.eval_count)
         if results is not None:
             print_results(run.trainer, results)
         report_corrupt(args, task, run.trainer.distribution, log_dir=args.log_dir)

@@ -212,7 +212,9 @@ def check_class_names(path: Path, task: Task) -> None:
         return
     info = Path(task.options.data_dir) / DATASET_INFO_NAME
     where = ("in the model", f"in {info}")
-    difference = class_name_differences(saved_class_names(path), task.class_names, where=where)
+    difference = class_name_differences(
+        saved_class_names(path), task.class_names, where=where, indices_unnamed=True
+    )
     if difference is not None:
         raise ValueError(
             f"{path} holds a model for other classes than the data in {task.options.data_dir} "

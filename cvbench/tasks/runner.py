@@ -196,6 +196,8 @@ class TaskRun:
         """
         if evaluate not in EVALUATE_CHOICES:
             raise ValueError(f"evaluate must be one of {EVALUATE_CHOICES}, got {evaluate!r}")
+        if epochs is None and steps_per_epoch == self.plan.steps_per_epoch:
+            steps_per_epoch = None  # the plan's own: its length's divisor (fit_lengths) rules
         asked = (epochs, steps_per_epoch)
         if epochs is None:
             epochs, planned_steps = fit_lengths(self.plan)

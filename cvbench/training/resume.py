@@ -302,7 +302,8 @@ def records_change(meta: dict, now: dict[str, Any]) -> str | None:
     restores counts batches of its own records. `"other shard files (...)"` when only their
     names or sizes differ. None when they agree or either side records none (an older
     checkpoint, synthetic data, a caller's own data). Records moved to another folder keep
-    their identity.
+    their identity, and so does a copy of the shards without the build manifest (the
+    record count is compared only where both sides know it).
 
     Example:
         >>> old = {"shards": 2, "records": 16, "bytes": 24352, "files_sha256": "ab"}
@@ -313,10 +314,17 @@ def records_change(meta: dict, now: dict[str, Any]) -> str | None:
         >>> records_change({"state": {"settings": {"train_records": old}}},
         ...                {"settings": {"train_records": dict(old, files_sha256="cd")}})
         'other shard files (2 shards, 16 records, 24,352 bytes in both)'
+        >>> records_change({"state": {"settings": {"train_records": old}}},
+        ...                {"settings": {"train_records": dict(old, records=None)}}) is None
+        True
     """
     stored = (meta.get("state") or {}).get("settings") or {}
     before, records = stored.get("train_records"), (now.get("settings") or {}).get("train_records")
-    if not isinstance(before, dict) or not isinstance(records, dict) or before == records:
+    if not isinstance(before, dict) or not isinstance(records, dict):
+        return None
+    # The record count is the build manifest's: a copy of the shards without it counts None.
+    known = [k for k in before if k != "records" or None not in (before[k], records.get(k))]
+    if all(before.get(k) == records.get(k) for k in known):
         return None
     old, new = _records_words(before), _records_words(records)
     if old == new:

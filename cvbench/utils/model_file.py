@@ -41,6 +41,7 @@ import errno
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -1017,11 +1018,25 @@ def class_names_or_default(info: ModelInfo | None, num_classes: int) -> Sequence
     return tuple(str(i) for i in range(num_classes))
 
 
+def unused_class_name(name: str) -> bool:
+    """Whether `name` stands for a class index no category has: a COCO id between the
+    categories of a 90-class detector, written "N/A" in the class names read from records
+    (`tasks.detection`'s label map) and "coco_id_<id>" in a model file of a run without them
+    (`DetectionTask.model_info`).
+
+    Example:
+        >>> [unused_class_name(n) for n in ("N/A", "coco_id_12", "person", "coco_id_")]
+        [True, True, False, False]
+    """
+    return name == "N/A" or re.fullmatch(r"coco_id_[0-9]+", name) is not None
+
+
 def class_name_differences(
     before: Sequence[str] | None,
     after: Sequence[str] | None,
     *,
     where: tuple[str, str] = ("in the checkpoint", "now"),
+    indices_unnamed: bool = False,
 ) -> str | None:
     """How two lists of class names (model index -> name) differ, each side named by
     `where`: the one rule of `--resume` (a checkpoint's classes and the records' now) and of
@@ -1029,27 +1044,41 @@ def class_name_differences(
     class folder shift every label, so a name that differs means other labels.
 
     None when they agree, or when a side has no names to compare: None (a file written
-    before the names were recorded, records without `dataset_info.json`, synthetic data) or
-    the indices `"0"`, `"1"`, ... (`class_names_or_default`: a model trained on records
-    without names, `--num-classes` only). The first three differing classes are named.
+    before the names were recorded, records without `dataset_info.json`, synthetic data) or,
+    with `indices_unnamed` (`cvbench eval`: a model file's names), the indices `"0"`, `"1"`,
+    ... (`class_names_or_default`: a model trained on records without names, `--num-classes`
+    only; records whose class folders are those digits cannot be told from them there).
+    `--resume` compares such names as names, as it always did. A slot either side names as
+    unused (`unused_class_name`) is not compared. The first three differing classes are named.
 
     Example:
         >>> class_name_differences(["cat", "dog", "eel"], ["cat", "wolf", "eel"])
         "class names: 1 of 3 differ (class 1 'dog' in the checkpoint, 'wolf' now)"
         >>> class_name_differences(["a", "b"], ["a", "b", "c"], where=("in m", "in d"))
         'class names: 2 in m, 3 in d'
-        >>> class_name_differences(["0", "1"], ["cat", "dog"]) is None  # no names
+        >>> class_name_differences(["0", "1"], ["cat", "dog"], indices_unnamed=True) is None
+        True
+        >>> class_name_differences(["0", "1"], ["0", "one"])
+        "class names: 1 of 2 differ (class 1 '1' in the checkpoint, 'one' now)"
+        >>> class_name_differences(["person", "coco_id_12"], ["person", "N/A"]) is None
         True
     """
     if before is None or after is None:
         return None
     old, new = [str(n) for n in before], [str(n) for n in after]
-    if old == new or any(names == [str(i) for i in range(len(names))] for names in (old, new)):
+    indices = [names == [str(i) for i in range(len(names))] for names in (old, new)]
+    if old == new or (indices_unnamed and any(indices)):
         return None
     first, second = where
     if len(old) != len(new):
         return f"class names: {len(old)} {first}, {len(new)} {second}"
-    changed = [i for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
+    changed = [
+        i
+        for i, (a, b) in enumerate(zip(old, new, strict=True))
+        if a != b and not (unused_class_name(a) or unused_class_name(b))
+    ]
+    if not changed:
+        return None
     shown = "; ".join(f"class {i} {old[i]!r} {first}, {new[i]!r} {second}" for i in changed[:3])
     more = "; ..." if len(changed) > 3 else ""
     return f"class names: {len(changed)} of {len(old)} differ ({shown}{more})"

@@ -124,6 +124,18 @@ def test_the_one_rule_names_both_sources():
     assert class_name_differences(names, names) is None
     assert class_name_differences(None, names) is None  # an older file: no names
     assert class_name_differences(names, None) is None  # records without dataset_info.json
-    # A model trained without names (--num-classes only) holds the indices "0", "1", ...
-    assert class_name_differences(["0", "1", "2", "3", "4"], names) is None
-    assert class_name_differences(names, ["0", "1", "2", "3", "4"]) is None
+    # A model trained without names (--num-classes only) holds the indices "0", "1", ...:
+    # eval does not compare them (indices_unnamed); --resume compares them as names, as it
+    # always did (review V51 F4: digit class folders relabelled resumed without a word).
+    indices = ["0", "1", "2", "3", "4"]
+    assert class_name_differences(indices, names, indices_unnamed=True) is None
+    assert class_name_differences(names, indices, indices_unnamed=True) is None
+    assert class_name_differences(["0", "1", "2"], ["0", "1", "two"]) == (
+        "class names: 1 of 3 differ (class 2 '2' in the checkpoint, 'two' now)"
+    )
+    # COCO's unused ids, named "N/A" from records and "coco_id_<id>" in a model file of a run
+    # without them, are no class (review V51 F3: eval refused a 90-class SSD for them).
+    assert class_name_differences(["person", "coco_id_12"], ["person", "N/A"]) is None
+    assert "'person' in the checkpoint, 'dog' now" in class_name_differences(
+        ["person", "coco_id_12"], ["dog", "N/A"]
+    )
