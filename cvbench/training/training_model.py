@@ -46,8 +46,10 @@ Callbacks see the wrapper (so `model.optimizer` and `model.stop_training` work);
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 
 import keras
 from keras import ops
@@ -206,10 +208,12 @@ class TrainingModel(keras.Model):
         `apply` (the optimizer's update). The decision between them is made here, in Python,
         so no graph has a variable update inside a conditional: TensorFlow does not run an
         optimizer update under `tf.cond` reproducibly (see the module docstring)."""
-        grads, applied, logs, before = gradients(data)
+        with released_gradient_functions():
+            grads, applied, logs, before = gradients(data)
         applied = bool(applied)
         if applied:
-            apply(grads)
+            with released_gradient_functions():
+                apply(grads)
         else:
             for variable, value in zip(kept, before, strict=True):
                 variable.assign(value)
@@ -360,3 +364,39 @@ def _lists(pair) -> tuple[list, list]:
 def _unless(applied, before: list, after: list) -> list:
     """`after` where the step was applied, else `before` (element by element)."""
     return [ops.where(applied, new, old) for old, new in zip(before, after, strict=True)]
+
+
+@contextlib.contextmanager
+def released_gradient_functions() -> Iterator[None]:
+    """Drops the gradient functions `tf.custom_gradient` registered while the block traced
+    a graph (`FastConv2D`'s convolutions, TensorFlow's own all-reduce of the gradients).
+
+    In graph mode each call registers its gradient function in TensorFlow's global gradient
+    registry, for good, and the function holds the traced graph and, through its captures,
+    the model's variables: every `Trainer` kept its model's weights alive after it was gone
+    (a notebook training model after model, the demo's two stages, the suite's tests). The
+    functions are needed only while the graph that called them is traced (to build its
+    gradient); the block's trace is done at its end. A block that traced nothing registered
+    nothing: the check is the registry's length (a dict keeps its insertion order).
+
+    Example:
+        >>> with released_gradient_functions():
+        ...     pass
+    """
+    registry = _gradient_registry()
+    size = len(registry) if registry is not None else 0
+    try:
+        yield
+    finally:
+        if registry is not None and len(registry) > size:
+            for key in list(registry)[size:]:
+                if key.startswith("CustomGradient-"):
+                    del registry[key]
+
+
+def _gradient_registry() -> dict | None:
+    """TensorFlow's gradient functions by op type, where TensorFlow is loaded (a private
+    table: None where a TensorFlow version has it elsewhere, and nothing is released)."""
+    ops = sys.modules.get("tensorflow.python.framework.ops")
+    table = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
+    return table if isinstance(table, dict) else None
