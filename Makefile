@@ -25,19 +25,21 @@ test-jax: setup
 
 # The README's test command and CI's: everything but the heaviest tests (tests/heavy_tests.txt),
 # under TensorFlow; the backend-agnostic ones again under JAX. About 45 minutes on 2 cores.
+# scripts/run_tests.py runs pytest once per folder of tests/ (one process grew to 24 GiB).
+RUN_TESTS := $(PY) scripts/run_tests.py
 test: lint
-	KERAS_BACKEND=tensorflow $(PY) -m pytest -m "not heavy" $(PYTEST_ARGS)
-	KERAS_BACKEND=jax $(PY) -m pytest -m "backend_agnostic and not heavy" $(PYTEST_ARGS)
+	KERAS_BACKEND=tensorflow $(RUN_TESTS) -m "not heavy" $(PYTEST_ARGS)
+	KERAS_BACKEND=jax $(RUN_TESTS) -m "backend_agnostic and not heavy" $(PYTEST_ARGS)
 
 # Everything, the heavy tests included (about 2 hours on 2 cores): before an issue is resolved.
 test-all: lint
-	KERAS_BACKEND=tensorflow $(PY) -m pytest $(PYTEST_ARGS)
-	KERAS_BACKEND=jax $(PY) -m pytest -m backend_agnostic $(PYTEST_ARGS)
+	KERAS_BACKEND=tensorflow $(RUN_TESTS) $(PYTEST_ARGS)
+	KERAS_BACKEND=jax $(RUN_TESTS) -m backend_agnostic $(PYTEST_ARGS)
 
 # Only the heavy tests.
 test-heavy: setup
-	KERAS_BACKEND=tensorflow $(PY) -m pytest -m heavy $(PYTEST_ARGS)
-	KERAS_BACKEND=jax $(PY) -m pytest -m "backend_agnostic and heavy" $(PYTEST_ARGS)
+	KERAS_BACKEND=tensorflow $(RUN_TESTS) -m heavy $(PYTEST_ARGS)
+	KERAS_BACKEND=jax $(RUN_TESTS) -m "backend_agnostic and heavy" $(PYTEST_ARGS)
 
 # The CPU regression check (benchmarks/cpu_check.py): cvbench's ResNet-50 against
 # keras.applications in alternating windows, the median ratio held against this CPU kind's
