@@ -12,28 +12,11 @@ import pytest
 
 import cvbench.cli as cli
 from cvbench.utils.model_file import class_name_differences
+from tests.reliability.test_hostile_runs import shapes_records
 
 RUN = ["--model", "resnet18", "--image-size", "32", "--batch-size", "2", "--precision", "fp32"]
 RUN += ["--steps-per-epoch", "1", "--epochs", "1", "--no-progress", "--log-every", "0"]
 RUN += ["--eval", "none", "--seed", "0"]
-
-
-def shapes_records(root, *, rename=None):
-    """`build-imagenet` records of the 6-class shapes set (circle, cross, diamond, square,
-    star, triangle; 1 training and 1 validation image a class), with one class folder renamed
-    first (`rename=(old, new)`)."""
-    from cvbench.data import build_imagenet
-    from cvbench.demo.shapes_data import write_classification_set
-
-    raw = write_classification_set(
-        root / "raw", image_size=32, train_per_class=1, val_per_class=1, seed=0
-    ).path
-    if rename is not None:
-        for split in ("train", "val"):
-            (raw / split / rename[0]).rename(raw / split / rename[1])
-    out = root / "records"
-    build_imagenet(raw, out, train_shards=1, val_shards=1, num_workers=1, progress=False)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,9 @@ import warnings
 
 import keras
 import pytest
-from training_helpers import blobs, sparse_ce, tiny_mlp
+from training_helpers import blobs, plain_trainer
 
 from cvbench.data.read.splits import list_split_files, records_identity
-from cvbench.training import TrainConfig, Trainer
 from cvbench.training import resume as resume_module
 from cvbench.training.checkpoint import find_checkpoint, read_checkpoint_meta
 from cvbench.training.resume import backend_change, records_change
@@ -29,17 +28,7 @@ OTHER_BACKEND = {"tensorflow": "jax", "jax": "tensorflow"}
 
 
 def _trainer(log_dir, **config):
-    return Trainer(
-        tiny_mlp,
-        sparse_ce(),
-        None,
-        schedule=0.1,
-        precision="float32",
-        distribution="single",
-        config=TrainConfig(
-            log_dir=str(log_dir), log_every=0, progress_bar=False, export=False, seed=0, **config
-        ),
-    )
+    return plain_trainer(log_dir, **config)
 
 
 def _stopped_run(log_dir, settings=None):

@@ -12,10 +12,9 @@ import gc
 import keras
 import numpy as np
 import pytest
-from training_helpers import blobs, images, sparse_ce, tiny_mlp
+from training_helpers import blobs, images, plain_trainer, tiny_mlp
 
 from cvbench.models.layers import FastConv2D
-from cvbench.training import TrainConfig, Trainer
 from cvbench.training.training_model import _gradient_registry
 
 
@@ -44,11 +43,7 @@ def _conv_net() -> keras.Model:
 def test_a_trainer_gone_leaves_no_graph_and_no_gradient_function(tmp_path, build, data):
     registered, graphs = _custom_gradients(), _graphs()
     for run in range(2):
-        trainer = Trainer(
-            build, sparse_ce(), None, schedule=0.1, precision="float32", distribution="single",
-            config=TrainConfig(log_dir=str(tmp_path / str(run)), log_every=0, progress_bar=False,
-                               export=False, seed=0),
-        )  # fmt: skip
+        trainer = plain_trainer(tmp_path / str(run), build)
         # 2 epochs of 5 steps: the partial last batch traces the step again, after the first
         # trace's functions were released.
         history = trainer.fit(data, epochs=2, batch_size=8)

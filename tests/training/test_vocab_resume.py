@@ -8,27 +8,16 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from training_helpers import blobs, sparse_ce, tiny_mlp
+from training_helpers import blobs, plain_trainer
 
 from cvbench.tasks.recipes import default_recipe
-from cvbench.training import TrainConfig, Trainer
 from cvbench.training.checkpoint import find_checkpoint
 
 pytestmark = pytest.mark.backend_agnostic
 
 
 def _trainer(log_dir, **config):
-    return Trainer(
-        tiny_mlp,
-        sparse_ce(),
-        None,
-        schedule=0.1,
-        precision="float32",
-        distribution="single",
-        config=TrainConfig(
-            log_dir=str(log_dir), log_every=0, progress_bar=False, export=False, seed=0, **config
-        ),
-    )
+    return plain_trainer(log_dir, **config)
 
 
 def _settings(eval_crop: str) -> dict:

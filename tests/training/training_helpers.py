@@ -62,6 +62,19 @@ def make_trainer(log_dir=None, *, metrics=(), **config):
     )
 
 
+def plain_trainer(log_dir, build=tiny_mlp, **config):
+    """A Trainer of `build` (default `tiny_mlp`): sparse cross-entropy, Keras' default
+    optimizer at a constant 0.1, float32, one process, quiet, seed 0, no export; `config`
+    adds TrainConfig fields (e.g. `resume=True`)."""
+    from cvbench.training import TrainConfig, Trainer
+
+    return Trainer(
+        build, sparse_ce(), None, schedule=0.1, precision="float32", distribution="single",
+        config=TrainConfig(log_dir=str(log_dir), log_every=0, progress_bar=False, export=False,
+                           seed=0, **config),
+    )  # fmt: skip
+
+
 def run_two_ranks(worker, out, *, timeout: int = 400, extra_path=None):
     """Runs the script `worker --out OUT` as 2 Horovod ranks on localhost (`horovodrun
     --gloo`, TensorFlow backend, the repository and `extra_path` importable); returns the
