@@ -11,7 +11,9 @@ variables set, one command per process (`cvbench.cli.backend_args`).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from cvbench.cli.args import non_negative_int, positive_int
 from cvbench.cli.backend_args import add_backend_flags, distribution_from_args
@@ -165,7 +167,7 @@ def train_command(args: argparse.Namespace) -> int:
 
     task = task_from_args(args, synthetic_steps=args.steps_per_epoch or 100)
     check_evaluation_split(args, task)
-    fresh = args.resume and args.log_dir is not None and not holds_checkpoints(args.log_dir)
+    fresh = args.resume and args.log_dir is not None and starts_a_new_run(args.log_dir)
     config = TrainConfig(
         log_dir=args.log_dir,
         checkpoint_every=args.checkpoint_every,
@@ -239,13 +241,19 @@ def check_evaluation_split(args: argparse.Namespace, task) -> None:
         ) from None
 
 
-def holds_checkpoints(log_dir: str) -> bool:
-    """Whether the run folder `log_dir` holds a checkpoint file (valid or not: a resume
-    from invalid ones is refused, `resume.check_resumed`)."""
+def starts_a_new_run(log_dir: str) -> bool:
+    """Whether `--resume` in the run folder `log_dir` starts a new run: it holds no
+    checkpoint file (a valid one is resumed; a resume from invalid ones is refused,
+    `resume.check_resumed`), and it and its `checkpoints` are folders or absent (anything
+    else there is refused with the run's own line, and no run starts)."""
     from cvbench.training.checkpoint import CheckpointManager
     from cvbench.training.run_dir import RunFolder
 
-    return bool(CheckpointManager(RunFolder(log_dir).checkpoints).checkpoints())
+    folder = RunFolder(log_dir)
+    for path in (Path(log_dir), Path(folder.checkpoints)):
+        if os.path.lexists(path) and not path.is_dir():
+            return False
+    return not CheckpointManager(folder.checkpoints).checkpoints()
 
 
 def nothing_to_resume(log_dir: str) -> str:
