@@ -5,6 +5,8 @@ writing `--json` and `results.json` as if the model had been measured."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from coco_records import build_two_image_coco
@@ -55,7 +57,7 @@ def empty_split(tmp_path_factory):
     from cvbench.data import build_imagenet
 
     root = tmp_path_factory.mktemp("empty")
-    for name in ("a", "b", "c"):  # the 3 classes of `tiny_model`
+    for name in ("a", "b", "c"):  # the 3 classes of `tiny_model` (eval compares the names)
         (root / "raw" / "train" / name).mkdir(parents=True)
         (root / "raw" / "validation" / name).mkdir(parents=True)
         Image.new("RGB", (8, 8)).save(root / "raw" / "train" / name / "x.jpg")
@@ -67,9 +69,11 @@ def empty_split(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    """A `.keras` 3-class classifier of 8x8 images (`channel_classifier`)."""
+    """A `.keras` 3-class classifier of 8x8 images (`channel_classifier`), of the classes
+    a, b, c (those of `empty_split`: eval refuses a model of other class names)."""
     path = tmp_path_factory.mktemp("model") / "m.keras"
-    return save_model(channel_classifier(), path, classifier_info())
+    info = dataclasses.replace(classifier_info(), class_names=("a", "b", "c"))
+    return save_model(channel_classifier(), path, info)
 
 
 def _classifier_evaluation(model, data, **options):
