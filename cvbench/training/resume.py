@@ -229,6 +229,12 @@ def _class_name_differences(stored: dict, now: dict) -> list[str]:
     return [] if difference is None else [difference]
 
 
+def _settings_pair(meta: dict, now: dict[str, Any]) -> tuple[dict, dict]:
+    """The run settings a checkpoint's `meta` recorded and those of the plan `now` (`{}`
+    where either has none)."""
+    return (meta.get("state") or {}).get("settings") or {}, now.get("settings") or {}
+
+
 def seed_change(meta: dict, now: dict[str, Any]) -> str | None:
     """`"seed 0 in the checkpoint, 1 now"` when this run's plan `now` has another seed than
     the checkpointed run's (`meta`); None when they agree or the checkpoint has none
@@ -238,8 +244,8 @@ def seed_change(meta: dict, now: dict[str, Any]) -> str | None:
         >>> seed_change({"state": {"settings": {"seed": 0}}}, {"settings": {"seed": 1}})
         'seed 0 in the checkpoint, 1 now'
     """
-    stored = (meta.get("state") or {}).get("settings") or {}
-    seed = (now.get("settings") or {}).get("seed")
+    stored, settings = _settings_pair(meta, now)
+    seed = settings.get("seed")
     if "seed" not in stored or stored["seed"] == seed:
         return None
     return f"seed {stored['seed']} in the checkpoint, {seed} now"
@@ -261,8 +267,7 @@ def pipeline_change(meta: dict, now: dict[str, Any]) -> str | None:
         ...                 {"settings": {"data_pipeline": "grain", "data_workers": 2}})
         'grain with 0 data workers in the checkpoint, 2 now'
     """
-    stored = (meta.get("state") or {}).get("settings") or {}
-    settings = now.get("settings") or {}
+    stored, settings = _settings_pair(meta, now)
     before, pipeline = stored.get("data_pipeline"), settings.get("data_pipeline")
     if before is None or pipeline is None:
         return None
@@ -287,8 +292,8 @@ def backend_change(meta: dict, now: dict[str, Any]) -> str | None:
         'tensorflow in the checkpoint, jax now'
         >>> backend_change({"state": {"settings": {}}}, {"settings": {"keras_backend": "jax"}})
     """
-    stored = (meta.get("state") or {}).get("settings") or {}
-    before, backend = stored.get("keras_backend"), (now.get("settings") or {}).get("keras_backend")
+    stored, settings = _settings_pair(meta, now)
+    before, backend = stored.get("keras_backend"), settings.get("keras_backend")
     if before is None or backend is None or before == backend:
         return None
     return f"{before} in the checkpoint, {backend} now"
@@ -318,8 +323,8 @@ def records_change(meta: dict, now: dict[str, Any]) -> str | None:
         ...                {"settings": {"train_records": dict(old, records=None)}}) is None
         True
     """
-    stored = (meta.get("state") or {}).get("settings") or {}
-    before, records = stored.get("train_records"), (now.get("settings") or {}).get("train_records")
+    stored, settings = _settings_pair(meta, now)
+    before, records = stored.get("train_records"), settings.get("train_records")
     if not isinstance(before, dict) or not isinstance(records, dict):
         return None
     # The record count is the build manifest's: a copy of the shards without it counts None.
