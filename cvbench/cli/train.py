@@ -208,8 +208,8 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 #: The split each task evaluates on (`ClassificationTask.evaluation_data`,
-#: `DetectionTask.evaluate`) and the shard-name prefix of its records.
-EVALUATION_SPLITS = {"classification": ("validation", None), "detection": ("val", "coco")}
+#: `DetectionTask.evaluate`); `Task.split_files` names its shards.
+EVALUATION_SPLITS = {"classification": "validation", "detection": "val"}
 
 
 def check_evaluation_split(args: argparse.Namespace, task) -> None:
@@ -223,14 +223,11 @@ def check_evaluation_split(args: argparse.Namespace, task) -> None:
     """
     if args.data_dir is None or args.eval == "none":
         return
-    from cvbench.data.coco_schema import record_prefix
-    from cvbench.data.read.splits import list_split_files
-
-    split, kind = EVALUATION_SPLITS.get(task.name, (None, None))
+    split = EVALUATION_SPLITS.get(task.name)
     if split is None:
         return
     try:
-        list_split_files(args.data_dir, record_prefix(split) if kind == "coco" else split)
+        task.split_files(split)
     except FileNotFoundError as error:
         when, drop = f"--eval {args.eval}", ""
         if args.eval_count is not None:

@@ -61,11 +61,23 @@ def test_evaluating_without_a_validation_split_is_refused_before_training(
     assert not run.exists()  # nothing written: no checkpoint, no log, no export
 
 
+def _detection_task(data_dir):
+    """What the check reads of a DetectionTask on `data_dir`: its name and its split files."""
+    from cvbench.tasks.detection import DetectionTask
+
+    class Task:
+        name = "detection"
+        options = argparse.Namespace(data_dir=str(data_dir))
+        split_files = DetectionTask.split_files
+
+    return Task()
+
+
 def test_a_detection_run_looks_for_its_own_split(tmp_path):
     (tmp_path / "coco_train.record-00000-of-00001").write_bytes(b"")
     args = argparse.Namespace(data_dir=str(tmp_path), eval="end", eval_count=None)
     with pytest.raises(CLIError) as caught:
-        check_evaluation_split(args, argparse.Namespace(name="detection"))
+        check_evaluation_split(args, _detection_task(tmp_path))
     assert str(caught.value) == (
         f"{tmp_path} has no val split to evaluate on (no TFRecord files matching "
         f"'coco_val.record-?????-of-?????' in {tmp_path}; shard files present for: "
@@ -73,7 +85,7 @@ def test_a_detection_run_looks_for_its_own_split(tmp_path):
         "evaluating"
     )
     (tmp_path / "coco_val.record-00000-of-00001").write_bytes(b"records")
-    check_evaluation_split(args, argparse.Namespace(name="detection"))  # found: no error
+    check_evaluation_split(args, _detection_task(tmp_path))  # found: no error
     check_evaluation_split(
         argparse.Namespace(data_dir=str(tmp_path), eval="none", eval_count=None),
         argparse.Namespace(name="classification"),
