@@ -99,9 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=name_list,
         default=(),
         help="variants of cvbench to measure beside it, as cvbench+<name> columns: plain_conv "
-        "(Keras' own convolution gradients, training only), fused_batchnorm (TensorFlow's "
-        "fused batch norm), folded_bn (the served model: batch norms folded into the "
-        "convolutions, inference only)",
+        "(Keras' own convolution gradients, training only), plain_batchnorm (Keras' own "
+        "batch norm instead of TensorFlow's fused kernel), folded_bn (the served model: batch "
+        "norms folded into the convolutions, inference only)",
     )
     p.add_argument("--seed", type=int, default=0, help="initialization and data seed")
     p.add_argument("--json", default=None, help="write every result and setting here")

@@ -9,7 +9,6 @@ as `cvbench benchmark` (`cvbench.benchmark`):
 - `torch_workload`: torchvision's models in PyTorch AMP (imports neither Keras nor cvbench);
 - `workload_process`: a workload in a child process of its own (torchvision's);
 - `table`: the throughput table with the ratios;
-- `fused_batchnorm`: a speed-change prototype measured as a variant (not in the builders);
 - `environment`: where a run ran (versions, devices, load).
 - `op_profile`: TensorFlow's profile of a step summed by operation type, beside keras.applications'.
 

@@ -10,8 +10,9 @@ inter-op and one intra-op thread, so that an operation's duration is its CPU tim
 workloads' figures add up alike (with two threads the operations of one step overlap). The
 workloads are the suite's: cvbench's `Trainer` step (`--build v1`: the model built as v1, the
 suite's `resnet_v1` variant; `--plain-conv` also measures it with Keras' own convolution
-gradients), keras.applications' `fit`; in inference cvbench's forward pass as built, the
-model as `cvbench export` serves it (batch norms folded) and keras.applications' `predict`.
+gradients, `--plain-batchnorm` with Keras' own batch norm), keras.applications' `fit`; in
+inference cvbench's forward pass as built, the model as `cvbench export` serves it (batch
+norms folded) and keras.applications' `predict`.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def _workloads(args: argparse.Namespace) -> dict[str, Any]:
     from cvbench.benchmark.run import cvbench_inference, cvbench_training, inference_model
     from cvbench.benchmark.workloads import cvbench_model, synthetic_batch
     from cvbench.inference.fold_batchnorm import fold_batchnorm
+    from cvbench.models.batchnorm import set_fused_batchnorm
     from cvbench.models.layers import set_fast_gradients
     from cvbench.training.precision import resolve_precision
     from cvbench.utils.plain_keras import to_plain_keras
@@ -108,6 +110,11 @@ def _workloads(args: argparse.Namespace) -> dict[str, Any]:
             model, build=lambda b=model.build: set_fast_gradients(b(), False)
         )
         variants["cvbench+plain_conv"] = plain
+    if args.plain_batchnorm:
+        plain = dataclasses.replace(
+            model, build=lambda b=model.build: set_fused_batchnorm(b(), False)
+        )
+        variants["cvbench+plain_batchnorm"] = plain
     out = {}
     for name, variant in variants.items():
         out[name], _ = cvbench_training(
@@ -125,6 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
     parser.add_argument("--build", choices=("v1.5", "v1"), default="v1.5")
     parser.add_argument("--plain-conv", action="store_true")
+    parser.add_argument("--plain-batchnorm", action="store_true")
     parser.add_argument("--image-size", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--steps", type=int, default=2)

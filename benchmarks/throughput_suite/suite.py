@@ -30,6 +30,7 @@ from cvbench.benchmark.run import (
 )
 from cvbench.benchmark.workloads import CvbenchModel, cvbench_model, synthetic_batch
 from cvbench.inference.fold_batchnorm import fold_batchnorm
+from cvbench.models.batchnorm import set_fused_batchnorm
 from cvbench.models.layers import set_fast_gradients
 from cvbench.models.resnet import DEPTHS, build_resnet
 from cvbench.training.precision import resolve_precision
@@ -37,21 +38,20 @@ from cvbench.training.throughput import measure_throughput
 from cvbench.utils.plain_keras import to_plain_keras
 
 from . import reference
-from .fused_batchnorm import with_fused_batchnorm
 from .reference import KERAS, TORCH, TORCH_COMPILE, FitReference, PredictReference
 from .workload_process import ProcessWorkload
 
 DEFAULT_MODELS = ("resnet50", "inception_v3", "ssd320")
 #: Variants of cvbench measured beside it, name -> function changing a built model, to show
 #: what one speed change gains in the same run: "plain_conv" turns off `FastConv2D`'s fast
-#: gradients (Keras' own convolution gradients), "fused_batchnorm" tries TensorFlow's fused
-#: batch norm (a prototype, `fused_batchnorm` beside this module), "folded_bn" is the model
+#: gradients (Keras' own convolution gradients), "plain_batchnorm" turns off
+#: `FusedBatchNormalization`'s fused kernel (Keras' own batch norm), "folded_bn" is the model
 #: as `cvbench export` serves it (built-in layers, batch norms folded into the convolutions),
 #: "resnet_v1" is the same ResNet built as v1 (the stride in the first 1x1 convolution, as
 #: keras.applications has it): what the recipe's v1.5 arithmetic costs against the reference.
 VARIANTS: dict[str, Callable[[keras.Model], keras.Model]] = {
     "plain_conv": lambda model: set_fast_gradients(model, False),
-    "fused_batchnorm": with_fused_batchnorm,
+    "plain_batchnorm": lambda model: set_fused_batchnorm(model, False),
     "folded_bn": lambda model: fold_batchnorm(to_plain_keras(model)),
     "resnet_v1": lambda model: as_resnet_v1(model),
 }

@@ -16,15 +16,19 @@ from typing import Any
 
 import keras
 
+from cvbench.models.batchnorm import FusedBatchNormalization
+
 
 @keras.saving.register_keras_serializable(package="cvbench")
-class FreezableBatchNormalization(keras.layers.BatchNormalization):
-    """`keras.layers.BatchNormalization` with a `frozen` switch (inference statistics always).
+class FreezableBatchNormalization(FusedBatchNormalization):
+    """`keras.layers.BatchNormalization` with a `frozen` switch (inference statistics always),
+    computed as `cvbench.models.batchnorm.FusedBatchNormalization` computes it.
 
     Args:
         frozen: normalize with the moving statistics even when called with `training=True`,
             and never update them. Gamma and beta remain trainable.
-        **kwargs: as `keras.layers.BatchNormalization`.
+        **kwargs: as `FusedBatchNormalization` (`keras.layers.BatchNormalization`'s and
+            `fused`).
 
     Example:
         >>> import numpy as np

@@ -23,6 +23,7 @@ from keras import layers
 
 from cvbench.models import common, pretrained
 from cvbench.models import weights as weights_lib
+from cvbench.models.batchnorm import FusedBatchNormalization
 from cvbench.models.layers import FastConv2D
 
 # Three unpadded 3x3 convs (two of stride 2) and two unpadded 3x3/2 pools: below 75 pixels a
@@ -63,7 +64,7 @@ def _unit(
         kernel_initializer=common.conv_initializer(u.init),
         name=f"{name}_conv",
     )(x)
-    x = layers.BatchNormalization(
+    x = FusedBatchNormalization(
         scale=u.scale, momentum=u.momentum, epsilon=u.epsilon, name=f"{name}_bn"
     )(x)
     return layers.Activation("relu", name=f"{name}_relu")(x)

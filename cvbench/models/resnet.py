@@ -41,6 +41,7 @@ from keras import layers
 
 from cvbench.models import common, pretrained
 from cvbench.models import weights as weights_lib
+from cvbench.models.batchnorm import FusedBatchNormalization
 from cvbench.models.layers import FastConv2D
 
 
@@ -149,7 +150,7 @@ def _conv(
 
 def _bn(x: keras.KerasTensor, bn: dict, name: str) -> keras.KerasTensor:
     """Batch norm with `bn = {"momentum": ..., "epsilon": ..., "scale": ...}`."""
-    return layers.BatchNormalization(**bn, name=f"{name}_bn")(x)
+    return FusedBatchNormalization(**bn, name=f"{name}_bn")(x)
 
 
 def _conv_bn(

@@ -83,7 +83,7 @@ def test_bad_settings_are_named(kwargs, message):
 def test_unknown_variants_are_named():
     with pytest.raises(ValueError, match=r"\['turbo'\].*plain_conv"):
         SuiteConfig(variants=("plain_conv", "turbo"))
-    assert SuiteConfig(variants=("fused_batchnorm",)).variants == ("fused_batchnorm",)
+    assert SuiteConfig(variants=("plain_batchnorm",)).variants == ("plain_batchnorm",)
 
 
 @pytest.mark.slow  # ResNet-18 train steps and forward passes compiled
@@ -99,7 +99,7 @@ def test_variants_are_measured_beside_cvbench():
         window_steps=1,
         keras_reference=False,
         latency_batch_sizes=(),
-        variants=("plain_conv", "fused_batchnorm", "folded_bn"),
+        variants=("plain_conv", "plain_batchnorm", "folded_bn"),
     )
     results = run_suite(config, report=lambda line: None)
     rows = [(r.mode, r.implementation) for r in results.throughput]
@@ -108,9 +108,9 @@ def test_variants_are_measured_beside_cvbench():
     assert rows == [
         ("train", "cvbench"),
         ("train", "cvbench+plain_conv"),
-        ("train", "cvbench+fused_batchnorm"),
+        ("train", "cvbench+plain_batchnorm"),
         ("inference", "cvbench"),
-        ("inference", "cvbench+fused_batchnorm"),
+        ("inference", "cvbench+plain_batchnorm"),
         ("inference", "cvbench+folded_bn"),
     ]
     assert all(r.throughput.images_per_sec > 0 for r in results.throughput)

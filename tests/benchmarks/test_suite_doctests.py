@@ -6,7 +6,7 @@ import doctest
 
 import pytest
 
-from throughput_suite import fused_batchnorm, suite, table
+from throughput_suite import suite, table
 
 
 @pytest.mark.parametrize(
@@ -14,7 +14,6 @@ from throughput_suite import fused_batchnorm, suite, table
     [
         pytest.param(table, marks=pytest.mark.backend_agnostic),
         pytest.param(suite, marks=pytest.mark.backend_agnostic),
-        fused_batchnorm,  # its example compares against TensorFlow's fused kernel
     ],
 )
 def test_docstring_examples(module):
