@@ -273,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.emulate_avx2:
         return emulate_avx2(argv)
     from cvbench.benchmark.results import jsonable
-    from cvbench.models.layers import fast_gradient_kinds, onednn_cap
+    from cvbench.models.layers import fast_gradient_kinds, onednn_cap, onednn_runs_avx512
     from cvbench.utils.cpu import cpu_flags
     from cvbench.utils.io import write_json_atomic
     from throughput_suite import SuiteConfig, describe_environment, run_suite
@@ -287,6 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Which convolutions take FastConv2D's fast gradients here: the flags and the cap decide.
     kinds = fast_gradient_kinds(flags, onednn_max_isa=onednn_cap())
     environment["fast_gradient_kinds"] = kinds
+    # Whether training's batch norms take TensorFlow's fused kernel (inference's always do).
+    fused = onednn_runs_avx512(flags, onednn_max_isa=onednn_cap())
+    environment["fused_batchnorm_in_training"] = fused
     with open(args.floors, encoding="utf-8") as f:
         floors = floors_of(kind, json.load(f))
     precisions = PRECISIONS[kind]
@@ -303,7 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     emulated = f" (emulated: {', '.join(f'{k}={v}' for k, v in capped.items())})" if capped else ""
     print(
-        f"cpu kind: {kind}{emulated}; precisions: {', '.join(precisions)}; fast gradients: {kinds}",
+        f"cpu kind: {kind}{emulated}; precisions: {', '.join(precisions)}; "
+        f"fast gradients: {kinds}; fused batch norm in training: {'yes' if fused else 'no'}",
         flush=True,
     )
     results = run_suite(config, report=lambda line: print(line, flush=True))

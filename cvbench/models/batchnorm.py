@@ -13,7 +13,13 @@ directly and keeps its statistics in float32.
 
 `FusedBatchNormalization` is `BatchNormalization` with that kernel where it applies:
 TensorFlow backend without a GPU, a 4-D channels-last input, no mask, no renorm, not
-synchronized. The results are Keras' up to float rounding:
+synchronized, and, in training, a CPU where oneDNN runs its AVX-512 kernels
+(`cvbench.models.layers.onednn_runs_avx512`). oneDNN's AVX2 kernel for a training forward
+pass measured 5x slower than its AVX-512 one (about 18 ms against 3.5 ms for a 16x32x32x256
+input, oneDNN capped at AVX2 on the same CPU; the backward pass 2.5 ms in both), and
+ResNet-50's train step slower than with Keras' operations, so on AVX2 a training call runs
+Keras' operations. An inference call takes the kernel on every CPU (TensorFlow's graph
+optimizer folds it into the convolution before it). The results are Keras' up to float rounding:
 
 - training: normalized with the batch's mean and population (biased) variance; the moving
   statistics are updated from them with `momentum` as Keras does (TensorFlow's kernel returns
@@ -41,7 +47,7 @@ from typing import Any
 
 import keras
 
-from cvbench.models.layers import tensorflow_on_cpu_only
+from cvbench.models.layers import tensorflow_on_cpu_only, this_cpu_runs_avx512
 from cvbench.utils.model_layers import all_layers
 
 
@@ -73,9 +79,11 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
             raise ValueError(f"fused must be a bool, got {fused!r}")
         self.fused = fused
 
-    def uses_fused_kernel(self, input_rank: int = 4, *, masked: bool = False) -> bool:
-        """Whether a call on an input of rank `input_rank` (with a mask or not) runs
-        TensorFlow's fused kernel."""
+    def uses_fused_kernel(
+        self, input_rank: int = 4, *, masked: bool = False, training: bool = False
+    ) -> bool:
+        """Whether a call on an input of rank `input_rank` (with a mask or not; normalizing
+        with the batch's statistics or not) runs TensorFlow's fused kernel."""
         axis = self.axis if isinstance(self.axis, int) else None
         return (
             self.fused
@@ -86,10 +94,13 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
             and not self.renorm
             and not self.synchronized
             and tensorflow_on_cpu_only()
+            and (not training or fused_in_training())
         )
 
     def call(self, inputs: Any, training: bool | None = None, mask: Any = None) -> Any:
-        if not self.uses_fused_kernel(len(inputs.shape), masked=mask is not None):
+        batch_statistics = bool(training and self.trainable)
+        rank, masked = len(inputs.shape), mask is not None
+        if not self.uses_fused_kernel(rank, masked=masked, training=batch_statistics):
             return super().call(inputs, training=training, mask=mask)
         import tensorflow as tf
 
@@ -97,7 +108,7 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
         channels = int(x.shape[-1])
         gamma = self.gamma if self.scale else tf.ones((channels,), tf.float32)
         beta = self.beta if self.center else tf.zeros((channels,), tf.float32)
-        if training and self.trainable:
+        if batch_statistics:
             empty = tf.constant([], tf.float32)
             y, mean, corrected, *_ = tf.raw_ops.FusedBatchNormV3(
                 x=x, scale=gamma, offset=beta, mean=empty, variance=empty,
@@ -119,6 +130,12 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "fused": self.fused}
+
+
+def fused_in_training() -> bool:
+    """Whether a training call (batch statistics) takes the fused kernel on this CPU: where
+    oneDNN runs its AVX-512 kernels (`cvbench.models.layers.this_cpu_runs_avx512`)."""
+    return this_cpu_runs_avx512()
 
 
 def set_fused_batchnorm(model: keras.Model, enabled: bool) -> keras.Model:

@@ -89,7 +89,28 @@ def fast_gradient_kinds(
     """
     if flags is None:
         return _this_cpu_kinds()
-    return POINTWISE if "avx512f" in flags and _cap_allows_avx512(onednn_max_isa) else ALL
+    return POINTWISE if onednn_runs_avx512(flags, onednn_max_isa=onednn_max_isa) else ALL
+
+
+def onednn_runs_avx512(flags: Collection[str], *, onednn_max_isa: str | None = None) -> bool:
+    """Whether oneDNN runs its AVX-512 kernels on a CPU with these `flags` under the ISA cap
+    `onednn_max_isa` (a `ONEDNN_MAX_CPU_ISA` value; None or "ALL": no cap): `avx512f` in the
+    flags and no cap below AVX-512. Which of cvbench's CPU speed changes pay depends on it
+    (`fast_gradient_kinds`, `cvbench.models.batchnorm`).
+
+    Example:
+        >>> onednn_runs_avx512({"avx2", "avx512f"}), onednn_runs_avx512({"avx2"})
+        (True, False)
+        >>> onednn_runs_avx512({"avx2", "avx512f"}, onednn_max_isa="AVX2")
+        False
+    """
+    return "avx512f" in flags and _cap_allows_avx512(onednn_max_isa)
+
+
+@functools.cache
+def this_cpu_runs_avx512() -> bool:
+    """`onednn_runs_avx512` for this machine's flags and this process's oneDNN cap."""
+    return onednn_runs_avx512(cpu_flags(), onednn_max_isa=onednn_cap())
 
 
 def _cap_allows_avx512(cap: str | None) -> bool:

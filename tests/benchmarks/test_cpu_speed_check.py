@@ -196,14 +196,17 @@ def test_the_capped_child_checks_avx2_floors_and_says_it_is_emulated(monkeypatch
     argv = ["--cpu-kind", "avx2", "--floors", str(floors), "--json", str(tmp_path / "c.json")]
     assert check.main(argv) == 0
     out = capsys.readouterr().out.splitlines()
-    # The cap makes FastConv2D take the AVX2 CPU's fast gradients, all of them.
+    # The cap makes FastConv2D take the AVX2 CPU's fast gradients, all of them, and training's
+    # batch norms Keras' operations (oneDNN's AVX2 training kernel is the slow one).
     assert out[1] == (
-        "cpu kind: avx2 (emulated: ONEDNN_MAX_CPU_ISA=AVX2); precisions: fp32; fast gradients: all"
+        "cpu kind: avx2 (emulated: ONEDNN_MAX_CPU_ISA=AVX2); precisions: fp32; fast gradients: "
+        "all; fused batch norm in training: no"
     )
     assert ran["precisions"] == ("fp32",)
     written = json.loads((tmp_path / "c.json").read_text())
     assert written["environment"]["onednn_cap"] == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
     assert written["environment"]["fast_gradient_kinds"] == "all"
+    assert written["environment"]["fused_batchnorm_in_training"] is False
     # The older name of the cap counts too (review of stop 47: the line said "pointwise"
     # where FastConv2D took "all").
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
@@ -213,6 +216,17 @@ def test_the_capped_child_checks_avx2_floors_and_says_it_is_emulated(monkeypatch
     assert written["environment"]["fast_gradient_kinds"] == "all"
     assert written["cpu_kind"] == "avx2" and written["statistic"] == "cpu"
     assert written["throughput"][0]["window_cpu_rates"] == [5.0]
+    # Without the cap the same flags run oneDNN's AVX-512 kernels: the fast gradients of
+    # stride-1 1x1 convolutions only, and fused batch norms in training too.
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA")
+    capsys.readouterr()
+    assert check.main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "cpu kind: avx2; precisions: fp32; fast gradients: pointwise; "
+        "fused batch norm in training: yes"
+    )
+    written = json.loads((tmp_path / "c.json").read_text())
+    assert written["environment"]["fused_batchnorm_in_training"] is True
 
 
 def test_a_cpu_kind_the_cpu_lacks_is_refused():

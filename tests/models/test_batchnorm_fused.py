@@ -101,9 +101,17 @@ SHAPES = [
 ]
 
 
+@pytest.fixture(params=[True, False], ids=["avx512", "avx2"])
+def fused_in_training(request, monkeypatch):
+    """Whether training calls take the fused kernel (`fused_in_training`: the CPU decides), so
+    that both rules are tested on every CPU."""
+    monkeypatch.setattr(batchnorm_module, "fused_in_training", lambda: request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_outputs_gradients_and_statistics_equal_batchnorm(shape, training):
+def test_outputs_gradients_and_statistics_equal_batchnorm(shape, training, fused_in_training):
     """Both layers against the float64 reference, to float32 rounding of the terms' size.
     (Against each other they differ by more where the gradient cancels: with 2 values per
     channel xhat = +-1 and dx is the small difference of terms of size gamma/sqrt(v+eps).)"""
@@ -124,9 +132,10 @@ def test_outputs_gradients_and_statistics_equal_batchnorm(shape, training):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=tol, err_msg=f"{layer}: {name}")
 
 
-def test_the_fused_kernel_runs_in_train_and_inference_graphs():
+def test_the_fused_kernel_runs_in_train_and_inference_graphs(fused_in_training):
     """The recipe's epsilon (1e-5) included: the first prototype skipped the kernel under
-    1.001e-5 (TensorFlow's GPU minimum), so its measurement was of Keras' own layer."""
+    1.001e-5 (TensorFlow's GPU minimum), so its measurement was of Keras' own layer. On AVX2
+    (`fused_in_training` False) training runs Keras' operations, inference the kernel."""
     if not _tf_cpu():
         pytest.skip("the fused kernel runs on TensorFlow without a GPU")
     import tensorflow as tf
@@ -141,14 +150,16 @@ def test_the_fused_kernel_runs_in_train_and_inference_graphs():
         layer.build((2, 4, 4, 3))
         for training in (True, False):
             ops = op_types(layer, training)
-            assert "FusedBatchNormV3" in ops and "SquaredDifference" not in ops, (epsilon, ops)
+            fused = not training or fused_in_training
+            assert ("FusedBatchNormV3" in ops) == fused, (epsilon, training, ops)
+            assert ("SquaredDifference" in ops) == (training and not fused), (epsilon, ops)
     layer.fused = False
     assert "SquaredDifference" in op_types(layer, True)
     assert "FusedBatchNormV3" not in op_types(layer, False)
 
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
-def test_mixed_precision_output_dtype_and_values(policy):
+def test_mixed_precision_output_dtype_and_values(policy, fused_in_training):
     if keras.config.backend() != "tensorflow":
         pytest.skip("gradients through TensorFlow's tape")
     shape = (4, 5, 5, 6)
@@ -216,9 +227,15 @@ def test_frozen_freezable_batchnorm_trains_gamma_and_beta_only():
 
 
 @agnostic
-def test_falls_back_to_keras_where_the_kernel_does_not_apply():
-    """Rank 2 and a mask run Keras' own operations, with Keras' results."""
+def test_falls_back_to_keras_where_the_kernel_does_not_apply(monkeypatch):
+    """Rank 2 and a mask run Keras' own operations, with Keras' results; so does training
+    where oneDNN's training kernel is slow (AVX2)."""
     fused = FusedBatchNormalization()
+    monkeypatch.setattr(batchnorm_module, "fused_in_training", lambda: False)
+    assert fused.uses_fused_kernel(4) == _tf_cpu()
+    assert not fused.uses_fused_kernel(4, training=True)
+    monkeypatch.setattr(batchnorm_module, "fused_in_training", lambda: True)
+    assert fused.uses_fused_kernel(4, training=True) == _tf_cpu()
     assert not fused.uses_fused_kernel(2)
     assert not fused.uses_fused_kernel(4, masked=True)
     assert not FusedBatchNormalization(axis=1).uses_fused_kernel(4)
