@@ -207,11 +207,6 @@ def train_command(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The split each task evaluates on (`ClassificationTask.evaluation_data`,
-#: `DetectionTask.evaluate`); `Task.split_files` names its shards.
-EVALUATION_SPLITS = {"classification": "validation", "detection": "val"}
-
-
 def check_evaluation_split(args: argparse.Namespace, task) -> None:
     """Refuses, before the first step, a run that evaluates (`--eval end` or `epoch`,
     `--eval-count`) on records without the split the task evaluates on: found only when
@@ -223,11 +218,11 @@ def check_evaluation_split(args: argparse.Namespace, task) -> None:
     """
     if args.data_dir is None or args.eval == "none":
         return
-    split = EVALUATION_SPLITS.get(task.name)
+    split = getattr(task, "evaluation_split", None)
     if split is None:
         return
     try:
-        task.split_files(split)
+        task.check_evaluation_split()
     except FileNotFoundError as error:
         when, drop = f"--eval {args.eval}", ""
         if args.eval_count is not None:

@@ -328,6 +328,8 @@ class RecordTask(abc.ABC):
     options: TaskOptions
     image_size: int
     _corrupt_counter: Any = None
+    #: The split `evaluate` reads.
+    evaluation_split: str = "validation"
     #: True when a checkpoint restores every weight of the model `build_model` builds
     #: (`restore_from_checkpoint`): it is built without its starting weights, whose file
     #: may have moved since the run began (or a download would be needed).
@@ -357,6 +359,17 @@ class RecordTask(abc.ABC):
         from cvbench.data.read.splits import list_split_files
 
         return list_split_files(self.options.data_dir, split)
+
+    def check_evaluation_split(self) -> None:
+        """Lists the shards of the split `evaluate` reads (`evaluation_split`), so that a run
+        that will evaluate finds a missing or damaged split before its first step rather than
+        after its last; nothing to check on synthetic data.
+
+        Raises:
+            FileNotFoundError, BadFileError: as `split_files`.
+        """
+        if self.options.data_dir is not None:
+            self.split_files(self.evaluation_split)
 
     @abc.abstractmethod
     def synthetic_batch(self, batch_size: int, seed: int) -> tuple:

@@ -323,7 +323,7 @@ class ClassificationTask(RecordTask):
         else:
             preprocess = {"preprocessing": self.preprocessing()}
         return self.read(
-            "validation", batch_size=batch_size, distribution=distribution, training=False,
+            self.evaluation_split, batch_size=batch_size, distribution=distribution, training=False,
             **preprocess,
         )  # fmt: skip
 
@@ -332,14 +332,14 @@ class ClassificationTask(RecordTask):
         identical on every rank."""
         from cvbench.training.evaluation import evaluated_rows
 
-        if self.options.data_dir is not None and self._count("validation") == 0:
+        if self.options.data_dir is not None and self._count(self.evaluation_split) == 0:
             # no batch at all (Keras on JAX cannot even start): refused before evaluating
-            self.check_evaluated(0, "validation", trainer.distribution)
+            self.check_evaluated(0, self.evaluation_split, trainer.distribution)
         data = self.evaluation_data(batch_size=batch_size, distribution=trainer.distribution)
         results = trainer.evaluate(data)
         # every record skipped as corrupt, or none there: refused, not "top-1 0"
         self.check_evaluated(
-            evaluated_rows(trainer.training_model), "validation", trainer.distribution
+            evaluated_rows(trainer.training_model), self.evaluation_split, trainer.distribution
         )
         if trainer.is_chief:
             warn_nonfinite_outputs(trainer.metrics)

@@ -98,6 +98,7 @@ class DetectionTask(RecordTask):
     """
 
     name = DETECTION
+    evaluation_split = "val"
     #: What can read its records: tf.data only.
     data_backends = ("tf",)
 
@@ -297,13 +298,15 @@ class DetectionTask(RecordTask):
             return {"detections_per_image": float(per_image)}
 
         dist = trainer.distribution
-        data = self.read("val", batch_size=batch_size, distribution=dist, training=False)
+        data = self.read(
+            self.evaluation_split, batch_size=batch_size, distribution=dist, training=False
+        )
         dets, image_ids = predict_coco(
             trainer.model, data, self.label_map.category_ids, settings=self.detection_settings
         )
         rows = dist.allgather_rows(_detections_to_rows(dets))
         all_ids = dist.allgather_rows(np.asarray(image_ids, np.float64).reshape(-1, 1))
-        self.check_evaluated(len(all_ids), "val", dist)  # not AP -1 over no image
+        self.check_evaluated(len(all_ids), self.evaluation_split, dist)  # not AP -1 over no image
         metrics: dict[str, float] | None = None
         if dist.is_chief:
             ids = all_ids[:, 0].astype(np.int64)

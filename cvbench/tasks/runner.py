@@ -196,6 +196,8 @@ class TaskRun:
         """
         if evaluate not in EVALUATE_CHOICES:
             raise ValueError(f"evaluate must be one of {EVALUATE_CHOICES}, got {evaluate!r}")
+        if evaluate != "none" or eval_count is not None:
+            self._check_evaluation_split(evaluate, eval_count)
         if epochs is None and steps_per_epoch == self.plan.steps_per_epoch:
             steps_per_epoch = None  # the plan's own: its length's divisor (fit_lengths) rules
         asked = (epochs, steps_per_epoch)
@@ -236,6 +238,25 @@ class TaskRun:
             last = {k: v[-1] for k, v in self.history.history.items() if k.startswith("val_")}
             return {k[len("val_") :]: float(v) for k, v in last.items()}
         return None
+
+    def _check_evaluation_split(self, evaluate: str, eval_count: int | None) -> None:
+        """Refuses a fit that will evaluate on records without the split the task evaluates on
+        (`check_evaluation_split`), before its first step: found only when evaluating, the
+        whole run was trained first."""
+        check = getattr(self.task, "check_evaluation_split", None)
+        if check is None:  # a task of the caller's own
+            return
+        try:
+            check()
+        except FileNotFoundError as error:
+            when, drop = f"evaluate={evaluate!r}", ""
+            if eval_count is not None:
+                when, drop = f"eval_count={eval_count}", " and no eval_count"
+            split = self.task.evaluation_split
+            raise FileNotFoundError(
+                f"no {split} split to evaluate on ({error}): fit({when}) evaluates on it; "
+                f"pass evaluate='none'{drop} to train without evaluating"
+            ) from None
 
 
 def length_warning(

@@ -62,13 +62,15 @@ def test_evaluating_without_a_validation_split_is_refused_before_training(
 
 
 def _detection_task(data_dir):
-    """What the check reads of a DetectionTask on `data_dir`: its name and its split files."""
+    """What the check reads of a DetectionTask on `data_dir`: its split and its files."""
     from cvbench.tasks.detection import DetectionTask
 
     class Task:
         name = "detection"
+        evaluation_split = DetectionTask.evaluation_split
         options = argparse.Namespace(data_dir=str(data_dir))
         split_files = DetectionTask.split_files
+        check_evaluation_split = DetectionTask.check_evaluation_split
 
     return Task()
 
