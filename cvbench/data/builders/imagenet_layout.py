@@ -183,7 +183,15 @@ class _Walk:
 
 
 def find_validation_dir(raw_dir: Path) -> Path | None:
-    """`raw_dir/validation` or `raw_dir/val`, whichever exists first; None if neither."""
+    """`raw_dir/validation` or `raw_dir/val`, whichever exists first; None if neither.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     (Path(d) / "val").mkdir()
+        ...     print(find_validation_dir(Path(d)).name, find_validation_dir(Path(d) / "val"))
+        val None
+    """
     for name in VALIDATION_DIR_NAMES:
         if (raw_dir / name).is_dir():
             return raw_dir / name
