@@ -36,7 +36,7 @@ from typing import Any
 from cvbench.data.coco_labels import MAX_CATEGORY_ID
 from cvbench.data.coco_schema import CocoImage, CocoObject
 from cvbench.data.safe_paths import relative_name
-from cvbench.utils.errors import BadFileError
+from cvbench.utils.errors import BadFileError, check_utf8
 from cvbench.utils.files import read_json
 
 #: The largest annotation file read (COCO 2017's instances_train2017.json has 448 MB).
@@ -228,7 +228,8 @@ def _categories(data: Mapping[str, Any]) -> dict[int, str]:
             )
         if cat_id in categories:
             raise ValueError(f"{where}: duplicate category id {cat_id}")
-        categories[cat_id] = str(cat.get("name", cat_id))
+        # a model's class name: refused here, not when its records are encoded (a surrogate)
+        categories[cat_id] = check_utf8(str(cat.get("name", cat_id)), what=f"{where}: the name")
     return categories
 
 

@@ -144,6 +144,12 @@ _IMAGE = {"id": 1, "file_name": "a.jpg", "height": 4, "width": 4}
         ({"categories": [{"id": "7"}]}, 'categories[0]: category id "7" is not an integer in'),
         ({"categories": [{"id": True}]}, "categories[0]: category id true is not an integer in"),
         ({"categories": [{"id": 3}, {"id": 3}]}, "categories[1]: duplicate category id 3"),
+        # a JSON escape of half a surrogate pair: no UTF-8 text (stop 50: refused only when the
+        # records were encoded, after the manifest was written, without naming the file)
+        (
+            {"categories": [{"id": 1, "name": "bad\udc80"}]},
+            "categories[0]: the name 'bad\\udc80' is not valid UTF-8",
+        ),
         ({"images": [{"file_name": "a.jpg"}]}, "images[0]: no 'id', 'height', 'width' in"),
         ({"images": [None]}, "images[0]: expected an image object, got null"),
         ({"images": [{**_IMAGE, "id": "x"}]}, 'images[0]: image id "x" is not an integer'),
@@ -187,6 +193,17 @@ def test_a_malformed_file_is_refused_naming_the_file_and_the_entry(tmp_path, cha
     with pytest.raises(BadFileError) as caught:
         ca.load_coco_annotations(path)
     assert str(caught.value).startswith(f"{path}: {message}")
+
+
+def test_a_category_name_that_is_not_text_is_refused_before_anything_is_written(tmp_path):
+    path, images, _ = _dataset(tmp_path)
+    data = json.loads(path.read_text())
+    data["categories"][1]["name"] = "car\udcff"
+    path.write_text(json.dumps(data))  # "\\udcff" in the file
+    out = tmp_path / "out"
+    with pytest.raises(BadFileError, match=r"categories\[1\]: the name 'car\\udcff' is not"):
+        bc.build_coco_splits(out, {"val": (path, images)}, num_workers=1, progress=False)
+    assert not out.exists()  # before: a manifest and an encoding error naming no file
 
 
 def test_a_bbox_that_is_not_four_numbers_is_skipped_and_counted():
