@@ -1,7 +1,5 @@
 """`python -m cvbench` runs the `cvbench` command."""
 
-import sys
+from cvbench.cli import run
 
-from cvbench.cli import main
-
-sys.exit(main())
+run()

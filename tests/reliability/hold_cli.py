@@ -15,7 +15,7 @@ finite (it must skip it, changing no variable).
 `CVBENCH_TEST_STEP_DELAY=<seconds>` makes every logged step take that much longer (run with
 `--log-every 1`), so that a signal sent after a step's line lands mid-epoch.
 
-Everything else is the real command (`cvbench.cli.main`).
+Everything else is the real command (`cvbench.cli.run`).
 """
 
 from __future__ import annotations
@@ -104,6 +104,6 @@ if __name__ == "__main__":
     if hold:
         moment, step = hold.split(":")
         _install_hold(moment, int(step))
-    from cvbench.cli import main
+    from cvbench.cli import run
 
-    sys.exit(main(sys.argv[1:]))
+    run(sys.argv[1:])

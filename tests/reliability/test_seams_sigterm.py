@@ -44,8 +44,8 @@ def wrapped(*args, **kwargs):
         time.sleep(120)
     return result
 setattr(module, name, wrapped)
-from cvbench.cli import main
-sys.exit(main(sys.argv[1:]))
+from cvbench.cli import run
+run(sys.argv[1:])
 """
 
 
