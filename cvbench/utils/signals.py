@@ -17,7 +17,13 @@ program:
   `handle` (a handler never takes its own signal, sent again, for a second one);
 - if the block still ends normally after the handler raised (code caught the exception and
   did not raise it again, or the block ended before the signal came again), the exception
-  is raised as the block ends: a stopped command never exits 0.
+  is raised as the block ends: a stopped command never exits 0;
+- if the block ends with another exception that the handler's caused (in its `__cause__` /
+  `__context__` chain: a library caught it where the signal came and raised its own; JAX
+  turns an exception raised while its jit cache compares two pytrees' metadata into
+  `ValueError: Exception raised while checking equality of metadata fields of pytree`),
+  the handler's exception is raised in its place: the command stopped, it did not fail
+  (`cvbench train` on JAX stopped by SIGTERM exited 2 with JAX's line in 1 of 5 runs).
 
 A signal that comes while the block starts or ends, or while the hook runs, is given to
 `handle` there; what it raises is raised at the next safe point, as above. Handlers can only
@@ -99,6 +105,24 @@ class StopHandlers:
             sys.unraisablehook = self._previous_hook
         if error is None and (self._dropped or self._raised):
             raise (self._dropped or self._raised)[0][0]  # never delivered: deliver it now
+        cause = self._raised_in_chain(error)
+        if cause is not None:
+            raise cause  # what the library made of it: its context
+
+    def _raised_in_chain(self, error: BaseException | None) -> BaseException | None:
+        """The handler's exception that caused `error` (in its `__cause__` / `__context__`
+        chain), where `error` is not itself one of the handler's; else None."""
+        mine = [e for e, _ in self._raised]
+        if error is None or any(error is e for e in mine):
+            return None
+        seen: set[int] = set()
+        link = error.__cause__ or error.__context__
+        while link is not None and id(link) not in seen:
+            seen.add(id(link))
+            if any(link is e for e in mine):
+                return link
+            link = link.__cause__ or link.__context__
+        return None
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._in_own_code(frame):
