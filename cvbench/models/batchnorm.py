@@ -27,8 +27,11 @@ optimizer folds it into the convolution before it). The results are Keras' up to
   channel, 0 for n = 1 as Keras);
 - inference (`training=False`, or a layer with `trainable=False`): normalized with the moving
   statistics;
-- float32 and bfloat16 inputs go in as they are; others (float16) are computed in float32.
-  The output has the layer's compute dtype.
+- float32 variables only (the float32 policy and the mixed ones): float32 and bfloat16
+  inputs go in as they are, float16 ones (`mixed_float16`) are computed in float32; the
+  output has the layer's compute dtype. Under a policy whose variables are not float32
+  (`float64`, `float16`, `bfloat16`) the layer is Keras' (the kernel's statistics are
+  float32 only).
 
 Everywhere else it is `keras.layers.BatchNormalization` unchanged: other backends (XLA on JAX
 fuses batch norm itself), TensorFlow with a GPU (not measured here), other ranks and axes.
@@ -57,6 +60,7 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
     applies (see the module docstring): same variables, results and config, plus `fused`.
 
     Args:
+        *args: as `keras.layers.BatchNormalization` (`axis` first).
         fused: use the fused kernel where it applies (False: Keras' own operations).
         **kwargs: as `keras.layers.BatchNormalization`.
 
@@ -73,8 +77,8 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
         True
     """
 
-    def __init__(self, *, fused: bool = True, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *args: Any, fused: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         if not isinstance(fused, bool):
             raise ValueError(f"fused must be a bool, got {fused!r}")
         self.fused = fused
@@ -93,6 +97,8 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
             and axis in (-1, 3)
             and not self.renorm
             and not self.synchronized
+            and keras.backend.standardize_dtype(self.variable_dtype) == "float32"
+            and self.compute_dtype in ("float32", "bfloat16", "float16")
             and tensorflow_on_cpu_only()
             and (not training or fused_in_training())
         )

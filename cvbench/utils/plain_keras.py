@@ -1,6 +1,7 @@
 """Model files for users: copies of trained models made of built-in Keras layers only.
 
 cvbench trains with layers of its own (`FastConv2D`, a `Conv2D` with faster gradients;
+`FusedBatchNormalization`, a `BatchNormalization` computed by TensorFlow's fused kernel;
 `FreezableBatchNormalization`; the SSD's composite `FeaturePyramid` and `WeightSharedHead`)
 and with training-only details (L2 kernel regularizers, a mixed-precision policy). None of
 them changes what the model computes at inference, and none should be needed to load a file
@@ -10,7 +11,7 @@ by layer, by three rules:
 1. a built-in Keras layer (or operation) stays as it is;
 2. a layer whose class subclasses a built-in layer becomes that built-in class, its config
    filtered to the arguments the built-in accepts (`FastConv2D` -> `Conv2D`,
-   `FreezableBatchNormalization` -> `BatchNormalization`): the subclass may change training
+   `FusedBatchNormalization` and `FreezableBatchNormalization` -> `BatchNormalization`): the subclass may change training
    only, not the inference function;
 3. a composite layer provides `to_functional(input_shape) -> keras.Model`, a functional
    model of (subclasses of) built-in layers computing its call in inference mode, built on

@@ -171,15 +171,39 @@ def test_mixed_precision_output_dtype_and_values(policy, fused_in_training):
     import tensorflow as tf
 
     x = tf.cast(x, fused.compute_dtype)  # the dtype the previous layer hands it
+    r = np.random.default_rng(2).normal(size=shape).astype("float32")
     for training in (True, False):
-        a, b = fused(x, training=training), plain(x, training=training)
-        assert a.dtype == b.dtype == fused.compute_dtype
+        (a, *grads_a), (b, *grads_b) = (_run(la, x, r, training) for la in (fused, plain))
+        assert fused(x, training=False).dtype == fused.compute_dtype
         # one bfloat16 rounding of |y| < 8: 2^-8 * 8 = 0.03 (float16: 2^-11 * 8)
-        np.testing.assert_allclose(np.float32(a), np.float32(b), atol=0.032)
+        np.testing.assert_allclose(a, b, atol=0.032)
+        # dx (the compute dtype) and dgamma, dbeta (float32, sums over 100 values): to a
+        # bfloat16 rounding of their largest term's size
+        for name, ga, gb in zip(["dx", "dgamma", "dbeta"], grads_a[:3], grads_b[:3], strict=True):
+            np.testing.assert_allclose(ga, gb, atol=2**-7 * np.abs(gb).max(), err_msg=name)
     np.testing.assert_allclose(fused.moving_mean, plain.moving_mean, rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(fused.moving_variance, plain.moving_variance, rtol=1e-3)
     for w in fused.weights:
         assert w.dtype == "float32", w.path
+
+
+@pytest.mark.parametrize("policy", ["float64", "float16", "bfloat16"])
+def test_a_policy_whose_variables_are_not_float32_is_keras_layer(policy):
+    """The kernel's statistics are float32 only: under these policies the layer is Keras'
+    (review of stop 52: every builder's first call failed under them)."""
+    x = np.random.default_rng(0).normal(size=(2, 3, 3, 4)).astype("float32")
+    fused, plain = _pair(policy)
+    assert not fused.uses_fused_kernel(4) and not fused.uses_fused_kernel(4, training=True)
+    for training in (True, False):
+        a, b = fused(x, training=training), plain(x, training=training)
+        assert a.dtype == b.dtype == policy
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+    from cvbench.training.precision import dtype_policy_scope
+
+    with dtype_policy_scope(policy):
+        model = get_model("resnet18", input_shape=(32, 32, 3), num_classes=3)
+    out = model.predict(np.zeros((1, 32, 32, 3), "float32"), verbose=0)
+    assert out.shape == (1, 3)
 
 
 @pytest.mark.parametrize("scale, center", [(False, True), (True, False), (False, False)])
@@ -248,6 +272,12 @@ def test_falls_back_to_keras_where_the_kernel_does_not_apply(monkeypatch):
         keras.ops.convert_to_numpy(plain(x, training=True)),
         atol=1e-6,
     )
+
+
+@agnostic
+def test_axis_may_come_first_as_in_keras():
+    assert FusedBatchNormalization(-1, fused=False).axis == -1
+    assert FusedBatchNormalization(1).axis == 1
 
 
 @agnostic
