@@ -11,8 +11,8 @@ by layer, by three rules:
 1. a built-in Keras layer (or operation) stays as it is;
 2. a layer whose class subclasses a built-in layer becomes that built-in class, its config
    filtered to the arguments the built-in accepts (`FastConv2D` -> `Conv2D`,
-   `FusedBatchNormalization` and `FreezableBatchNormalization` -> `BatchNormalization`): the subclass may change training
-   only, not the inference function;
+   `FusedBatchNormalization` and `FreezableBatchNormalization` -> `BatchNormalization`):
+   the subclass may change training only, not the inference function;
 3. a composite layer provides `to_functional(input_shape) -> keras.Model`, a functional
    model of (subclasses of) built-in layers computing its call in inference mode, built on
    the layer's own sublayers (`input_shape` as `build` receives it); that model is converted
