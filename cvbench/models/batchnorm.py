@@ -51,7 +51,7 @@ from typing import Any
 import keras
 
 from cvbench.models.layers import tensorflow_on_cpu_only, this_cpu_runs_avx512
-from cvbench.utils.model_layers import all_layers
+from cvbench.utils.model_layers import switch_layers
 
 
 @keras.saving.register_keras_serializable(package="cvbench")
@@ -158,11 +158,4 @@ def set_fused_batchnorm(model: keras.Model, enabled: bool) -> keras.Model:
     Raises:
         ValueError: when `model` has no `FusedBatchNormalization` layer.
     """
-    if not isinstance(enabled, bool):
-        raise ValueError(f"enabled must be a bool, got {enabled!r}")
-    norms = [layer for layer in all_layers(model) if isinstance(layer, FusedBatchNormalization)]
-    if not norms:
-        raise ValueError(f"model {model.name!r} has no FusedBatchNormalization layer")
-    for layer in norms:
-        layer.fused = enabled
-    return model
+    return switch_layers(model, FusedBatchNormalization, "fused", enabled)

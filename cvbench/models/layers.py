@@ -41,7 +41,7 @@ from typing import Any
 import keras
 
 from cvbench.utils.cpu import cpu_flags
-from cvbench.utils.model_layers import all_layers
+from cvbench.utils.model_layers import switch_layers
 
 
 @functools.cache
@@ -302,11 +302,4 @@ def set_fast_gradients(model: keras.Model, enabled: bool) -> keras.Model:
     Raises:
         ValueError: when `model` has no `FastConv2D` layer.
     """
-    if not isinstance(enabled, bool):
-        raise ValueError(f"enabled must be a bool, got {enabled!r}")
-    convs = [layer for layer in all_layers(model) if isinstance(layer, FastConv2D)]
-    if not convs:
-        raise ValueError(f"model {model.name!r} has no FastConv2D layer")
-    for layer in convs:
-        layer.fast_gradients = enabled
-    return model
+    return switch_layers(model, FastConv2D, "fast_gradients", enabled)
