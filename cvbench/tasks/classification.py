@@ -342,7 +342,7 @@ class ClassificationTask(RecordTask):
             evaluated_rows(trainer.training_model), self.evaluation_split, trainer.distribution
         )
         if trainer.is_chief:
-            warn_nonfinite_outputs(trainer.metrics)
+            warn_nonfinite_outputs(trainer.metrics, loss=results.get("loss"))
         return results
 
     # ----------------------------------------------------------------- model files
@@ -526,7 +526,8 @@ def top_k_accuracy(k: int, name: str) -> keras.metrics.Metric:
     metrics refuse soft labels, the Categorical ones score integer labels as 0); a row of
     logits with a NaN or infinite value is never correct, on every backend (Keras' own
     metrics score a NaN row as class 0 on TensorFlow and, for top-k, as a hit on JAX).
-    `nonfinite` counts those rows (weighted as the accuracy: padding rows not).
+    `nonfinite` counts those rows (weighted as the accuracy: padding rows not). An integer
+    label outside `[0, C)` is never a hit either (`SparseCrossEntropy` scores it NaN).
 
     Example:
         >>> import numpy as np
@@ -559,6 +560,9 @@ class FiniteTopKAccuracy(keras.metrics.Metric):
         else:
             hit = keras.metrics.sparse_top_k_categorical_accuracy(labels, y_pred, k=self.k)
         hit = ops.reshape(ops.cast(hit, "float32"), (-1,))
+        flat = ops.reshape(ops.cast(labels, "int32"), (-1,))
+        in_range = ops.logical_and(flat >= 0, flat < ops.shape(y_pred)[-1])
+        hit = ops.where(in_range, hit, 0.0)  # a label outside [0, C) is never a hit
         finite = ops.all(ops.isfinite(y_pred), axis=-1)
         weight = ops.ones_like(hit) if sample_weight is None else sample_weight
         weight = ops.reshape(ops.cast(weight, "float32"), (-1,))
@@ -573,10 +577,22 @@ class FiniteTopKAccuracy(keras.metrics.Metric):
         return {"k": self.k, "name": self.name, "dtype": self.dtype}
 
 
-def warn_nonfinite_outputs(metrics: Any) -> None:
+def warn_nonfinite_outputs(metrics: Any, loss: float | None = None) -> None:
     """Warns (one line under the CLI: `cvbench eval: warning: ...`) when the evaluation
     just run by metrics `metrics` saw images whose logits were not all finite (the first
-    `FiniteTopKAccuracy`'s count, summed over ranks); they counted as wrong."""
+    `FiniteTopKAccuracy`'s count, summed over ranks); they counted as wrong. Without such
+    images, a `loss` that is not finite is the labels': `SparseCrossEntropy` scores a label
+    outside the model's classes NaN, and the warning says so.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_nonfinite_outputs([], loss=float("nan"))
+        >>> print(str(caught[0].message)[:61])
+        the evaluation loss is nan: a label outside [0, classes) (the
+    """
+    import math
     import warnings
 
     for metric in metrics:
@@ -588,7 +604,15 @@ def warn_nonfinite_outputs(metrics: Any) -> None:
                     "predictions (the model's outputs are broken)",
                     stacklevel=2,
                 )
-            return
+                return
+            break
+    if loss is not None and not math.isfinite(loss):
+        warnings.warn(
+            f"the evaluation loss is {loss}: a label outside [0, classes) "
+            "(the model's outputs) scores NaN (SparseCrossEntropy); check the data's labels "
+            "against the class count (0-based)",
+            stacklevel=2,
+        )
 
 
 def _chosen_source(

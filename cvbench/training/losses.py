@@ -55,13 +55,16 @@ class SparseCrossEntropy(keras.losses.Loss):
         ValueError: at construction, for `s` outside [0, 1) or `K` not a positive int; at the
             call, for `K` below the logits' `C` or soft labels whose width is not `C`.
 
-    An integer label outside [0, C) one-hot encodes to zeros and gets a loss of 0: the loss does
-    not check (an assertion inside the train step made TensorFlow's deterministic runs differ
-    between processes, and XLA and JAX drop run-time assertions anyway). The input pipeline
-    does: `imagenet_dataset(num_classes=C)`, which the classification task always passes,
-    raises an error naming the label, the class count, the file and the record. Array data has
-    no pipeline: `Trainer.fit` and `Trainer.evaluate` call `check_targets` on its labels, on
-    the host, before the first step (`check_loss_targets`).
+    An integer label outside [0, C) gets a NaN loss (a row is never scored as a fit, as its
+    all-zero one-hot target would be): the Trainer's whole-step check then skips the step and
+    reports it, and an evaluation's loss is NaN (the classification task warns, naming this
+    cause). The loss cannot raise an error naming the label (an assertion inside the train
+    step made TensorFlow's deterministic runs differ between processes, and XLA and JAX drop
+    run-time assertions anyway). The input pipeline does: `imagenet_dataset(num_classes=C)`,
+    which the classification task always passes, raises an error naming the label, the class
+    count, the file and the record. Array data has no pipeline: `Trainer.fit` and
+    `Trainer.evaluate` call `check_targets` on its labels, on the host, before the first step
+    (`check_loss_targets`).
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class SparseCrossEntropy(keras.losses.Loss):
         logits = ops.cast(y_pred, "float32")
         y_true = ops.convert_to_tensor(y_true)
         num_classes = logits.shape[-1]
+        valid = None  # integer labels: which rows' labels are in [0, C)
         if len(y_true.shape) == len(logits.shape) and y_true.shape[-1] == num_classes:
             target = ops.cast(y_true, "float32")
         elif len(y_true.shape) == len(logits.shape) and y_true.shape[-1] != 1:
@@ -98,13 +102,19 @@ class SparseCrossEntropy(keras.losses.Loss):
             )
         else:
             labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
-            target = ops.one_hot(labels, ops.shape(logits)[-1], dtype="float32")
+            classes = ops.shape(logits)[-1]
+            target = ops.one_hot(labels, classes, dtype="float32")
+            valid = ops.logical_and(labels >= 0, labels < classes)
         if self.label_smoothing:
             s = self.label_smoothing
             spread = self._spread(num_classes, ops.shape(logits)[-1])
             target = target * (1.0 - s) + s / spread
         log_probs = ops.log_softmax(logits, axis=-1)
-        return -ops.sum(target * log_probs, axis=-1)
+        loss = -ops.sum(target * log_probs, axis=-1)
+        if valid is None:
+            return loss
+        # a label outside [0, C): NaN, never a fit (its one-hot is all zeros, a loss of 0)
+        return ops.where(valid, loss, ops.full_like(loss, float("nan")))
 
     def check_targets(self, y_true: Any, num_outputs: int) -> None:
         """Checks array labels on the host, as the call reads them against `num_outputs`
@@ -150,9 +160,9 @@ class SparseCrossEntropy(keras.losses.Loss):
 
 def check_sparse_labels(labels: Any, num_classes: int, *, ignore_class: int | None = None) -> None:
     """Checks integer class labels on the host: each row's label an integer in
-    `[0, num_classes)` (or `ignore_class`). A label out of range one-hot encodes to zeros (a
-    loss of 0 under JAX, a graph error under TensorFlow); a float label such as 1.5 would be
-    cast to 1.
+    `[0, num_classes)` (or `ignore_class`), named before the first step (in the step, a label
+    out of range is a NaN loss for `SparseCrossEntropy`, a graph error for Keras' loss under
+    TensorFlow); a float label such as 1.5 would be cast to 1.
 
     Args:
         labels: `[rows, ...]` labels (`[rows]`, `[rows, 1]`, or one per pixel), any integer,
