@@ -38,7 +38,7 @@ from cvbench.training.run_dir import RunFolder, check_layout, foreign_results
 from cvbench.training.run_log import RunLog, read_run_history
 from cvbench.training.trainer import Trainer
 from cvbench.utils.errors import BadFileError
-from cvbench.utils.files import recording
+from cvbench.utils.files import read_json, recording
 from cvbench.utils.io import write_json_atomic
 
 EVALUATE_CHOICES = ("end", "epoch", "none")
@@ -113,7 +113,9 @@ class TaskRun:
 
         A `results.json` that is not a training's (`run_dir.foreign_results`: another
         command wrote it while the run trained) is never replaced: the results stay in the
-        run log, and `BadFileError` says so.
+        run log, and `BadFileError` says so. Without `results` (not evaluated), the metrics
+        of a training's `results.json` of the same step are kept (`recorded_metrics`): a
+        finished run ended again never loses its result.
 
         Args:
             results: the last evaluation's (`fit`'s return; None: not evaluated).
@@ -126,6 +128,8 @@ class TaskRun:
         if log_dir is None or not self.trainer.is_chief:
             return {}
         check_layout(log_dir)  # results.json, plots/: not links, of their kinds
+        if not results:  # never an empty result over the same step's full one
+            results = recorded_metrics(log_dir, self.trainer.state["step"])
         record = results_record(self, results or {}, plots=plots)
         log = RunLog(log_dir, enabled=True, progress_bar=False)
         try:
@@ -192,7 +196,9 @@ class TaskRun:
                 logs, the run log and TensorBoard); the last one is returned.
 
         Returns:
-            The last evaluation's results, or None with `evaluate="none"`.
+            The last evaluation's results, or None with `evaluate="none"`. With "epoch"
+            or `eval_count`, a run already finished (resumed with no epoch left to train)
+            is evaluated once, as with "end": its result is the finished model's.
         """
         if evaluate not in EVALUATE_CHOICES:
             raise ValueError(f"evaluate must be one of {EVALUATE_CHOICES}, got {evaluate!r}")
@@ -236,6 +242,8 @@ class TaskRun:
             return self.evaluate(final=True)
         if evaluate == "epoch":
             last = {k: v[-1] for k, v in self.history.history.items() if k.startswith("val_")}
+            if not last:  # no epoch left to train (a finished run fitted again): evaluate it
+                return self.evaluate(final=True)
             return {k[len("val_") :]: float(v) for k, v in last.items()}
         return None
 
@@ -301,6 +309,44 @@ def length_warning(
 
 #: The run folder's results file (`TaskRun.write_results`).
 RESULTS_NAME = RunFolder.RESULTS
+
+
+def recorded_metrics(log_dir: str | Path, step: int) -> dict[str, float]:
+    """The metrics of the training's `results.json` in `log_dir` when it records step
+    `step` (the run has not trained since), else {}: what `TaskRun.write_results` keeps
+    rather than writing no metrics over them. {} for a file that is not a training's
+    (`foreign_results`), unreadable, or of another step.
+
+    Example:
+        >>> import tempfile
+        >>> recorded_metrics(tempfile.mkdtemp(), 4)  # no results.json
+        {}
+    """
+    path = RunFolder(log_dir).results
+    if not path.is_file() or foreign_results(log_dir) is not None:
+        return {}
+    try:
+        record = read_json(path, limit=RESULTS_READ_LIMIT, what="results file")
+    except (OSError, BadFileError):
+        return {}
+    if not isinstance(record, dict) or record.get("steps") != step:
+        return {}
+    metrics = record.get("metrics")
+    if not isinstance(metrics, dict):
+        return {}
+    kept = {}
+    for name, value in metrics.items():
+        if value is None:  # a NaN metric is written as null
+            kept[name] = math.nan
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            kept[name] = float(value)
+        else:
+            return {}
+    return kept
+
+
+#: The most bytes of a `results.json` that `recorded_metrics` reads.
+RESULTS_READ_LIMIT = 16 * 1024 * 1024
 
 
 def results_record(
