@@ -156,6 +156,10 @@ def _parse_meta(path: str | os.PathLike, raw: np.ndarray) -> dict:
     return meta
 
 
+# The members of a Keras 3 `.keras` model file (a zip archive, as an `.npz` is).
+_KERAS_FILE_MEMBERS = {"config.json", "metadata.json"}
+
+
 def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     """Reads a checkpoint file completely: every array is decompressed and CRC-checked, and
     the arrays' SHA-256 is compared with the one stored at writing (format 2).
@@ -171,6 +175,13 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray
             saying why; also a file that cannot be opened.
     """
     arrays = _read_arrays(path, meta_only=False)
+    if "meta" not in arrays and set(arrays) >= _KERAS_FILE_MEMBERS:
+        raise BadFileError(
+            f"{path} is not a cvbench checkpoint: it is a Keras model file (.keras, a zip of "
+            f"{', '.join(sorted(arrays)[:5])}); load it with keras.saving.load_model(path) or "
+            "cvbench.inference.load_model(path), or its weights into a built model with "
+            "model.load_weights(path)"
+        )
     if "meta" not in arrays:
         raise BadFileError(
             f"{path} is not a cvbench checkpoint: the .npz archive has no cvbench metadata "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 
 PRECISIONS = ("mixed_float16", "mixed_bfloat16", "float32")
@@ -206,13 +207,19 @@ class ScheduleConfig:
         return int(round(self.warmup_epochs * steps_per_epoch))
 
 
+# The largest `TrainConfig.seed`: NumPy's global seed is a 32-bit unsigned int (Python's
+# `random`, TensorFlow and JAX take it too).
+MAX_SEED = 2**32 - 1
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Settings of one training run (everything but the model, data and update rule).
 
     Attributes:
         log_dir: where rank 0 writes checkpoints, the JSON-lines log, TensorBoard events and
-            the exported model; None writes nothing.
+            the exported model; None writes nothing ("" is refused: "." names the current
+            folder).
         checkpoint_every: also checkpoint every this many steps (0: only at epoch ends).
         keep_checkpoints: how many of the newest checkpoints to keep.
         resume: continue from the newest valid checkpoint in `log_dir/checkpoints`; one
@@ -223,7 +230,8 @@ class TrainConfig:
         log_every: print a `step epoch img/s loss lr` line every this many steps (0: never).
         burn_in_steps: steps left out of the final `Images/sec` summary.
         progress_bar: show a progress bar on rank 0 ("auto": on a terminal or in a Jupyter kernel).
-        seed: seeds Python, NumPy and the backend before the model is built.
+        seed: seeds Python, NumPy and the backend before the model is built: None or an
+            int from 0 to `MAX_SEED` (2**32 - 1, NumPy's range).
         deterministic: also make the backend's ops deterministic (bit-exact reruns and
             resumes): TensorFlow's op determinism; on JAX GPUs XLA's deterministic kernels,
             whose flag must be set before JAX starts (`cvbench.training.determinism`).
@@ -283,6 +291,18 @@ class TrainConfig:
             )
         if not (isinstance(self.loss_scale, (int, float)) and self.loss_scale > 0):
             raise ValueError(f"TrainConfig.loss_scale must be > 0, got {self.loss_scale!r}")
+        if isinstance(self.log_dir, str) and not self.log_dir.strip():
+            raise ValueError(
+                f"TrainConfig.log_dir is empty ({self.log_dir!r}): name a folder "
+                "('.' for the current one) or None for no logs"
+            )
+        seed = self.seed
+        whole = isinstance(seed, numbers.Integral) and not isinstance(seed, bool)
+        if seed is not None and not (whole and 0 <= seed <= MAX_SEED):
+            raise ValueError(
+                f"TrainConfig.seed must be None or an int from 0 to {MAX_SEED} (NumPy's "
+                f"seed range), got {seed!r}"
+            )
         if self.resume and self.log_dir is None:
             raise ValueError("TrainConfig.resume=True needs a log_dir to find checkpoints in")
         if self.force_resume and not self.resume:

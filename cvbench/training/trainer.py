@@ -19,6 +19,7 @@ around it:
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,7 @@ class Trainer(_TrainerCheckpoints):
         for metric in self.metrics:  # instances made before the Trainer hold variables
             self.distribution.adopt_variables(getattr(metric, "variables", ()))
         self.optimizer: keras.optimizers.Optimizer | None = None
+        self._trained_variables: tuple = ()  # the trainable variables it was built for
         # Where training stands; checkpointed. `data_seed` orders array data (rank 0's seed).
         self.train_state = TrainState()
         # The last fit's throughput summary (None before, or with no step past the burn-in).
@@ -302,6 +304,33 @@ class Trainer(_TrainerCheckpoints):
                 f"{type(inner).__name__}(...) made again"
             )
 
+    def _check_trainable_unchanged(self) -> None:
+        """Raises `ValueError` when the model's trainable variables are no longer those the
+        optimizer was built for (a layer's `trainable` set after the first `fit`): its slots
+        and the traced step are for the old set, so the change would be ignored (TensorFlow)
+        or fail inside the step (JAX)."""
+        built = self._trained_variables
+        now = tuple(self.training_model.trainable_variables)
+        if len(built) == len(now) and all(a is b for a, b in zip(built, now, strict=True)):
+            return
+        built_ids, now_ids = {id(v) for v in built}, {id(v) for v in now}
+        unfrozen = [v.path for v in now if id(v) not in built_ids]
+        frozen = [v.path for v in built if id(v) not in now_ids]
+        changes = []
+        if unfrozen:
+            changes.append(f"{_some(unfrozen)} made trainable")
+        if frozen:
+            changes.append(f"{_some(frozen)} made non-trainable")
+        raise ValueError(
+            f"the model's trainable variables changed since this Trainer built its optimizer "
+            f"for {len(built)} of them: {'; '.join(changes) or 'their order changed'}. A "
+            "Trainer keeps the trainable set of its first fit (its optimizer slots and train "
+            "step are built for it): for a new stage (e.g. fine-tuning after training the "
+            "head) make a new Trainer with the same model, whose first fit builds an "
+            "optimizer for the new set (give it its own log_dir), or set the layers' "
+            "trainable back"
+        )
+
     @property
     def run_settings(self) -> dict[str, Any]:
         """What else a resume must agree on: the settings the task layer set, with the run's
@@ -329,6 +358,8 @@ class Trainer(_TrainerCheckpoints):
             self._check_ready_optimizer()
             self._compile(self.optimizer)
             self.optimizer.build(self.training_model.trainable_variables)
+            # The variables the optimizer (its slots) and the traced step are for.
+            self._trained_variables = tuple(self.training_model.trainable_variables)
             # A ready optimizer made before the Trainer holds variables made outside the
             # distribution's scope (its iteration count and learning rate; its slots if it was
             # built): laid out as those made in it, or one jitted step cannot take them all.
@@ -337,11 +368,13 @@ class Trainer(_TrainerCheckpoints):
             if steps_per_epoch is not None:
                 self._planned_steps = epochs * steps_per_epoch
                 self._planned_epochs = epochs
-        elif global_batch != self.global_batch:
-            raise ValueError(
-                f"this Trainer was set up for a global batch of {self.global_batch}, the data "
-                f"gives {global_batch}"
-            )
+        else:
+            self._check_trainable_unchanged()
+            if global_batch != self.global_batch:
+                raise ValueError(
+                    f"this Trainer was set up for a global batch of {self.global_batch}, the "
+                    f"data gives {global_batch}"
+                )
         first = not self._synced
         self._resume_or_sync()
         if first and self.config.resume:
@@ -379,7 +412,8 @@ class Trainer(_TrainerCheckpoints):
             validation_data: evaluated at each epoch end (see `evaluate`), or a function
                 `() -> dict[str, float]` called there instead (every rank calls it; e.g. a
                 task's evaluation). Its results enter the epoch logs as `val_<name>`.
-            validation_steps: batches of validation data per evaluation (None: all).
+            validation_steps: batches of validation data per evaluation (None: all;
+                required for data that repeats forever, which is refused before epoch 1).
             validation_batch_size: batch size for array validation data.
             callbacks: Keras callbacks run on every rank (they see `trainer.training_model`).
             chief_callbacks: Keras callbacks run on rank 0 only (writers).
@@ -458,6 +492,7 @@ class Trainer(_TrainerCheckpoints):
         if data is None or callable(data):
             return data
         check_array_targets(data, self.training_model.loss_fn, self.model)  # before epoch 1
+        _check_finite_evaluation(data, steps, "validation_steps")
         return functools.partial(self.evaluate, data, steps=steps, batch_size=batch_size)
 
     def _run_loop(
@@ -522,13 +557,19 @@ class Trainer(_TrainerCheckpoints):
         Args:
             data: NumPy arrays `(x, y[, sample_weight])` (split over ranks here, no row
                 dropped) or a re-iterable of batches already sharded per rank.
-            steps: batches to evaluate (None: all).
+            steps: batches to evaluate (None: all; required for data that repeats forever).
             batch_size: batch size for array data (default 32).
 
         Returns:
             `{"loss": ..., <metric name>: ...}` as floats, identical on every rank.
+
+        Raises:
+            ValueError: `steps` is None and `data` is known to repeat forever (a `tf.data`
+                dataset of infinite cardinality, e.g. a training pipeline; an endless
+                `len`), before any step.
         """
         check_array_targets(data, self.training_model.loss_fn, self.model)
+        _check_finite_evaluation(data, steps, "steps")
         self.compile_for_inference()
         return evaluate_over_ranks(
             self.training_model, self.distribution, data, steps=steps, batch_size=batch_size
@@ -614,3 +655,36 @@ class Trainer(_TrainerCheckpoints):
         from cvbench.training.export import export_trained_model
 
         return export_trained_model(self.user_model(), Path(directory), info=self.model_info)
+
+
+def _some(paths: list[str], shown: int = 3) -> str:
+    """`"N variables (a, b, c and M more)"` for a list of variable paths."""
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    noun = "variable" if len(paths) == 1 else "variables"
+    return f"{len(paths)} {noun} ({', '.join(paths[:shown])}{more})"
+
+
+# `tf.data.INFINITE_CARDINALITY` (TensorFlow is not imported here).
+_INFINITE_CARDINALITY = -1
+
+
+def _check_finite_evaluation(data: Any, steps: int | None, steps_name: str) -> None:
+    """Raises `ValueError` when `steps` is None and `data` is known to repeat forever: a
+    `tf.data` dataset of infinite cardinality, or data whose `len` is `sys.maxsize` (grain's
+    endless `repeat()`); evaluating it would never end."""
+    if steps is not None:
+        return
+    if type(data).__module__.startswith("tensorflow") and hasattr(data, "cardinality"):
+        endless = int(data.cardinality()) == _INFINITE_CARDINALITY
+    else:
+        try:
+            endless = len(data) >= sys.maxsize
+        except (TypeError, ValueError, OverflowError):
+            endless = False
+    if endless:
+        raise ValueError(
+            f"the evaluation data repeats forever ({type(data).__name__} of infinite length, "
+            "e.g. a training pipeline): evaluating it would never end; pass a finite dataset "
+            f"(dataset.take(n), or the reader's evaluation pipeline, training=False) or "
+            f"{steps_name}=N"
+        )
