@@ -11,6 +11,11 @@ The format `pycocotools.coco.COCO.loadRes` reads and the COCO evaluation server 
 * category ids: where every class name of the model is a COCO 2017 category name, its COCO id
   (`cvbench.data.coco_labels.COCO_2017_CATEGORIES`; "person" -> 1, "dog" -> 18); else the
   ids you pass, one per class index; else class index + 1 (COCO numbers from 1).
+* class names: each detection carries its boxes' class names, and they are the truth;
+  `class_names` is the model's whole list (`ModelInfo.class_names`, which the default
+  category ids and the count of `category_ids` need), checked against them: a list that
+  names a detected class id otherwise, or is too short for it, is refused (`ValueError`).
+  To write other category ids, pass `category_ids`, not other names.
 
 A detection whose score or box is not finite (a model that outputs NaN) has no place in a
 results file (strict JSON has no NaN) and is left out.
@@ -84,6 +89,43 @@ def default_category_ids(class_names: Sequence[str]) -> list[int]:
     return [i + 1 for i in range(len(class_names))]
 
 
+def check_detection_class_names(
+    detections: Sequence[Detection], class_names: Sequence[str]
+) -> None:
+    """Checks that `class_names` (index -> name) gives each detected box the class name its
+    detection carries (`Detection.class_names`, the model's own).
+
+    Raises:
+        ValueError: naming the first box whose class id is outside `class_names`, or whose
+            name there differs from the detection's.
+
+    Example:
+        >>> det = Detection("1.jpg", (4, 4), np.zeros((1, 4), np.float32),
+        ...                 np.ones(1, np.float32), np.array([1]), ("dog",), "xyxy")
+        >>> check_detection_class_names([det], ["person", "dog"])
+        >>> check_detection_class_names([det], ["dog", "person"])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: class_names[1] is 'person', but detection 0 (1.jpg) names its class 1 'dog'...
+    """
+    names = list(class_names)
+    for index, det in enumerate(detections):
+        where = f"detection {index} ({det.source})"
+        for cls, name in zip(det.class_ids, det.class_names, strict=True):
+            cls = int(cls)
+            if not 0 <= cls < len(names):
+                raise ValueError(
+                    f"{where} has class {cls} {name!r}, but class_names has only {len(names)} "
+                    "names: pass the model's class names (ModelInfo.class_names)"
+                )
+            if names[cls] != name:
+                raise ValueError(
+                    f"class_names[{cls}] is {names[cls]!r}, but {where} names its class {cls} "
+                    f"{name!r}: pass the model's class names (ModelInfo.class_names); "
+                    "category_ids=[...] chooses other COCO ids"
+                )
+
+
 def coco_results(
     detections: Sequence[Detection],
     *,
@@ -95,7 +137,8 @@ def coco_results(
 
     Args:
         detections: `detect`'s results (any `box_format`).
-        class_names: the model's class names (`ModelInfo.class_names`), index -> name.
+        class_names: the model's class names (`ModelInfo.class_names`), index -> name; it
+            must agree with the names the detections carry (`check_detection_class_names`).
         image_ids: one COCO image id per result; default from the file names (module doc).
         category_ids: one COCO category id per class index; default from the names.
 
@@ -104,8 +147,10 @@ def coco_results(
         (rounded to 1/100 pixel), `score` (rounded to 1e-5).
 
     Raises:
-        ValueError: for id lists of the wrong length.
+        ValueError: for id lists of the wrong length, or a `class_names` that contradicts
+            the detections' own class names (`check_detection_class_names`).
     """
+    check_detection_class_names(detections, class_names)
     ids = list(image_ids) if image_ids is not None else default_image_ids(detections)
     if len(ids) != len(detections):
         raise ValueError(f"need {len(detections)} image ids; got {len(ids)}")
@@ -137,7 +182,12 @@ def write_coco_results(
     image_ids: Sequence[int] | None = None,
     category_ids: Sequence[int] | None = None,
 ) -> Path:
-    """Writes `coco_results(...)` as a JSON file, atomically; returns the path."""
+    """Writes `coco_results(...)` as a JSON file, atomically; returns the path.
+
+    Raises:
+        ValueError: as `coco_results` (a `class_names` that contradicts the detections'
+            own names among them), before anything is written.
+    """
     results = coco_results(
         detections, class_names=class_names, image_ids=image_ids, category_ids=category_ids
     )

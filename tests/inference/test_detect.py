@@ -3,6 +3,7 @@ tiny SSD end to end, the COCO results file."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -147,7 +148,9 @@ def test_coco_results_ids_and_xywh_boxes(tmp_path):
         {"image_id": 7, "category_id": 1, "bbox": [100.0, 50.0, 100.0, 50.0], "score": 0.73106},
     ]
     assert [r["image_id"] for r in results] == [7, 7, 42, 42]
-    coco_named = coco_results(dets, class_names=("person", "dog"))
+    coco_info = dataclasses.replace(detector_info(), class_names=("person", "dog"))
+    coco_dets = detect(constant_detector(), images, info=coco_info, score_threshold=0.5)
+    coco_named = coco_results(coco_dets, class_names=coco_info.class_names)
     assert [r["category_id"] for r in coco_named[:2]] == [18, 1]  # "dog" 18, "person" 1
     arrays = detect(constant_detector(), [_image()] * 2, info=detector_info())
     assert [r["image_id"] for r in coco_results(arrays, class_names=DETECTOR_NAMES)] == [
