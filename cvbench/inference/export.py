@@ -157,7 +157,12 @@ def _checked_destination(label: str, *, overwrite: bool) -> Path:
     out = Path(os.path.abspath(label))
     check_replaceable(out, overwrite=overwrite, label=label)
     check_parent_path(out)
-    check_output(info_file_path(out), overwrite=overwrite, is_ours=written_by_cvbench)
+    check_output(
+        info_file_path(out),
+        overwrite=overwrite,
+        is_ours=written_by_cvbench,
+        flag="overwrite=True",  # the CLI says --overwrite (`cvbench.cli.errors._API_HINTS`)
+    )
     return out
 
 
@@ -304,7 +309,7 @@ def _linked(new: Path, out: Path) -> bool:
 def _appeared(out: Path) -> ValueError:
     return ValueError(
         f"{out} appeared while this export was written (another export to it at the same "
-        "time?); it was left as it is: pass --overwrite to replace it, or export elsewhere"
+        "time?); it was left as it is: pass overwrite=True to replace it, or export elsewhere"
     )
 
 

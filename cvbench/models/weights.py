@@ -191,6 +191,10 @@ def _read_dataset(group, name: str, path: str | os.PathLike) -> np.ndarray:
     return np.asarray(dataset)
 
 
+#: The ways `load_weights` pairs a legacy file's layers with the model's.
+_MATCHES = ("name", "order")
+
+
 def load_weights(
     model: keras.Model, path: str | os.PathLike, *, match: Literal["name", "order"]
 ) -> None:
@@ -204,13 +208,15 @@ def load_weights(
             keras.applications file brings its own; torchvision files pair by name.
 
     Raises:
-        ValueError: the file is missing, or a layer or shape does not match (the message
-            names the layer, the weight and both shapes).
+        ValueError: an unknown `match` (whatever the file), the file is missing, or a layer
+            or shape does not match (the message names the layer, the weight and both shapes).
         BadFileError: (a `ValueError`) the file is not a regular file, in an unknown format,
             malformed, or declares arrays larger than it can hold (an `.npz` gets the checks of
             a checkpoint, `cvbench.utils.model_file.check_npz`; an HDF5 dataset at most
             `DEFLATE_MAX_RATIO` times the bytes it stores), naming it.
     """
+    if match not in _MATCHES:  # checked here: only a legacy file's reader would look at it
+        raise ValueError(f"match must be one of {list(_MATCHES)}; got {match!r}")
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ValueError(f"weights file not found: {path!r}")

@@ -36,7 +36,7 @@ def test_what_appeared_meanwhile_is_kept_without_overwrite(tmp_path, kind, appea
         (out / "inside" / "notes.txt").write_bytes(b"a user's file")
     with pytest.raises(ValueError, match="appeared while this export was written") as error:
         _swap_into_place(new, out, aside=aside, overwrite=False)
-    assert str(out) in str(error.value) and "--overwrite" in str(error.value)
+    assert str(out) in str(error.value) and "pass overwrite=True" in str(error.value)
     kept = out if appeared == "file" else out / "inside" / "notes.txt"
     assert kept.read_bytes() == b"a user's file"
 
