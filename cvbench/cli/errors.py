@@ -53,8 +53,7 @@ _API_HINTS = (
     ("as force_resume=True asks", "as --force-resume asks"),
     ("rerun with resume=True", "rerun with --resume"),
     ("for num_classes=", "for --num-classes "),
-    ("pass overwrite=True", "pass --overwrite"),
-    ("overwrite=True replaces", "--overwrite replaces"),
+    ("overwrite=True replaces", "--overwrite replaces"),  # export_for_serving's info file
 )
 #: The hint of the corrupt-record check (`cvbench.data.read.corrupt.SKIP_HINT`), when that
 #: module is not loaded.

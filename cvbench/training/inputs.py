@@ -6,7 +6,8 @@ Three kinds of training data, each restartable at a saved position:
   Trainer batches them. Each epoch has its own order (a permutation seeded by
   `(seed, epoch)`); global batch `b` is `order[b*G:(b+1)*G]` with `G = batch_size * ranks`,
   and rank `r` takes its `r`-th slice of `batch_size` rows. The last partial global batch is
-  dropped. A resume jumps straight to the saved batch.
+  dropped. A resume jumps straight to the saved batch. `steps_per_epoch` may take fewer
+  batches; more than the rows hold is refused (`check_array_steps`).
 - A re-iterable of batches (a `tf.data.Dataset`, a list, a `keras.utils.PyDataset`...):
   with `steps_per_epoch` given, one iterator runs across epochs (make the dataset repeat);
   without it, every epoch iterates the whole dataset again. A resume skips the batches
@@ -281,18 +282,21 @@ def make_source(
     """Picks the `BatchSource` for `data` (arrays, a re-iterable, or an epoch function).
 
     Raises:
-        ValueError: for data of an unsupported kind or inconsistent sizes.
+        ValueError: for data of an unsupported kind or inconsistent sizes, a
+            `steps_per_epoch` that is not a positive int, or more batches than arrays hold
+            (`check_array_steps`).
     """
+    bad_steps = not isinstance(steps_per_epoch, int) or isinstance(steps_per_epoch, bool)
+    if steps_per_epoch is not None and (bad_steps or steps_per_epoch < 1):
+        raise ValueError(f"steps_per_epoch must be a positive int, got {steps_per_epoch!r}")
     if is_array_data(data):
         source = ArraySource(
             data, batch_size=batch_size, rank=rank, size=size, shuffle=shuffle, seed=seed
         )
         if steps_per_epoch is not None:
-            source.steps_per_epoch = min(steps_per_epoch, source.steps_per_epoch)
+            check_array_steps(steps_per_epoch, source)
+            source.steps_per_epoch = steps_per_epoch
         return source
-    bad_steps = not isinstance(steps_per_epoch, int) or steps_per_epoch < 1
-    if steps_per_epoch is not None and bad_steps:
-        raise ValueError(f"steps_per_epoch must be a positive int, got {steps_per_epoch!r}")
     if callable(data) and not hasattr(data, "__iter__"):
         source = FactorySource(data, steps_per_epoch=steps_per_epoch)
     elif hasattr(data, "__iter__") and not isinstance(data, (str, bytes, dict)):
@@ -310,6 +314,34 @@ def make_source(
     if batch_size is not None:
         source.batch_size = batch_size
     return source
+
+
+def check_array_steps(steps_per_epoch: int, source: ArraySource) -> None:
+    """Refuses a `steps_per_epoch` over the batches an epoch of arrays holds (its rows //
+    the global batch; each epoch one pass over the rows, reshuffled): it would not be
+    honoured, as a dataset that runs out is refused in the epoch (fewer steps are taken).
+
+    Example:
+        >>> x, y = np.zeros((8, 2), "float32"), np.zeros(8, "int32")
+        >>> try:
+        ...     check_array_steps(10, ArraySource((x, y), batch_size=4))
+        ... except ValueError as error:
+        ...     for part in str(error).split(" ("):
+        ...         print(part)
+        steps_per_epoch=10 is more than the 2 batches an epoch of the arrays holds
+        8 rows // global batch 4 = 4 x 1 ranks): pass steps_per_epoch of at most 2, or None
+
+    Raises:
+        ValueError: naming `steps_per_epoch` and the rows / batch arithmetic.
+    """
+    if steps_per_epoch > source.steps_per_epoch:
+        global_batch = source.batch_size * source.size
+        raise ValueError(
+            f"steps_per_epoch={steps_per_epoch} is more than the {source.steps_per_epoch} "
+            f"batches an epoch of the arrays holds ({source.num_rows} rows // global batch "
+            f"{global_batch} = {source.batch_size} x {source.size} ranks): pass "
+            f"steps_per_epoch of at most {source.steps_per_epoch}, or None"
+        )
 
 
 def _take_rows(arrays: tuple, rows: np.ndarray) -> Batch:
