@@ -132,8 +132,10 @@ def classify(
         One `Classification` per image, in input order.
 
     Raises:
-        ValueError: for `top_k < 1`, a detector, a model file or object without `ModelInfo`, a model
-            output that is not `(B, num_classes)`, or bad inputs (naming the file).
+        ValueError: for `top_k < 1`, a detector, a model file or object without `ModelInfo`, an
+            `info` that contradicts the model (an `image_size` that is not its fixed input
+            size, a class count that is not its outputs'), a model output that is not
+            `(B, num_classes)`, or bad inputs (naming the file).
         FileNotFoundError: for a missing model or image file.
         BadFileError: (a `ValueError`) for a malformed model file, a model input
             (`ModelInfo.image_size`) over `max_image_pixels`, or an image file that cannot be

@@ -126,7 +126,9 @@ def detect(
 
     Raises:
         ValueError: for a bad `score_threshold` or `box_format`, a classifier, a model file
-            or object without `ModelInfo`, or bad inputs (naming the file).
+            or object without `ModelInfo`, an `info` that contradicts the model (an
+            `image_size` that is not its fixed input size, a class count that is not its
+            outputs'), or bad inputs (naming the file).
         FileNotFoundError: for a missing model or image file.
         BadFileError: (a `ValueError`) for a malformed model file, a model input
             (`ModelInfo.image_size`) over `max_image_pixels`, or an image file that cannot be

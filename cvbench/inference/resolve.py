@@ -17,6 +17,7 @@ from typing import Any
 from cvbench.detection.predict import detection_settings
 from cvbench.utils.model_file import (
     ModelInfo,
+    check_model_matches_info,
     class_names_or_default,
     load_model,
     read_model_info,
@@ -126,7 +127,9 @@ def resolve_model(model: Any, *, info: ModelInfo | None, task: str) -> tuple[Any
         BadFileError: (a `ValueError`) for a model file that is not a regular file or is
             malformed (`cvbench.utils.model_file.load_model`).
         BadFileError: a file without `ModelInfo` (and no `info`: `require_model_info`).
-        ValueError: a model object without `info`, or an info of another task.
+        ValueError: a model object without `info`, an info of another task, or an `info`
+            that contradicts the model (`check_model_matches_info`: an `image_size` that is
+            not the model's fixed input size, a class count that is not its outputs').
     """
     if isinstance(model, str | os.PathLike):
         path = Path(model)
@@ -134,7 +137,7 @@ def resolve_model(model: Any, *, info: ModelInfo | None, task: str) -> tuple[Any
             raise FileNotFoundError(f"no model file {path}")
         # before loading: a file without info (and no `info`) is refused fast
         stored = read_model_info(path) if info is not None else require_model_info(path)
-        model, _ = load_model(path)
+        model, _ = load_model(path)  # checks the file's own info
         info = info or stored
     elif info is None:
         name = getattr(model, "name", type(model).__name__)
@@ -148,4 +151,5 @@ def resolve_model(model: Any, *, info: ModelInfo | None, task: str) -> tuple[Any
         raise ValueError(
             f"the model is a {info.task} model (its ModelInfo); {task} needs a {_KINDS[task].noun}"
         )
+    check_model_matches_info(model, info)  # its input size, its class count
     return model, info

@@ -610,11 +610,15 @@ def save_model(model: Any, path: str | os.PathLike, info: ModelInfo | None = Non
         The path written.
 
     Raises:
-        ValueError: for a path not ending in `.keras`.
+        ValueError: for a path not ending in `.keras`, or an `info` that contradicts the
+            model (`check_model_matches_info`: its input size, its class count); nothing is
+            written then.
     """
     path = Path(path)
     if path.suffix != ".keras":
         raise ValueError(f"a model file must end in .keras; got {str(path)!r}")
+    if info is not None:  # a file every reader would refuse is never written
+        check_model_matches_info(model, info)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".keras", dir=path.parent)
     os.close(fd)
@@ -987,28 +991,70 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
-def check_model_matches_info(model: Any, info: ModelInfo, *, path: str | os.PathLike) -> None:
+def check_model_matches_info(
+    model: Any,
+    info: ModelInfo,
+    *,
+    path: str | os.PathLike | None = None,
+    argument: str = "info",
+) -> None:
     """Checks that `model` takes `info.image_size` inputs (where its size is fixed) and gives
-    one output per class name (`(B, C)` logits, or a detector's `{"classes": (B, N, C)}`).
+    one output per class name (`(B, C)` logits, or a detector's `{"classes": (B, N, C)}`):
+    the one check wherever a model and its info meet (`load_model`, `save_model`,
+    `classify` / `detect` with `info=`).
+
+    Args:
+        model: a Keras model.
+        info: its `ModelInfo`.
+        path: the file `info` was read from; None for an info passed as an argument.
+        argument: the name of that argument, for the message.
 
     Raises:
-        BadFileError: naming the file and the difference.
+        BadFileError: naming the file and the difference, for an info read from `path`.
+        ValueError: naming `argument` and the difference, for an info passed as one.
+
+    Example:
+        >>> import keras
+        >>> inputs = keras.Input((8, 8, 3))
+        >>> model = keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Flatten()(inputs)))
+        >>> info = ModelInfo(task="classification", class_names=("a", "b"), image_size=(8, 8))
+        >>> check_model_matches_info(model, info)
+        Traceback (most recent call last):
+        ...
+        ValueError: info has 2 class names but the model outputs 3 classes
     """
-    where = f"{path}: {INFO_ENTRY}"
+    where = f"{path}: {INFO_ENTRY}" if path is not None else argument
+    error = BadFileError if path is not None else ValueError
     shape = getattr(model, "input_shape", None)
     if isinstance(shape, tuple) and len(shape) == 4:
         size = tuple(shape[1:3])
         if None not in size and size != tuple(info.image_size):
-            raise BadFileError(
+            raise error(
                 f"{where} image_size {list(info.image_size)} differs from the model's input "
                 f"size {list(size)}"
             )
-    count = info.head.class_count(getattr(model, "output", None), where=where)
+    outputs = _model_outputs(model)
+    try:
+        count = None if outputs is None else info.head.class_count(outputs, where=where)
+    except BadFileError as err:
+        raise error(str(err)) from None
     if count is not None and int(count) != info.num_classes:
-        raise BadFileError(
+        raise error(
             f"{where} has {info.num_classes} class name{'s' * (info.num_classes != 1)} but "
             f"the model outputs {int(count)} classes"
         )
+
+
+def _model_outputs(model: Any) -> Any:
+    """`model.output` (a tensor, or a detector's dict of them); the one tensor of
+    `model.outputs` for a `Sequential` model never called (it has no `output` then); None
+    for a model without fixed outputs (a subclassed model)."""
+    outputs = getattr(model, "output", None)
+    if outputs is None:
+        listed = getattr(model, "outputs", None)
+        if isinstance(listed, list) and len(listed) == 1:
+            outputs = listed[0]
+    return outputs
 
 
 def class_names_or_default(info: ModelInfo | None, num_classes: int) -> Sequence[str]:
