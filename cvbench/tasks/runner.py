@@ -32,6 +32,7 @@ import keras
 from cvbench.tasks.base import Task, TrainData
 from cvbench.tasks.recipes import Recipe, RecipePlan, fit_lengths, plan
 from cvbench.tasks.recipes.plan import loss_scaling, planned_schedule
+from cvbench.tasks.recipes.resolve import check_batch_size
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import get_distribution
 from cvbench.training.run_dir import RunFolder, check_layout, foreign_results
@@ -559,9 +560,12 @@ def prepare_run(
         A `TaskRun`.
 
     Raises:
-        ValueError: `check_trainable` of the task (SSD with frozen batch norms and no
-            backbone weights).
+        ValueError: a `batch_size` that is not a positive int (`check_batch_size`);
+            `check_trainable` of the task (SSD with frozen batch norms and no backbone
+            weights).
     """
+    if batch_size is not None:
+        check_batch_size(batch_size)  # 0 ran at the recipe's batch without a word
     dist = get_distribution(distribution)
     config = config or TrainConfig()
     if _resumes_a_checkpoint(config) and hasattr(task, "restore_from_checkpoint"):

@@ -110,6 +110,8 @@ def resolve_recipe(
             raise ValueError(f"{reason} sets no knob of recipe {recipe.name}")
         if name == "image_size":
             check_image_size(value, reason=reason)
+        if name == "batch_size":
+            check_batch_size(value, reason=reason)
         if value is None:
             reason = f"no {reason}"
         changed = {knob: value}
@@ -138,6 +140,22 @@ def check_image_size(value: Any, *, reason: str = "image_size") -> None:
         raise ValueError(
             f"{reason} {value} is over {MAX_IMAGE_SIZE}, the largest image side cvbench "
             "trains or evaluates at"
+        )
+
+
+def check_batch_size(value: Any, *, reason: str = "batch_size") -> None:
+    """Refuses a batch size (images per rank and step: the knob `run.batch_per_gpu`) that is
+    not a positive int, naming `reason` (the setting, or the CLI's flag).
+
+    Example:
+        >>> check_batch_size(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: batch_size must be a positive int (images per rank and step), got 0
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"{reason} must be a positive int (images per rank and step), got {value!r}"
         )
 
 
