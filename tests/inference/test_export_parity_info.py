@@ -71,7 +71,7 @@ def test_serving_exports_write_their_info_beside_them(tmp_path, fmt, name, info_
 def test_an_existing_info_file_stops_the_export_before_it_starts(tmp_path):
     save_model(tiny(), tmp_path / "m.keras", INFO)
     (tmp_path / "served_info.json").write_text("mine")
-    with pytest.raises(ValueError, match="served_info.json exists; pass --overwrite"):
+    with pytest.raises(ValueError, match="served_info.json exists; pass overwrite=True to replace"):
         export_for_serving(tmp_path / "m.keras", tmp_path / "served")
     assert not (tmp_path / "served").exists()
     assert (tmp_path / "served_info.json").read_text() == "mine"
