@@ -676,15 +676,17 @@ def _check_finite_evaluation(data: Any, steps: int | None, steps_name: str) -> N
         return
     if type(data).__module__.startswith("tensorflow") and hasattr(data, "cardinality"):
         endless = int(data.cardinality()) == _INFINITE_CARDINALITY
+        what = "a tf.data dataset of infinite cardinality"
     else:
         try:
             endless = len(data) >= sys.maxsize
         except (TypeError, ValueError, OverflowError):
             endless = False
+        what = f"a {type(data).__name__} of length sys.maxsize"
     if endless:
         raise ValueError(
-            f"the evaluation data repeats forever ({type(data).__name__} of infinite length, "
-            "e.g. a training pipeline): evaluating it would never end; pass a finite dataset "
+            f"the evaluation data repeats forever ({what}, e.g. a training pipeline): "
+            "evaluating it would never end; pass a finite dataset "
             f"(dataset.take(n), or the reader's evaluation pipeline, training=False) or "
             f"{steps_name}=N"
         )
