@@ -21,10 +21,22 @@ def _parse(argv):
     return parser.parse_args(argv)
 
 
-def _tiny_model():
-    inputs = keras.Input((8, 8, 3))  # images: the classifier's file gets a normalization
+def _tiny_model(size: int):
+    # the stage's image size and classes: save_model refuses a file whose info says others
+    # (P52 F2)
+    inputs = keras.Input((size, size, 3))  # images: the classifier's file gets a normalization
     pooled = keras.layers.GlobalAveragePooling2D()(inputs)
-    return keras.Model(inputs, keras.layers.Dense(2)(pooled))
+    return keras.Model(inputs, keras.layers.Dense(len(SHAPE_NAMES))(pooled))  # one per shape
+
+
+def _tiny_detector(config, anchors: int = 2):
+    """A detector's outputs (`{"boxes": (B, N, 4), "classes": (B, N, C)}`) at the SSD's size."""
+    inputs = keras.Input((config.det_image_size, config.det_image_size, 3))
+    pooled = keras.layers.GlobalAveragePooling2D()(inputs)
+    boxes = keras.layers.Reshape((anchors, 4))(keras.layers.Dense(anchors * 4)(pooled))
+    classes = keras.layers.Dense(anchors * len(SHAPE_NAMES))(pooled)
+    classes = keras.layers.Reshape((anchors, len(SHAPE_NAMES)))(classes)
+    return keras.Model(inputs, {"boxes": boxes, "classes": classes})
 
 
 def _fake_stage(metrics, loss_key):
@@ -38,7 +50,8 @@ def _fake_stage(metrics, loss_key):
             {"event": "epoch", "step": 2, "loss": 1.5, **({loss_key: 0.9} if loss_key else {})},
         ]
         (log_dir / "train_log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-        return StageResult(_tiny_model(), metrics, [{"loss": 1.5}], 1.0, 0.5, 10.0)
+        model = _tiny_model(config.cls_image_size) if classifier is None else _tiny_detector(config)
+        return StageResult(model, metrics, [{"loss": 1.5}], 1.0, 0.5, 10.0)
 
     return train
 
@@ -74,7 +87,12 @@ def test_results_replace_the_previous_run(tmp_path, fake_stages):
     assert saved["classifier"]["top1"] == 0.95 and saved["detector"]["AP"] == 0.5
     assert saved["precision"] == "float32" and saved["config"] == metrics["config"]
     assert set(saved["timings_s"]) >= {"data", "classifier", "ssd", "coco_eval", "total"}
-    assert keras.models.load_model(tmp_path / "ssd.keras").output_shape == (None, 2)
+    detector = keras.models.load_model(tmp_path / "ssd.keras")
+    outputs = detector(np.zeros((1, 64, 64, 3), "float32"))  # the quick config's 64 px
+    assert {k: tuple(v.shape) for k, v in outputs.items()} == {
+        "boxes": (1, 2, 4),
+        "classes": (1, 2, 6),
+    }
     assert any("top-1 0.950" in line for line in lines)
     assert any("COCO AP 0.500" in line for line in lines)
 
