@@ -35,7 +35,12 @@ from cvbench.tasks.recipes.plan import loss_scaling, planned_schedule
 from cvbench.tasks.recipes.resolve import check_batch_size
 from cvbench.training.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from cvbench.training.distributed import get_distribution
-from cvbench.training.run_dir import RunFolder, check_layout, foreign_results
+from cvbench.training.run_dir import (
+    RESULTS_READ_LIMIT,
+    RunFolder,
+    check_layout,
+    foreign_results,
+)
 from cvbench.training.run_log import RunLog, read_run_history
 from cvbench.training.trainer import Trainer
 from cvbench.utils.errors import BadFileError
@@ -344,10 +349,6 @@ def recorded_metrics(log_dir: str | Path, step: int) -> dict[str, float]:
         else:
             return {}
     return kept
-
-
-#: The most bytes of a `results.json` that `recorded_metrics` reads.
-RESULTS_READ_LIMIT = 16 * 1024 * 1024
 
 
 def results_record(

@@ -127,8 +127,8 @@ _OTHER_ENTRIES = {
 }
 #: The lock file's record of the holder is read up to this size.
 _HOLDER_LIMIT = 4096
-#: A `results.json` is read up to this size to tell whose it is (a training's is a few KiB).
-_RESULTS_LIMIT = 16 << 20
+#: A `results.json` is read up to this size (to tell whose it is; `recorded_metrics` too).
+RESULTS_READ_LIMIT = 16 << 20
 #: The key only a training's `results.json` holds (`cvbench.tasks.runner.results_record`).
 TRAINING_RESULTS_KEY = "plan"
 
@@ -194,7 +194,7 @@ def training_results(path: str | os.PathLike) -> bool:
 
 def _holds_a_plan(path: str | os.PathLike) -> bool:
     try:
-        record = read_json(path, limit=_RESULTS_LIMIT, what="results file")
+        record = read_json(path, limit=RESULTS_READ_LIMIT, what="results file")
     except (OSError, BadFileError):
         return False
     return isinstance(record, dict) and TRAINING_RESULTS_KEY in record
